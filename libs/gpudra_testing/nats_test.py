@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import nats
+import pytest
+
+from gpudra_testing.nats import NatsServer
+
+
+async def test_jetstream_publish_and_consume(nats_url: str) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="FOUNDATION_T", subjects=["foundation.t.>"])
+        ack = await js.publish("foundation.t.one", b"hello")
+        assert ack.stream == "FOUNDATION_T"
+        sub = await js.pull_subscribe("foundation.t.>", durable="t1")
+        msgs = await sub.fetch(1, timeout=5)
+        assert [m.data for m in msgs] == [b"hello"]
+        await msgs[0].ack()
+        await js.delete_stream("FOUNDATION_T")
+    finally:
+        await nc.drain()
+
+
+async def test_store_survives_kill_and_restart() -> None:
+    server = NatsServer().start()
+    try:
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        await js.add_stream(name="KEEP", subjects=["keep.>"])
+        await js.publish("keep.a", b"1")
+        await nc.close()
+        server.kill()
+        server.restart()
+        nc = await nats.connect(server.url)
+        info = await nc.jetstream().stream_info("KEEP")
+        assert info.state.messages == 1
+        await nc.close()
+    finally:
+        server.stop()
+
+
+def test_failed_start_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = NatsServer(extra_args=("--no-such-flag",))
+    with pytest.raises(Exception, match="did not start"):
+        server.start(timeout=5)

@@ -1,0 +1,55 @@
+"""Pytest fixtures every gpudra test can use (loaded by the root conftest.py).
+
+- `nats_server` (session): one real JetStream server for the whole run; tests isolate themselves
+  with unique stream/bucket names. `fresh_nats_server` (function): a private server a test may kill
+  and restart. `nats_url`: the session server's URL.
+- `_no_leaked_tasks` (autouse): fails a test that leaves asyncio tasks running, as kopf does; a
+  leaked task is a bug (work silently lost at shutdown), not noise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+
+from gpudra_testing.nats import NatsServer
+
+
+@pytest.fixture(scope="session")
+def nats_server() -> Iterator[NatsServer]:
+    server = NatsServer.from_env().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fresh_nats_server() -> Iterator[NatsServer]:
+    server = NatsServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def nats_url(nats_server: NatsServer) -> str:
+    return nats_server.url
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def _no_leaked_tasks() -> AsyncIterator[None]:
+    before = asyncio.all_tasks()
+    yield
+    # Give tasks that were cancelled during the test a chance to finish unwinding.
+    for _ in range(3):
+        leaked = [t for t in asyncio.all_tasks() - before if t is not asyncio.current_task()]
+        if not any(not t.done() for t in leaked):
+            return
+        await asyncio.sleep(0)
+    names = sorted(t.get_name() + ": " + repr(t.get_coro()) for t in leaked if not t.done())
+    pytest.fail(f"test left {len(names)} asyncio task(s) running: {names}")
