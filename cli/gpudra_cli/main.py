@@ -1,0 +1,50 @@
+"""Entry point: builds the argument parser from the command modules and runs one subcommand.
+
+Each module in `gpudra_cli.commands` contributes one subcommand through
+`register(subparsers) -> None`, which sets `func=<callable(args) -> int>` on its parser. Errors a
+person can act on are `CliError`: one readable line on stderr and exit code 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from gpudra_cli import commands
+from gpudra_cli.errors import CliError
+
+DESCRIPTION = """\
+gpudra: Kubernetes Dynamic Resource Allocation for GPU clusters.
+Structured GPU devices (MIG, NVLink, fabric cliques) published as ResourceSlices, claims selected with
+CEL, allocation that is Kubernetes-exact and topology-aware."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpudra",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="<command>")
+    for register in commands.REGISTRY:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    parser = parser or build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 0
+    try:
+        code: int = func(args)
+    except CliError as exc:
+        print(f"gpudra {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"gpudra {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return code

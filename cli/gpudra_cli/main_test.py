@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from gpudra_cli.errors import CliError
+from gpudra_cli.main import main
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    assert "usage: gpudra" in capsys.readouterr().out
+
+
+def test_version_lists_dependencies(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["version"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gpudra ")
+    assert "nats-py" in out
+
+
+def test_cli_error_is_one_line_and_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    def boom(args: argparse.Namespace) -> int:
+        raise CliError("no such claim: default/x", exit_code=3)
+
+    parser = argparse.ArgumentParser(prog="gpudra")
+    parser.add_subparsers(dest="command").add_parser("get").set_defaults(func=boom)
+    assert main(["get"], parser) == 3
+    assert capsys.readouterr().err == "gpudra get: no such claim: default/x\n"
+
+
+def test_unknown_command_exits_2() -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["no-such-command"])
+    assert info.value.code == 2
