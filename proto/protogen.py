@@ -40,6 +40,7 @@ def _plugin(directory: Path, name: str, entry: str) -> Path:
 
 def generate(out: Path, root: Path = PROTO_ROOT) -> None:
     """Write `*_pb2.py`, `*_pb2.pyi`, `*_pb2_grpc.py` and `*_pb2_grpc.pyi` for every proto."""
+    out, root = out.resolve(), root.resolve()
     protos = proto_files(root)
     if not protos:
         raise SystemExit(f"no .proto files under {root}")

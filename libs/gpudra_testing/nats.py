@@ -91,7 +91,8 @@ class NatsServer:
         return self.start(timeout)
 
     def _wait_for_port(self, timeout: float) -> int:
-        assert self._proc is not None and self._proc.stdout is not None
+        assert self._proc is not None
+        assert self._proc.stdout is not None
         found: list[int] = []
         stream = self._proc.stdout
 

@@ -9,6 +9,10 @@ import protogen
 
 def test_generated_code_is_up_to_date(tmp_path: Path) -> None:
     protogen.generate(tmp_path)
-    expected, committed = protogen.tree(tmp_path), protogen.tree(Path(protogen.__file__).parent / "gen")
-    stale = sorted(k for k in expected.keys() | committed.keys() if expected.get(k) != committed.get(k))
+    expected, committed = protogen.tree(tmp_path), protogen.tree(
+        Path(protogen.__file__).parent / "gen"
+    )
+    stale = sorted(
+        k for k in expected.keys() | committed.keys() if expected.get(k) != committed.get(k)
+    )
     assert not stale, f"stale generated code {stale}: run proto/regen.sh"
