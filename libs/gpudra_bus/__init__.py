@@ -1,0 +1,98 @@
+"""gpudra's NATS layer: subjects, protobuf codecs with schema versions, streams and KV buckets,
+connections that reconnect forever, publishing that survives outages, dead letters, and W3C trace
+propagation in message headers.
+
+Typical use in a service::
+
+    nc = await connect(url, name="allocator")
+    await ensure_streams(nc.jetstream())
+    buckets = await ensure_buckets(nc.jetstream())
+    publisher = Publisher(nc)
+    await publisher.publish(subjects.claims(ns, name), event, CLAIM_EVENT, msg_id=uid)
+"""
+
+from __future__ import annotations
+
+from gpudra_bus import subjects, tracing
+from gpudra_bus.codec import DEFAULT_MAX_BYTES, SCHEMA_HEADER, Codec, Schema, schema_of
+from gpudra_bus.codecs import ALLOCATION_DECISION, CLAIM_EVENT, RELEASED
+from gpudra_bus.connection import Backoff, connect, disconnect, translate
+from gpudra_bus.errors import (
+    BusError,
+    BusPermanentError,
+    BusRetryableError,
+    BusTimeoutError,
+    CodecError,
+    CorruptMessageError,
+    InvalidSubjectError,
+    MissingSchemaError,
+    NotConnectedError,
+    OversizedMessageError,
+    SchemaMismatchError,
+    StreamConfigError,
+)
+from gpudra_bus.publisher import DeadLetters, Publisher, receive
+from gpudra_bus.streams import (
+    BUCKETS,
+    CLAIMS_BUCKET,
+    CLAIMS_STREAM,
+    DEADLETTER_STREAM,
+    DECISIONS_STREAM,
+    INVENTORY_STREAM,
+    RESERVATIONS_BUCKET,
+    SLICES_BUCKET,
+    STREAMS,
+    BucketSpec,
+    StreamSpec,
+    ensure_bucket,
+    ensure_buckets,
+    ensure_stream,
+    ensure_streams,
+)
+
+__all__ = [
+    "ALLOCATION_DECISION",
+    "BUCKETS",
+    "Backoff",
+    "BucketSpec",
+    "BusError",
+    "BusPermanentError",
+    "BusRetryableError",
+    "BusTimeoutError",
+    "CLAIMS_BUCKET",
+    "CLAIMS_STREAM",
+    "CLAIM_EVENT",
+    "Codec",
+    "CodecError",
+    "CorruptMessageError",
+    "DEADLETTER_STREAM",
+    "DECISIONS_STREAM",
+    "DEFAULT_MAX_BYTES",
+    "DeadLetters",
+    "INVENTORY_STREAM",
+    "InvalidSubjectError",
+    "MissingSchemaError",
+    "NotConnectedError",
+    "OversizedMessageError",
+    "Publisher",
+    "RELEASED",
+    "RESERVATIONS_BUCKET",
+    "SCHEMA_HEADER",
+    "SLICES_BUCKET",
+    "STREAMS",
+    "Schema",
+    "SchemaMismatchError",
+    "StreamConfigError",
+    "StreamSpec",
+    "connect",
+    "disconnect",
+    "ensure_bucket",
+    "ensure_buckets",
+    "ensure_stream",
+    "ensure_streams",
+    "receive",
+    "schema_of",
+    "subjects",
+    "tracing",
+    "translate",
+]

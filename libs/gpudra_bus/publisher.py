@@ -1,0 +1,192 @@
+"""Publishing that survives outages, and dead-lettering of malformed messages.
+
+Promises:
+- `Publisher.publish` returns only once JetStream has stored the message (the `PubAck`). While
+  the server is away it keeps retrying with backoff — nats-py reconnects underneath — so a message
+  published during an outage is republished after the reconnect. Every attempt of one call carries
+  the same `Nats-Msg-Id` (the caller's, e.g. `<claim uid>/<generation>`, or a random one), so a
+  retry after a lost ack is de-duplicated by the stream instead of stored twice. An optional
+  `deadline` turns "keep trying" into `BusRetryableError`; permanent failures (no stream for the
+  subject, bad input) raise at once.
+- Every message carries the codec's schema header and the W3C trace context of the current span;
+  `publish` opens a PRODUCER span around the attempt.
+- `DeadLetters.send` stores a malformed message, unchanged, on `gpudra.deadletter.<kind>` with the
+  reason in headers; `receive` decodes a JetStream message or dead-letters and acks it, so that a
+  bad event never blocks a stream and is never silently lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from typing import TypeVar
+
+import nats.errors
+import nats.js.errors
+from google.protobuf.message import Message
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import PubAck
+
+from gpudra_bus import subjects, tracing
+from gpudra_bus.codec import Codec
+from gpudra_bus.connection import Backoff, translate
+from gpudra_bus.errors import (
+    BusRetryableError,
+    CodecError,
+    InvalidSubjectError,
+    NotConnectedError,
+    StreamConfigError,
+)
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+ORIGINAL_SUBJECT_HEADER = "Gpudra-Original-Subject"
+ERROR_HEADER = "Gpudra-Error"
+ERROR_TYPE_HEADER = "Gpudra-Error-Type"
+DEAD_LETTERED_BY_HEADER = "Gpudra-Dead-Lettered-By"
+
+
+class Publisher:
+    """JetStream publishing with schema headers, trace context, retries and de-duplication."""
+
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        ack_timeout: float = 2.0,
+        backoff: Backoff | None = None,
+        max_no_stream: int = 40,
+    ) -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._max_no_stream = max_no_stream
+        self._ack_timeout = ack_timeout
+        self._backoff = backoff or Backoff()
+        self.retries = 0  # attempts that failed and were retried, for metrics and tests
+
+    async def publish(
+        self,
+        subject: str,
+        message: M,
+        codec: Codec[M],
+        *,
+        msg_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        deadline: float | None = None,
+    ) -> PubAck:
+        """Store `message` on `subject`; see the module docstring for the retry promise."""
+        data, schema_headers = codec.encode(message)
+        return await self.publish_raw(
+            subject,
+            data,
+            {**(headers or {}), **schema_headers},
+            msg_id=msg_id,
+            deadline=deadline,
+        )
+
+    async def publish_raw(
+        self,
+        subject: str,
+        data: bytes,
+        headers: Mapping[str, str],
+        *,
+        msg_id: str | None = None,
+        deadline: float | None = None,
+    ) -> PubAck:
+        """`publish` for an already encoded payload (dead letters, replays)."""
+        loop = asyncio.get_running_loop()
+        until = None if deadline is None else loop.time() + deadline
+        msg_id = msg_id or uuid.uuid4().hex
+        attempt = no_stream = 0
+        with tracing.publish_span(subject, size=len(data)):
+            all_headers = tracing.inject({**headers, MSG_ID_HEADER: msg_id})
+            while True:
+                try:
+                    return await self._js.publish(
+                        subject, data, timeout=self._ack_timeout, headers=all_headers
+                    )
+                except (TimeoutError, nats.errors.Error, OSError) as exc:
+                    err = translate(exc, f"publish to {subject}")
+                    if self._nc.is_closed:
+                        raise NotConnectedError(f"publish to {subject}: connection closed") from exc
+                    if isinstance(exc, nats.js.errors.NoStreamResponseError):
+                        # No stream answered: JetStream still starting after a restart (wait),
+                        # or no stream stores this subject at all (give up after a while).
+                        no_stream += 1
+                        if no_stream > self._max_no_stream:
+                            raise StreamConfigError(f"no stream stores {subject}") from exc
+                    elif not isinstance(err, BusRetryableError):
+                        raise err from exc
+                    wait = self._backoff.delay(attempt)
+                    attempt += 1
+                    if until is not None and loop.time() + wait > until:
+                        raise err from exc
+                    self.retries += 1
+                    log.info("publish to %s failed (%s); retry in %.2fs", subject, err, wait)
+                    await asyncio.sleep(wait)
+
+
+class DeadLetters:
+    """Parks malformed messages on `gpudra.deadletter.<kind>` and counts them per kind."""
+
+    def __init__(self, publisher: Publisher, *, service: str) -> None:
+        self._publisher = publisher
+        self._service = service
+        self.counts: Counter[str] = Counter()
+
+    async def send(
+        self,
+        subject: str,
+        data: bytes,
+        headers: Mapping[str, str] | None,
+        error: BaseException,
+    ) -> bool:
+        """Store the message with the reason; False when `subject` is not a gpudra subject."""
+        try:
+            kind = subjects.kind_of(subject)
+            target = subjects.deadletter(kind)
+        except InvalidSubjectError:
+            log.error("dropping malformed message on non-gpudra subject %r: %s", subject, error)
+            self.counts["unknown"] += 1
+            return False
+        kept = {
+            k: v
+            for k, v in (headers or {}).items()
+            if isinstance(v, str) and not k.startswith("Nats-")
+        }
+        kept.update(
+            {
+                ORIGINAL_SUBJECT_HEADER: subject,
+                # Header values must be one line.
+                ERROR_HEADER: " ".join(str(error).split())[:1024] or type(error).__name__,
+                ERROR_TYPE_HEADER: type(error).__name__,
+                DEAD_LETTERED_BY_HEADER: self._service,
+            }
+        )
+        await self._publisher.publish_raw(target, bytes(data), kept)
+        self.counts[kind.value] += 1
+        log.warning("dead-lettered a message from %s to %s: %s", subject, target, error)
+        return True
+
+
+async def receive(msg: Msg, codec: Codec[M], dead_letters: DeadLetters) -> M | None:
+    """Decode a JetStream message, or dead-letter it, ack it and return None.
+
+    The caller acks a decoded message itself once it has acted on it.
+    """
+    try:
+        return codec.decode(msg.data, msg.headers)
+    except CodecError as exc:
+        await dead_letters.send(msg.subject, msg.data, msg.headers, exc)
+        try:
+            await msg.ack()
+        except (nats.errors.Error, OSError) as ack_exc:
+            raise translate(ack_exc, f"ack of dead-lettered message on {msg.subject}") from ack_exc
+        return None

@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+
+from gpudra_bus import streams, subjects
+from gpudra_bus.codec import SCHEMA_HEADER
+from gpudra_bus.codecs import ALLOCATION_DECISION, CLAIM_EVENT
+from gpudra_bus.connection import Backoff
+from gpudra_bus.errors import BusRetryableError, StreamConfigError
+from gpudra_bus.publisher import (
+    ERROR_TYPE_HEADER,
+    ORIGINAL_SUBJECT_HEADER,
+    DeadLetters,
+    Publisher,
+    receive,
+)
+from gpudra_testing.nats import NatsServer
+from gpudrapb.v1 import claims_pb2
+
+FAST = Backoff(initial=0.01, maximum=0.2)
+
+
+def _event(name: str = "c1") -> claims_pb2.ClaimEvent:
+    return claims_pb2.ClaimEvent(
+        kind=claims_pb2.ClaimEvent.KIND_PENDING,
+        claim=claims_pb2.ClaimRef(namespace="default", name=name, uid=f"uid-{name}"),
+    )
+
+
+async def test_publish_carries_schema_and_trace_and_deduplicates(fresh_nc: Client) -> None:
+    js = fresh_nc.jetstream()
+    await streams.ensure_streams(js)
+    pub = Publisher(fresh_nc, backoff=FAST)
+    subject = subjects.claims("default", "c1")
+    first = await pub.publish(subject, _event(), CLAIM_EVENT, msg_id="uid-c1/1")
+    again = await pub.publish(subject, _event(), CLAIM_EVENT, msg_id="uid-c1/1")
+    assert again.duplicate
+    assert not first.duplicate
+    assert (await js.stream_info(streams.CLAIMS_STREAM)).state.messages == 1
+    msg = await js.get_msg(streams.CLAIMS_STREAM, first.seq)
+    assert msg.headers is not None
+    assert msg.headers[SCHEMA_HEADER] == "gpudra.v1.ClaimEvent;v=1"
+    assert CLAIM_EVENT.decode(msg.data or b"", msg.headers) == _event()
+
+
+async def test_publish_without_a_stream_fails_permanently(fresh_nc: Client) -> None:
+    pub = Publisher(fresh_nc, backoff=FAST, max_no_stream=3)
+    with pytest.raises(StreamConfigError):
+        await pub.publish(subjects.claims("default", "c1"), _event(), CLAIM_EVENT)
+
+
+async def test_publish_during_outage_is_stored_after_restart(
+    fresh_nats_server: NatsServer, fresh_nc: Client
+) -> None:
+    js = fresh_nc.jetstream()
+    await streams.ensure_streams(js)
+    pub = Publisher(fresh_nc, ack_timeout=0.5, backoff=FAST)
+    await asyncio.to_thread(fresh_nats_server.kill)
+    publishing = asyncio.create_task(
+        pub.publish(subjects.claims("default", "late"), _event("late"), CLAIM_EVENT, msg_id="late")
+    )
+    await asyncio.sleep(0.5)
+    assert not publishing.done()
+    await asyncio.to_thread(fresh_nats_server.restart)
+    ack = await asyncio.wait_for(publishing, 20)
+    assert ack.stream == streams.CLAIMS_STREAM
+    assert pub.retries > 0
+    info = await js.stream_info(streams.CLAIMS_STREAM)
+    assert info.state.messages == 1  # stored once, however many attempts it took
+
+
+async def test_publish_deadline_during_outage(
+    fresh_nats_server: NatsServer, fresh_nc: Client
+) -> None:
+    await streams.ensure_streams(fresh_nc.jetstream())
+    pub = Publisher(fresh_nc, ack_timeout=0.2, backoff=FAST)
+    await asyncio.to_thread(fresh_nats_server.kill)
+    with pytest.raises(BusRetryableError):
+        await pub.publish(subjects.DRIFT, _event(), CLAIM_EVENT, deadline=0.5)
+    await asyncio.to_thread(fresh_nats_server.restart)
+    for _ in range(200):
+        if fresh_nc.is_connected:
+            break
+        await asyncio.sleep(0.05)
+    assert fresh_nc.is_connected
+
+
+@pytest.mark.parametrize(
+    ("data", "headers", "error_type"),
+    [
+        pytest.param(b"\x0a\xff", {SCHEMA_HEADER: "gpudra.v1.ClaimEvent;v=1"}, "CorruptMessageError", id="corrupt"),
+        pytest.param(b"junk", None, "MissingSchemaError", id="no-header"),
+        pytest.param(b"junk", {SCHEMA_HEADER: "gpudra.v1.ClaimEvent;v=9"}, "SchemaMismatchError", id="future-version"),
+    ],
+)  # fmt: skip
+async def test_receive_dead_letters_malformed_events(
+    fresh_nc: Client, data: Any, headers: Any, error_type: str
+) -> None:
+    js = fresh_nc.jetstream()
+    await streams.ensure_streams(js)
+    pub = Publisher(fresh_nc, backoff=FAST)
+    dead = DeadLetters(pub, service="allocator")
+    subject = subjects.claims("default", "bad")
+    await js.publish(subject, data, headers=headers)
+    await pub.publish(subjects.claims("default", "good"), _event("good"), CLAIM_EVENT)
+    sub = await js.pull_subscribe(subjects.all_of(subjects.Kind.CLAIMS), durable="alloc")
+    bad_msg, good_msg = await sub.fetch(2, timeout=2)
+    assert await receive(bad_msg, CLAIM_EVENT, dead) is None
+    assert await receive(good_msg, CLAIM_EVENT, dead) == _event("good")
+    await good_msg.ack_sync()
+    assert dead.counts["claims"] == 1
+    # The bad event left the work queue (acked), and is kept, unchanged, as a dead letter.
+    assert (await js.stream_info(streams.CLAIMS_STREAM)).state.messages == 0
+    parked = await js.get_last_msg(streams.DEADLETTER_STREAM, subjects.deadletter("claims"))
+    assert parked.data == data
+    assert parked.headers is not None
+    assert parked.headers[ORIGINAL_SUBJECT_HEADER] == subject
+    assert parked.headers[ERROR_TYPE_HEADER] == error_type
+    await sub.unsubscribe()
+
+
+async def test_dead_letter_of_foreign_subject_is_counted_not_raised(fresh_nc: Client) -> None:
+    dead = DeadLetters(Publisher(fresh_nc, backoff=FAST), service="x")
+    assert not await dead.send("other.subject", b"x", None, ValueError("bad"))
+    assert dead.counts["unknown"] == 1
+
+
+async def test_wrong_codec_is_dead_lettered(fresh_nc: Client) -> None:
+    js = fresh_nc.jetstream()
+    await streams.ensure_streams(js)
+    pub = Publisher(fresh_nc, backoff=FAST)
+    dead = DeadLetters(pub, service="claim-writer")
+    await pub.publish(subjects.allocations("default", "c1"), _event(), CLAIM_EVENT)
+    sub = await js.pull_subscribe(subjects.all_of(subjects.Kind.ALLOCATIONS), durable="cw")
+    (msg,) = await sub.fetch(1, timeout=2)
+    assert await receive(msg, ALLOCATION_DECISION, dead) is None
+    assert dead.counts["allocations"] == 1
+    await sub.unsubscribe()

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from nats.aio.client import Client
+from nats.js.api import RetentionPolicy
+
+from gpudra_bus import streams, subjects
+from gpudra_bus.errors import StreamConfigError
+from gpudra_bus.streams import BucketSpec, StreamSpec
+
+
+async def test_ensure_is_idempotent_and_concurrent(fresh_nc: Client) -> None:
+    js = fresh_nc.jetstream()
+    await asyncio.gather(*(streams.ensure_streams(js) for _ in range(3)))
+    await streams.ensure_streams(js)
+    names = {s.config.name for s in await js.streams_info()}
+    assert {s.name for s in streams.STREAMS} <= names
+    buckets = await streams.ensure_buckets(js)
+    again = await streams.ensure_buckets(js)
+    assert (
+        set(buckets)
+        == set(again)
+        == {
+            "gpudra-slices",
+            "gpudra-reservations",
+            "gpudra-claims",
+        }
+    )
+
+
+async def test_inventory_keeps_last_value_per_node(fresh_nc: Client) -> None:
+    js = fresh_nc.jetstream()
+    await streams.ensure_streams(js)
+    for i in range(3):
+        await js.publish(subjects.inventory("n1"), f"n1-{i}".encode())
+    await js.publish(subjects.inventory("n2"), b"n2-0")
+    info = await js.stream_info(streams.INVENTORY_STREAM)
+    assert info.state.messages == 2
+    last = await js.get_last_msg(streams.INVENTORY_STREAM, subjects.inventory("n1"))
+    assert last.data == b"n1-2"
+
+
+async def test_claims_stream_is_a_work_queue(fresh_nc: Client) -> None:
+    js = fresh_nc.jetstream()
+    await streams.ensure_streams(js)
+    info = await js.stream_info(streams.CLAIMS_STREAM)
+    assert info.config.retention == RetentionPolicy.WORK_QUEUE
+    await js.publish(subjects.claims("default", "c1"), b"x")
+    sub = await js.pull_subscribe(subjects.all_of(subjects.Kind.CLAIMS), durable="alloc")
+    (msg,) = await sub.fetch(1, timeout=2)
+    await msg.ack_sync()
+    info = await js.stream_info(streams.CLAIMS_STREAM)
+    assert info.state.messages == 0
+    await sub.unsubscribe()
+
+
+async def test_changed_config_is_updated(fresh_nc: Client) -> None:
+    js = fresh_nc.jetstream()
+    spec = StreamSpec("T", ("t.>",), max_age=60.0)
+    await streams.ensure_stream(js, spec)
+    await streams.ensure_stream(js, StreamSpec("T", ("t.>",), max_age=120.0))
+    assert (await js.stream_info("T")).config.max_age == 120.0
+    await streams.ensure_bucket(js, BucketSpec("b1", history=1))
+    kv = await streams.ensure_bucket(js, BucketSpec("b1", history=3))
+    assert (await js.stream_info("KV_b1")).config.max_msgs_per_subject == 3
+    await kv.put("k", b"v")
+    assert (await kv.get("k")).value == b"v"
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        pytest.param(
+            StreamSpec("W", ("w.>",), retention=RetentionPolicy.WORK_QUEUE), id="retention-change"
+        ),
+        pytest.param(StreamSpec("X", ("w.>",)), id="overlapping-subjects"),
+        pytest.param(StreamSpec("bad.name", ("y.>",)), id="bad-name"),
+    ],
+)
+async def test_unreconcilable_config_is_a_stream_config_error(
+    fresh_nc: Client, changed: StreamSpec
+) -> None:
+    js = fresh_nc.jetstream()
+    await streams.ensure_stream(js, StreamSpec("W", ("w.>",)))
+    with pytest.raises(StreamConfigError):
+        await streams.ensure_stream(js, changed)
+
+
+async def test_bad_bucket_name_is_a_stream_config_error(fresh_nc: Client) -> None:
+    with pytest.raises(StreamConfigError):
+        await streams.ensure_bucket(fresh_nc.jetstream(), BucketSpec("bad name"))
