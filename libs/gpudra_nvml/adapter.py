@@ -1,0 +1,206 @@
+"""The one NVML adapter: turns a pynvml-shaped library into gpudra's NodeInventory devices.
+
+The same code runs on a real GPU (the `pynvml` module) and in tests (`FakeNvml`); it knows nothing
+about which one it holds. Promises:
+- `discover()` describes every GPU that answers; a GPU that is lost is reported in `lost` (by
+  index) instead of failing the whole discovery, so the agent can keep its last description.
+- Devices come out in GPU index order, each GPU followed by its MIG devices; names are stable.
+- A GPU in MIG mode carries its free placements (dynamic MIG) and is itself marked `mig_enabled`;
+  whole GPUs are MIG-disabled ones.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudra_nvml import mig, topology
+from gpudra_nvml.errors import DeviceLostError
+from gpudra_nvml.nvcall import Nvml, text
+from gpudrapb.v1 import inventory_pb2 as pb
+
+PcieRootResolver = Callable[[str], str]
+
+_BRANDS = {
+    "NVIDIA": "Nvidia",
+    "TESLA": "Tesla",
+    "QUADRO": "Quadro",
+    "GEFORCE": "GeForce",
+    "TITAN": "Titan",
+    "NVIDIA_RTX": "NvidiaRTX",
+    "QUADRO_RTX": "QuadroRTX",
+    "NVS": "NVS",
+    "GRID": "Grid",
+}
+_ARCHITECTURES = {
+    "KEPLER": "Kepler",
+    "MAXWELL": "Maxwell",
+    "PASCAL": "Pascal",
+    "VOLTA": "Volta",
+    "TURING": "Turing",
+    "AMPERE": "Ampere",
+    "ADA": "Ada Lovelace",
+    "HOPPER": "Hopper",
+    "BLACKWELL": "Blackwell",
+    "RUBIN": "Rubin",
+}
+
+
+def sysfs_pcie_root(bus_id: str, sysfs: str = "/sys") -> str:
+    """The PCI root complex of a device ("pci0000:15") from the sysfs path; "" when unknown."""
+    path = os.path.realpath(os.path.join(sysfs, "bus", "pci", "devices", bus_id))
+    for part in path.split(os.sep):
+        if part.startswith("pci") and ":" in part:
+            return part
+    return ""
+
+
+@dataclass
+class Discovery:
+    versions: pb.Versions
+    devices: list[pb.Device] = field(default_factory=list)
+    #: GPU indexes that did not answer (NVML_ERROR_GPU_IS_LOST).
+    lost: list[int] = field(default_factory=list)
+
+
+class NvmlAdapter:
+    """Discovery and sampling over one NVML library object. Not thread-safe: one caller at a time."""
+
+    def __init__(self, lib: Any, pcie_root: PcieRootResolver = sysfs_pcie_root) -> None:
+        self.nvml = Nvml(lib)
+        self._pcie_root = pcie_root
+        self._started = False
+
+    def start(self) -> None:
+        self.nvml.call("nvmlInit")
+        self._started = True
+
+    def stop(self) -> None:
+        if self._started:
+            self._started = False
+            self.nvml.call("nvmlShutdown")
+
+    def gpu_count(self) -> int:
+        return int(self.nvml.call("nvmlDeviceGetCount"))
+
+    def handles(self) -> tuple[dict[int, Any], list[int]]:
+        """Handles of GPUs that answer, and indexes of lost ones."""
+        handles: dict[int, Any] = {}
+        lost: list[int] = []
+        for index in range(self.gpu_count()):
+            try:
+                handles[index] = self.nvml.call("nvmlDeviceGetHandleByIndex", index)
+            except DeviceLostError:
+                lost.append(index)
+        return handles, lost
+
+    def versions(self) -> pb.Versions:
+        cuda = int(self.nvml.call("nvmlSystemGetCudaDriverVersion"))
+        nvml_version = self.nvml.optional("nvmlSystemGetNVMLVersion")
+        return pb.Versions(
+            driver=text(self.nvml.call("nvmlSystemGetDriverVersion")),
+            cuda_driver=f"{cuda // 1000}.{cuda % 1000 // 10}",
+            nvml=text(nvml_version) if nvml_version is not None else "",
+        )
+
+    def discover(self) -> Discovery:
+        result = Discovery(versions=self.versions())
+        handles, result.lost = self.handles()
+        gpus: dict[int, pb.Device] = {}
+        for index, handle in sorted(handles.items()):
+            try:
+                gpus[index] = self._gpu(index, handle)
+            except DeviceLostError:
+                result.lost.append(index)
+        live = {i: handles[i] for i in gpus}
+        domains = topology.nvlink_domains(
+            self.nvml, live, {i: d.pci_bus_id for i, d in gpus.items()}
+        )
+        for index, device in sorted(gpus.items()):
+            device.nvlink_domain = domains.get(index, "")
+            device.clique_id = topology.clique_id(self.nvml, live[index])
+            result.versions.vbios[device.uuid] = device.vbios_version
+            result.devices.append(device)
+            if device.mig_enabled:
+                try:
+                    result.devices.extend(self._mig(live[index], device))
+                except DeviceLostError:
+                    result.lost.append(index)
+        result.lost.sort()
+        return result
+
+    def _gpu(self, index: int, handle: Any) -> pb.Device:
+        call, optional = self.nvml.call, self.nvml.optional
+        major, minor = call("nvmlDeviceGetCudaComputeCapability", handle)
+        bus_id = topology.normalize_bus_id(text(call("nvmlDeviceGetPciInfo", handle).busId))
+        device = pb.Device(
+            name=f"gpu-{index}",
+            type=pb.Device.TYPE_GPU,
+            uuid=text(call("nvmlDeviceGetUUID", handle)),
+            index=index,
+            minor=int(call("nvmlDeviceGetMinorNumber", handle)),
+            product_name=text(call("nvmlDeviceGetName", handle)),
+            brand=self._brand(int(call("nvmlDeviceGetBrand", handle))),
+            architecture=self._architecture(optional("nvmlDeviceGetArchitecture", handle)),
+            cuda_compute_capability=f"{major}.{minor}",
+            pci_bus_id=bus_id,
+            pcie_root=self._pcie_root(bus_id),
+            memory_bytes=int(call("nvmlDeviceGetMemoryInfo", handle).total),
+            vbios_version=text(optional("nvmlDeviceGetVbiosVersion", handle) or ""),
+        )
+        numa = optional("nvmlDeviceGetNumaNodeId", handle)
+        if numa is not None and int(numa) >= 0:
+            device.numa_node = int(numa)
+        mode = optional("nvmlDeviceGetMigMode", handle)
+        device.mig_capable = mode is not None
+        device.mig_enabled = mode is not None and mode[0] == self.nvml.const(
+            "NVML_DEVICE_MIG_ENABLE"
+        )
+        return device
+
+    def _mig(self, handle: Any, gpu: pb.Device) -> list[pb.Device]:
+        profiles = mig.gi_profiles(self.nvml, handle)
+        possible = [p for prof in profiles for p in mig.placements(self.nvml, handle, prof)]
+        gpu.memory_slices = max((p.start + p.size for p in possible), default=0)
+        devices = mig.mig_devices(self.nvml, handle, gpu, profiles)
+        gpu.free_placements.extend(mig.free_placements(possible, devices))
+        return devices
+
+    def _brand(self, value: int) -> str:
+        for key, label in _BRANDS.items():
+            if getattr(self.nvml.lib, f"NVML_BRAND_{key}", None) == value:
+                return label
+        return "Unknown"
+
+    def _architecture(self, value: Any) -> str:
+        if value is None:
+            return ""
+        for key, label in _ARCHITECTURES.items():
+            if self.nvml.const(f"NVML_DEVICE_ARCH_{key}") == value:
+                return label
+        return ""
+
+    def utilization(self) -> list[pb.DeviceUtilization]:
+        """One sample per GPU that answers (NVML does not sample MIG devices separately)."""
+        handles, _ = self.handles()
+        out: list[pb.DeviceUtilization] = []
+        for index, handle in sorted(handles.items()):
+            try:
+                rates = self.nvml.call("nvmlDeviceGetUtilizationRates", handle)
+                memory = self.nvml.call("nvmlDeviceGetMemoryInfo", handle)
+                uuid = text(self.nvml.call("nvmlDeviceGetUUID", handle))
+            except DeviceLostError:
+                continue
+            out.append(
+                pb.DeviceUtilization(
+                    device_name=f"gpu-{index}",
+                    device_uuid=uuid,
+                    gpu_percent=int(rates.gpu),
+                    memory_percent=int(rates.memory),
+                    memory_used_bytes=int(memory.used),
+                    memory_total_bytes=int(memory.total),
+                )
+            )
+        return out

@@ -1,0 +1,210 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpudra_nvml.adapter import sysfs_pcie_root
+from gpudra_nvml.loader import open_simulator
+from gpudrapb.v1 import inventory_pb2 as pb
+
+
+@dataclass(frozen=True)
+class Want:
+    gpus: int
+    mig: int
+    product: str
+    architecture: str
+    cc: str
+    domains: dict[str, int]  # nvlinkDomain -> number of GPUs ("" = no NVLink)
+    clique: bool
+    driver: str
+    cuda: str
+
+
+PROFILES = [
+    pytest.param(
+        "dgx-h100",
+        Want(
+            8,
+            0,
+            "NVIDIA H100 80GB HBM3",
+            "Hopper",
+            "9.0",
+            {"nvswitch-0": 8},
+            False,
+            "550.54.15",
+            "12.4",
+        ),
+        id="dgx-h100",
+    ),
+    pytest.param(
+        "hgx-b200",
+        Want(
+            8, 0, "NVIDIA B200", "Blackwell", "10.0", {"nvswitch-0": 8}, False, "570.124.06", "12.8"
+        ),
+        id="hgx-b200",
+    ),
+    pytest.param(
+        "a100-mig",
+        Want(
+            8,
+            10,
+            "NVIDIA A100-SXM4-80GB",
+            "Ampere",
+            "8.0",
+            {"nvswitch-0": 8},
+            False,
+            "535.161.08",
+            "12.2",
+        ),
+        id="a100-mig",
+    ),
+    pytest.param(
+        "h100-pcie-pairs",
+        Want(
+            4,
+            0,
+            "NVIDIA H100 PCIe",
+            "Hopper",
+            "9.0",
+            {"nvlink-0": 2, "nvlink-1": 2},
+            False,
+            "550.90.07",
+            "12.4",
+        ),
+        id="h100-pcie-pairs",
+    ),
+    pytest.param(
+        "l4-pcie",
+        Want(4, 0, "NVIDIA L4", "Ada Lovelace", "8.9", {"": 4}, False, "550.54.15", "12.4"),
+        id="l4-pcie",
+    ),
+    pytest.param(
+        "gb200-nvl72-tray",
+        Want(
+            4, 0, "NVIDIA GB200", "Blackwell", "10.0", {"nvswitch-0": 4}, True, "570.133.20", "12.8"
+        ),
+        id="gb200-nvl72-tray",
+    ),
+]
+
+
+@pytest.mark.parametrize(("profile", "want"), PROFILES)
+def test_discovery_over_every_profile(profile: str, want: Want) -> None:
+    opened = open_simulator(profile)
+    try:
+        found = opened.adapter.discover()
+    finally:
+        opened.adapter.stop()
+    gpus = [d for d in found.devices if d.type == pb.Device.TYPE_GPU]
+    migs = [d for d in found.devices if d.type == pb.Device.TYPE_MIG]
+    assert (len(gpus), len(migs), found.lost) == (want.gpus, want.mig, [])
+    assert [g.name for g in gpus] == [f"gpu-{i}" for i in range(want.gpus)]
+    assert {g.product_name for g in gpus} == {want.product}
+    assert {g.architecture for g in gpus} == {want.architecture}
+    assert {g.cuda_compute_capability for g in gpus} == {want.cc}
+    assert {g.brand for g in gpus} == {"Nvidia"}
+    domains: dict[str, int] = {}
+    for g in gpus:
+        domains[g.nvlink_domain] = domains.get(g.nvlink_domain, 0) + 1
+    assert domains == want.domains
+    assert all(bool(g.clique_id) == want.clique for g in gpus)
+    assert (found.versions.driver, found.versions.cuda_driver) == (want.driver, want.cuda)
+    assert set(found.versions.vbios) == {g.uuid for g in gpus}
+    for g in gpus:
+        assert g.pci_bus_id == g.pci_bus_id.lower()
+        assert len(g.pci_bus_id) == 12
+        assert g.pcie_root.startswith("pci")
+        assert g.HasField("numa_node")
+        assert g.uuid.startswith("GPU-")
+        assert g.memory_bytes > 20 * 2**30
+    assert opened.source.kind == pb.InventorySource.KIND_SIMULATOR
+
+
+def test_gb200_clique_is_cluster_uuid_dot_clique_id() -> None:
+    opened = open_simulator("gb200-nvl72-tray")
+    found = opened.adapter.discover()
+    assert {g.clique_id for g in found.devices} == {"7b3f2c1e-5a4d-4e8f-9c2b-1d0e6f8a9b7c.32766"}
+
+
+def _by_name(profile: str) -> dict[str, pb.Device]:
+    return {d.name: d for d in open_simulator(profile).adapter.discover().devices}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "profiles", "free"),
+    [
+        # 3g.40gb@0 + 2g.20gb@4 + 1g.10gb@6 leave only slice 7, where no profile may start.
+        pytest.param("gpu-0", ["3g.40gb", "2g.20gb", "1g.10gb"], 0, id="mixed-full"),
+        pytest.param("gpu-1", ["1g.10gb"] * 7, 0, id="seven-small"),
+        # Empty MIG GPU: 7 + 4 + 3 + 2 + 1 + 1 placements of the six A100 profiles.
+        pytest.param("gpu-2", [], 18, id="empty-mig"),
+    ],
+)
+def test_a100_mig_devices_and_free_placements(gpu: str, profiles: list[str], free: int) -> None:
+    devices = _by_name("a100-mig")
+    parent = devices[gpu]
+    assert parent.mig_enabled
+    assert parent.memory_slices == 8
+    children = [d for d in devices.values() if d.parent_uuid == parent.uuid]
+    assert sorted(d.mig_profile for d in children) == sorted(profiles)
+    assert len(parent.free_placements) == free
+    for child in children:
+        assert child.uuid.startswith("MIG-")
+        assert child.name.startswith(f"{gpu}-mig-")
+        assert child.placement.size in (1, 2, 4, 8)
+        assert child.nvlink_domain == parent.nvlink_domain
+
+
+def test_a100_mig_resources_follow_nvidia_table() -> None:
+    devices = _by_name("a100-mig")
+    three_g = next(d for d in devices.values() if d.mig_profile == "3g.40gb")
+    r = three_g.placement.resources
+    assert (r.multiprocessors, r.copy_engines, r.decoders) == (42, 3, 2)
+    assert (three_g.placement.start, three_g.placement.size) == (0, 4)
+
+
+def test_whole_gpus_have_mig_disabled() -> None:
+    devices = _by_name("a100-mig")
+    assert not devices["gpu-4"].mig_enabled
+    assert devices["gpu-4"].mig_capable
+    assert not _by_name("l4-pcie")["gpu-0"].mig_capable
+
+
+def test_lost_gpu_is_reported_not_fatal() -> None:
+    opened = open_simulator("dgx-h100")
+    assert opened.fake is not None
+    opened.fake.lose_device(3)
+    found = opened.adapter.discover()
+    assert found.lost == [3]
+    assert [d.index for d in found.devices] == [0, 1, 2, 4, 5, 6, 7]
+    # The remaining seven still form one NVSwitch island.
+    assert {d.nvlink_domain for d in found.devices} == {"nvswitch-0"}
+    opened.fake.recover_device(3)
+    assert opened.adapter.discover().lost == []
+
+
+@pytest.mark.parametrize(
+    ("profile", "index", "busy"),
+    [
+        pytest.param("dgx-h100", 7, False, id="idle-but-allocated"),
+        pytest.param("l4-pcie", 0, True, id="constant-busy"),
+    ],
+)
+def test_utilization_patterns(profile: str, index: int, busy: bool) -> None:
+    samples = {s.device_name: s for s in open_simulator(profile).adapter.utilization()}
+    sample = samples[f"gpu-{index}"]
+    assert (sample.gpu_percent > 0) == busy
+    assert 0 < sample.memory_used_bytes <= sample.memory_total_bytes
+
+
+def test_sysfs_pcie_root(tmp_path: Path) -> None:
+    target = tmp_path / "devices" / "pci0000:15" / "0000:15:01.0" / "0000:1b:00.0"
+    target.mkdir(parents=True)
+    link_dir = tmp_path / "bus" / "pci" / "devices"
+    link_dir.mkdir(parents=True)
+    (link_dir / "0000:1b:00.0").symlink_to(target)
+    assert sysfs_pcie_root("0000:1b:00.0", str(tmp_path)) == "pci0000:15"
+    assert sysfs_pcie_root("0000:99:00.0", str(tmp_path)) == ""

@@ -1,0 +1,164 @@
+"""GPU health from NVML: XID events, uncorrected ECC errors, GPUs that fall off the bus.
+
+`HealthMonitor.poll()` returns transitions (a condition appeared or cleared) and keeps the current
+conditions per GPU index. Policy:
+- XID: critical XIDs from the event set raise a condition; XIDs that are the application's fault
+  (13, 31, 43, 45, 68, 109, as NVIDIA's device plugin skips them) are ignored. NVML never reports
+  that an XID is over, so the condition clears after `xid_hold_s` seconds without a new one.
+- ECC: the volatile uncorrected count > 0 raises a condition; a GPU reset zeroes the count and
+  clears it.
+- Lost: a GPU answering NVML_ERROR_GPU_IS_LOST raises a condition that clears when it answers again.
+Blocking: `poll()` may wait up to `timeout_ms` in NVML's event wait; run it off the event loop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from gpudra_nvml.errors import DeviceLostError, NvmlCallError
+from gpudra_nvml.nvcall import Nvml
+from gpudrapb.v1 import inventory_pb2 as pb
+
+#: Application-caused XIDs: not a sign of a bad GPU.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+_TIMEOUT = 10  # NVML_ERROR_TIMEOUT
+
+
+@dataclass(frozen=True)
+class Transition:
+    index: int
+    condition: pb.HealthCondition
+    cleared: bool
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(seconds * 1e9))
+    return ts
+
+
+class HealthMonitor:
+    """Tracks health conditions per GPU index over one NVML library object."""
+
+    def __init__(
+        self,
+        nvml: Nvml,
+        *,
+        clock: Callable[[], float] = time.time,
+        xid_hold_s: float = 300.0,
+        ignored_xids: Iterable[int] = APPLICATION_XIDS,
+    ) -> None:
+        self._nvml = nvml
+        self._clock = clock
+        self._xid_hold_s = xid_hold_s
+        self._ignored = frozenset(ignored_xids)
+        self._event_set: Any = None
+        self._by_address: dict[int, int] = {}
+        self._conditions: dict[int, dict[int, pb.HealthCondition]] = {}
+        self._xid_seen: dict[int, float] = {}
+
+    def open(self, handles: dict[int, Any]) -> None:
+        """Create the event set and register every GPU for the event types it supports."""
+        self._event_set = self._nvml.call("nvmlEventSetCreate")
+        wanted = int(
+            self._nvml.const("nvmlEventTypeXidCriticalError")
+            | self._nvml.const("nvmlEventTypeDoubleBitEccError")
+        )
+        for index, handle in handles.items():
+            supported = self._nvml.optional("nvmlDeviceGetSupportedEventTypes", handle)
+            mask = wanted & int(supported) if supported is not None else 0
+            if mask:
+                self._nvml.optional("nvmlDeviceRegisterEvents", handle, mask, self._event_set)
+            self._by_address[int(ctypes.cast(handle, ctypes.c_void_p).value or 0)] = index
+
+    def close(self) -> None:
+        if self._event_set is not None:
+            event_set, self._event_set = self._event_set, None
+            self._nvml.optional("nvmlEventSetFree", event_set)
+
+    def conditions(self, index: int) -> list[pb.HealthCondition]:
+        current = self._conditions.get(index, {})
+        return [current[k] for k in sorted(current)]
+
+    def _raise(self, index: int, kind: int, code: int, message: str) -> Transition | None:
+        current = self._conditions.setdefault(index, {})
+        if kind in current and current[kind].code == code:
+            return None
+        condition = pb.HealthCondition(kind=kind, code=code, message=message, since=_timestamp(self._clock()))  # type: ignore[arg-type]
+        current[kind] = condition
+        return Transition(index, condition, cleared=False)
+
+    def _clear(self, index: int, kind: int) -> Transition | None:
+        condition = self._conditions.get(index, {}).pop(kind, None)
+        return Transition(index, condition, cleared=True) if condition is not None else None
+
+    def poll(self, gpu_count: int, timeout_ms: int = 0) -> list[Transition]:
+        """Drain XID events (waiting up to `timeout_ms` for the first) and check every GPU."""
+        out: list[Transition | None] = []
+        out.extend(self._drain_events(timeout_ms))
+        now = self._clock()
+        for index in range(gpu_count):
+            out.extend(self._check(index))
+            seen = self._xid_seen.get(index)
+            if seen is not None and now - seen >= self._xid_hold_s:
+                del self._xid_seen[index]
+                out.append(self._clear(index, pb.HealthCondition.KIND_XID))
+        return [t for t in out if t is not None]
+
+    def _drain_events(self, timeout_ms: int) -> list[Transition | None]:
+        out: list[Transition | None] = []
+        if self._event_set is None:
+            return out
+        xid_type = int(self._nvml.const("nvmlEventTypeXidCriticalError"))
+        wait = timeout_ms
+        while True:
+            try:
+                event = self._nvml.call("nvmlEventSetWait_v2", self._event_set, wait)
+            except NvmlCallError as exc:
+                if exc.code == _TIMEOUT:
+                    return out
+                raise
+            wait = 0
+            index = self._by_address.get(int(ctypes.cast(event.device, ctypes.c_void_p).value or 0))
+            if index is None or not int(event.eventType) & xid_type:
+                continue  # ECC events are picked up by the counter check
+            xid = int(event.eventData)
+            if xid in self._ignored:
+                continue
+            self._xid_seen[index] = self._clock()
+            out.append(self._raise(index, pb.HealthCondition.KIND_XID, xid, f"XID {xid}"))
+
+    def _check(self, index: int) -> list[Transition | None]:
+        try:
+            handle = self._nvml.call("nvmlDeviceGetHandleByIndex", index)
+            count = self._nvml.optional(
+                "nvmlDeviceGetTotalEccErrors",
+                handle,
+                self._nvml.const("NVML_MEMORY_ERROR_TYPE_UNCORRECTED"),
+                self._nvml.const("NVML_VOLATILE_ECC"),
+            )
+        except DeviceLostError:
+            return [
+                self._raise(
+                    index, pb.HealthCondition.KIND_LOST, 0, "GPU is lost (fell off the bus)"
+                )
+            ]
+        out = [self._clear(index, pb.HealthCondition.KIND_LOST)]
+        if count:
+            out.append(
+                self._raise(
+                    index,
+                    pb.HealthCondition.KIND_ECC,
+                    int(count),
+                    f"{count} uncorrected ECC errors",
+                )
+            )
+        else:
+            out.append(self._clear(index, pb.HealthCondition.KIND_ECC))
+        return out

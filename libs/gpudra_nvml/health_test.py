@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import pytest
+
+from gpudra_nvml.fake import FakeNvml
+from gpudra_nvml.health import HealthMonitor, Transition
+from gpudra_nvml.loader import open_simulator
+from gpudrapb.v1 import inventory_pb2 as pb
+
+XID, ECC, LOST = (
+    pb.HealthCondition.KIND_XID,
+    pb.HealthCondition.KIND_ECC,
+    pb.HealthCondition.KIND_LOST,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _monitor(clock: Clock, hold: float = 60.0) -> tuple[FakeNvml, HealthMonitor]:
+    opened = open_simulator("dgx-h100", clock=clock)
+    assert opened.fake is not None
+    handles, _ = opened.adapter.handles()
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=hold)
+    monitor.open(handles)
+    return opened.fake, monitor
+
+
+def _kinds(transitions: list[Transition]) -> list[tuple[int, int, int, bool]]:
+    return [(t.index, t.condition.kind, t.condition.code, t.cleared) for t in transitions]
+
+
+def test_healthy_node_has_no_transitions() -> None:
+    _, monitor = _monitor(Clock())
+    assert monitor.poll(8) == []
+
+
+@pytest.mark.parametrize(
+    ("xid", "raised"),
+    [
+        pytest.param(48, True, id="dbe-xid"),
+        pytest.param(79, True, id="fell-off-bus-xid"),
+        pytest.param(13, False, id="app-graphics-exception"),
+        pytest.param(31, False, id="app-mmu-fault"),
+    ],
+)
+def test_xid_at_time_t(xid: int, raised: bool) -> None:
+    clock = Clock()
+    fake, monitor = _monitor(clock)
+    fake.inject_xid(2, xid, at=5.0)
+    assert monitor.poll(8) == []  # not yet due
+    clock.now += 5.0
+    got = _kinds(monitor.poll(8))
+    assert got == ([(2, XID, xid, False)] if raised else [])
+    assert bool(monitor.conditions(2)) == raised
+
+
+def test_xid_clears_after_hold_without_repeats() -> None:
+    clock = Clock()
+    fake, monitor = _monitor(clock, hold=60.0)
+    fake.inject_xid(1, 94)
+    monitor.poll(8)
+    clock.now += 30
+    assert monitor.poll(8) == []
+    clock.now += 30
+    assert _kinds(monitor.poll(8)) == [(1, XID, 94, True)]
+    assert monitor.conditions(1) == []
+
+
+def test_lost_device_and_recovery() -> None:
+    clock = Clock()
+    fake, monitor = _monitor(clock, hold=3600.0)
+    fake.lose_device(5)
+    got = _kinds(monitor.poll(8))
+    assert (5, XID, 79, False) in got
+    assert (5, LOST, 0, False) in got
+    fake.recover_device(5)
+    assert _kinds(monitor.poll(8)) == [(5, LOST, 0, True)]
+
+
+def test_uncorrected_ecc_until_reset() -> None:
+    clock = Clock()
+    fake, monitor = _monitor(clock)
+    fake.add_ecc_errors(0, 2)
+    assert _kinds(monitor.poll(8)) == [(0, ECC, 2, False)]
+    assert monitor.poll(8) == []  # unchanged count: no new transition
+    fake.recover_device(0)  # a reset zeroes volatile counters
+    assert _kinds(monitor.poll(8)) == [(0, ECC, 2, True)]
+
+
+def test_close_frees_event_set() -> None:
+    _, monitor = _monitor(Clock())
+    monitor.close()
+    monitor.close()  # idempotent
+    assert monitor.poll(8) == []

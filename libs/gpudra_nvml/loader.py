@@ -1,0 +1,67 @@
+"""Choose the NVML library: the real one, or a simulator profile — never silently.
+
+`open_adapter(profile="")` starts the real `pynvml`. When its library is missing
+(NVML_ERROR_LIBRARY_NOT_FOUND) or the driver is absent, it raises `NvmlUnavailableError` with a clear
+message — unless `fallback_profile` names a simulator profile, in which case it starts that and says
+so in the returned `source` (KIND_SIMULATOR), so nothing downstream mistakes it for hardware.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpudra_nvml.adapter import NvmlAdapter
+from gpudra_nvml.errors import NvmlUnavailableError
+from gpudra_nvml.fake import FakeNvml
+from gpudra_nvml.profiles import load_profile
+from gpudrapb.v1 import inventory_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Opened:
+    adapter: NvmlAdapter
+    source: pb.InventorySource
+    #: The simulator behind the adapter (for fault injection); None on real NVML.
+    fake: FakeNvml | None = None
+
+
+def open_simulator(profile: str, clock: Callable[[], float] = time.monotonic) -> Opened:
+    """A started adapter over the simulator profile `profile` (`ProfileError` if unknown)."""
+    spec = load_profile(profile)
+    roots = {g.bus_id.lower(): g.pcie_root for g in spec.gpus}
+    fake = FakeNvml(spec, clock=clock)
+    adapter = NvmlAdapter(fake, pcie_root=lambda bus_id: roots.get(bus_id, ""))
+    adapter.start()
+    source = pb.InventorySource(kind=pb.InventorySource.KIND_SIMULATOR, profile=profile)
+    return Opened(adapter, source, fake)
+
+
+def open_adapter(
+    profile: str = "", fallback_profile: str = "", clock: Callable[[], float] = time.monotonic
+) -> Opened:
+    """The simulator when `profile` is set; else real NVML, falling back only when told to."""
+    if profile:
+        return open_simulator(profile, clock)
+    import pynvml  # the nvidia-ml-py package; imported here so simulator-only users skip it
+
+    adapter = NvmlAdapter(pynvml)
+    try:
+        adapter.start()
+    except NvmlUnavailableError as exc:
+        if not fallback_profile:
+            raise NvmlUnavailableError(
+                f"{exc}. To run without a GPU, choose a simulator profile (--simulator-profile) or"
+                " allow a fallback (--fallback-profile)."
+            ) from exc
+        log.warning(
+            "%s; running simulator profile %r instead: this node's inventory is SIMULATED",
+            exc,
+            fallback_profile,
+        )
+        return open_simulator(fallback_profile, clock)
+    return Opened(adapter, pb.InventorySource(kind=pb.InventorySource.KIND_NVML))

@@ -1,0 +1,149 @@
+"""MIG as NVML reports it: the GPU-instance profiles of a GPU, its existing MIG devices, and the
+placements still free for dynamic partitioning.
+
+Promises: a placement is "free" only when its memory slices overlap no existing GPU instance; MIG
+devices are named `gpu-<parent>-mig-<gi>-<ci>` (stable while the instance exists); the profile name
+of a MIG device is its GPU instance profile ("3g.40gb"), prefixed "<n>c." when its compute instance
+uses fewer slices than the GPU instance, as NVIDIA names such devices.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+from gpudra_nvml.nvcall import Nvml, text
+from gpudrapb.v1 import inventory_pb2 as pb
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GiProfile:
+    name: str
+    profile_id: int
+    size: int
+    resources: pb.MigResources
+
+
+def gi_profiles(nvml: Nvml, gpu: Any) -> list[GiProfile]:
+    """Every GPU-instance profile the GPU supports, in NVML's profile order."""
+    out: list[GiProfile] = []
+    for index in range(int(nvml.const("NVML_GPU_INSTANCE_PROFILE_COUNT"))):
+        info = nvml.optional("nvmlDeviceGetGpuInstanceProfileInfo", gpu, index)
+        if info is None or info.instanceCount == 0:
+            continue
+        name = text(info.name).removeprefix("MIG ").strip()
+        resources = pb.MigResources(
+            multiprocessors=info.multiprocessorCount,
+            copy_engines=info.copyEngineCount,
+            decoders=info.decoderCount,
+            encoders=info.encoderCount,
+            jpeg_engines=info.jpegCount,
+            ofa_engines=info.ofaCount,
+            memory_bytes=info.memorySizeMB * _MIB,
+        )
+        out.append(GiProfile(name, info.id, info.sliceCount, resources))
+    return out
+
+
+def placements(nvml: Nvml, gpu: Any, profile: GiProfile) -> list[pb.MigPlacement]:
+    capacity = 32
+    array = (nvml.const("c_nvmlGpuInstancePlacement_t") * capacity)()
+    count = ctypes.c_uint(capacity)
+    found = nvml.optional(
+        "nvmlDeviceGetGpuInstancePossiblePlacements",
+        gpu,
+        profile.profile_id,
+        array,
+        ctypes.byref(count),
+    )
+    if found is None:
+        return []
+    return [
+        pb.MigPlacement(
+            profile=profile.name,
+            profile_id=profile.profile_id,
+            start=array[i].start,
+            size=array[i].size,
+            resources=profile.resources,
+        )
+        for i in range(min(count.value, capacity))
+    ]
+
+
+def mig_devices(
+    nvml: Nvml, gpu: Any, parent: pb.Device, profiles: list[GiProfile]
+) -> list[pb.Device]:
+    """The MIG devices that exist on `gpu`, described with what they inherit from `parent`."""
+    by_id = {p.profile_id: p for p in profiles}
+    out: list[pb.Device] = []
+    for slot in range(int(nvml.call("nvmlDeviceGetMaxMigDeviceCount", gpu))):
+        handle = nvml.optional("nvmlDeviceGetMigDeviceHandleByIndex", gpu, slot)
+        if handle is None:
+            continue
+        gi = int(nvml.call("nvmlDeviceGetGpuInstanceId", handle))
+        ci = int(nvml.call("nvmlDeviceGetComputeInstanceId", handle))
+        attrs = nvml.call("nvmlDeviceGetAttributes", handle)
+        gi_info = nvml.call(
+            "nvmlGpuInstanceGetInfo", nvml.call("nvmlDeviceGetGpuInstanceById", gpu, gi)
+        )
+        profile = by_id.get(gi_info.profileId)
+        name = (
+            profile.name
+            if profile
+            else f"{attrs.gpuInstanceSliceCount}g.{attrs.memorySizeMB // 1024}gb"
+        )
+        if attrs.computeInstanceSliceCount < attrs.gpuInstanceSliceCount:
+            name = f"{attrs.computeInstanceSliceCount}c.{name}"
+        resources = pb.MigResources(
+            multiprocessors=attrs.multiprocessorCount,
+            copy_engines=attrs.sharedCopyEngineCount,
+            decoders=attrs.sharedDecoderCount,
+            encoders=attrs.sharedEncoderCount,
+            jpeg_engines=attrs.sharedJpegCount,
+            ofa_engines=attrs.sharedOfaCount,
+            memory_bytes=attrs.memorySizeMB * _MIB,
+        )
+        device = pb.Device(
+            name=f"{parent.name}-mig-{gi}-{ci}",
+            type=pb.Device.TYPE_MIG,
+            uuid=text(nvml.call("nvmlDeviceGetUUID", handle)),
+            index=parent.index,
+            minor=parent.minor,
+            product_name=parent.product_name,
+            brand=parent.brand,
+            architecture=parent.architecture,
+            cuda_compute_capability=parent.cuda_compute_capability,
+            pci_bus_id=parent.pci_bus_id,
+            pcie_root=parent.pcie_root,
+            nvlink_domain=parent.nvlink_domain,
+            clique_id=parent.clique_id,
+            memory_bytes=attrs.memorySizeMB * _MIB,
+            parent_uuid=parent.uuid,
+            parent_index=parent.index,
+            mig_profile=name,
+            placement=pb.MigPlacement(
+                profile=name,
+                profile_id=gi_info.profileId,
+                start=gi_info.placement.start,
+                size=gi_info.placement.size,
+                resources=resources,
+            ),
+            gpu_instance_id=gi,
+            compute_instance_id=ci,
+        )
+        if parent.HasField("numa_node"):
+            device.numa_node = parent.numa_node
+        out.append(device)
+    return out
+
+
+def free_placements(
+    all_placements: list[pb.MigPlacement], existing: list[pb.Device]
+) -> list[pb.MigPlacement]:
+    used: set[int] = set()
+    for d in existing:
+        used |= set(range(d.placement.start, d.placement.start + d.placement.size))
+    return [p for p in all_placements if not used & set(range(p.start, p.start + p.size))]

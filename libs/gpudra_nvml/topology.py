@@ -1,0 +1,99 @@
+"""Topology NVML knows and NVIDIA's DRA driver does not publish: NVLink islands and fabric cliques.
+
+- `nvlink_domains`: GPUs joined by active NVLinks — directly (bridges) or through the same NVSwitch
+  (identified by the remote end's PCI bus ID) — form one domain. Names are `nvswitch-<k>` when the
+  island contains a switch and `nvlink-<k>` otherwise, k counting islands in order of their lowest
+  GPU index. GPUs with no active link get no domain.
+- `clique_id`: `<clusterUUID>.<cliqueId>` from `nvmlDeviceGetGpuFabricInfoV` once the fabric manager
+  has registered the GPU; empty otherwise (no fabric, registration pending or failed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from gpudra_nvml.nvcall import Nvml, text
+
+
+def normalize_bus_id(raw: str) -> str:
+    """NVML's "00000000:1B:00.0" as Kubernetes writes PCI addresses: "0000:1b:00.0"."""
+    domain, _, rest = raw.strip().partition(":")
+    if not rest:
+        return raw.strip().lower()
+    return f"{int(domain, 16):04x}:{rest.lower()}"
+
+
+class _Islands:
+    def __init__(self) -> None:
+        self.parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def find(self, key: tuple[str, str]) -> tuple[str, str]:
+        self.parent.setdefault(key, key)
+        while self.parent[key] != key:
+            self.parent[key] = self.parent[self.parent[key]]
+            key = self.parent[key]
+        return key
+
+    def union(self, a: tuple[str, str], b: tuple[str, str]) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def nvlink_domains(
+    nvml: Nvml, handles: Mapping[int, Any], bus_ids: Mapping[int, str]
+) -> dict[int, str]:
+    """Domain name per GPU index, for GPUs with at least one active NVLink."""
+    local = {normalize_bus_id(b): i for i, b in bus_ids.items()}
+    islands = _Islands()
+    linked: set[int] = set()
+    max_links = int(nvml.const("NVML_NVLINK_MAX_LINKS"))
+    npu = nvml.const("NVML_NVLINK_DEVICE_TYPE_IBMNPU")
+    for index, handle in sorted(handles.items()):
+        gpu = ("gpu", f"{index:06d}")
+        for link in range(max_links):
+            state = nvml.optional("nvmlDeviceGetNvLinkState", handle, link)
+            if state is None:
+                if link == 0:
+                    break  # no NVLink on this GPU at all
+                continue
+            if not state:
+                continue
+            if nvml.optional("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link) == npu:
+                continue  # a CPU link (POWER9), not a GPU island
+            remote = nvml.optional("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+            if remote is None:
+                continue
+            remote_bus = normalize_bus_id(text(remote.busId))
+            peer = local.get(remote_bus)
+            islands.union(
+                gpu, ("gpu", f"{peer:06d}") if peer is not None else ("switch", remote_bus)
+            )
+            linked.add(index)
+    components: dict[tuple[str, str], list[int]] = {}
+    for index in sorted(linked):
+        components.setdefault(islands.find(("gpu", f"{index:06d}")), []).append(index)
+    has_switch = {islands.find(k) for k in islands.parent if k[0] == "switch"}
+    out: dict[int, str] = {}
+    for k, (root, members) in enumerate(sorted(components.items(), key=lambda kv: kv[1][0])):
+        prefix = "nvswitch" if root in has_switch else "nvlink"
+        for index in members:
+            out[index] = f"{prefix}-{k}"
+    return out
+
+
+def clique_id(nvml: Nvml, handle: Any) -> str:
+    info = nvml.const("c_nvmlGpuFabricInfoV_t")()
+    if nvml.optional("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info)) is None:
+        return ""
+    if info.state != nvml.const("NVML_GPU_FABRIC_STATE_COMPLETED"):
+        return ""
+    if info.status != nvml.const("NVML_SUCCESS"):
+        return ""
+    raw = bytes(info.clusterUuid)
+    if not any(raw):
+        return ""
+    return f"{uuid.UUID(bytes=raw)}.{info.cliqueId}"
