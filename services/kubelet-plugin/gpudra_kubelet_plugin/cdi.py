@@ -1,0 +1,167 @@
+"""CDI specs for prepared claims: one file per claim, written atomically, removed exactly.
+
+Spec kind is `k8s.<driver>/claim` (vendor `k8s.<driver>`, as the Kubernetes DRA helpers name it, so
+it never collides with the node's static `nvidia.com/gpu` spec); the file is
+`<cdi-dir>/k8s.<driver>-claim_<claim-uid>.json`, device names `<claim-uid>-<device>` (plus
+`-<shareID>` for a consumable-capacity share). Per device: its device nodes (`/dev/nvidiaN`; for MIG
+the parent's node and the GI/CI access capabilities `/dev/nvidia-caps/nvidia-cap<M>`). For the whole
+claim: `/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools` and `NVIDIA_VISIBLE_DEVICES`
+(the UUIDs of all the claim's devices, in result order) plus any sharing environment.
+
+Every spec is validated against `cdi_schema.json` before it is written; a write goes to a dot-file
+temp (CDI runtimes load only `*.json`/`*.yaml`), is fsynced and renamed, so a runtime never sees a
+partial spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from functools import cache
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from gpudra_kubelet_plugin.devices import DeviceInfo
+from gpudra_kubelet_plugin.errors import CdiError
+
+CDI_VERSION = "0.6.0"
+CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+@dataclasses.dataclass(frozen=True)
+class CdiDevice:
+    """One CDI device of a claim spec: its name and the node's device it exposes."""
+
+    name: str
+    info: DeviceInfo
+
+
+def device_nodes(info: DeviceInfo) -> list[str]:
+    """Device node paths a container needs for `info` (beyond the claim-wide control nodes)."""
+    if not info.exists:
+        raise CdiError(f"device {info.name} does not exist (MIG placement not created)")
+    nodes = [f"/dev/nvidia{info.minor}"]
+    if info.kind == "mig":
+        if info.gi_cap is None or info.ci_cap is None:
+            raise CdiError(f"MIG device {info.name} has no GI/CI capability minors")
+        nodes += [
+            f"/dev/nvidia-caps/nvidia-cap{info.gi_cap}",
+            f"/dev/nvidia-caps/nvidia-cap{info.ci_cap}",
+        ]
+    return nodes
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The CDI schema subset shipped with this package."""
+    text = files("gpudra_kubelet_plugin").joinpath("cdi_schema.json").read_text(encoding="utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def validate(spec: Any) -> None:
+    """Raise `CdiError` naming the first schema violation of `spec`."""
+    try:
+        jsonschema.validate(spec, schema())
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
+        raise CdiError(f"invalid CDI spec at {where}: {exc.message}") from exc
+
+
+class CdiWriter:
+    """Builds, writes and removes the per-claim CDI specs of one driver in one directory."""
+
+    def __init__(self, directory: Path, driver: str) -> None:
+        self.directory = directory
+        self.vendor = f"k8s.{driver}"
+        self.kind = f"{self.vendor}/claim"
+
+    def device_name(self, claim_uid: str, device: str, share_id: str | None = None) -> str:
+        return f"{claim_uid}-{device}" + (f"-{share_id}" if share_id else "")
+
+    def qualified(self, name: str) -> str:
+        """The fully qualified CDI device ID the kubelet hands to the runtime."""
+        return f"{self.kind}={name}"
+
+    def spec_path(self, claim_uid: str) -> Path:
+        return self.directory / f"{self.vendor}-claim_{claim_uid}.json"
+
+    def build(
+        self, claim_uid: str, devices: Sequence[CdiDevice], env: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """The spec for one claim; validated, so a returned spec is always writable."""
+        uuids = list(dict.fromkeys(d.info.uuid for d in devices))
+        spec: dict[str, Any] = {
+            "cdiVersion": CDI_VERSION,
+            "kind": self.kind,
+            "annotations": {"gpudra.io/claim-uid": claim_uid},
+            "devices": [
+                {
+                    "name": d.name,
+                    "containerEdits": {
+                        "deviceNodes": [{"path": p} for p in device_nodes(d.info)],
+                    },
+                }
+                for d in devices
+            ],
+            "containerEdits": {
+                "deviceNodes": [{"path": p} for p in CONTROL_NODES],
+                "env": [f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}", *env],
+            },
+        }
+        validate(spec)
+        return spec
+
+    def write(self, claim_uid: str, spec: dict[str, Any]) -> Path:
+        """Write `spec` atomically (temp, fsync, rename, fsync directory)."""
+        validate(spec)
+        path = self.spec_path(claim_uid)
+        temp = path.with_name(f".{path.name}.tmp")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with temp.open("w", encoding="utf-8") as handle:
+                json.dump(spec, handle, indent=2, sort_keys=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, path)
+            _fsync_dir(self.directory)
+        except OSError as exc:
+            temp.unlink(missing_ok=True)
+            raise CdiError(f"cannot write CDI spec {path}: {exc}") from exc
+        return path
+
+    def remove(self, claim_uid: str) -> bool:
+        """Remove the claim's spec (and any temp left by a crash); True if a spec was there."""
+        path = self.spec_path(claim_uid)
+        try:
+            path.with_name(f".{path.name}.tmp").unlink(missing_ok=True)
+            existed = path.exists()
+            path.unlink(missing_ok=True)
+            if existed:
+                _fsync_dir(self.directory)
+        except OSError as exc:
+            raise CdiError(f"cannot remove CDI spec {path}: {exc}") from exc
+        return existed
+
+    def claim_uids(self) -> set[str]:
+        """UIDs of the claims that have a spec of this driver in the directory."""
+        prefix, suffix = f"{self.vendor}-claim_", ".json"
+        if not self.directory.is_dir():
+            return set()
+        return {
+            p.name[len(prefix) : -len(suffix)]
+            for p in self.directory.iterdir()
+            if p.name.startswith(prefix) and p.name.endswith(suffix)
+        }
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,173 @@
+"""Device health for the kubelet: `DRAResourceHealth.NodeWatchResources` (v1 and v1alpha1).
+
+`HealthHub` keeps the current health of every device of this node's pool and wakes watchers on
+each change. Every stream message is the complete list (as the kubelet expects): a watcher gets the
+list at once and again after every change; changes it missed while busy collapse into the newest
+list, so a slow kubelet never makes the hub buffer without bound. A GPU's event also applies to the
+MIG devices (and placements) on it. Devices start healthy: the node-agent publishes a device only
+while it answers, and reports problems as events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Literal
+
+from gpudra_kubelet_plugin.devices import DeviceInfo
+from grpc.aio import ServicerContext as Ctx
+
+from kubeletpb.drahealth.v1 import api_pb2 as h1
+from kubeletpb.drahealth.v1 import api_pb2_grpc as h1_grpc
+from kubeletpb.drahealth.v1alpha1 import api_pb2 as h1a1
+from kubeletpb.drahealth.v1alpha1 import api_pb2_grpc as h1a1_grpc
+
+Status = Literal["healthy", "unhealthy", "unknown"]
+MAX_MESSAGE = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class HealthEvent:
+    """A device's health changed: `device_uuid` (a GPU or MIG UUID) or `device_name` names it."""
+
+    status: Status
+    message: str = ""
+    device_name: str = ""
+    device_uuid: str = ""
+    time: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceHealth:
+    device: str
+    status: Status
+    message: str
+    updated: float
+
+
+class HealthHub:
+    """Current health per device of one pool; see the module docstring."""
+
+    def __init__(
+        self,
+        pool: str,
+        devices: Iterable[DeviceInfo],
+        timeout_seconds: int = 0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.pool = pool
+        self.timeout_seconds = timeout_seconds
+        self._clock = clock
+        self._devices = {d.name: d for d in devices}
+        now = clock()
+        self._health = {name: DeviceHealth(name, "healthy", "", now) for name in self._devices}
+        self._version = 0
+        self._changed = asyncio.Condition()
+
+    def snapshot(self) -> list[DeviceHealth]:
+        return [self._health[name] for name in sorted(self._health)]
+
+    def affected(self, event: HealthEvent) -> list[str]:
+        """Device names an event applies to: the device, and MIG devices on a GPU."""
+        names = set()
+        for info in self._devices.values():
+            if event.device_name and info.name == event.device_name:
+                names.add(info.name)
+            if event.device_uuid and event.device_uuid in (info.uuid, info.parent_uuid):
+                names.add(info.name)
+        if event.device_name in names:
+            target = self._devices[event.device_name]
+            if target.kind == "gpu":
+                names.update(n for n, i in self._devices.items() if i.parent_uuid == target.uuid)
+        return sorted(names)
+
+    async def update(self, event: HealthEvent) -> list[str]:
+        """Apply `event`; returns the devices it changed (watchers are woken if any)."""
+        updated = event.time if event.time is not None else self._clock()
+        message = event.message[:MAX_MESSAGE]
+        changed = []
+        for name in self.affected(event):
+            before = self._health[name]
+            if (before.status, before.message) != (event.status, message):
+                self._health[name] = DeviceHealth(name, event.status, message, updated)
+                changed.append(name)
+        if changed:
+            async with self._changed:
+                self._version += 1
+                self._changed.notify_all()
+        return changed
+
+    async def watch(self) -> AsyncIterator[list[DeviceHealth]]:
+        """The full list now, then after every change (intermediate changes may collapse)."""
+        seen = self._version
+        yield self.snapshot()
+        while True:
+            async with self._changed:
+                while self._version == seen:
+                    await self._changed.wait()
+                seen = self._version
+            yield self.snapshot()
+
+
+_STATUS_V1 = {"healthy": h1.HEALTHY, "unhealthy": h1.UNHEALTHY, "unknown": h1.UNKNOWN}
+_STATUS_V1ALPHA1 = {
+    "healthy": h1a1.HEALTHY,
+    "unhealthy": h1a1.UNHEALTHY,
+    "unknown": h1a1.UNKNOWN,
+}
+
+
+class HealthServicerV1(h1_grpc.DRAResourceHealthServicer):
+    """`v1.DRAResourceHealth`."""
+
+    def __init__(self, hub: HealthHub) -> None:
+        self._hub = hub
+
+    async def NodeWatchResources(
+        self,
+        request: h1.NodeWatchResourcesRequest,
+        context: Ctx[h1.NodeWatchResourcesRequest, h1.NodeWatchResourcesResponse],
+    ) -> AsyncIterator[h1.NodeWatchResourcesResponse]:
+        async for snapshot in self._hub.watch():
+            yield h1.NodeWatchResourcesResponse(
+                devices=[
+                    h1.DeviceHealth(
+                        device=h1.DeviceIdentifier(pool_name=self._hub.pool, device_name=d.device),
+                        health=_STATUS_V1[d.status],
+                        last_updated_time=int(d.updated),
+                        health_check_timeout_seconds=self._hub.timeout_seconds,
+                        message=d.message,
+                    )
+                    for d in snapshot
+                ]
+            )
+
+
+class HealthServicerV1alpha1(h1a1_grpc.DRAResourceHealthServicer):
+    """`v1alpha1.DRAResourceHealth` (kubelets 1.34 and 1.35)."""
+
+    def __init__(self, hub: HealthHub) -> None:
+        self._hub = hub
+
+    async def NodeWatchResources(
+        self,
+        request: h1a1.NodeWatchResourcesRequest,
+        context: Ctx[h1a1.NodeWatchResourcesRequest, h1a1.NodeWatchResourcesResponse],
+    ) -> AsyncIterator[h1a1.NodeWatchResourcesResponse]:
+        async for snapshot in self._hub.watch():
+            yield h1a1.NodeWatchResourcesResponse(
+                devices=[
+                    h1a1.DeviceHealth(
+                        device=h1a1.DeviceIdentifier(
+                            pool_name=self._hub.pool, device_name=d.device
+                        ),
+                        health=_STATUS_V1ALPHA1[d.status],
+                        last_updated_time=int(d.updated),
+                        health_check_timeout_seconds=self._hub.timeout_seconds,
+                        message=d.message,
+                    )
+                    for d in snapshot
+                ]
+            )

@@ -1,0 +1,115 @@
+"""The kubelet plugin service: settings → wiring → serve until SIGTERM/SIGINT → orderly stop.
+
+Resources are entered into one `AsyncExitStack` and leave in reverse: registration socket, DRA
+socket, then NATS is drained. Exit codes: 0 after a signal, 2 for bad settings, 1 when a component
+fails to start (the reason is logged as one line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import nats
+from nats.errors import Error as NatsError
+
+from gpudra_kubelet_plugin import healthfeed
+from gpudra_kubelet_plugin.cdi import CdiWriter
+from gpudra_kubelet_plugin.checkpoint import Checkpoint
+from gpudra_kubelet_plugin.claimsource import ClaimSource, NatsKvClaimSource
+from gpudra_kubelet_plugin.devices import DeviceTable
+from gpudra_kubelet_plugin.errors import (
+    ClaimSourceUnavailableError,
+    KubeletPluginError,
+    SettingsError,
+)
+from gpudra_kubelet_plugin.health import HealthHub
+from gpudra_kubelet_plugin.plugin import KubeletPlugin
+from gpudra_kubelet_plugin.settings import Settings
+from gpudra_kubelet_plugin.state import DeviceState
+
+log = logging.getLogger("gpudra_kubelet_plugin")
+
+
+async def serve(
+    settings: Settings, stop: asyncio.Event, ready: asyncio.Event | None = None
+) -> None:
+    """Run the plugin until `stop` is set; `ready` is set once the kubelet may register it."""
+    async with AsyncExitStack() as stack:
+        if not settings.device_table:
+            raise SettingsError(
+                "the NVML device backend is not wired in yet; pass --device-table "
+                "(GPUDRA_KUBELET_PLUGIN_DEVICE_TABLE)"
+            )
+        table = DeviceTable.from_json(Path(settings.device_table))
+        if settings.claim_source != "nats":
+            raise SettingsError("claim source 'kubernetes' needs gpudra_kube, not wired in yet")
+        try:
+            nc = await nats.connect(settings.nats_url, name=f"kubelet-plugin-{settings.node}")
+        except (NatsError, OSError) as exc:
+            raise ClaimSourceUnavailableError(
+                f"cannot connect to {settings.nats_url}: {exc}"
+            ) from exc
+        stack.push_async_callback(nc.drain)
+        claims: ClaimSource
+        try:
+            claims = NatsKvClaimSource(await nc.jetstream().key_value(settings.claims_bucket))
+        except (NatsError, TimeoutError) as exc:
+            raise ClaimSourceUnavailableError(
+                f"cannot open KV bucket {settings.claims_bucket}: {exc!r}"
+            ) from exc
+        hub = HealthHub(settings.node, await table.devices(), settings.health_timeout)
+        await healthfeed.subscribe(nc, settings.node, hub)
+        state = DeviceState(
+            driver=settings.driver_name,
+            node=settings.node,
+            claims=claims,
+            lookup=table,
+            control=table,
+            cdi=CdiWriter(settings.cdi_dir, settings.driver_name),
+            checkpoint=Checkpoint(settings.checkpoint_path, settings.boot_id_file),
+        )
+        plugin = KubeletPlugin(settings, state, hub)
+        await plugin.start()
+        stack.push_async_callback(plugin.stop)
+        log.info("kubelet plugin %s ready on node %s", settings.driver_name, settings.node)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("stopping")
+
+
+async def _main(settings: Settings) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await serve(settings, stop)
+    except KubeletPluginError as exc:
+        log.error("cannot run: %s", exc)
+        return 2 if isinstance(exc, SettingsError) else 1
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(RuntimeError):
+                loop.remove_signal_handler(sig)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = Settings.load(argv)
+    except SettingsError as exc:
+        print(f"gpudra kubelet-plugin: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return asyncio.run(_main(settings))

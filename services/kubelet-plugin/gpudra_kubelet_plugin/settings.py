@@ -1,0 +1,197 @@
+"""The kubelet plugin's settings: one frozen dataclass, every field a flag and an env variable.
+
+Precedence is flag > environment (`GPUDRA_KUBELET_PLUGIN_<NAME>`) > default. Each field carries its
+help text and unit in `metadata`, so `--help` documents all three. Values are parsed by the field's
+type (str, int, float, Path); a malformed value is a `SettingsError`, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpudra_kubelet_plugin.errors import SettingsError
+
+ENV_PREFIX = "GPUDRA_KUBELET_PLUGIN_"
+
+
+def _doc(help: str, unit: str = "") -> dict[str, str]:
+    return {"help": help, "unit": unit}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything the kubelet plugin can be told; see `--help` for each field."""
+
+    driver_name: str = dataclasses.field(
+        default="gpu.nvidia.com", metadata=_doc("DRA driver name served and registered")
+    )
+    node_name: str = dataclasses.field(
+        default="",
+        metadata=_doc("this node's name (the driver's pool name); empty means the host name"),
+    )
+    registry_dir: Path = dataclasses.field(
+        default=Path("/var/lib/kubelet/plugins_registry"),
+        metadata=_doc(
+            "kubelet plugin registry directory; <driver>-reg.sock is created here",
+            "path",
+        ),
+    )
+    plugins_dir: Path = dataclasses.field(
+        default=Path("/var/lib/kubelet/plugins"),
+        metadata=_doc(
+            "kubelet plugins directory; <driver>/dra.sock and the checkpoint live below it",
+            "path",
+        ),
+    )
+    cdi_dir: Path = dataclasses.field(
+        default=Path("/var/run/cdi"), metadata=_doc("directory CDI specs are written to", "path")
+    )
+    checkpoint_file: str = dataclasses.field(
+        default="checkpoint.json",
+        metadata=_doc("checkpoint file name inside <plugins-dir>/<driver>/", "file name"),
+    )
+    boot_id_file: Path = dataclasses.field(
+        default=Path("/proc/sys/kernel/random/boot_id"),
+        metadata=_doc(
+            "file holding the node boot ID; a changed ID invalidates the checkpoint",
+            "path",
+        ),
+    )
+    claim_source: str = dataclasses.field(
+        default="nats",
+        metadata=_doc("where claims are read: 'nats' (standalone KV) or 'kubernetes'", "choice"),
+    )
+    nats_url: str = dataclasses.field(
+        default="nats://127.0.0.1:4222", metadata=_doc("NATS server URL", "URL")
+    )
+    claims_bucket: str = dataclasses.field(
+        default="gpudra-claims", metadata=_doc("JetStream KV bucket of standalone claims", "bucket")
+    )
+    device_table: str = dataclasses.field(
+        default="",
+        metadata=_doc(
+            "JSON device table to use instead of NVML (standalone/simulated nodes); empty: NVML",
+            "path",
+        ),
+    )
+    registration_retry: float = dataclasses.field(
+        default=5.0,
+        metadata=_doc(
+            "delay before re-registering after the kubelet refused registration", "seconds"
+        ),
+    )
+    health_timeout: int = dataclasses.field(
+        default=0,
+        metadata=_doc(
+            "health check timeout reported to the kubelet; 0 lets the kubelet decide", "seconds"
+        ),
+    )
+    shutdown_grace: float = dataclasses.field(
+        default=5.0,
+        metadata=_doc("how long in-flight gRPC calls may finish on shutdown", "seconds"),
+    )
+    log_level: str = dataclasses.field(
+        default="INFO", metadata=_doc("logging level (DEBUG, INFO, WARNING, ERROR)", "level")
+    )
+
+    @property
+    def node(self) -> str:
+        """The effective node name (the setting, else the host name)."""
+        return self.node_name or socket.gethostname()
+
+    @property
+    def plugin_dir(self) -> Path:
+        """`<plugins-dir>/<driver>`: the DRA socket and the checkpoint."""
+        return self.plugins_dir / self.driver_name
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / "dra.sock"
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / f"{self.driver_name}-reg.sock"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.plugin_dir / self.checkpoint_file
+
+    @classmethod
+    def parser(cls) -> argparse.ArgumentParser:
+        """An argument parser with one flag per field; defaults are left unset (env decides)."""
+        parser = argparse.ArgumentParser(
+            prog="python -m gpudra_kubelet_plugin",
+            description="gpudra kubelet plugin: serves the kubelet's DRA gRPC API on this node.",
+        )
+        for field in dataclasses.fields(cls):
+            unit = field.metadata["unit"]
+            help_text = (
+                f"{field.metadata['help']} [{unit + ', ' if unit else ''}"
+                f"env {env_name(field.name)}, default {field.default!s}]"
+            )
+            parser.add_argument(
+                flag_name(field.name), dest=field.name, default=None, help=help_text
+            )
+        return parser
+
+    @classmethod
+    def load(
+        cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+    ) -> Settings:
+        """Settings from flags, then the environment, then defaults."""
+        environ = os.environ if environ is None else environ
+        args = vars(cls.parser().parse_args(argv))
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            raw = args.get(field.name)
+            source = flag_name(field.name)
+            if raw is None:
+                raw, source = environ.get(env_name(field.name)), env_name(field.name)
+            if raw is None:
+                continue
+            values[field.name] = _convert(field.default, raw, source)
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Raise `SettingsError` for values no component could use."""
+        if self.claim_source not in {"nats", "kubernetes"}:
+            raise SettingsError(
+                f"claim source must be 'nats' or 'kubernetes', got {self.claim_source!r}"
+            )
+        if not self.driver_name or "/" in self.driver_name:
+            raise SettingsError(f"invalid driver name {self.driver_name!r}")
+        if self.registration_retry <= 0 or self.shutdown_grace < 0:
+            raise SettingsError("registration retry must be > 0 and shutdown grace >= 0")
+        if self.health_timeout < 0:
+            raise SettingsError("health timeout must be >= 0")
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def _convert(default: Any, raw: str, source: str) -> Any:
+    try:
+        if isinstance(default, Path):
+            return Path(raw)
+        if isinstance(default, bool):
+            raise TypeError("no boolean settings yet")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{source}: cannot parse {raw!r}: {exc}") from exc
+    return raw

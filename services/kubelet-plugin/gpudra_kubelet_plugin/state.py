@@ -1,0 +1,223 @@
+"""Device state of the node: prepares and unprepares claims, and is the only writer of the
+checkpoint, the CDI specs and dynamic MIG devices.
+
+Promises:
+- Calls for one claim UID are serialized; different claims proceed concurrently.
+- Prepare checks the claim's UID against the store (a mismatch fails that claim only), resolves
+  every device and config *before* any side effect, records `PrepareStarted` (with the MIG devices it
+  will create) in the checkpoint, creates those MIG devices, writes the CDI spec, then records
+  `PrepareCompleted` with the answer. A failure rolls back what this call did.
+- A repeated prepare of a completed claim returns the stored answer without reading the store.
+- A claim found `PrepareStarted` (a crash mid-prepare) is rolled back — its spec removed, its planned
+  MIG devices destroyed — before it is prepared again; unprepare of such a claim cleans up the same.
+- Unprepare removes exactly the claim's spec and the MIG devices it created (unless another
+  prepared claim shares them); unprepare of an unknown claim succeeds.
+- At start, claims of a previous boot are dropped (their specs removed) and specs of this driver
+  that no checkpointed claim owns are removed, so no spec outlives its claim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+
+from gpudra_kubelet_plugin.cdi import CdiDevice, CdiWriter
+from gpudra_kubelet_plugin.checkpoint import (
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    Checkpoint,
+    ClaimRecord,
+    PreparedDevice,
+)
+from gpudra_kubelet_plugin.claim import Allocation, claim_uid, parse_allocation
+from gpudra_kubelet_plugin.claimsource import ClaimSource
+from gpudra_kubelet_plugin.config import Sharing, resolve_sharing
+from gpudra_kubelet_plugin.devices import DeviceControl, DeviceInfo, DeviceLookup
+from gpudra_kubelet_plugin.errors import (
+    ClaimUidMismatchError,
+    ConfigError,
+    InvalidClaimError,
+    KubeletPluginError,
+)
+from gpudra_kubelet_plugin.locks import KeyedLock
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimRef:
+    """A claim as the kubelet names it."""
+
+    uid: str
+    namespace: str
+    name: str
+
+
+class DeviceState:
+    """Prepare/unprepare with checkpointing; see the module docstring for the promises."""
+
+    def __init__(
+        self,
+        *,
+        driver: str,
+        node: str,
+        claims: ClaimSource,
+        lookup: DeviceLookup,
+        control: DeviceControl,
+        cdi: CdiWriter,
+        checkpoint: Checkpoint,
+    ) -> None:
+        self.driver = driver
+        self.node = node
+        self._claims = claims
+        self._lookup = lookup
+        self._control = control
+        self._cdi = cdi
+        self._checkpoint = checkpoint
+        self._records: dict[str, ClaimRecord] = {}
+        self._locks = KeyedLock()
+
+    @property
+    def records(self) -> Mapping[str, ClaimRecord]:
+        """The checkpointed claims by UID (read-only view)."""
+        return dict(self._records)
+
+    async def start(self) -> None:
+        """Load the checkpoint; clean up a previous boot's claims and orphaned specs."""
+        loaded = self._checkpoint.load()
+        self._records = dict(loaded.claims)
+        for uid in loaded.stale:
+            log.info("dropping claim %s prepared before the node rebooted", uid)
+            self._cdi.remove(uid)
+        for uid in self._cdi.claim_uids() - self._records.keys():
+            log.warning("removing orphaned CDI spec of claim %s", uid)
+            self._cdi.remove(uid)
+        if loaded.stale:
+            self._checkpoint.save(self._records)
+
+    async def prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        """The claim's devices with CDI IDs; idempotent."""
+        async with self._locks.hold(ref.uid):
+            record = self._records.get(ref.uid)
+            if record is not None and record.state == PREPARE_COMPLETED:
+                return record.devices
+            if record is not None:
+                log.warning("claim %s was interrupted mid-prepare; rolling back", ref.uid)
+                await self._release(ref.uid, record)
+            return await self._prepare(ref)
+
+    async def unprepare(self, ref: ClaimRef) -> None:
+        """Undo prepare; succeeds for claims this node never prepared."""
+        async with self._locks.hold(ref.uid):
+            record = self._records.get(ref.uid)
+            if record is None:
+                self._cdi.remove(ref.uid)
+                return
+            await self._release(ref.uid, record)
+
+    async def _prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
+        claim = await self._claims.get(ref.namespace, ref.name)
+        uid = claim_uid(claim)
+        if uid != ref.uid:
+            raise ClaimUidMismatchError(
+                f"claim {ref.namespace}/{ref.name} has UID {uid}, kubelet asked for {ref.uid} "
+                "(the claim was deleted and recreated)"
+            )
+        allocation = parse_allocation(claim, self.driver, self.node)
+        if not allocation.results:
+            raise InvalidClaimError(
+                f"claim {ref.namespace}/{ref.name} has no devices of driver {self.driver} "
+                f"on node {self.node}"
+            )
+        infos = {r.device: await self._lookup.device(r.device) for r in allocation.results}
+        sharing, shared = self._sharing(allocation, infos)
+        planned = tuple(n for n, info in infos.items() if info.kind == "mig" and not info.exists)
+        owned = planned + tuple(
+            n for n in infos if n not in planned and self._mig_owned_elsewhere(n, ref.uid)
+        )
+        await self._save(ref.uid, ClaimRecord(PREPARE_STARTED, ref.namespace, ref.name, (), owned))
+        try:
+            for name in planned:
+                log.info("claim %s: creating MIG device %s", ref.uid, name)
+                infos[name] = await self._control.create_mig(infos[name])
+            devices, cdi_devices = self._answer(allocation, infos)
+            env = sharing.env([infos[n].uuid for n in shared])
+            self._cdi.write(ref.uid, self._cdi.build(ref.uid, cdi_devices, env))
+        except KubeletPluginError:
+            await self._release(ref.uid, self._records[ref.uid])
+            raise
+        completed = ClaimRecord(PREPARE_COMPLETED, ref.namespace, ref.name, devices, owned)
+        await self._save(ref.uid, completed)
+        return devices
+
+    def _answer(
+        self, allocation: Allocation, infos: Mapping[str, DeviceInfo]
+    ) -> tuple[tuple[PreparedDevice, ...], list[CdiDevice]]:
+        # One answer entry per (device, shareID); several requests served by the same device
+        # (possible with prioritized alternatives) share one CDI device.
+        grouped: dict[tuple[str, str | None], list[str]] = {}
+        for result in allocation.results:
+            grouped.setdefault((result.device, result.share_id), []).append(result.request)
+        devices, cdi_devices = [], []
+        for (device, share_id), requests in grouped.items():
+            name = self._cdi.device_name(allocation.uid, device, share_id)
+            cdi_devices.append(CdiDevice(name, infos[device]))
+            devices.append(
+                PreparedDevice(
+                    request_names=tuple(requests),
+                    pool_name=self.node,
+                    device_name=device,
+                    cdi_device_ids=(self._cdi.qualified(name),),
+                    share_id=share_id,
+                )
+            )
+        return tuple(devices), cdi_devices
+
+    def _sharing(
+        self, allocation: Allocation, infos: Mapping[str, DeviceInfo]
+    ) -> tuple[Sharing, list[str]]:
+        """The claim's sharing setting and the devices it applies to.
+
+        Environment is claim-wide in the spec, so all shared devices of one claim must agree.
+        """
+        by_sharing: dict[Sharing, list[str]] = {}
+        for result in allocation.results:
+            params = [c.parameters for c in allocation.configs_for(result)]
+            sharing = resolve_sharing(params, infos[result.device].kind, result.device)
+            if sharing.strategy and result.device not in by_sharing.get(sharing, []):
+                by_sharing.setdefault(sharing, []).append(result.device)
+        if len(by_sharing) > 1:
+            raise ConfigError(
+                f"claim {allocation.namespace}/{allocation.name}: its devices have different "
+                "sharing settings; gpudra applies one sharing setting per claim"
+            )
+        return next(iter(by_sharing.items()), (Sharing(), []))
+
+    def _mig_owned_elsewhere(self, device: str, uid: str) -> bool:
+        return any(device in r.mig_devices for u, r in self._records.items() if u != uid)
+
+    async def _release(self, uid: str, record: ClaimRecord) -> None:
+        """Remove the claim's spec and the MIG devices only it owns, then forget the claim."""
+        self._cdi.remove(uid)
+        for name in record.mig_devices:
+            if self._mig_owned_elsewhere(name, uid):
+                continue
+            info = await self._lookup.device(name)
+            if info.exists:
+                log.info("claim %s: destroying MIG device %s", uid, name)
+                await self._control.destroy_mig(info)
+        del self._records[uid]
+        self._checkpoint.save(self._records)
+
+    async def _save(self, uid: str, record: ClaimRecord) -> None:
+        previous = self._records.get(uid)
+        self._records[uid] = record
+        try:
+            self._checkpoint.save(self._records)
+        except KubeletPluginError:
+            if previous is None:
+                del self._records[uid]
+            else:
+                self._records[uid] = previous
+            raise
