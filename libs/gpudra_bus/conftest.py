@@ -8,7 +8,7 @@ import pytest_asyncio
 from nats.aio.client import Client
 
 from gpudra_bus.connection import Backoff, connect, disconnect
-from gpudra_testing.nats import NatsServer
+from gpudra_testing import NatsServer
 
 FAST = Backoff(initial=0.01, maximum=0.2)
 

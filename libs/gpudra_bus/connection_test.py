@@ -15,7 +15,7 @@ from gpudra_bus.errors import (
     NotConnectedError,
     StreamConfigError,
 )
-from gpudra_testing.nats import NatsServer
+from gpudra_testing import NatsServer
 
 FAST = Backoff(initial=0.01, maximum=0.1)
 

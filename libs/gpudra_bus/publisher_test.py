@@ -18,7 +18,7 @@ from gpudra_bus.publisher import (
     Publisher,
     receive,
 )
-from gpudra_testing.nats import NatsServer
+from gpudra_testing import NatsServer
 from gpudrapb.v1 import claims_pb2
 
 FAST = Backoff(initial=0.01, maximum=0.2)

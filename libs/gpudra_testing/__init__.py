@@ -8,6 +8,6 @@
 
 from __future__ import annotations
 
-from gpudra_testing.nats import NatsServer, NatsServerError, find_nats_server_binary
+from gpudra_standalone.nats_server import NatsServer, NatsServerError, find_nats_server_binary
 
 __all__ = ["NatsServer", "NatsServerError", "find_nats_server_binary"]

@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
-
-from gpudra_testing.nats import NatsServer
+from gpudra_standalone.nats_server import NatsServer
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""A real nats-server for tests and for the standalone demo.
+"""The embedded nats-server: standalone mode runs it, and so do the tests.
 
 Promises: the server listens on 127.0.0.1 only, on a port the kernel picked (`-p -1`; note that
 `-p 0` does *not* pick a free port), with JetStream storing into a private directory that is removed
@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from gpudra_standalone.errors import StandaloneError
+
 _LISTEN = re.compile(rb"Listening for client connections on [^\s]*?:(\d+)")
 
 
-class NatsServerError(RuntimeError):
+class NatsServerError(StandaloneError):
     """The nats-server binary is missing or did not start."""
 
 

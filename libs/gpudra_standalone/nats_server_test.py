@@ -3,7 +3,7 @@ from __future__ import annotations
 import nats
 import pytest
 
-from gpudra_testing.nats import NatsServer
+from gpudra_standalone.nats_server import NatsServer
 
 
 async def test_jetstream_publish_and_consume(nats_url: str) -> None:
