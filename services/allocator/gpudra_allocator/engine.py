@@ -1,0 +1,127 @@
+"""The allocator's decision step: claims + slices + what is held → devices on one node, or why not.
+
+Thin glue over `gpudra_alloc`: an `Allocator` is built once per slice-index version (its per-node
+pool cache stays valid until the slices change) and reads the live `AllocatedState` that the
+reservation mirror maintains. Nodes are tried in name order (first-fit placement); the `topology`
+policy is answered the same way until the placement layer exposes a per-claim entry point. The
+same inputs always give the same decision. Invalid input raises `AllocationInputError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpudra_alloc import AllocatedState, Allocator, Features, explain
+from gpudra_allocator.errors import SettingsError
+from gpudra_api import (
+    AllocationResult,
+    ApiError,
+    DeviceClass,
+    Node,
+    ResourceClaim,
+    ResourceSlice,
+    parse_device_class,
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """An allocation (`results`, one per claim in input order, on `node`) or the reason none."""
+
+    results: tuple[AllocationResult, ...] = ()
+    node: str = ""
+    reason: str = ""
+    explanation: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def allocated(self) -> bool:
+        return bool(self.results)
+
+
+def load_classes(path: str = "") -> list[DeviceClass]:
+    """DeviceClasses from a YAML file (several documents), or the built-in ones."""
+    try:
+        if path:
+            text = Path(path).read_text(encoding="utf-8")
+        else:
+            text = (
+                resources.files("gpudra_allocator")
+                .joinpath("deviceclasses.yaml")
+                .read_text(encoding="utf-8")
+            )
+        return [parse_device_class(doc) for doc in yaml.safe_load_all(text) if doc is not None]
+    except (OSError, yaml.YAMLError, ApiError) as exc:
+        raise SettingsError(f"device classes {path or '(built-in)'}: {exc}") from exc
+
+
+def summary(explanation: Mapping[str, Any]) -> str:
+    """One line a person can act on, from the core's explanation."""
+    closest = explanation.get("closest") or {}
+    node = explanation.get("node")
+    text = str(explanation.get("reason") or "cannot allocate")
+    tried = explanation.get("nodesTried", 0)
+    if node:
+        text += (
+            f"; {tried} node(s) tried, closest {node} placed "
+            f"{closest.get('devicesAllocated', 0)} of {closest.get('devicesRequested', 0)} devices"
+        )
+    else:
+        text += f"; {tried} node(s) tried"
+    removed: dict[str, int] = {}
+    for claim in explanation.get("claims", ()):
+        for request in claim.get("requests", ()):
+            for stage, count in (request.get("removed") or {}).items():
+                removed[stage] = removed.get(stage, 0) + int(count)
+    parts = [f"{stage} {count}" for stage, count in removed.items() if count]
+    if parts:
+        text += f" (devices removed there by: {', '.join(parts)})"
+    return text
+
+
+class Engine:
+    def __init__(
+        self, classes: Iterable[DeviceClass], policy: str, features: Features | None = None
+    ) -> None:
+        self.classes = list(classes)
+        self.policy = policy
+        self.features = features or Features()
+        self._allocator: Allocator | None = None
+        self._version = -1
+
+    def _for(
+        self, version: int, slices: Iterable[ResourceSlice], state: AllocatedState
+    ) -> Allocator:
+        if (
+            self._allocator is None
+            or version != self._version
+            or self._allocator.state is not state
+        ):
+            self._allocator = Allocator(self.classes, slices, self.features, state)
+            self._version = version
+        return self._allocator
+
+    def decide(
+        self,
+        claims: list[ResourceClaim],
+        slices: Iterable[ResourceSlice],
+        version: int,
+        state: AllocatedState,
+    ) -> Decision:
+        allocator = self._for(version, slices, state)
+        nodes = [Node(name) for name in allocator.node_names()]
+        outcome = allocator.choose_node(nodes, claims) if nodes else None
+        if outcome is not None and outcome.results is not None:
+            return Decision(results=tuple(outcome.results), node=outcome.node.name)
+        explanation = explain(allocator, outcome, claims, len(nodes))
+        return Decision(reason=summary(explanation), explanation=explanation)
+
+
+def allocation_json(result: AllocationResult) -> bytes:
+    return json.dumps(result.to_json(), separators=(",", ":"), sort_keys=True).encode()

@@ -1,0 +1,245 @@
+"""The values kept in the `gpudra-reservations` bucket, and their JSON form.
+
+Two kinds of keys:
+- `p.<driver>.<pool>` (dots in names written as `_`): every device of one pool that some claim
+  holds, as `Holding`s. One key per pool, so that reserving all devices of an allocation on one
+  node is a single revision-checked write.
+- `c.<claim uid>`: the claim's `ClaimRecord` — the decision that won (allocated, with the token
+  of the attempt whose holdings are the real ones) or a tombstone once the claim was released.
+
+Decoding is strict: a value that is not what this module writes raises `BadReservationError`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudra_alloc.state import AllocatedState, DeviceID
+from gpudra_allocator.errors import AllocatorPermanentError
+from gpudra_api import AllocationResult, Quantity, QuantityParseError
+
+POOL_PREFIX = "p."
+CLAIM_PREFIX = "c."
+_UID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_]{0,127}")
+
+
+class BadReservationError(AllocatorPermanentError):
+    """A reservation key or value is not in the form this module writes."""
+
+
+def _enc(name: str) -> str:
+    # DNS names never contain "_", so the mapping is reversible; "/" (pool name parts) is a legal
+    # KV key character but not a subject token separator, so it stays.
+    return name.replace(".", "_")
+
+
+def pool_key(driver: str, pool: str) -> str:
+    return f"{POOL_PREFIX}{_enc(driver)}.{_enc(pool)}"
+
+
+def claim_key(uid: str) -> str:
+    if not _UID.fullmatch(uid):
+        raise BadReservationError(f"claim UID {uid!r} cannot be a reservation key")
+    return f"{CLAIM_PREFIX}{uid}"
+
+
+@dataclass(frozen=True)
+class Holding:
+    """One device (or one share of it) held by one claim, written by one attempt (`token`)."""
+
+    device: str
+    uid: str
+    claim: str
+    token: str
+    at: float
+    share_id: str | None = None
+    capacity: dict[str, str] = field(default_factory=dict, hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "device": self.device,
+            "uid": self.uid,
+            "claim": self.claim,
+            "token": self.token,
+            "at": self.at,
+        }
+        if self.share_id is not None:
+            out["shareID"] = self.share_id
+        if self.capacity:
+            out["capacity"] = dict(sorted(self.capacity.items()))
+        return out
+
+    @staticmethod
+    def from_json(data: Any) -> Holding:
+        try:
+            return Holding(
+                device=_str(data["device"]),
+                uid=_str(data["uid"]),
+                claim=_str(data["claim"]),
+                token=_str(data["token"]),
+                at=float(data["at"]),
+                share_id=_str(data["shareID"]) if "shareID" in data else None,
+                capacity={_str(k): _str(v) for k, v in data.get("capacity", {}).items()},
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadReservationError(f"malformed holding {data!r}: {exc}") from exc
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class PoolHoldings:
+    """The content of one `p.` key."""
+
+    driver: str
+    pool: str
+    holdings: tuple[Holding, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return pool_key(self.driver, self.pool)
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "driver": self.driver,
+                "pool": self.pool,
+                "holdings": [h.to_json() for h in self.holdings],
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> PoolHoldings:
+        try:
+            doc = json.loads(data)
+            return PoolHoldings(
+                driver=_str(doc["driver"]),
+                pool=_str(doc["pool"]),
+                holdings=tuple(Holding.from_json(h) for h in doc["holdings"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BadReservationError(f"malformed pool reservations: {exc}") from exc
+
+    def without(self, uid: str, token: str | None = None) -> PoolHoldings:
+        """These holdings minus those of `uid` (only the attempt `token`'s, when given)."""
+        kept = tuple(
+            h for h in self.holdings if h.uid != uid or (token is not None and h.token != token)
+        )
+        return PoolHoldings(self.driver, self.pool, kept)
+
+    def conflicts(self, new: Iterable[Holding]) -> list[str]:
+        """Devices of `new` that another claim holds in a way that excludes them."""
+        exclusive = {h.device: h for h in self.holdings if h.share_id is None}
+        shared = {h.device for h in self.holdings if h.share_id is not None}
+        out = []
+        for h in new:
+            other = exclusive.get(h.device)
+            if other is not None and other.uid != h.uid:
+                out.append(f"{h.device} (held by {other.claim})")
+            elif h.share_id is None and h.device in shared:
+                out.append(f"{h.device} (shared by other claims)")
+        return out
+
+
+def apply_holdings(state: AllocatedState, pool: PoolHoldings, sign: int) -> None:
+    """Add (`sign=1`) or remove (`sign=-1`) a pool's holdings to/from an allocated state."""
+    for h in pool.holdings:
+        device = DeviceID(pool.driver, pool.pool, h.device)
+        if h.share_id is None:
+            if sign > 0:
+                state.devices.add(device)
+            else:
+                state.devices.discard(device)
+            continue
+        consumed = _quantities(h.capacity)
+        if sign > 0:
+            state.add_share(device, h.share_id)
+            state.add_capacity(device, consumed)
+        else:
+            state.remove_share(device, h.share_id)
+            state.remove_capacity(device, consumed)
+
+
+def _quantities(capacity: dict[str, str]) -> dict[str, Quantity]:
+    try:
+        return {k: Quantity.parse(v) for k, v in capacity.items()}
+    except QuantityParseError as exc:
+        raise BadReservationError(f"malformed consumed capacity {capacity}: {exc}") from exc
+
+
+def holdings_for(
+    results: Iterable[AllocationResult], uid: str, claim: str, token: str, at: float
+) -> dict[tuple[str, str], list[Holding]]:
+    """What an allocation holds, by (driver, pool). Admin-access devices hold nothing."""
+    out: dict[tuple[str, str], list[Holding]] = {}
+    for result in results:
+        for r in result.results:
+            if r.admin_access and r.share_id is None:
+                continue
+            capacity = {k: str(v) for k, v in (r.consumed_capacity or {}).items()}
+            out.setdefault((r.driver, r.pool), []).append(
+                Holding(r.device, uid, claim, token, at, r.share_id, capacity)
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """The content of a `c.` key: the decision that won, or a tombstone (`released`)."""
+
+    state: str  # "allocated" or "released"
+    claim: str = ""
+    generation: int = 0
+    token: str = ""
+    node: str = ""
+    allocation: dict[str, Any] | None = field(default=None, hash=False)
+    allocator: str = ""
+
+    @property
+    def released(self) -> bool:
+        return self.state == "released"
+
+    def encode(self) -> bytes:
+        doc: dict[str, Any] = {"state": self.state, "claim": self.claim}
+        if not self.released:
+            doc.update(
+                generation=self.generation,
+                token=self.token,
+                node=self.node,
+                allocation=self.allocation,
+                allocator=self.allocator,
+            )
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> ClaimRecord:
+        try:
+            doc = json.loads(data)
+            state = _str(doc["state"])
+            if state == "released":
+                return ClaimRecord("released", claim=str(doc.get("claim", "")))
+            if state != "allocated":
+                raise ValueError(f"unknown state {state!r}")
+            allocation = doc["allocation"]
+            if not isinstance(allocation, dict):
+                raise TypeError("allocation must be an object")
+            return ClaimRecord(
+                state,
+                claim=_str(doc["claim"]),
+                generation=int(doc["generation"]),
+                token=_str(doc["token"]),
+                node=_str(doc["node"]),
+                allocation=allocation,
+                allocator=_str(doc["allocator"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BadReservationError(f"malformed claim record: {exc}") from exc

@@ -1,0 +1,85 @@
+"""`python -m gpudra_allocator`: settings, wiring and the loop, per the service skeleton.
+
+Start-up order: tracing, NATS (waits for a server), streams and buckets (idempotent), the
+reservation mirror and the slice index (both fully read before the first claim is decided), the
+health server, then the claim consumer. SIGTERM/SIGINT stop the loop; the exit stack then stops
+the watches and drains the NATS connection. Exit status: 0 after a signal, 2 for bad settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from gpudra_allocator.engine import Engine, load_classes
+from gpudra_allocator.errors import SettingsError
+from gpudra_allocator.health import HealthServer
+from gpudra_allocator.index import SliceIndex
+from gpudra_allocator.reservations import Reservations
+from gpudra_allocator.settings import Settings
+from gpudra_allocator.telemetry import setup_tracing
+from gpudra_allocator.worker import Worker
+from gpudra_bus import (
+    RESERVATIONS_BUCKET,
+    SLICES_BUCKET,
+    BusError,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+)
+
+log = logging.getLogger("gpudra_allocator")
+
+
+async def serve(settings: Settings, stop: asyncio.Event) -> None:
+    engine = Engine(load_classes(settings.device_classes), settings.policy)
+    async with contextlib.AsyncExitStack() as stack:
+        nc = await connect(settings.nats_servers, name=f"allocator-{settings.replica}")
+        stack.push_async_callback(nc.drain)
+        js = nc.jetstream()
+        await ensure_streams(js)
+        buckets = await ensure_buckets(js)
+        reservations = Reservations(buckets[RESERVATIONS_BUCKET])
+        await reservations.start()
+        stack.push_async_callback(reservations.stop)
+        index = SliceIndex(buckets[SLICES_BUCKET])
+        await index.start()
+        stack.push_async_callback(index.stop)
+        worker = Worker(nc, settings, engine, index, reservations)
+        health = await HealthServer(
+            settings.health_host, settings.health_port, lambda: worker.ready
+        ).start()
+        stack.push_async_callback(health.stop)
+        log.info("health server on port %d", health.port)
+        await worker.run(stop)
+
+
+async def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = Settings.load(argv)
+    except SettingsError as exc:
+        print(f"gpudra-allocator: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    shutdown_tracing = setup_tracing(
+        "gpudra-allocator", settings.trace_exporter, settings.trace_endpoint, settings.trace_file
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await serve(settings, stop)
+    except (BusError, SettingsError) as exc:
+        log.error("allocator stopped: %s", exc)
+        return 1
+    finally:
+        shutdown_tracing()
+    return 0

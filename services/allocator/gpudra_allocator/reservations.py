@@ -1,0 +1,255 @@
+"""Device reservations shared by all allocator replicas, in the `gpudra-reservations` KV bucket.
+
+Why this is safe with several replicas (the invariant "a device is never allocated twice"):
+- Every change of a pool's holdings is a revision-checked KV write (`create` when the key is new,
+  `update(last=revision)` otherwise). Two replicas that decided from the same revision cannot both
+  write: the second gets a wrong-last-sequence error, refreshes that pool and decides again. The
+  holdings a replica writes are also checked against the fresh content before writing.
+- An allocation spanning several pools reserves them one by one; a conflict on a later pool rolls
+  back the earlier ones, so a decision holds all of its devices or none.
+- A decision becomes final when `c.<uid>` is *created* (exactly once per claim). A replica that
+  loses that race (the same claim redelivered to two replicas) or finds a tombstone (the claim was
+  released meanwhile) removes the holdings of its own attempt (`token`) and nothing else.
+- A replica killed after reserving but before recording leaves holdings without a record; the
+  claim's redelivery removes them once they are older than `stale_after` (longer than any live
+  attempt takes), and the claim's release removes every holding of its UID.
+
+`start()` mirrors the bucket into memory with a KV watch: `state` is the `AllocatedState` the
+allocation core reads, and `changed` is set whenever any replica changes anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from gpudra_alloc.state import AllocatedState
+from gpudra_allocator.errors import ReservationConflict
+from gpudra_allocator.holdings import (
+    POOL_PREFIX,
+    BadReservationError,
+    ClaimRecord,
+    Holding,
+    PoolHoldings,
+    apply_holdings,
+    claim_key,
+    pool_key,
+)
+from gpudra_bus import translate
+
+log = logging.getLogger(__name__)
+
+_NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
+_MAX_CAS_TRIES = 50
+
+
+class Reservations:
+    """The reservation bucket plus its in-memory mirror (see the module docstring)."""
+
+    def __init__(self, kv: KeyValue, *, clock: Callable[[], float] = time.time) -> None:
+        self._kv = kv
+        self._clock = clock
+        self._pools: dict[str, tuple[int, PoolHoldings]] = {}
+        self.state = AllocatedState()
+        self.changed = asyncio.Event()
+        self.version = 0
+        self._watch_task: asyncio.Task[None] | None = None
+        self._synced = asyncio.Event()
+
+    # -- mirror -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start mirroring; returns once every existing key has been read."""
+        try:
+            watcher = await self._kv.watch(f"{POOL_PREFIX}>")
+        except _NATS_ERRORS as exc:
+            raise translate(exc, "watching reservations") from exc
+        self._watch_task = asyncio.create_task(self._follow(watcher), name="reservations-watch")
+        await self._synced.wait()
+
+    async def stop(self) -> None:
+        task, self._watch_task = self._watch_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    self._synced.set()
+                    continue
+                if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
+                    self._set(entry.key, entry.revision or 0, None)
+                    continue
+                try:
+                    self._set(entry.key, entry.revision or 0, PoolHoldings.decode(entry.value))
+                except BadReservationError as exc:
+                    log.error("ignoring reservation key %s: %s", entry.key, exc)
+        finally:
+            with contextlib.suppress(*_NATS_ERRORS):
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
+    def _set(self, key: str, revision: int, value: PoolHoldings | None) -> None:
+        current = self._pools.get(key)
+        if current is not None and current[0] >= revision:
+            return  # our own write, seen again (or an older one arriving late)
+        if current is not None:
+            apply_holdings(self.state, current[1], -1)
+        if value is None:
+            self._pools.pop(key, None)
+        else:
+            self._pools[key] = (revision, value)
+            apply_holdings(self.state, value, +1)
+        self.version += 1
+        self.changed.set()
+
+    def holdings_of(self, uid: str) -> list[tuple[PoolHoldings, Holding]]:
+        """Every holding of `uid` the mirror knows, with the pool it is in."""
+        return [
+            (pool, h) for _, pool in self._pools.values() for h in pool.holdings if h.uid == uid
+        ]
+
+    def pool(self, driver: str, pool: str) -> PoolHoldings:
+        entry = self._pools.get(pool_key(driver, pool))
+        return entry[1] if entry is not None else PoolHoldings(driver, pool)
+
+    # -- claim records -------------------------------------------------------------------------
+
+    async def record(self, uid: str) -> ClaimRecord | None:
+        """The claim's record, or None when nothing was decided for it yet."""
+        try:
+            entry = await self._kv.get(claim_key(uid))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        except _NATS_ERRORS as exc:
+            raise translate(exc, f"reading claim record {uid}") from exc
+        if not entry.value:
+            return None
+        return ClaimRecord.decode(entry.value)
+
+    async def commit(self, uid: str, record: ClaimRecord) -> ClaimRecord:
+        """Record `record` unless the claim has one already; returns the record that stands."""
+        key = claim_key(uid)
+        for _ in range(_MAX_CAS_TRIES):
+            try:
+                await self._kv.create(key, record.encode())
+                return record
+            except nats.js.errors.KeyWrongLastSequenceError:
+                existing = await self.record(uid)
+                if existing is not None:
+                    return existing
+            except _NATS_ERRORS as exc:
+                raise translate(exc, f"recording decision for {uid}") from exc
+        raise ReservationConflict(f"claim record {uid} keeps changing")
+
+    # -- holdings ------------------------------------------------------------------------------
+
+    async def reserve(self, by_pool: dict[tuple[str, str], list[Holding]]) -> None:
+        """Add holdings to their pools, all or none; `ReservationConflict` when they collide."""
+        done: list[tuple[str, str, Holding]] = []
+        try:
+            for (driver, pool), holdings in sorted(by_pool.items()):
+                await self._add(driver, pool, holdings)
+                done.append((driver, pool, holdings[0]))
+        except Exception:
+            for driver, pool, h in done:
+                await self._remove(driver, pool, h.uid, h.token)
+            raise
+
+    async def drop(self, uid: str, token: str | None = None) -> int:
+        """Remove `uid`'s holdings (only attempt `token`'s, when given); returns pools changed."""
+        pools = {(p.driver, p.pool) for p, h in self.holdings_of(uid) if token in (None, h.token)}
+        for driver, pool in sorted(pools):
+            await self._remove(driver, pool, uid, token)
+        return len(pools)
+
+    async def drop_stale(self, uid: str, stale_after: float) -> bool:
+        """Remove holdings of `uid` older than `stale_after` s; False when younger ones remain."""
+        now = self._clock()
+        tokens = {h.token for _, h in self.holdings_of(uid) if now - h.at >= stale_after}
+        for token in sorted(tokens):
+            await self.drop(uid, token)
+        return not self.holdings_of(uid)
+
+    async def release(self, uid: str, claim: str) -> None:
+        """The claim is gone: tombstone its record, then free every holding of its UID."""
+        try:
+            await self._kv.put(claim_key(uid), ClaimRecord("released", claim=claim).encode())
+        except _NATS_ERRORS as exc:
+            raise translate(exc, f"tombstoning claim {uid}") from exc
+        await self.drop(uid)
+
+    async def _add(self, driver: str, pool: str, holdings: Iterable[Holding]) -> None:
+        new = list(holdings)
+
+        def change(current: PoolHoldings) -> PoolHoldings:
+            conflicts = current.conflicts(new)
+            if conflicts:
+                raise ReservationConflict(f"pool {driver}/{pool}: {', '.join(conflicts)}")
+            return PoolHoldings(driver, pool, current.holdings + tuple(new))
+
+        await self._cas(driver, pool, change, fresh=False)
+
+    async def _remove(self, driver: str, pool: str, uid: str, token: str | None) -> None:
+        await self._cas(driver, pool, lambda current: current.without(uid, token), fresh=True)
+
+    async def _cas(
+        self,
+        driver: str,
+        pool: str,
+        change: Callable[[PoolHoldings], PoolHoldings],
+        *,
+        fresh: bool,
+    ) -> None:
+        """Apply `change` to the pool with a revision-checked write.
+
+        An add (`fresh=False`) starts from the mirror — the state the decision was made on — and
+        fails with `ReservationConflict` when the revision moved (after refreshing the mirror), so
+        the caller decides again. A removal retries on fresh content until it lands.
+        """
+        key = pool_key(driver, pool)
+        for _ in range(_MAX_CAS_TRIES):
+            if fresh:
+                await self._refresh(key)
+            revision, current = self._pools.get(key, (0, PoolHoldings(driver, pool)))
+            updated = change(current)
+            if updated.holdings == current.holdings:
+                return
+            try:
+                if revision == 0:
+                    new_revision = await self._kv.create(key, updated.encode())
+                else:
+                    new_revision = await self._kv.update(key, updated.encode(), last=revision)
+            except nats.js.errors.KeyWrongLastSequenceError as exc:
+                await self._refresh(key)
+                if not fresh:
+                    raise ReservationConflict(f"pool {driver}/{pool} changed meanwhile") from exc
+                continue
+            except _NATS_ERRORS as exc:
+                raise translate(exc, f"writing reservations of {driver}/{pool}") from exc
+            self._set(key, new_revision, updated)
+            return
+        raise ReservationConflict(f"pool {driver}/{pool} keeps changing")
+
+    async def _refresh(self, key: str) -> None:
+        try:
+            entry = await self._kv.get(key)
+        except nats.js.errors.KeyNotFoundError as exc:
+            # Deleted (or never written): a later `create` is the right write.
+            revision = getattr(getattr(exc, "entry", None), "revision", None) or 0
+            if revision:
+                self._set(key, revision, None)
+            return
+        except _NATS_ERRORS as exc:
+            raise translate(exc, f"reading reservations {key}") from exc
+        if entry.value:
+            self._set(key, entry.revision or 0, PoolHoldings.decode(entry.value))

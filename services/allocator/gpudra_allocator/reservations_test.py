@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from gpudra_alloc.state import DeviceID
+from gpudra_allocator.errors import ReservationConflict
+from gpudra_allocator.holdings import ClaimRecord, Holding
+from gpudra_allocator.reservations import Reservations
+from gpudra_bus import BucketSpec, connect, ensure_bucket
+
+DRIVER = "gpu.nvidia.com"
+
+
+@pytest_asyncio.fixture
+async def nc(nats_url: str) -> AsyncIterator[Client]:
+    client = await connect(nats_url, name="reservations-test", deadline=5)
+    yield client
+    await client.drain()
+
+
+@pytest_asyncio.fixture
+async def kv(nc: Client) -> KeyValue:
+    return await ensure_bucket(nc.jetstream(), BucketSpec(f"res-{uuid.uuid4().hex[:10]}"))
+
+
+@pytest_asyncio.fixture
+async def replicas(kv: KeyValue) -> AsyncIterator[list[Reservations]]:
+    out = [Reservations(kv) for _ in range(3)]
+    for r in out:
+        await r.start()
+    yield out
+    for r in out:
+        await r.stop()
+
+
+async def reserve_fresh(r: Reservations, by_pool: dict[tuple[str, str], list[Holding]]) -> None:
+    """What the worker does: a stale view is a conflict once, then the fresh view decides."""
+    for _ in range(3):
+        try:
+            await r.reserve(by_pool)
+            return
+        except ReservationConflict:
+            if any(r.pool(*key).conflicts(h) for key, h in by_pool.items()):
+                raise
+    raise AssertionError("kept conflicting on stale state")
+
+
+def hold(
+    device: str, uid: str, token: str = "t", share: str | None = None, at: float = 0.0
+) -> Holding:
+    return Holding(device, uid, f"default/{uid}", token, at, share)
+
+
+async def test_racing_replicas_never_hold_one_device_twice(replicas: list[Reservations]) -> None:
+    # Every replica tries to reserve every device of one pool for its own claim, all at once.
+    devices = [f"gpu-{i}" for i in range(4)]
+    winners: dict[str, str] = {}
+
+    async def grab(r: Reservations, uid: str) -> None:
+        for d in devices:
+            for _ in range(5):
+                try:
+                    await r.reserve({(DRIVER, "node-a"): [hold(d, uid)]})
+                    winners.setdefault(d, uid)
+                    assert winners[d] == uid, f"{d} reserved by {winners[d]} and {uid}"
+                    break
+                except ReservationConflict:
+                    if r.pool(DRIVER, "node-a").conflicts([hold(d, uid)]):
+                        break
+
+    await asyncio.gather(*(grab(r, f"claim-{i}") for i, r in enumerate(replicas)))
+    assert sorted(winners) == devices
+    await asyncio.sleep(0.2)
+    for r in replicas:
+        held = [h.device for h in r.pool(DRIVER, "node-a").holdings]
+        assert sorted(held) == devices, "each device held exactly once, seen by every replica"
+        assert r.state.devices == {DeviceID(DRIVER, "node-a", d) for d in devices}
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "conflict"),
+    [
+        pytest.param(hold("gpu-0", "a"), hold("gpu-0", "b"), True, id="exclusive-vs-exclusive"),
+        pytest.param(hold("gpu-0", "a"), hold("gpu-1", "b"), False, id="different-devices"),
+        pytest.param(
+            hold("gpu-0", "a", share="s1"), hold("gpu-0", "b", share="s2"), False, id="two-shares"
+        ),
+        pytest.param(
+            hold("gpu-0", "a", share="s1"), hold("gpu-0", "b"), True, id="exclusive-over-share"
+        ),
+        pytest.param(
+            hold("gpu-0", "a"), hold("gpu-0", "b", share="s2"), True, id="share-over-exclusive"
+        ),
+    ],
+)
+async def test_conflicts(
+    replicas: list[Reservations], first: Holding, second: Holding, conflict: bool
+) -> None:
+    await replicas[0].reserve({(DRIVER, "n"): [first]})
+    if conflict:
+        with pytest.raises(ReservationConflict):
+            await reserve_fresh(replicas[1], {(DRIVER, "n"): [second]})
+    else:
+        await reserve_fresh(replicas[1], {(DRIVER, "n"): [second]})
+
+
+async def test_multi_pool_reservation_is_all_or_nothing(replicas: list[Reservations]) -> None:
+    a, b = replicas[0], replicas[1]
+    await b.reserve({(DRIVER, "node-b"): [hold("gpu-0", "other")]})
+    await a._refresh("p.gpu_nvidia_com.node-b")
+    with pytest.raises(ReservationConflict):
+        await a.reserve(
+            {
+                (DRIVER, "node-a"): [hold("gpu-0", "mine")],
+                (DRIVER, "node-b"): [hold("gpu-0", "mine")],
+            }
+        )
+    assert a.holdings_of("mine") == []
+    assert a.pool(DRIVER, "node-a").holdings == ()
+
+
+async def test_stale_revision_is_a_conflict_then_fresh_state_wins(kv: KeyValue) -> None:
+    a, b = Reservations(kv), Reservations(kv)
+    await a.start()
+    await b.start()
+    try:
+        await a.reserve({(DRIVER, "n"): [hold("gpu-0", "x")]})
+        # b has not necessarily seen a's write; its add must fail or see it, never overwrite it.
+        try:
+            await b.reserve({(DRIVER, "n"): [hold("gpu-1", "y")]})
+        except ReservationConflict:
+            await b.reserve({(DRIVER, "n"): [hold("gpu-1", "y")]})
+        await asyncio.sleep(0.1)
+        assert sorted(h.device for h in a.pool(DRIVER, "n").holdings) == ["gpu-0", "gpu-1"]
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_commit_is_once_and_release_tombstones(replicas: list[Reservations]) -> None:
+    a, b = replicas[0], replicas[1]
+    mine = ClaimRecord("allocated", "default/c", 1, "tok-a", "node-a", {"devices": {}}, "a")
+    theirs = ClaimRecord("allocated", "default/c", 1, "tok-b", "node-b", {"devices": {}}, "b")
+    assert await a.commit("uid-1", mine) == mine
+    assert await b.commit("uid-1", theirs) == mine
+    await a.reserve({(DRIVER, "n"): [hold("gpu-0", "uid-1", token="tok-a")]})
+    await a.release("uid-1", "default/c")
+    record = await b.record("uid-1")
+    assert record is not None
+    assert record.released
+    assert a.holdings_of("uid-1") == []
+    # A late attempt for the released claim cannot become final.
+    late = ClaimRecord("allocated", "default/c", 1, "tok-c", "n", {"devices": {}}, "c")
+    assert (await b.commit("uid-1", late)).released
+
+
+async def test_drop_stale_keeps_young_attempts(kv: KeyValue) -> None:
+    now = [1000.0]
+    r = Reservations(kv, clock=lambda: now[0])
+    await r.start()
+    try:
+        await r.reserve({(DRIVER, "n"): [hold("gpu-0", "u", token="old", at=900.0)]})
+        await r.reserve({(DRIVER, "n"): [hold("gpu-1", "u", token="new", at=995.0)]})
+        assert not await r.drop_stale("u", stale_after=30.0)
+        assert [h.token for _, h in r.holdings_of("u")] == ["new"]
+        now[0] = 1100.0
+        assert await r.drop_stale("u", stale_after=30.0)
+    finally:
+        await r.stop()
+
+
+async def test_record_of_unknown_claim_is_none(replicas: list[Reservations]) -> None:
+    assert await replicas[0].record("nobody") is None

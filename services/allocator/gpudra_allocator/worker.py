@@ -1,0 +1,413 @@
+"""The allocator's loop: claim events in, reserved and announced decisions out.
+
+Promises (with `Reservations` for the multi-replica part):
+- Reserve before announce: a decision is published only after its devices are held in the
+  reservation bucket and its `c.<uid>` record was created; a claim event is acknowledged only after
+  that publication, so a replica killed at any point loses nothing (JetStream redelivers) and
+  duplicates nothing (the record makes the second attempt re-announce the first decision).
+- Decisions are idempotent per claim UID: a PENDING event for a decided claim re-announces the
+  recorded decision (same `Nats-Msg-Id`, so the stream drops it within its window).
+- An unschedulable claim gets an UNSCHEDULABLE decision with the core's explanation (again only
+  when the reason changes) and is kept, unacknowledged, and retried whenever the slices or the
+  reservations change and at least every `retry_interval` seconds; if this replica dies, the event
+  is redelivered to another one after `ack_wait`.
+- A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
+  `Released`. Malformed events are dead-lettered and acknowledged; they never block the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from gpudra_alloc import AllocationInputError
+from gpudra_allocator.engine import Decision, Engine
+from gpudra_allocator.errors import BadClaimError, ReservationConflict
+from gpudra_allocator.holdings import ClaimRecord, Holding, holdings_for
+from gpudra_allocator.index import SliceIndex
+from gpudra_allocator.reservations import Reservations
+from gpudra_allocator.settings import Settings
+from gpudra_api import ApiError, ResourceClaim, parse_resource_claim
+from gpudra_bus import (
+    ALLOCATION_DECISION,
+    CLAIM_EVENT,
+    CLAIMS_STREAM,
+    RELEASED,
+    BusPermanentError,
+    BusRetryableError,
+    DeadLetters,
+    Publisher,
+    receive,
+    subjects,
+    tracing,
+)
+from gpudra_bus.subjects import Kind
+from gpudrapb.v1 import claims_pb2
+
+log = logging.getLogger(__name__)
+
+_RESERVE_TRIES = 8
+_EMPTY = ResourceClaim(name="", namespace="", uid="", requests=())
+
+
+@dataclass
+class Waiting:
+    """An unschedulable claim held (unacknowledged) for retry."""
+
+    msg: Msg
+    event: claims_pb2.ClaimEvent
+    claim: ResourceClaim
+    reason: str = ""
+    seen_version: tuple[int, int] = (-1, -1)
+    last_try: float = 0.0
+    last_touch: float = field(default_factory=time.monotonic)
+
+
+class Worker:
+    def __init__(
+        self,
+        nc: Client,
+        settings: Settings,
+        engine: Engine,
+        index: SliceIndex,
+        reservations: Reservations,
+    ) -> None:
+        self._nc = nc
+        self._settings = settings
+        self._engine = engine
+        self._index = index
+        self._res = reservations
+        self._publisher = Publisher(nc)
+        self._dead = DeadLetters(self._publisher, service="allocator")
+        self._waiting: dict[str, Waiting] = {}
+        self.replica = settings.replica
+        self.ready = False
+        self.decided = 0
+        self.unschedulable = 0
+        self.released = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        js = self._nc.jetstream()
+        sub = await js.pull_subscribe(
+            subjects.all_of(Kind.CLAIMS),
+            durable=self._settings.consumer,
+            stream=CLAIMS_STREAM,
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.ALL,
+                ack_wait=self._settings.ack_wait,
+                max_ack_pending=self._settings.max_waiting + self._settings.batch,
+                max_deliver=-1,
+            ),
+        )
+        self.ready = True
+        log.info("allocator %s consuming claim events", self.replica)
+        try:
+            while not stop.is_set():
+                try:
+                    msgs = await sub.fetch(self._settings.batch, timeout=0.25)
+                except (nats.errors.TimeoutError, TimeoutError):
+                    msgs = []
+                except (nats.errors.Error, OSError) as exc:
+                    log.warning("fetching claim events failed (%s); retrying", exc)
+                    await asyncio.sleep(0.5)
+                    continue
+                for msg in msgs:
+                    await self._guarded(msg)
+                await self._retry_waiting()
+        finally:
+            self.ready = False
+            await sub.unsubscribe()
+
+    async def _guarded(self, msg: Msg) -> None:
+        try:
+            await self.handle(msg)
+        except BusRetryableError as exc:
+            log.warning("claim event on %s deferred: %s", msg.subject, exc)
+            await _quietly(msg.nak(delay=1.0))
+        except (BusPermanentError, BadClaimError) as exc:
+            await self._dead.send(msg.subject, msg.data, msg.headers, exc)
+            await _quietly(msg.ack())
+
+    async def handle(self, msg: Msg) -> None:
+        event = await receive(msg, CLAIM_EVENT, self._dead)
+        if event is None:
+            return
+        with tracing.process_span(
+            msg.subject, msg.headers, size=len(msg.data), consumer=self._settings.consumer
+        ) as span:
+            span.set_attribute("gpudra.claim.uid", event.claim.uid)
+            kind = event.kind
+            if kind == claims_pb2.ClaimEvent.KIND_PENDING:
+                await self._pending(msg, event)
+            elif kind == claims_pb2.ClaimEvent.KIND_DELETED:
+                await self._deleted(msg, event)
+            elif kind == claims_pb2.ClaimEvent.KIND_ALLOCATED_EXTERNALLY:
+                await self._adopt(msg, event)
+            else:
+                raise BadClaimError(f"claim event of unknown kind {kind}")
+
+    # -- PENDING ------------------------------------------------------------------------------
+
+    async def _pending(self, msg: Msg, event: claims_pb2.ClaimEvent) -> None:
+        uid = event.claim.uid
+        if not uid:
+            raise BadClaimError("claim event without a claim UID")
+        if await self._settled(msg, event):
+            return
+        try:
+            claim = _parse_claim(event)
+        except BadClaimError as exc:
+            # The person who wrote the claim must see why it will never be allocated.
+            await self._unschedulable(Waiting(msg, event, _EMPTY), f"invalid claim: {exc}")
+            await self._finish(uid, msg)
+            return
+        if not await self._res.drop_stale(uid, stale_after=self._settings.ack_wait):
+            # A young attempt for the same claim is in flight elsewhere; look again shortly.
+            await _quietly(msg.nak(delay=1.0))
+            return
+        old = self._waiting.get(uid)
+        if old is not None and old.msg is not msg:
+            await _quietly(old.msg.ack())  # the newer delivery replaces the held one
+        await self._attempt(Waiting(msg, event, claim, reason=old.reason if old else ""))
+
+    async def _settled(self, msg: Msg, event: claims_pb2.ClaimEvent) -> bool:
+        """True (and the event acked) when the claim was already decided or released."""
+        record = await self._res.record(event.claim.uid)
+        if record is None:
+            return False
+        if not record.released:
+            await self._announce(event, record)
+        await self._finish(event.claim.uid, msg)
+        return True
+
+    async def _attempt(self, waiting: Waiting) -> None:
+        event, claim = waiting.event, waiting.claim
+        uid = claim.uid or event.claim.uid
+        waiting.seen_version = (self._index.version, self._res.version)
+        waiting.last_try = time.monotonic()
+        for _ in range(_RESERVE_TRIES):
+            try:
+                decision = self._engine.decide(
+                    [claim], self._index.slices.values(), self._index.version, self._res.state
+                )
+            except AllocationInputError as exc:
+                await self._unschedulable(waiting, f"invalid claim: {exc}")
+                await self._finish(uid, waiting.msg)
+                return
+            if not decision.allocated:
+                await self._unschedulable(waiting, decision.reason)
+                self._hold(waiting)
+                return
+            token = f"{self.replica}-{uuid.uuid4().hex[:12]}"
+            try:
+                await self._res.reserve(
+                    holdings_for(decision.results, uid, claim.key, token, time.time())
+                )
+            except ReservationConflict as exc:
+                log.debug("claim %s: %s; deciding again", claim.key, exc)
+                continue
+            await self._commit(waiting, decision, token)
+            return
+        self._hold(waiting)  # kept losing races; the next change retries it
+
+    async def _commit(self, waiting: Waiting, decision: Decision, token: str) -> None:
+        event, uid = waiting.event, waiting.event.claim.uid
+        record = ClaimRecord(
+            "allocated",
+            claim=waiting.claim.key,
+            generation=event.claim.generation,
+            token=token,
+            node=decision.node,
+            allocation=decision.results[0].to_json(),
+            allocator=self.replica,
+        )
+        winner = await self._res.commit(uid, record)
+        if winner.token != token:
+            await self._res.drop(uid, token)
+        if not winner.released:
+            await self._announce(event, winner)
+        await self._finish(uid, waiting.msg)
+
+    async def _announce(self, event: claims_pb2.ClaimEvent, record: ClaimRecord) -> None:
+        decision = claims_pb2.AllocationDecision(
+            claim=event.claim,
+            outcome=claims_pb2.AllocationDecision.OUTCOME_ALLOCATED,
+            allocation_json=json.dumps(record.allocation, separators=(",", ":")).encode(),
+            node_name=record.node,
+            gang_id=event.gang_id,
+            allocator_id=record.allocator,
+        )
+        decision.decided_at.GetCurrentTime()
+        ref = event.claim
+        await self._publisher.publish(
+            subjects.allocations(ref.namespace, ref.name),
+            decision,
+            ALLOCATION_DECISION,
+            msg_id=f"{ref.uid}/{record.token}/allocated",
+        )
+        self.decided += 1
+
+    async def _unschedulable(self, waiting: Waiting, reason: str) -> None:
+        if reason == waiting.reason:
+            return
+        waiting.reason = reason
+        ref = waiting.event.claim
+        decision = claims_pb2.AllocationDecision(
+            claim=ref,
+            outcome=claims_pb2.AllocationDecision.OUTCOME_UNSCHEDULABLE,
+            reason=reason,
+            gang_id=waiting.event.gang_id,
+            allocator_id=self.replica,
+        )
+        decision.decided_at.GetCurrentTime()
+        digest = hashlib.sha256(reason.encode()).hexdigest()[:16]
+        await self._publisher.publish(
+            subjects.allocations(ref.namespace, ref.name),
+            decision,
+            ALLOCATION_DECISION,
+            msg_id=f"{ref.uid}/unschedulable/{digest}",
+        )
+        self.unschedulable += 1
+
+    def _hold(self, waiting: Waiting) -> None:
+        self._waiting[waiting.event.claim.uid] = waiting
+
+    async def _finish(self, uid: str, msg: Msg) -> None:
+        held = self._waiting.pop(uid, None)
+        if held is not None and held.msg is not msg:
+            await _quietly(held.msg.ack())
+        await _quietly(msg.ack())
+
+    async def _retry_waiting(self) -> None:
+        if not self._waiting:
+            return
+        now = time.monotonic()
+        current = (self._index.version, self._res.version)
+        for uid, waiting in list(self._waiting.items()):
+            if self._waiting.get(uid) is not waiting:
+                continue
+            if now - waiting.last_touch > self._settings.ack_wait / 3:
+                waiting.last_touch = now
+                await _quietly(waiting.msg.in_progress())
+            due = now - waiting.last_try >= self._settings.retry_interval
+            if waiting.seen_version == current and not due:
+                continue
+            with tracing.process_span(
+                waiting.msg.subject, waiting.msg.headers, consumer=self._settings.consumer
+            ):
+                try:
+                    if not await self._settled(waiting.msg, waiting.event):
+                        await self._attempt(waiting)
+                except BusRetryableError as exc:
+                    log.warning("retry of claim %s deferred: %s", waiting.claim.key, exc)
+
+    # -- DELETED and ALLOCATED_EXTERNALLY -----------------------------------------------------
+
+    async def _deleted(self, msg: Msg, event: claims_pb2.ClaimEvent) -> None:
+        ref = event.claim
+        if not ref.uid:
+            raise BadClaimError("claim event without a claim UID")
+        await self._res.release(ref.uid, f"{ref.namespace}/{ref.name}")
+        released = claims_pb2.Released(claim=ref, reason="deleted")
+        released.released_at.GetCurrentTime()
+        await self._publisher.publish(
+            subjects.allocations(ref.namespace, ref.name),
+            released,
+            RELEASED,
+            msg_id=f"{ref.uid}/released",
+        )
+        self.released += 1
+        await self._finish(ref.uid, msg)
+
+    async def _adopt(self, msg: Msg, event: claims_pb2.ClaimEvent) -> None:
+        """Take an allocation gpudra did not make into the reservations (kube-scheduler's)."""
+        ref = event.claim
+        if await self._settled(msg, event):
+            return
+        doc = _claim_doc(event)
+        allocation = (doc.get("status") or {}).get("allocation")
+        if not isinstance(allocation, dict):
+            raise BadClaimError(f"claim {ref.namespace}/{ref.name} is not allocated")
+        token = f"adopted-{self.replica}-{uuid.uuid4().hex[:12]}"
+        by_pool = _holdings_from_json(allocation, ref.uid, f"{ref.namespace}/{ref.name}", token)
+        try:
+            await self._res.reserve(by_pool)
+        except ReservationConflict as exc:
+            log.error(
+                "claim %s/%s was allocated outside gpudra on devices already held: %s",
+                ref.namespace,
+                ref.name,
+                exc,
+            )
+            await self._finish(ref.uid, msg)
+            return
+        record = ClaimRecord(
+            "allocated",
+            claim=f"{ref.namespace}/{ref.name}",
+            generation=ref.generation,
+            token=token,
+            allocation=allocation,
+            allocator="external",
+        )
+        winner = await self._res.commit(ref.uid, record)
+        if winner.token != token:
+            await self._res.drop(ref.uid, token)
+        await self._finish(ref.uid, msg)
+
+
+def _claim_doc(event: claims_pb2.ClaimEvent) -> dict[str, Any]:
+    try:
+        doc = json.loads(event.claim_json)
+    except ValueError as exc:
+        raise BadClaimError(f"claim JSON does not parse: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise BadClaimError("claim JSON is not an object")
+    return doc
+
+
+def _parse_claim(event: claims_pb2.ClaimEvent) -> ResourceClaim:
+    try:
+        claim = parse_resource_claim(_claim_doc(event))
+    except ApiError as exc:
+        raise BadClaimError(f"invalid ResourceClaim: {exc}") from exc
+    if claim.uid and claim.uid != event.claim.uid:
+        raise BadClaimError(f"claim UID {claim.uid} differs from the event's {event.claim.uid}")
+    return claim
+
+
+def _holdings_from_json(
+    allocation: dict[str, Any], uid: str, claim: str, token: str
+) -> dict[tuple[str, str], list[Holding]]:
+    out: dict[tuple[str, str], list[Holding]] = {}
+    now = time.time()
+    try:
+        for r in allocation["devices"]["results"]:
+            if r.get("adminAccess") and "shareID" not in r:
+                continue
+            capacity = {str(k): str(v) for k, v in (r.get("consumedCapacity") or {}).items()}
+            out.setdefault((str(r["driver"]), str(r["pool"])), []).append(
+                Holding(str(r["device"]), uid, claim, token, now, r.get("shareID"), capacity)
+            )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BadClaimError(f"malformed status.allocation: {exc}") from exc
+    return out
+
+
+async def _quietly(ack: Any) -> None:
+    """Acks are best effort: a lost ack means a redelivery, which the record makes harmless."""
+    try:
+        await ack
+    except (nats.errors.Error, OSError, TimeoutError) as exc:
+        log.debug("ack failed: %s", exc)
