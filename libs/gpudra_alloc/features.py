@@ -1,0 +1,50 @@
+"""The optional allocator features, switched as Kubernetes' feature gates switch them.
+
+Names are spelled as Kubernetes' structured allocator spells them. Without an explicit list,
+Kubernetes 1.37's defaults apply: everything on except `ListTypeAttributes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+
+from gpudra_alloc.errors import ProblemError
+
+
+@dataclass(frozen=True)
+class Features:
+    admin_access: bool = True
+    consumable_capacity: bool = True
+    device_binding_and_status: bool = True
+    device_taints: bool = True
+    list_type_attributes: bool = False
+    partitionable_devices: bool = True
+    prioritized_list: bool = True
+
+    @staticmethod
+    def from_names(names: Iterable[str]) -> Features:
+        """Exactly the named features on, all others off."""
+        wanted = set(names)
+        unknown = wanted - set(FEATURE_NAMES)
+        if unknown:
+            raise ProblemError(
+                f"unknown feature(s) {sorted(unknown)}; known: {', '.join(FEATURE_NAMES)}"
+            )
+        return Features(**{attr: name in wanted for name, attr in FEATURE_NAMES.items()})
+
+    def names(self) -> list[str]:
+        return [name for name, attr in FEATURE_NAMES.items() if getattr(self, attr)]
+
+
+FEATURE_NAMES: dict[str, str] = {
+    "AdminAccess": "admin_access",
+    "ConsumableCapacity": "consumable_capacity",
+    "DeviceBindingAndStatus": "device_binding_and_status",
+    "DeviceTaints": "device_taints",
+    "ListTypeAttributes": "list_type_attributes",
+    "PartitionableDevices": "partitionable_devices",
+    "PrioritizedList": "prioritized_list",
+}
+
+assert set(FEATURE_NAMES.values()) == {f.name for f in fields(Features)}

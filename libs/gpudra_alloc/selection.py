@@ -1,0 +1,102 @@
+"""Selector evaluation with caches: compiled CEL per expression, results per device entry.
+
+A device entry lives as long as its slice object (one pool generation), so a cached result is
+never stale: a new generation brings new slice objects and empty caches. A run-time CEL error is
+cached too and raised again, so the same input always fails the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra_alloc.errors import AllocationInputError
+from gpudra_alloc.pools import DeviceEntry
+from gpudra_api import DeviceAttribute, DeviceSelector, Semver
+from gpudra_api.names import split_qualified_name
+from gpudra_cel import CelCompileError, CelEvaluationError, DeviceView, compile_selector
+
+
+def _value(attr: DeviceAttribute) -> Any:
+    if attr.kind == "version":
+        values: list[Any] = [Semver.parse(str(v)) for v in attr.values]
+    else:
+        values = list(attr.values)
+    return tuple(values) if attr.is_list else values[0]
+
+
+def device_view(entry: DeviceEntry) -> Any:
+    """The CEL `device` of an entry (built once per entry)."""
+    if entry.view is None:
+        device = entry.device
+        driver = entry.id.driver
+        attributes: dict[str, dict[str, Any]] = {}
+        for name, attr in device.attributes.items():
+            domain, ident = split_qualified_name(name, driver)
+            attributes.setdefault(domain, {})[ident] = _value(attr)
+        capacity: dict[str, dict[str, Any]] = {}
+        for name, cap in device.capacity.items():
+            domain, ident = split_qualified_name(name, driver)
+            capacity.setdefault(domain, {})[ident] = cap.value
+        entry.view = DeviceView(
+            driver=driver,
+            attributes=attributes,
+            capacity=capacity,
+            allow_multiple_allocations=bool(device.allow_multiple_allocations),
+        )
+    return entry.view
+
+
+class Selectors:
+    """Compiles each expression once and evaluates selectors against device entries."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, Any] = {}
+
+    def compiled(self, expression: str) -> Any:
+        program = self._compiled.get(expression)
+        if program is None:
+            try:
+                program = compile_selector(expression)
+            except CelCompileError as exc:
+                program = exc
+            self._compiled[expression] = program
+        return program
+
+    def all_match(
+        self, selectors: tuple[DeviceSelector, ...], entry: DeviceEntry, owner: str
+    ) -> bool:
+        """True when every selector matches; `owner` prefixes errors (`class x`, `claim y`)."""
+        for index, selector in enumerate(selectors):
+            expression = selector.expression
+            if expression is None:
+                raise AllocationInputError(
+                    f"{owner}: selector #{index}: CEL expression empty (unsupported selector type?)"
+                )
+            cached = entry.matches.get(expression)
+            if cached is None:
+                cached = self._evaluate(expression, entry, owner, index)
+                entry.matches[expression] = cached
+            if isinstance(cached, Exception):
+                raise AllocationInputError(
+                    f"{owner}: selector #{index} on device {entry.id}: {cached}"
+                ) from cached
+            if not cached:
+                return False
+        return True
+
+    def _evaluate(
+        self, expression: str, entry: DeviceEntry, owner: str, index: int
+    ) -> bool | Exception:
+        program = self.compiled(expression)
+        if isinstance(program, CelCompileError):
+            raise AllocationInputError(
+                f"{owner}: selector #{index}: CEL compile error: {program}"
+            ) from program
+        try:
+            return bool(program.matches(device_view(entry)))
+        except CelEvaluationError as exc:
+            return _RuntimeFailure(f"CEL runtime error: {exc}")
+
+
+class _RuntimeFailure(Exception):
+    """A cached CEL run-time failure on one device."""
