@@ -1,0 +1,170 @@
+"""Worst-case cost estimate of a selector, in the spirit of cel-go's estimator as Kubernetes
+configures it for DRA.
+
+Every value reachable from `device` has a known maximum size from the API limits (driver name 63
+characters, at most 32 attributes/capacities per device, attribute strings and lists at most 64),
+so iteration and string work are bounded; literals have their own size. Costs: one unit per
+selection, index, variable, operator or call; string, list and regex functions cost a tenth of a
+unit per character/element they may scan (cel-go's traversal factor); a comprehension costs its
+range size times its body. The estimate is an upper bound; an expression whose estimate exceeds
+the limit is rejected at compile time, so no run-time cost accounting is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpudra_api.names import DEVICE_MAX_ID_LENGTH, DRIVER_NAME_MAX_LENGTH
+from gpudra_cel.checker import Checked
+from gpudra_cel.lib_kube import MAX_LIST_ATTRIBUTE_VALUES
+from gpudra_cel.syntax import (
+    Bind,
+    Call,
+    Comprehension,
+    Has,
+    Ident,
+    Index,
+    ListLit,
+    Literal,
+    MapLit,
+    Node,
+    Select,
+)
+
+__all__ = ["estimate_cost"]
+
+ATTRIBUTE_MAX_VALUE_LENGTH = 64
+MAX_ATTRIBUTES_PER_DEVICE = 32
+QUANTITY_SIZE = 8
+_UNBOUNDED = 1 << 40
+_SIZE_CHANGING = frozenset({"split", "findAll", "replace", "join", "_+_", "lowerAscii"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Est:
+    cost: int
+    size: int  # maximum length of the value (string/bytes/list/map); 1 for scalars
+    elem: int = 1  # maximum size of one element, for lists and maps
+
+
+def estimate_cost(root: Node, checked: Checked) -> int:
+    return _Estimator(checked).visit(root, {}).cost
+
+
+def _scan(size: int) -> int:
+    return math.ceil(size * 0.1)
+
+
+class _Estimator:
+    def __init__(self, checked: Checked) -> None:
+        self.checked = checked
+
+    def visit(self, node: Node, scope: dict[str, _Est]) -> _Est:
+        if isinstance(node, Literal):
+            value = node.value
+            size = len(value) if isinstance(value, str | bytes) else 1
+            return _Est(0, size)
+        if isinstance(node, Ident):
+            if node.name in scope:
+                found = scope[node.name]
+                return _Est(1, found.size, found.elem)
+            return _Est(1, 4)  # device: an object with four fields
+        if isinstance(node, Select | Has):
+            return self.select(node, scope)
+        if isinstance(node, Index):
+            operand = self.visit(node.operand, scope)
+            index = self.visit(node.index, scope)
+            return _Est(operand.cost + index.cost + 1, operand.elem, _inner_elem(node))
+        if isinstance(node, ListLit | MapLit):
+            parts = (
+                [self.visit(i, scope) for i in node.items]
+                if isinstance(node, ListLit)
+                else [self.visit(x, scope) for kv in node.entries for x in kv]
+            )
+            count = len(node.items) if isinstance(node, ListLit) else len(node.entries)
+            elem = max((p.size for p in parts), default=1)
+            return _Est(10 + sum(p.cost for p in parts), count, elem)
+        if isinstance(node, Bind):
+            init = self.visit(node.init, scope)
+            body = self.visit(node.body, {**scope, node.var: init})
+            return _Est(init.cost + body.cost + 1, body.size, body.elem)
+        if isinstance(node, Comprehension):
+            rng = self.visit(node.range, scope)
+            inner = {**scope, node.var: _Est(0, rng.elem, _UNBOUNDED)}
+            body = self.visit(node.body, inner)
+            predicate = self.visit(node.predicate, inner).cost if node.predicate else 0
+            per_item = body.cost + predicate + 2
+            size = rng.size if node.kind in ("map", "filter") else 1
+            return _Est(rng.cost + rng.size * per_item, size, body.size)
+        if isinstance(node, Call):
+            return self.call(node, scope)
+        return _Est(1, 1)
+
+    def select(self, node: Select | Has, scope: dict[str, _Est]) -> _Est:
+        operand = self.visit(node.operand, scope)
+        if isinstance(node.operand, Ident) and node.operand.name == "device":
+            sizes = {
+                "driver": _Est(0, DRIVER_NAME_MAX_LENGTH),
+                "attributes": _Est(0, MAX_ATTRIBUTES_PER_DEVICE, MAX_ATTRIBUTES_PER_DEVICE),
+                "capacity": _Est(0, MAX_ATTRIBUTES_PER_DEVICE, MAX_ATTRIBUTES_PER_DEVICE),
+            }
+            found = sizes.get(node.field, _Est(0, 1))
+            return _Est(operand.cost + 1, found.size, found.elem)
+        if isinstance(node, Has):
+            return _Est(operand.cost + 1, 1)
+        return _Est(operand.cost + 1, operand.elem, _inner_elem(node))
+
+    def call(self, node: Call, scope: dict[str, _Est]) -> _Est:
+        target = self.visit(node.target, scope) if node.target is not None else None
+        args = [self.visit(a, scope) for a in node.args]
+        cost = 1 + sum(a.cost for a in args) + (target.cost if target else 0)
+        subject = target if target is not None else (args[0] if args else _Est(0, 1))
+        fn = node.function
+        if fn in ("_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"):
+            cost += _scan(min(args[0].size, args[1].size))
+        elif fn == "@in":
+            cost += args[1].size
+        overloads = self.checked.overloads.get(id(node), ())
+        kinds = {ov.cost for ov in overloads}
+        if "regex" in kinds and args:
+            pattern = args[-1] if target is not None else args[1]
+            cost += _scan(subject.size) * max(1, _scan(pattern.size))
+        elif "linear" in kinds:
+            cost += max(1, _scan(subject.size)) + (args[0].size if fn == "includes" else 0)
+        size, elem = self.result_size(fn, subject, args)
+        return _Est(cost, size, elem)
+
+    def result_size(self, fn: str, subject: _Est, args: list[_Est]) -> tuple[int, int]:
+        if fn == "_+_" and len(args) == 2:
+            return args[0].size + args[1].size, max(args[0].elem, args[1].elem)
+        if fn in ("split", "findAll"):
+            return subject.size + 1, subject.size
+        if fn == "replace":
+            return subject.size * max(1, args[1].size + 1), 1
+        if fn == "join":
+            return subject.size * (subject.elem + max((a.size for a in args), default=0)), 1
+        if fn in ("lowerAscii", "upperAscii", "trim", "substring", "charAt", "find"):
+            return subject.size, 1
+        if fn in ("_?_:_",):
+            return max(args[1].size, args[2].size), max(args[1].elem, args[2].elem)
+        if fn in ("dyn", "optional.of", "value", "orValue", "min", "max", "sum"):
+            return subject.size if fn != "orValue" else max(subject.size, args[0].size), 1
+        if fn in ("string", "bytes"):
+            return max(subject.size, 24), 1
+        if fn in ("quantity", "add", "sub"):
+            return QUANTITY_SIZE, 1
+        return 1, 1
+
+
+def _inner_elem(node: Select | Index) -> int:
+    """Element size after one more level of map access below `device`."""
+    depth, current = 0, node.operand
+    while isinstance(current, Select | Index):
+        depth, current = depth + 1, current.operand
+    if isinstance(current, Ident) and current.name == "device" and depth == 1:
+        # device.attributes[domain] -> a map of attributes, whose values are <= 64 long.
+        return ATTRIBUTE_MAX_VALUE_LENGTH
+    if isinstance(current, Ident) and current.name == "device" and depth >= 2:
+        return max(ATTRIBUTE_MAX_VALUE_LENGTH, MAX_LIST_ATTRIBUTE_VALUES, DEVICE_MAX_ID_LENGTH)
+    return _UNBOUNDED

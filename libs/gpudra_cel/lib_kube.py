@@ -1,0 +1,140 @@
+"""Kubernetes' CEL libraries that DRA selectors get: quantity, semver, and DRA's `includes`.
+
+Semantics follow `k8s.io/apiserver/pkg/cel/library` (quantity.go, semver.go) and
+`k8s.io/dynamic-resource-allocation/cel` (`includes`): `quantity("1Gi")` parses Kubernetes
+quantity syntax, `asInteger()` fails when the value is fractional or beyond int64,
+`semver(s, true)` normalizes (`v` prefix, missing minor/patch, leading zeros) before parsing.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from gpudra_api.errors import ApiError
+from gpudra_api.quantity import Quantity
+from gpudra_api.semver import Semver
+from gpudra_cel.errors import CelEvaluationError
+from gpudra_cel.functions import Overload, overload
+from gpudra_cel.types import BOOL, DOUBLE, DYN, INT, QUANTITY, SEMVER, STRING
+from gpudra_cel.values import INT64_MAX, INT64_MIN, equal
+
+__all__ = ["KUBE_OVERLOADS", "MAX_LIST_ATTRIBUTE_VALUES"]
+
+# resourceapi.ResourceSliceMaxAttributeValuesPerDevice: the longest list attribute `includes`
+# accepts (assumed 64 here, the same bound as a string attribute's length).
+MAX_LIST_ATTRIBUTE_VALUES = 64
+
+
+def _quantity(text: str) -> Quantity:
+    try:
+        return Quantity.parse(text)
+    except ApiError as exc:
+        raise CelEvaluationError(f"quantity: {exc}") from exc
+
+
+def _is_quantity(text: str) -> bool:
+    try:
+        Quantity.parse(text)
+    except ApiError:
+        return False
+    return True
+
+
+def _as_integer(q: Quantity) -> int:
+    value = q.as_int()
+    if value is None:
+        raise CelEvaluationError(f"cannot convert value to integer: {q}")
+    return value
+
+
+def _check_result(q: Quantity) -> Quantity:
+    # Kubernetes' quantity arithmetic is bounded by its int64/inf.Dec representation; we keep
+    # exact values and only refuse results that no longer fit the API's int64 ceiling by far.
+    if abs(q.value) > Fraction(INT64_MAX) * 10**18:
+        raise CelEvaluationError("quantity arithmetic overflow")
+    return q
+
+
+def _add(q: Quantity, other: Quantity | int) -> Quantity:
+    if isinstance(other, int):
+        other = Quantity.of(other)
+    return _check_result(q + other)
+
+
+def _sub(q: Quantity, other: Quantity | int) -> Quantity:
+    if isinstance(other, int):
+        other = Quantity.of(other)
+    return _check_result(q - other)
+
+
+_NORMALIZE = re.compile(r"v?([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?(.*)", re.DOTALL)
+
+
+def _normalize(text: str) -> str:
+    match = _NORMALIZE.fullmatch(text)
+    if match is None:
+        return text
+    major, minor, patch, rest = match.groups()
+    parts = [str(int(p)) for p in (major, minor or "0", patch or "0")]
+    return ".".join(parts) + rest
+
+
+def _semver(text: str, normalize: bool = False) -> Semver:
+    try:
+        return Semver.parse(_normalize(text) if normalize else text)
+    except ApiError as exc:
+        raise CelEvaluationError(f"semver: {exc}") from exc
+
+
+def _is_semver(text: str, normalize: bool = False) -> bool:
+    try:
+        Semver.parse(_normalize(text) if normalize else text)
+    except ApiError:
+        return False
+    return True
+
+
+def _int_part(value: int) -> int:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise CelEvaluationError("integer overflow")
+    return value
+
+
+def _includes(target: object, item: object) -> bool:
+    if isinstance(target, tuple | list):
+        if len(target) > MAX_LIST_ATTRIBUTE_VALUES:
+            raise CelEvaluationError(
+                "'includes' function cannot be applied to lists longer than "
+                f"{MAX_LIST_ATTRIBUTE_VALUES} values"
+            )
+        return any(equal(x, item) for x in target)
+    return equal(target, item)
+
+
+KUBE_OVERLOADS: tuple[Overload, ...] = (
+    overload("quantity", None, (STRING,), QUANTITY, _quantity),
+    overload("isQuantity", None, (STRING,), BOOL, _is_quantity),
+    overload("sign", QUANTITY, (), INT, lambda q: q.sign),
+    overload("isInteger", QUANTITY, (), BOOL, lambda q: q.is_integer()),
+    overload("asInteger", QUANTITY, (), INT, _as_integer),
+    overload("asApproximateFloat", QUANTITY, (), DOUBLE, lambda q: q.as_approximate_float()),
+    overload("add", QUANTITY, (QUANTITY,), QUANTITY, _add),
+    overload("add", QUANTITY, (INT,), QUANTITY, _add),
+    overload("sub", QUANTITY, (QUANTITY,), QUANTITY, _sub),
+    overload("sub", QUANTITY, (INT,), QUANTITY, _sub),
+    overload("isLessThan", QUANTITY, (QUANTITY,), BOOL, lambda a, b: a.value < b.value),
+    overload("isGreaterThan", QUANTITY, (QUANTITY,), BOOL, lambda a, b: a.value > b.value),
+    overload("compareTo", QUANTITY, (QUANTITY,), INT, lambda a, b: a.compare(b)),
+    overload("semver", None, (STRING,), SEMVER, _semver),
+    overload("semver", None, (STRING, BOOL), SEMVER, _semver),
+    overload("isSemver", None, (STRING,), BOOL, _is_semver),
+    overload("isSemver", None, (STRING, BOOL), BOOL, _is_semver),
+    overload("major", SEMVER, (), INT, lambda v: _int_part(v.major)),
+    overload("minor", SEMVER, (), INT, lambda v: _int_part(v.minor)),
+    overload("patch", SEMVER, (), INT, lambda v: _int_part(v.patch)),
+    overload("isLessThan", SEMVER, (SEMVER,), BOOL, lambda a, b: a < b),
+    overload("isGreaterThan", SEMVER, (SEMVER,), BOOL, lambda a, b: a > b),
+    overload("compareTo", SEMVER, (SEMVER,), INT, lambda a, b: a.compare(b)),
+    overload("includes", DYN, (DYN,), BOOL, _includes, cost="linear"),
+)

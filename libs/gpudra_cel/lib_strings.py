@@ -1,0 +1,154 @@
+"""String functions: CEL's built-ins (`contains`, `startsWith`, `endsWith`, `matches`) and the
+cel-go `strings` extension Kubernetes enables (`charAt`, `indexOf`, `lastIndexOf`, `lowerAscii`,
+`upperAscii`, `replace`, `split`, `substring`, `trim`, `join`), plus Kubernetes' regex library
+(`find`, `findAll`).
+
+Indices count Unicode code points, as cel-go does. Regular expressions are RE2 (google-re2), and
+`matches` is a search (an unanchored match anywhere), as in CEL. Bad indices are errors.
+"""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+from typing import Any
+
+import re2  # type: ignore[import-untyped]
+
+from gpudra_cel.errors import CelEvaluationError
+from gpudra_cel.functions import Overload, overload
+from gpudra_cel.types import BOOL, INT, STRING, list_of
+
+__all__ = ["STRING_OVERLOADS", "compile_regex"]
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_GO_SPACE = frozenset("\t\n\v\f\r \x85\xa0")
+
+
+@functools.lru_cache(maxsize=256)
+def compile_regex(pattern: str) -> Any:
+    """Compile an RE2 pattern (cached); a bad pattern is a `CelEvaluationError`."""
+    try:
+        return re2.compile(pattern)
+    except Exception as exc:  # re2 raises its own error type (and TypeError) for bad patterns
+        raise CelEvaluationError(f"invalid regular expression {pattern!r}: {exc}") from exc
+
+
+def _matches(text: str, pattern: str) -> bool:
+    return compile_regex(pattern).search(text) is not None
+
+
+def _find(text: str, pattern: str) -> str:
+    match = compile_regex(pattern).search(text)
+    return "" if match is None else str(match.group(0))
+
+
+def _find_all(text: str, pattern: str, limit: int = -1) -> tuple[str, ...]:
+    if limit == 0:
+        return ()
+    found: list[str] = []
+    for match in compile_regex(pattern).finditer(text):
+        found.append(str(match.group(0)))
+        if 0 < limit <= len(found):
+            break
+    return tuple(found)
+
+
+def _char_at(text: str, index: int) -> str:
+    if index < 0 or index > len(text):
+        raise CelEvaluationError(f"index out of range: {index}")
+    return text[index : index + 1]
+
+
+def _index_of(text: str, sub: str, offset: int = 0) -> int:
+    if sub == "":
+        return offset
+    if offset < 0 or offset >= len(text):  # cel-go: even "".indexOf("x") is out of range
+        raise CelEvaluationError(f"index out of range: {offset}")
+    return text.find(sub, offset)
+
+
+def _last_index_of(text: str, sub: str, offset: int | None = None) -> int:
+    if offset is None:
+        return text.rfind(sub)
+    if sub == "":
+        return offset
+    if offset < 0 or offset >= len(text):
+        raise CelEvaluationError(f"index out of range: {offset}")
+    return text.rfind(sub, 0, offset + len(sub))
+
+
+def _replace(text: str, old: str, new: str, count: int = -1) -> str:
+    if count < 0:
+        return text.replace(old, new)
+    return text.replace(old, new, count)
+
+
+def _split(text: str, sep: str, limit: int = -1) -> tuple[str, ...]:
+    if limit == 0:
+        return ()
+    if sep == "":
+        chars = list(text)
+        if 0 < limit < len(chars):
+            return (*chars[: limit - 1], "".join(chars[limit - 1 :]))
+        return tuple(chars)
+    if limit < 0:
+        return tuple(text.split(sep))
+    return tuple(text.split(sep, limit - 1))
+
+
+def _substring(text: str, start: int, end: int | None = None) -> str:
+    stop = len(text) if end is None else end
+    if start < 0 or start > len(text) or stop > len(text) or stop < 0:
+        raise CelEvaluationError(f"index out of range: {start if start > len(text) else stop}")
+    if start > stop:
+        raise CelEvaluationError(f"invalid substring range. start: {start}, end: {stop}")
+    return text[start:stop]
+
+
+def _is_go_space(char: str) -> bool:
+    return char in _GO_SPACE or unicodedata.category(char) == "Zs" or char in "\u2028\u2029"
+
+
+def _trim(text: str) -> str:
+    start, end = 0, len(text)
+    while start < end and _is_go_space(text[start]):
+        start += 1
+    while end > start and _is_go_space(text[end - 1]):
+        end -= 1
+    return text[start:end]
+
+
+def _join(items: tuple[object, ...], sep: str = "") -> str:
+    if not all(isinstance(i, str) for i in items):
+        raise CelEvaluationError("join: every element must be a string")
+    return sep.join(items)  # type: ignore[arg-type]
+
+
+STRING_OVERLOADS: tuple[Overload, ...] = (
+    overload("contains", STRING, (STRING,), BOOL, lambda s, x: x in s, cost="linear"),
+    overload("startsWith", STRING, (STRING,), BOOL, str.startswith, cost="linear"),
+    overload("endsWith", STRING, (STRING,), BOOL, str.endswith, cost="linear"),
+    overload("matches", STRING, (STRING,), BOOL, _matches, cost="regex"),
+    overload("matches", None, (STRING, STRING), BOOL, _matches, cost="regex"),
+    overload("find", STRING, (STRING,), STRING, _find, cost="regex"),
+    overload("findAll", STRING, (STRING,), list_of(STRING), _find_all, cost="regex"),
+    overload("findAll", STRING, (STRING, INT), list_of(STRING), _find_all, cost="regex"),
+    overload("charAt", STRING, (INT,), STRING, _char_at, cost="linear"),
+    overload("indexOf", STRING, (STRING,), INT, _index_of, cost="linear"),
+    overload("indexOf", STRING, (STRING, INT), INT, _index_of, cost="linear"),
+    overload("lastIndexOf", STRING, (STRING,), INT, _last_index_of, cost="linear"),
+    overload("lastIndexOf", STRING, (STRING, INT), INT, _last_index_of, cost="linear"),
+    overload("lowerAscii", STRING, (), STRING, lambda s: s.translate(_ASCII_LOWER), "linear"),
+    overload("upperAscii", STRING, (), STRING, lambda s: s.translate(_ASCII_UPPER), "linear"),
+    overload("replace", STRING, (STRING, STRING), STRING, _replace, cost="linear"),
+    overload("replace", STRING, (STRING, STRING, INT), STRING, _replace, cost="linear"),
+    overload("split", STRING, (STRING,), list_of(STRING), _split, cost="linear"),
+    overload("split", STRING, (STRING, INT), list_of(STRING), _split, cost="linear"),
+    overload("substring", STRING, (INT,), STRING, _substring, cost="linear"),
+    overload("substring", STRING, (INT, INT), STRING, _substring, cost="linear"),
+    overload("trim", STRING, (), STRING, _trim, cost="linear"),
+    overload("join", list_of(STRING), (), STRING, _join, cost="linear"),
+    overload("join", list_of(STRING), (STRING,), STRING, _join, cost="linear"),
+)

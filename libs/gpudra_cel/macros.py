@@ -1,0 +1,96 @@
+"""Closures for CEL's comprehension macros: `all`, `exists`, `exists_one`, `map`, `filter`.
+
+Semantics follow cel-go's macro expansions: `all` is false as soon as one element is false, even
+if another element failed (errors are absorbed like `&&`), an error only if no element is false;
+`exists` mirrors that with true; `exists_one`, `map` and `filter` propagate the first error. A
+map is iterated over its keys. The loop variable lives in activation slot `slot`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from gpudra_cel.errors import CelEvaluationError
+from gpudra_cel.operators import Fn
+from gpudra_cel.values import no_overload, type_name
+
+__all__ = ["comprehension"]
+
+
+def _items(value: object, kind: str) -> Iterable[object]:
+    if isinstance(value, tuple | list):
+        return value
+    if isinstance(value, Mapping):
+        return tuple(value.keys())
+    raise CelEvaluationError(f"{kind}() cannot iterate over {type_name(value)}")
+
+
+def comprehension(kind: str, rng: Fn, slot: int, pred: Fn | None, body: Fn) -> Fn:
+    if kind == "all":
+        return _quantifier(rng, slot, body, decisive=False, name="all")
+    if kind == "exists":
+        return _quantifier(rng, slot, body, decisive=True, name="exists")
+    if kind == "exists_one":
+
+        def exists_one(act: list[object]) -> object:
+            count = 0
+            for item in _items(rng(act), kind):
+                act[slot] = item
+                v = body(act)
+                if v is True:
+                    count += 1
+                elif v is not False:
+                    raise no_overload("exists_one", v)
+            return count == 1
+
+        return exists_one
+    if kind == "filter":
+
+        def filter_(act: list[object]) -> object:
+            kept: list[object] = []
+            for item in _items(rng(act), kind):
+                act[slot] = item
+                v = body(act)
+                if v is True:
+                    kept.append(item)
+                elif v is not False:
+                    raise no_overload("filter", v)
+            return tuple(kept)
+
+        return filter_
+
+    def map_(act: list[object]) -> object:
+        out: list[object] = []
+        for item in _items(rng(act), kind):
+            act[slot] = item
+            if pred is not None:
+                keep = pred(act)
+                if keep is False:
+                    continue
+                if keep is not True:
+                    raise no_overload("map", keep)
+            out.append(body(act))
+        return tuple(out)
+
+    return map_
+
+
+def _quantifier(rng: Fn, slot: int, body: Fn, *, decisive: bool, name: str) -> Fn:
+    def quantify(act: list[object]) -> object:
+        error: CelEvaluationError | None = None
+        for item in _items(rng(act), name):
+            act[slot] = item
+            try:
+                v = body(act)
+            except CelEvaluationError as exc:
+                error = error or exc
+                continue
+            if v is decisive:
+                return decisive
+            if v is not (not decisive):
+                error = error or no_overload(name, v)
+        if error is not None:
+            raise error
+        return not decisive
+
+    return quantify

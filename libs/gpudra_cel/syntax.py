@@ -1,0 +1,366 @@
+"""CEL source -> a small typed syntax tree, parsed with cel-python's Lark grammar.
+
+The tree is ours (frozen dataclasses with source positions), so the checker, the cost estimator
+and the compiler never touch Lark. Macros (`has`, `all`, `exists`, `exists_one`, `map`,
+`filter`) and `cel.bind` are expanded here into dedicated nodes; namespaced functions
+(`optional.of`) become plain calls of their full name. Anything the grammar accepts but CEL does
+not give a meaning to (messages, `.ident` roots, reserved words) is a `CelCompileError` with its
+position.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import lark
+from celpy.celparser import CELParseError, CELParser
+from celpy.evaluation import celbytes, celstr
+
+from gpudra_cel.errors import CelCompileError
+from gpudra_cel.values import CelUint
+
+__all__ = [
+    "Bind",
+    "Call",
+    "Comprehension",
+    "Has",
+    "Ident",
+    "Index",
+    "ListLit",
+    "Literal",
+    "MapLit",
+    "Node",
+    "Select",
+    "parse",
+]
+
+MAX_EXPRESSION_LENGTH = 10 * 1024
+_MAX_DEPTH = 64  # nesting beyond this is not a selector; it would only exhaust the stack
+_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_NAMESPACES = frozenset({"optional", "cel"})
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_UINT64_MAX = (1 << 64) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    line: int
+    column: int
+
+
+@dataclass(frozen=True, slots=True)
+class Literal(Node):
+    value: object
+
+
+@dataclass(frozen=True, slots=True)
+class Ident(Node):
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Select(Node):
+    operand: Node
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class Index(Node):
+    operand: Node
+    index: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Node):
+    """A function or operator call; operators use CEL's internal names (`_&&_`, `_+_`, `!_`)."""
+
+    function: str
+    target: Node | None
+    args: tuple[Node, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListLit(Node):
+    items: tuple[Node, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MapLit(Node):
+    entries: tuple[tuple[Node, Node], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Has(Node):
+    operand: Node
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class Comprehension(Node):
+    """`range.kind(var, ...)`; `map` with three arguments has a `predicate` too."""
+
+    kind: str
+    range: Node
+    var: str
+    predicate: Node | None
+    body: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Bind(Node):
+    var: str
+    init: Node
+    body: Node
+
+
+_OPERATORS = {
+    "relation_lt": "_<_",
+    "relation_le": "_<=_",
+    "relation_gt": "_>_",
+    "relation_ge": "_>=_",
+    "relation_eq": "_==_",
+    "relation_ne": "_!=_",
+    "relation_in": "@in",
+    "addition_add": "_+_",
+    "addition_sub": "_-_",
+    "multiplication_mul": "_*_",
+    "multiplication_div": "_/_",
+    "multiplication_mod": "_%_",
+}
+_PASS_THROUGH = frozenset({"expr", "conditionalor", "conditionaland", "relation", "addition"})
+_PASS_THROUGH |= frozenset({"multiplication", "unary", "member", "primary", "paren_expr"})
+
+_PARSER: CELParser | None = None
+
+
+def parse(expression: str) -> Node:
+    """Parse one CEL expression into our tree, or raise `CelCompileError`."""
+    global _PARSER
+    if len(expression.encode()) > MAX_EXPRESSION_LENGTH:
+        raise CelCompileError(
+            f"expression is {len(expression.encode())} bytes, the limit is {MAX_EXPRESSION_LENGTH}"
+        )
+    if not expression.strip():
+        raise CelCompileError("expression is empty")
+    if _PARSER is None:
+        _PARSER = CELParser()
+    try:
+        tree = _PARSER.parse(expression)
+    except CELParseError as exc:
+        raise CelCompileError(
+            _describe(exc.__context__),
+            expression=expression,
+            line=exc.line or 0,
+            column=exc.column or 0,
+        ) from exc
+    except (lark.exceptions.LarkError, RecursionError) as exc:
+        raise CelCompileError(f"syntax error: {exc}".splitlines()[0]) from exc
+    try:
+        return _Builder(expression).build(tree, 0)
+    except RecursionError as exc:
+        raise CelCompileError("expression is nested too deeply") from exc
+
+
+class _Builder:
+    def __init__(self, expression: str) -> None:
+        self.expression = expression
+
+    def error(self, message: str, tree: lark.Tree[lark.Token] | lark.Token) -> CelCompileError:
+        line, column = _pos(tree)
+        return CelCompileError(message, expression=self.expression, line=line, column=column)
+
+    def build(self, tree: lark.Tree[lark.Token] | lark.Token, depth: int) -> Node:
+        if depth > _MAX_DEPTH * 12:  # each CEL level is up to ~12 grammar levels deep
+            raise self.error("expression is nested too deeply", tree)
+        if isinstance(tree, lark.Token):
+            raise self.error(f"unexpected token {tree.value!r}", tree)
+        data = str(tree.data)
+        kids = tree.children
+        line, column = _pos(tree)
+        d = depth + 1
+        if data in _PASS_THROUGH and len(kids) == 1:
+            return self.build(kids[0], d)
+        if data == "expr":
+            cond, yes, no = (self.build(k, d) for k in kids)
+            return Call(line, column, "_?_:_", None, (cond, yes, no))
+        if data == "conditionalor":
+            return Call(line, column, "_||_", None, tuple(self.build(k, d) for k in kids))
+        if data == "conditionaland":
+            return Call(line, column, "_&&_", None, tuple(self.build(k, d) for k in kids))
+        if data in ("relation", "addition", "multiplication") and len(kids) == 2:
+            op_tree, right_tree = kids
+            assert isinstance(op_tree, lark.Tree)
+            op = _OPERATORS[str(op_tree.data)]
+            left = self.build(op_tree.children[0], d)
+            right = self.build(right_tree, d)
+            if op == "@in":
+                return Call(line, column, "@in", None, (left, right))
+            return Call(line, column, op, None, (left, right))
+        if data == "unary" and len(kids) == 2:
+            op_tree, operand_tree = kids
+            assert isinstance(op_tree, lark.Tree)
+            operand = self.build(operand_tree, d)
+            if str(op_tree.data) == "unary_not":
+                return Call(line, column, "!_", None, (operand,))
+            if isinstance(operand, Literal) and type(operand.value) in (int, float):
+                return _negate_literal(operand, self, tree)
+            return Call(line, column, "-_", None, (operand,))
+        if data == "ident":
+            return Ident(line, column, str(kids[0]))
+        if data == "literal":
+            token = kids[0]
+            assert isinstance(token, lark.Token)
+            return Literal(line, column, self.literal(token))
+        if data == "member_dot":
+            operand_tree, field_token = kids
+            operand = self.build(operand_tree, d)
+            return Select(line, column, operand, str(field_token))
+        if data == "member_index":
+            operand_tree, index_tree = kids
+            return Index(line, column, self.build(operand_tree, d), self.build(index_tree, d))
+        if data == "list_lit":
+            items = self.exprs(kids[0] if kids else None, d)
+            return ListLit(line, column, items)
+        if data == "map_lit":
+            parts = self.exprs(kids[0] if kids else None, d)
+            pairs = tuple(zip(parts[::2], parts[1::2], strict=True))
+            return MapLit(line, column, pairs)
+        if data == "ident_arg":
+            name = str(kids[0])
+            args_tree = kids[1] if len(kids) > 1 else None
+            if name == "has":
+                return self.has(args_tree, tree, d)
+            return Call(line, column, name, None, self.exprs(args_tree, d))
+        if data == "member_dot_arg":
+            return self.member_call(tree, d)
+        if data in ("dot_ident", "dot_ident_arg"):
+            raise self.error("leading '.' names are not supported in DRA selectors", tree)
+        if data == "member_object":
+            raise self.error("message construction is not supported in DRA selectors", tree)
+        raise self.error(f"unsupported construct {data!r}", tree)
+
+    def exprs(
+        self, tree: lark.Tree[lark.Token] | lark.Token | None, depth: int
+    ) -> tuple[Node, ...]:
+        if tree is None:
+            return ()
+        assert isinstance(tree, lark.Tree)
+        return tuple(self.build(k, depth) for k in tree.children)
+
+    def member_call(self, tree: lark.Tree[lark.Token], depth: int) -> Node:
+        line, column = _pos(tree)
+        target_tree, name_token = tree.children[0], str(tree.children[1])
+        args_tree = tree.children[2] if len(tree.children) > 2 else None
+        arg_trees: list[lark.Tree[lark.Token] | lark.Token] = (
+            list(args_tree.children) if isinstance(args_tree, lark.Tree) else []
+        )
+        target = self.build(target_tree, depth)
+        if isinstance(target, Ident) and target.name in _NAMESPACES:
+            qualified = f"{target.name}.{name_token}"
+            if qualified == "cel.bind":
+                if len(arg_trees) != 3:
+                    raise self.error("cel.bind() takes a variable, a value and an expression", tree)
+                var = self.variable(arg_trees[0])
+                return Bind(
+                    line,
+                    column,
+                    var,
+                    self.build(arg_trees[1], depth),
+                    self.build(arg_trees[2], depth),
+                )
+            return Call(line, column, qualified, None, self.exprs(args_tree, depth))
+        if name_token in _MACROS and len(arg_trees) in (2, 3):
+            if len(arg_trees) == 3 and name_token != "map":
+                raise self.error(f"{name_token}() takes a variable and one expression", tree)
+            var = self.variable(arg_trees[0])
+            rest = [self.build(a, depth) for a in arg_trees[1:]]
+            predicate = rest[0] if len(rest) == 2 else None
+            return Comprehension(line, column, name_token, target, var, predicate, rest[-1])
+        return Call(line, column, name_token, target, self.exprs(args_tree, depth))
+
+    def variable(self, tree: lark.Tree[lark.Token] | lark.Token) -> str:
+        node = self.build(tree, 0)
+        if not isinstance(node, Ident):
+            raise self.error("expected a variable name", tree)
+        return node.name
+
+    def has(
+        self,
+        args_tree: lark.Tree[lark.Token] | lark.Token | None,
+        tree: lark.Tree[lark.Token],
+        depth: int,
+    ) -> Node:
+        args = self.exprs(args_tree, depth)
+        if len(args) != 1 or not isinstance(args[0], Select):
+            raise self.error("has() takes one field selection, e.g. has(m.field)", tree)
+        line, column = _pos(tree)
+        return Has(line, column, args[0].operand, args[0].field)
+
+    def literal(self, token: lark.Token) -> object:
+        text, kind = str(token.value), str(token.type)
+        try:
+            if kind == "INT_LIT":
+                value = _int_text(text)
+                if not _INT64_MIN <= value <= _INT64_MAX:
+                    raise self.error(f"integer literal {text} is out of range", token)
+                return value
+            if kind == "UINT_LIT":
+                value = _int_text(text[:-1])
+                if not 0 <= value <= _UINT64_MAX:
+                    raise self.error(f"unsigned literal {text} is out of range", token)
+                return CelUint(value)
+            if kind == "FLOAT_LIT":
+                return float(text)
+            if kind in ("STRING_LIT", "MLSTRING_LIT"):
+                return str(celstr(token))
+            if kind == "BYTES_LIT":
+                return bytes(celbytes(token))
+            if kind == "BOOL_LIT":
+                return text == "true"
+            if kind == "NULL_LIT":
+                return None
+        except CelCompileError:
+            raise
+        except (ValueError, TypeError, UnicodeError, OverflowError) as exc:
+            raise self.error(f"invalid literal {text}: {exc}", token) from exc
+        raise self.error(f"unsupported literal {text}", token)
+
+
+def _describe(cause: BaseException | None) -> str:
+    if isinstance(cause, lark.exceptions.UnexpectedToken):
+        token = cause.token
+        if token.type == "$END":
+            return "syntax error: unexpected end of expression"
+        return f"syntax error: unexpected {token.value!r}"
+    if isinstance(cause, lark.exceptions.UnexpectedCharacters):
+        return f"syntax error: unexpected character {cause.char!r}"
+    return "syntax error"
+
+
+def _int_text(text: str) -> int:
+    sign = -1 if text.startswith("-") else 1
+    body = text.lstrip("-")
+    return sign * (int(body, 16) if body[:2].lower() == "0x" else int(body, 10))
+
+
+def _negate_literal(lit: Literal, builder: _Builder, tree: lark.Tree[lark.Token]) -> Node:
+    value = lit.value
+    assert isinstance(value, int | float)
+    if isinstance(value, int) and not isinstance(value, CelUint):
+        if -value > _INT64_MAX:
+            raise builder.error("integer literal is out of range", tree)
+        line, column = _pos(tree)
+        return Literal(line, column, -value)
+    line, column = _pos(tree)
+    if isinstance(value, float):
+        return Literal(line, column, -value)
+    return Call(line, column, "-_", None, (lit,))
+
+
+def _pos(tree: lark.Tree[lark.Token] | lark.Token) -> tuple[int, int]:
+    if isinstance(tree, lark.Token):
+        return tree.line or 0, tree.column or 0
+    with contextlib.suppress(AttributeError):
+        return tree.meta.line or 0, tree.meta.column or 0
+    return 0, 0

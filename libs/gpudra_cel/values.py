@@ -1,0 +1,277 @@
+"""CEL values as plain Python objects, and the operators' run-time semantics on them.
+
+Representation (chosen so a device's own values need no conversion):
+`bool`, `int` (int64), `CelUint` (uint64, an `int` subclass), `float` (double), `str`, `bytes`,
+`None` (null), `tuple`/`list` (list), `Mapping` (map), `Quantity`, `Semver`, `CelOptional`.
+
+Promises: no implicit conversions (`1 == true` is false, `"a" < 1` is an error); equality is
+CEL's heterogeneous equality (numbers compare by value across int/uint/double, other kinds of
+different type are unequal); int64/uint64 overflow, division by zero and modulus by zero are
+errors, as in cel-go.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Final
+
+from gpudra_api.quantity import Quantity
+from gpudra_api.semver import Semver
+from gpudra_cel.errors import CelEvaluationError
+
+INT64_MIN: Final = -(1 << 63)
+INT64_MAX: Final = (1 << 63) - 1
+UINT64_MAX: Final = (1 << 64) - 1
+
+
+class CelUint(int):
+    """A CEL `uint`: an int that CEL keeps apart from `int` in arithmetic and overloads."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{int(self)}u"
+
+
+class CelOptional:
+    """CEL's `optional(T)`: a value or nothing."""
+
+    __slots__ = ("value",)
+    NONE: CelOptional
+
+    def __init__(self, value: object, present: bool = True) -> None:
+        self.value = value if present else _ABSENT
+
+    @property
+    def has_value(self) -> bool:
+        return self.value is not _ABSENT
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CelOptional):
+            return NotImplemented
+        if self.has_value and other.has_value:
+            return equal(self.value, other.value)
+        return self.has_value == other.has_value
+
+    def __hash__(self) -> int:
+        return hash(self.has_value)
+
+    def __repr__(self) -> str:
+        return f"optional.of({self.value!r})" if self.has_value else "optional.none()"
+
+
+_ABSENT: Final = object()
+CelOptional.NONE = CelOptional(None, present=False)
+
+
+def type_name(value: object) -> str:
+    """CEL's name for the type of a run-time value (used in error messages)."""
+    if value is None:
+        return "null_type"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, CelUint):
+        return "uint"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bytes):
+        return "bytes"
+    if isinstance(value, tuple | list):
+        return "list"
+    if isinstance(value, Mapping):
+        return "map"
+    if isinstance(value, Quantity):
+        return "Quantity"
+    if isinstance(value, Semver):
+        return "Semver"
+    if isinstance(value, CelOptional):
+        return "optional_type"
+    return type(value).__name__
+
+
+def no_overload(function: str, *args: object) -> CelEvaluationError:
+    kinds = ", ".join(type_name(a) for a in args)
+    return CelEvaluationError(f"found no matching overload for '{function}' applied to ({kinds})")
+
+
+def is_number(value: object) -> bool:
+    return type(value) in (int, float, CelUint)
+
+
+def equal(a: object, b: object) -> bool:
+    """CEL `==`."""
+    ta, tb = type(a), type(b)
+    if ta is tb and ta in (str, int, bool, bytes, CelUint):
+        return a == b
+    if ta in (int, float, CelUint) and tb in (int, float, CelUint):
+        return a == b  # heterogeneous numeric equality (NaN != NaN holds in Python too)
+    if ta is bool or tb is bool:
+        return False
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        if len(a) != len(b):
+            return False
+        for key, value in a.items():
+            found, other = map_lookup(b, key)
+            if not found or not equal(value, other):
+                return False
+        return True
+    if ta is tb and ta in (float, Quantity, Semver, CelOptional, type(None)):
+        return a == b
+    return False
+
+
+def map_lookup(mapping: Mapping[object, object], key: object) -> tuple[bool, object]:
+    """Find `key` in a CEL map: numeric keys match across int/uint/double of equal value."""
+    if isinstance(key, float):
+        if not key.is_integer():
+            return False, None
+        key = int(key)
+    if isinstance(key, bool):
+        for k, v in mapping.items():
+            if isinstance(k, bool) and k == key:
+                return True, v
+        return False, None
+    if isinstance(key, int):
+        for k, v in mapping.items():
+            if type(k) in (int, CelUint) and k == key:
+                return True, v
+        return False, None
+    try:
+        if key in mapping:
+            return True, mapping[key]
+    except TypeError:
+        pass
+    return False, None
+
+
+_ORDERED_SAME: Final = frozenset({str, bool, bytes, int, float, CelUint})
+
+
+def compare(a: object, b: object, op: str) -> int:
+    """-1/0/1 for CEL's ordering operators; int/uint/double compare across types."""
+    ta, tb = type(a), type(b)
+    if (ta is tb and ta in _ORDERED_SAME) or (
+        ta in (int, float, CelUint) and tb in (int, float, CelUint)
+    ):
+        if a < b:  # type: ignore[operator]
+            return -1
+        if a == b:
+            return 0
+        if a > b:  # type: ignore[operator]
+            return 1
+        return 2  # NaN: every ordering is false
+    raise no_overload(op, a, b)
+
+
+def check_int(value: int) -> int:
+    if value < INT64_MIN or value > INT64_MAX:
+        raise CelEvaluationError("integer overflow")
+    return value
+
+
+def check_uint(value: int) -> CelUint:
+    if value < 0 or value > UINT64_MAX:
+        raise CelEvaluationError("unsigned integer overflow")
+    return CelUint(value)
+
+
+def add(a: object, b: object) -> object:
+    ta, tb = type(a), type(b)
+    if ta is not tb:
+        if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+            return tuple(a) + tuple(b)
+        raise no_overload("_+_", a, b)
+    if ta is int:
+        return check_int(a + b)  # type: ignore[operator]
+    if ta is CelUint:
+        return check_uint(a + b)  # type: ignore[operator]
+    if ta in (float, str, bytes, tuple, list):
+        return a + b  # type: ignore[operator]
+    raise no_overload("_+_", a, b)
+
+
+def subtract(a: object, b: object) -> object:
+    ta = type(a)
+    if ta is type(b):
+        if ta is int:
+            return check_int(a - b)  # type: ignore[operator]
+        if ta is CelUint:
+            return check_uint(a - b)  # type: ignore[operator]
+        if ta is float:
+            return a - b  # type: ignore[operator]
+    raise no_overload("_-_", a, b)
+
+
+def multiply(a: object, b: object) -> object:
+    ta = type(a)
+    if ta is type(b):
+        if ta is int:
+            return check_int(a * b)  # type: ignore[operator]
+        if ta is CelUint:
+            return check_uint(a * b)  # type: ignore[operator]
+        if ta is float:
+            return a * b  # type: ignore[operator]
+    raise no_overload("_*_", a, b)
+
+
+def divide(a: object, b: object) -> object:
+    ta = type(a)
+    if ta is type(b):
+        if ta is float:
+            assert isinstance(a, float)
+            assert isinstance(b, float)
+            if b == 0.0:
+                if a == 0.0 or math.isnan(a):
+                    return math.nan
+                return math.copysign(math.inf, a) * math.copysign(1.0, b)
+            return a / b
+        if ta in (int, CelUint):
+            assert isinstance(a, int)
+            assert isinstance(b, int)
+            if b == 0:
+                raise CelEvaluationError("division by zero")
+            quotient = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
+            return check_int(quotient) if ta is int else check_uint(quotient)
+    raise no_overload("_/_", a, b)
+
+
+def modulo(a: object, b: object) -> object:
+    ta = type(a)
+    if ta is type(b) and ta in (int, CelUint):
+        assert isinstance(a, int)
+        assert isinstance(b, int)
+        if b == 0:
+            raise CelEvaluationError("modulus by zero")
+        remainder = abs(a) % abs(b) * (1 if a >= 0 else -1)
+        return remainder if ta is int else CelUint(remainder)
+    raise no_overload("_%_", a, b)
+
+
+def negate(a: object) -> object:
+    if isinstance(a, int) and a.__class__ is int:
+        return check_int(-a)
+    if isinstance(a, float):
+        return -a
+    raise no_overload("-_", a)
+
+
+def contains(container: object, item: object) -> bool:
+    """CEL `item in container`."""
+    if isinstance(container, tuple | list):
+        return any(equal(item, x) for x in container)
+    if isinstance(container, Mapping):
+        return map_lookup(container, item)[0]
+    raise no_overload("@in", item, container)
+
+
+def to_bool(value: object, function: str) -> bool:
+    if value is True or value is False:
+        return value
+    raise no_overload(function, value)
