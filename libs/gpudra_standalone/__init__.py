@@ -6,13 +6,17 @@ from __future__ import annotations
 from gpudra_standalone.errors import StandaloneError
 from gpudra_standalone.nats_server import NatsServer, NatsServerError, find_nats_server_binary
 from gpudra_standalone.supervisor import Child, ServiceSpec, Supervisor
+from gpudra_standalone.traces import Span, TraceCollector, render_tree
 
 __all__ = [
     "Child",
     "NatsServer",
     "NatsServerError",
     "ServiceSpec",
+    "Span",
     "StandaloneError",
     "Supervisor",
+    "TraceCollector",
     "find_nats_server_binary",
+    "render_tree",
 ]

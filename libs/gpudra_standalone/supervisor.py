@@ -93,7 +93,9 @@ class Supervisor:
 
     def exited(self) -> list[tuple[str, int]]:
         """Children that are no longer running, with their exit codes."""
-        return [(c.spec.name, c.proc.returncode) for c in self.children if c.proc.poll() is not None]
+        return [
+            (c.spec.name, c.proc.returncode) for c in self.children if c.proc.poll() is not None
+        ]
 
     def stop(self, child: Child, grace: float = 10.0) -> int:
         if child.proc.poll() is None:

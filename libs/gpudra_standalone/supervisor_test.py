@@ -34,7 +34,9 @@ def test_start_waits_for_ready_and_stop_terminates(tmp_path: Path) -> None:
 
 
 def test_child_that_dies_before_ready_is_a_clear_error(tmp_path: Path) -> None:
-    mod = _script(tmp_path, "svc_bad", "import sys\nprint('config error: no NATS_URL')\nsys.exit(3)\n")
+    mod = _script(
+        tmp_path, "svc_bad", "import sys\nprint('config error: no NATS_URL')\nsys.exit(3)\n"
+    )
     with Supervisor(tmp_path / "logs") as sup, pytest.raises(StandaloneError) as info:
         sup.start(ServiceSpec("svc/bad", mod, env={"PYTHONPATH": str(tmp_path)}))
     assert "svc/bad exited" in str(info.value)
