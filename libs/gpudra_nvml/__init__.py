@@ -19,6 +19,7 @@ from gpudra_nvml.errors import (
 )
 from gpudra_nvml.fake import FakeNvml
 from gpudra_nvml.health import APPLICATION_XIDS, HealthMonitor, Transition
+from gpudra_nvml.inventory import SCHEMA_VERSION, snapshot
 from gpudra_nvml.loader import Opened, open_adapter, open_simulator
 from gpudra_nvml.profiles import Profile, load_profile, profile_names
 
@@ -37,10 +38,12 @@ __all__ = [
     "Opened",
     "Profile",
     "ProfileError",
+    "SCHEMA_VERSION",
     "Transition",
     "load_profile",
     "open_adapter",
     "open_simulator",
     "profile_names",
+    "snapshot",
     "sysfs_pcie_root",
 ]

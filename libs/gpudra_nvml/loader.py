@@ -55,8 +55,7 @@ def open_adapter(
     except NvmlUnavailableError as exc:
         if not fallback_profile:
             raise NvmlUnavailableError(
-                f"{exc}. To run without a GPU, choose a simulator profile (--simulator-profile) or"
-                " allow a fallback (--fallback-profile)."
+                f"{exc}. To run without a GPU, use a simulator profile (listed by `gpudra profiles`)"
             ) from exc
         log.warning(
             "%s; running simulator profile %r instead: this node's inventory is SIMULATED",

@@ -24,7 +24,7 @@ needs_no_nvml = pytest.mark.skipif(not _nvml_missing(), reason="this host has an
 
 @needs_no_nvml
 def test_missing_library_is_a_clear_error() -> None:
-    with pytest.raises(NvmlUnavailableError, match=r"libnvidia-ml\.so\.1.*--simulator-profile"):
+    with pytest.raises(NvmlUnavailableError, match=r"libnvidia-ml\.so\.1.*simulator profile"):
         open_adapter()
 
 
