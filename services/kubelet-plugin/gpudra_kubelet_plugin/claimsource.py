@@ -3,7 +3,7 @@
 `ClaimSource.get(namespace, name)` returns the claim's resource.k8s.io/v1 JSON as a mapping, or
 raises `ClaimNotFoundError` / `ClaimSourceUnavailableError` (both retryable: the kubelet calls
 again). Backends: `MemoryClaimSource` (tests, embedding), `NatsKvClaimSource` (standalone mode: KV
-bucket `gpudra-claims`, key `<namespace>.<name>`, value the claim JSON); the Kubernetes API backend
+bucket `gpudra-claims`, key `gpudra_bus.subjects.claim_key`, `<namespace>.<name>`, value the claim JSON); the Kubernetes API backend
 comes with `gpudra_kube`.
 """
 
@@ -13,14 +13,16 @@ import json
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from nats.errors import Error as NatsError
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
+from nats.js.kv import KeyValue
+
+from gpudra_bus import InvalidSubjectError, subjects
 from gpudra_kubelet_plugin.errors import (
     ClaimNotFoundError,
     ClaimSourceUnavailableError,
     InvalidClaimError,
 )
-from nats.errors import Error as NatsError
-from nats.js.errors import KeyDeletedError, KeyNotFoundError
-from nats.js.kv import KeyValue
 
 
 class ClaimSource(Protocol):
@@ -51,11 +53,6 @@ class MemoryClaimSource:
             raise ClaimNotFoundError(f"claim {namespace}/{name} not found") from None
 
 
-def kv_key(namespace: str, name: str) -> str:
-    """The standalone KV key of a claim."""
-    return f"{namespace}.{name}"
-
-
 class NatsKvClaimSource:
     """Claims from the standalone mode's JetStream KV bucket."""
 
@@ -63,7 +60,10 @@ class NatsKvClaimSource:
         self._kv = kv
 
     async def get(self, namespace: str, name: str) -> Mapping[str, Any]:
-        key = kv_key(namespace, name)
+        try:
+            key = subjects.claim_key(namespace, name)
+        except InvalidSubjectError as exc:
+            raise InvalidClaimError(f"claim {namespace}/{name}: {exc}") from exc
         try:
             entry = await self._kv.get(key)
         except (KeyNotFoundError, KeyDeletedError) as exc:

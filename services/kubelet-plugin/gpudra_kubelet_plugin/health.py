@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from typing import Literal
 
-from gpudra_kubelet_plugin.devices import DeviceInfo
 from grpc.aio import ServicerContext as Ctx
 
+from gpudra_kubelet_plugin.devices import DeviceInfo
 from kubeletpb.drahealth.v1 import api_pb2 as h1
 from kubeletpb.drahealth.v1 import api_pb2_grpc as h1_grpc
 from kubeletpb.drahealth.v1alpha1 import api_pb2 as h1a1
@@ -99,7 +99,7 @@ class HealthHub:
                 self._changed.notify_all()
         return changed
 
-    async def watch(self) -> AsyncIterator[list[DeviceHealth]]:
+    async def watch(self) -> AsyncGenerator[list[DeviceHealth], None]:
         """The full list now, then after every change (intermediate changes may collapse)."""
         seen = self._version
         yield self.snapshot()

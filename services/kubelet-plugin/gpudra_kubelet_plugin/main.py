@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-import nats
 from nats.errors import Error as NatsError
 
+import gpudra_bus as bus
 from gpudra_kubelet_plugin import healthfeed
 from gpudra_kubelet_plugin.cdi import CdiWriter
 from gpudra_kubelet_plugin.checkpoint import Checkpoint
@@ -51,12 +51,14 @@ async def serve(
         if settings.claim_source != "nats":
             raise SettingsError("claim source 'kubernetes' needs gpudra_kube, not wired in yet")
         try:
-            nc = await nats.connect(settings.nats_url, name=f"kubelet-plugin-{settings.node}")
-        except (NatsError, OSError) as exc:
-            raise ClaimSourceUnavailableError(
-                f"cannot connect to {settings.nats_url}: {exc}"
-            ) from exc
-        stack.push_async_callback(nc.drain)
+            nc = await bus.connect(
+                settings.nats_url,
+                name=f"kubelet-plugin-{settings.node}",
+                deadline=settings.nats_connect_deadline,
+            )
+        except bus.BusError as exc:
+            raise ClaimSourceUnavailableError(str(exc)) from exc
+        stack.push_async_callback(bus.disconnect, nc)
         claims: ClaimSource
         try:
             claims = NatsKvClaimSource(await nc.jetstream().key_value(settings.claims_bucket))

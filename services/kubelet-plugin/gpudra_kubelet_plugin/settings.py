@@ -70,6 +70,10 @@ class Settings:
     nats_url: str = dataclasses.field(
         default="nats://127.0.0.1:4222", metadata=_doc("NATS server URL", "URL")
     )
+    nats_connect_deadline: float = dataclasses.field(
+        default=30.0,
+        metadata=_doc("how long to wait for NATS at start before giving up", "seconds"),
+    )
     claims_bucket: str = dataclasses.field(
         default="gpudra-claims", metadata=_doc("JetStream KV bucket of standalone claims", "bucket")
     )

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudra_kubelet_plugin.conftest import node_devices
+from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable, parse_device
+from gpudra_kubelet_plugin.errors import DeviceControlError, DeviceError
+
+
+def test_from_json(tmp_path: Path) -> None:
+    path = tmp_path / "devices.json"
+    path.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {"name": "gpu-0", "type": "gpu", "uuid": "GPU-a", "minor": 0},
+                    {
+                        "name": "gpu-0-mig-1g10gb-0",
+                        "type": "mig",
+                        "uuid": "",
+                        "minor": 0,
+                        "parentUUID": "GPU-a",
+                        "profile": "1g.10gb",
+                        "placement": {"start": 0, "size": 1},
+                    },
+                ]
+            }
+        )
+    )
+    table = DeviceTable.from_json(path)
+    assert DeviceInfo("gpu-0", "gpu", "GPU-a", 0) in table._devices.values()
+    assert not table._devices["gpu-0-mig-1g10gb-0"].exists
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        pytest.param([], "must be an object", id="not-object"),
+        pytest.param(
+            {"name": "x", "type": "tpu", "minor": 0}, "type must be gpu or mig", id="type"
+        ),
+        pytest.param({"name": "x", "type": "gpu"}, "malformed device entry", id="no-minor"),
+        pytest.param(
+            {"name": "x", "type": "gpu", "minor": "zero"}, "malformed device entry", id="bad-minor"
+        ),
+    ],
+)
+def test_parse_device_errors(item: Any, message: str) -> None:
+    with pytest.raises(DeviceError, match=message):
+        parse_device(item)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param("[]", "expected an object with a 'devices' list", id="shape"),
+        pytest.param("{", "cannot read device table", id="json"),
+    ],
+)
+def test_bad_tables(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(content)
+    with pytest.raises(DeviceError, match=message):
+        DeviceTable.from_json(path)
+
+
+def test_duplicate_names() -> None:
+    with pytest.raises(DeviceError, match="twice"):
+        DeviceTable([DeviceInfo("a", "gpu", "G", 0), DeviceInfo("a", "gpu", "H", 1)])
+
+
+async def test_dynamic_mig_lifecycle() -> None:
+    table = DeviceTable(node_devices())
+    placement = await table.device("gpu-1-mig-3g40gb-4")
+    created = await table.create_mig(placement)
+    assert created.exists
+    assert created.gi_cap is not None
+    assert created.ci_cap is not None
+    assert await table.create_mig(placement) == created  # already there: same device
+    assert await table.device("gpu-1-mig-3g40gb-4") == created
+    with pytest.raises(DeviceControlError, match="overlaps MIG device gpu-1-mig-1g10gb-0"):
+        await table.create_mig(await table.device("gpu-1-mig-4g40gb-0"))
+    await table.destroy_mig(created)
+    assert await table.device("gpu-1-mig-3g40gb-4") == placement
+    with pytest.raises(DeviceControlError, match="not a MIG"):
+        await table.create_mig(await table.device("gpu-0"))
+    with pytest.raises(DeviceError, match="no device 'nope'"):
+        await table.device("nope")
+    assert [d.name for d in await table.devices()] == sorted(d.name for d in node_devices())

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import nats
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from gpudra_kubelet_plugin import healthfeed
+from gpudra_kubelet_plugin.conftest import GPU0, GPU1, NODE, node_devices
+from gpudra_kubelet_plugin.health import MAX_MESSAGE, HealthEvent, HealthHub
+from gpudrapb.v1 import inventory_pb2 as pb
+
+
+def hub() -> HealthHub:
+    return HealthHub(NODE, node_devices(), clock=lambda: 1000.0)
+
+
+MIGS = ["gpu-1-mig-1g10gb-0", "gpu-1-mig-3g40gb-4", "gpu-1-mig-4g40gb-0"]
+
+
+@pytest.mark.parametrize(
+    ("event", "affected"),
+    [
+        pytest.param(HealthEvent("unhealthy", device_uuid=GPU0), ["gpu-0"], id="gpu-by-uuid"),
+        pytest.param(
+            HealthEvent("unhealthy", device_uuid=GPU1), ["gpu-1", *MIGS], id="mig-parent-by-uuid"
+        ),
+        pytest.param(
+            HealthEvent("unhealthy", device_name="gpu-1"), ["gpu-1", *MIGS], id="mig-parent-by-name"
+        ),
+        pytest.param(
+            HealthEvent("unhealthy", device_name="gpu-1-mig-1g10gb-0"),
+            ["gpu-1-mig-1g10gb-0"],
+            id="one-mig",
+        ),
+        pytest.param(HealthEvent("unhealthy", device_uuid="GPU-unknown"), [], id="unknown"),
+    ],
+)
+async def test_affected_devices(event: HealthEvent, affected: list[str]) -> None:
+    h = hub()
+    assert await h.update(event) == affected
+    assert sorted(d.device for d in h.snapshot() if d.status == "unhealthy") == affected
+
+
+async def test_watch_gets_full_lists_and_collapses_missed_changes() -> None:
+    h = hub()
+    watch = h.watch()
+    first = await anext(watch)
+    assert {d.status for d in first} == {"healthy"}
+    assert {d.updated for d in first} == {1000.0}
+    await h.update(HealthEvent("unhealthy", "XID 48", device_uuid=GPU0, time=1234.0))
+    await h.update(HealthEvent("healthy", "", device_uuid=GPU0))
+    assert await h.update(HealthEvent("healthy", "", device_uuid=GPU0)) == []  # no change
+    second = await asyncio.wait_for(anext(watch), 1)
+    assert {d.status for d in second} == {"healthy"}  # the two changes arrive as the newest list
+    pending = asyncio.ensure_future(anext(watch))
+    await asyncio.sleep(0.01)
+    assert not pending.done()  # no change, no message
+    await h.update(HealthEvent("unknown", "x" * 5000, device_name="gpu-0"))
+    third = await asyncio.wait_for(pending, 1)
+    gpu0 = next(d for d in third if d.device == "gpu-0")
+    assert (gpu0.status, len(gpu0.message)) == ("unknown", MAX_MESSAGE)
+    await watch.aclose()
+
+
+def _event(
+    kind: pb.HealthCondition.Kind.ValueType, code: int = 0, cleared: bool = False, message: str = ""
+) -> pb.HealthEvent:
+    return pb.HealthEvent(
+        node=NODE,
+        device_name="gpu-1",
+        device_uuid=GPU1,
+        condition=pb.HealthCondition(kind=kind, code=code, message=message),
+        cleared=cleared,
+        time=Timestamp(seconds=77),
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        pytest.param(
+            _event(pb.HealthCondition.KIND_XID, 79, message="fell off the bus"),
+            HealthEvent("unhealthy", "XID 79: fell off the bus", "gpu-1", GPU1, 77.0),
+            id="xid",
+        ),
+        pytest.param(
+            _event(pb.HealthCondition.KIND_ECC, 3),
+            HealthEvent("unhealthy", "uncorrected ECC errors", "gpu-1", GPU1, 77.0),
+            id="ecc",
+        ),
+        pytest.param(
+            _event(pb.HealthCondition.KIND_LOST, cleared=True),
+            HealthEvent("healthy", "cleared: GPU lost", "gpu-1", GPU1, 77.0),
+            id="lost-cleared",
+        ),
+    ],
+)
+def test_translate(message: pb.HealthEvent, expected: HealthEvent) -> None:
+    assert healthfeed.translate(message) == expected
+
+
+async def test_feed_from_nats(nats_url: str) -> None:
+    node = f"node-{uuid.uuid4().hex[:8]}.example.com"  # dots become one subject token
+    h = HealthHub(node, node_devices())
+    nc = await nats.connect(nats_url)
+    try:
+        await healthfeed.subscribe(nc, node, h)
+        watch = h.watch()
+        await anext(watch)
+        subject = f"gpudra.health.{node.replace('.', '_')}"
+        await nc.publish(
+            subject, b"garbage", headers={"Gpudra-Schema": "gpudra.v1.HealthEvent;v=1"}
+        )
+        await nc.publish(subject, b"", headers={"Gpudra-Schema": "gpudra.v1.NodeInventory;v=1"})
+        data, headers = healthfeed.HEALTH_EVENT.encode(_event(pb.HealthCondition.KIND_XID, 79))
+        await nc.publish(subject, data, headers=headers)
+        update = await asyncio.wait_for(anext(watch), 5)
+        status = {d.device: (d.status, d.message) for d in update}
+        assert status["gpu-1"] == ("unhealthy", "XID 79")
+        assert status["gpu-0"] == ("healthy", "")
+        await watch.aclose()
+    finally:
+        await nc.drain()

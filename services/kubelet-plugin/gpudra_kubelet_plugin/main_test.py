@@ -1,0 +1,173 @@
+"""The service as wired by `main`: real NATS (claims KV, health subject), a device-table file, the
+fake kubelet over the real sockets; and the process itself under SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+import nats
+import pytest
+
+from gpudra_kubelet_plugin import healthfeed
+from gpudra_kubelet_plugin.conftest import DRIVER, GPU0, NODE, make_claim, node_devices
+from gpudra_kubelet_plugin.errors import ClaimSourceUnavailableError, SettingsError
+from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet, wait_for_socket
+from gpudra_kubelet_plugin.main import main, serve
+from gpudra_kubelet_plugin.settings import Settings
+from gpudrapb.v1 import inventory_pb2 as pb
+
+
+def write_table(path: Path) -> Path:
+    devices = [
+        {
+            "name": d.name,
+            "type": d.kind,
+            "uuid": d.uuid,
+            "minor": d.minor,
+            "parentUUID": d.parent_uuid,
+            "profile": d.profile,
+            "placement": {"start": d.placement_start, "size": d.placement_size},
+            "giCap": d.gi_cap,
+            "ciCap": d.ci_cap,
+        }
+        for d in node_devices()
+    ]
+    path.write_text(json.dumps({"devices": devices}))
+    return path
+
+
+def settings_for(root: Path, nats_url: str, bucket: str) -> Settings:
+    (root / "boot_id").write_text("boot-1\n")
+    return Settings(
+        driver_name=DRIVER,
+        node_name=NODE,
+        registry_dir=root / "registry",
+        plugins_dir=root / "plugins",
+        cdi_dir=root / "cdi",
+        boot_id_file=root / "boot_id",
+        nats_url=nats_url,
+        claims_bucket=bucket,
+        device_table=str(write_table(root / "devices.json")),
+        shutdown_grace=0.5,
+    )
+
+
+async def test_serve_end_to_end(short_root: Path, nats_url: str) -> None:
+    bucket = f"claims-{uuid.uuid4().hex[:10]}"
+    nc = await nats.connect(nats_url)
+    kv = await nc.jetstream().create_key_value(bucket=bucket)
+    claim = make_claim("c", "uid-e2e", [("gpu", "gpu-0")])
+    await kv.put("default.c", json.dumps(claim).encode())
+    settings = settings_for(short_root, nats_url, bucket)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(serve(settings, stop, ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 10)
+        async with FakeKubelet(settings.registry_dir, DRIVER) as kubelet:
+            await kubelet.register()
+            answer = (await kubelet.prepare([ClaimName("uid-e2e", "default", "c")])).claims
+            assert answer["uid-e2e"].error == ""
+            assert list(answer["uid-e2e"].devices[0].cdi_device_ids) == [
+                f"k8s.{DRIVER}/claim=uid-e2e-gpu-0"
+            ]
+            stream = kubelet.watch_health()
+            await anext(stream)
+            event = pb.HealthEvent(
+                node=NODE,
+                device_uuid=GPU0,
+                condition=pb.HealthCondition(kind=pb.HealthCondition.KIND_XID, code=79),
+            )
+            data, headers = healthfeed.HEALTH_EVENT.encode(event)
+            await nc.publish(f"gpudra.health.{NODE}", data, headers=headers)
+            update = await asyncio.wait_for(anext(stream), 5)
+            assert update["gpu-0"] == (2, "XID 79")
+            await stream.aclose()
+            unprepared = await kubelet.unprepare([ClaimName("uid-e2e", "default", "c")])
+            assert unprepared.claims["uid-e2e"].error == ""
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await nc.drain()
+    assert not settings.dra_socket.exists()
+    assert not settings.registration_socket.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        pytest.param({"device_table": ""}, SettingsError, "pass --device-table", id="no-devices"),
+        pytest.param({"claim_source": "kubernetes"}, SettingsError, "needs gpudra_kube", id="kube"),
+        pytest.param(
+            {"claims_bucket": "no-such-bucket"},
+            ClaimSourceUnavailableError,
+            "cannot open KV bucket",
+            id="bucket",
+        ),
+        pytest.param(
+            {"nats_url": "nats://127.0.0.1:1", "nats_connect_deadline": 0.2},
+            ClaimSourceUnavailableError,
+            "no NATS server reachable",
+            id="nats-down",
+        ),
+    ],
+)
+async def test_serve_refuses_to_start(
+    short_root: Path, nats_url: str, change: dict[str, object], error: type[Exception], message: str
+) -> None:
+    settings = dataclasses.replace(settings_for(short_root, nats_url, "unused"), **change)  # type: ignore[arg-type]
+    with pytest.raises(error, match=message):
+        await serve(settings, asyncio.Event())
+    assert not settings.registration_socket.exists()
+
+
+def test_main_rejects_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--health-timeout", "x"]) == 2
+    assert "cannot parse 'x'" in capsys.readouterr().err
+
+
+async def test_process_stops_cleanly_on_sigterm(short_root: Path, nats_url: str) -> None:
+    bucket = f"claims-{uuid.uuid4().hex[:10]}"
+    nc = await nats.connect(nats_url)
+    await nc.jetstream().create_key_value(bucket=bucket)
+    await nc.drain()
+    settings = settings_for(short_root, nats_url, bucket)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "GPUDRA_KUBELET_PLUGIN_NODE_NAME": NODE,
+        "GPUDRA_KUBELET_PLUGIN_CLAIMS_BUCKET": bucket,
+        "GPUDRA_KUBELET_PLUGIN_NATS_URL": nats_url,
+        "GPUDRA_KUBELET_PLUGIN_DEVICE_TABLE": settings.device_table,
+        "GPUDRA_KUBELET_PLUGIN_BOOT_ID_FILE": str(settings.boot_id_file),
+        "GPUDRA_KUBELET_PLUGIN_CDI_DIR": str(settings.cdi_dir),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "gpudra_kubelet_plugin",
+        "--registry-dir",
+        str(settings.registry_dir),
+        "--plugins-dir",
+        str(settings.plugins_dir),
+    ]
+    process = await asyncio.create_subprocess_exec(*argv, env=env, stderr=asyncio.subprocess.PIPE)
+    try:
+        await wait_for_socket(settings.registration_socket, timeout=20)
+        process.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(process.communicate(), 20)
+        code, stderr = process.returncode, err.decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert code == 0, stderr
+    assert "stopping" in stderr
+    assert not settings.registration_socket.exists()
+    assert not settings.dra_socket.exists()

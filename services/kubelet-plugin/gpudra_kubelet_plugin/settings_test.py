@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudra_kubelet_plugin.errors import SettingsError
+from gpudra_kubelet_plugin.settings import Settings, env_name, flag_name
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        pytest.param(
+            [], {}, {"driver_name": "gpu.nvidia.com", "registration_retry": 5.0}, id="defaults"
+        ),
+        pytest.param(
+            [],
+            {
+                "GPUDRA_KUBELET_PLUGIN_CDI_DIR": "/tmp/cdi",
+                "GPUDRA_KUBELET_PLUGIN_HEALTH_TIMEOUT": "30",
+            },
+            {"cdi_dir": Path("/tmp/cdi"), "health_timeout": 30},
+            id="env",
+        ),
+        pytest.param(
+            ["--registration-retry", "0.5", "--node-name", "n1"],
+            {
+                "GPUDRA_KUBELET_PLUGIN_REGISTRATION_RETRY": "9",
+                "GPUDRA_KUBELET_PLUGIN_NODE_NAME": "n2",
+            },
+            {"registration_retry": 0.5, "node_name": "n1"},
+            id="flag-beats-env",
+        ),
+        pytest.param(
+            ["--driver-name", "gpu.example.com", "--plugins-dir", "/p"],
+            {},
+            {
+                "dra_socket": Path("/p/gpu.example.com/dra.sock"),
+                "checkpoint_path": Path("/p/gpu.example.com/checkpoint.json"),
+            },
+            id="derived-paths",
+        ),
+    ],
+)
+def test_load(argv: list[str], environ: dict[str, str], expected: dict[str, Any]) -> None:
+    settings = Settings.load(argv, environ)
+    for name, value in expected.items():
+        assert getattr(settings, name) == value
+
+
+def test_registration_socket_and_node_fallback() -> None:
+    settings = Settings.load(["--registry-dir", "/r"], {})
+    assert settings.registration_socket == Path("/r/gpu.nvidia.com-reg.sock")
+    assert settings.node  # the host name when no node name is set
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "message"),
+    [
+        pytest.param(
+            ["--health-timeout", "soon"], {}, "--health-timeout: cannot parse 'soon'", id="bad-int"
+        ),
+        pytest.param(
+            [],
+            {"GPUDRA_KUBELET_PLUGIN_REGISTRATION_RETRY": "x"},
+            "GPUDRA_KUBELET_PLUGIN_REGISTRATION_RETRY",
+            id="bad-env",
+        ),
+        pytest.param(["--claim-source", "etcd"], {}, "claim source must be", id="bad-choice"),
+        pytest.param(["--driver-name", "a/b"], {}, "invalid driver name", id="bad-driver"),
+        pytest.param(
+            ["--registration-retry", "0"], {}, "registration retry must be > 0", id="zero-retry"
+        ),
+        pytest.param(
+            ["--health-timeout", "-1"], {}, "health timeout must be >= 0", id="negative-timeout"
+        ),
+    ],
+)
+def test_bad_values_are_clear_errors(
+    argv: list[str], environ: dict[str, str], message: str
+) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings.load(argv, environ)
+
+
+def test_every_field_is_a_documented_flag_and_env_variable() -> None:
+    text = Settings.parser().format_help()
+    for field in dataclasses.fields(Settings):
+        assert flag_name(field.name) in text
+        assert env_name(field.name) in text
+        assert field.metadata["help"]
