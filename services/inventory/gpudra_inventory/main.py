@@ -1,0 +1,83 @@
+"""`python -m gpudra_inventory`: settings, wiring and the loop, per the service skeleton.
+
+Start-up: tracing, NATS (waits for a server), streams and buckets (idempotent), the bucket's
+slices (generations continue), in Kubernetes mode the API client and a prune of stale slices, the
+health server, then the inventory consumer. SIGTERM/SIGINT stop the loop; the exit stack closes
+the API client and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for bad
+settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from gpudra_bus import SLICES_BUCKET, BusError, connect, ensure_buckets, ensure_streams
+from gpudra_inventory.errors import SettingsError
+from gpudra_inventory.health import HealthServer
+from gpudra_inventory.mirror import SliceMirror
+from gpudra_inventory.service import InventoryService
+from gpudra_inventory.settings import Settings
+from gpudra_inventory.telemetry import setup_tracing
+from gpudra_kube.errors import KubeError
+
+log = logging.getLogger("gpudra_inventory")
+
+
+async def serve(settings: Settings, stop: asyncio.Event) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        nc = await connect(settings.nats_servers, name="inventory")
+        stack.push_async_callback(nc.drain)
+        js = nc.jetstream()
+        await ensure_streams(js)
+        buckets = await ensure_buckets(js)
+        mirror: SliceMirror | None = None
+        if settings.mode == "kubernetes":
+            from gpudra_kube.api_backend import ApiStore
+
+            store = await ApiStore.from_kubeconfig(settings.kubeconfig or None)
+            stack.push_async_callback(store.close)
+            mirror = SliceMirror(store, settings.driver)
+        service = InventoryService(
+            nc, buckets[SLICES_BUCKET], settings, mirror.apply if mirror else None
+        )
+        await service.load()
+        if mirror is not None:
+            log.info("removed %d stale slices from the API", await mirror.prune(service.book))
+        health = await HealthServer(
+            settings.health_host, settings.health_port, lambda: service.ready
+        ).start()
+        stack.push_async_callback(health.stop)
+        log.info("health server on port %d", health.port)
+        await service.run(stop)
+
+
+async def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = Settings.load(argv)
+    except SettingsError as exc:
+        print(f"gpudra-inventory: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    shutdown_tracing = setup_tracing(
+        "gpudra-inventory", settings.trace_exporter, settings.trace_endpoint, settings.trace_file
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await serve(settings, stop)
+    except (BusError, KubeError, SettingsError) as exc:
+        log.error("inventory stopped: %s", exc)
+        return 1
+    finally:
+        shutdown_tracing()
+    return 0

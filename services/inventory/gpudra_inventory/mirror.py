@@ -1,0 +1,75 @@
+"""Kubernetes mode: the inventory's ResourceSlices mirrored to the API server.
+
+Promises: after `apply(change)` the API holds exactly the change's slices for that node (created or
+replaced with the resourceVersion last read; a 409 conflict re-reads and writes again, never
+blindly) and none of the slices the change removed. `prune(book)` removes slices of our driver
+that no pool of the book owns any more (left over from nodes that vanished while we were down).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from typing import Any
+
+from gpudra_inventory.pools import Change, PoolBook
+from gpudra_kube.errors import AlreadyExistsError, ConflictError, NotFoundError
+from gpudra_kube.resources import RESOURCE_SLICES, name_of
+from gpudra_kube.store import Store
+
+log = logging.getLogger(__name__)
+
+_MAX_TRIES = 10
+
+
+class SliceMirror:
+    def __init__(self, store: Store, driver: str) -> None:
+        self._store = store
+        self._driver = driver
+        self.writes = 0
+
+    async def apply(self, change: Change) -> None:
+        for s in change.write:
+            await self._upsert(s)
+        for name in change.delete:
+            with contextlib.suppress(NotFoundError):
+                await self._store.delete(RESOURCE_SLICES, name)
+
+    async def prune(self, book: PoolBook) -> int:
+        owned = {name for pool in book.pools.values() for name in pool.slices}
+        listed = await self._store.list(RESOURCE_SLICES)
+        removed = 0
+        for obj in listed.items:
+            if obj.get("spec", {}).get("driver") != self._driver or name_of(obj) in owned:
+                continue
+            try:
+                await self._store.delete(RESOURCE_SLICES, name_of(obj))
+                removed += 1
+            except NotFoundError:
+                pass
+        return removed
+
+    async def _upsert(self, desired: dict[str, Any]) -> None:
+        name = desired["metadata"]["name"]
+        for _ in range(_MAX_TRIES):
+            try:
+                current = await self._store.get(RESOURCE_SLICES, name)
+            except NotFoundError:
+                try:
+                    await self._store.create(RESOURCE_SLICES, copy.deepcopy(desired))
+                    self.writes += 1
+                    return
+                except AlreadyExistsError:
+                    continue
+            if current.get("spec") == desired["spec"]:
+                return
+            obj = copy.deepcopy(desired)
+            obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                await self._store.replace(RESOURCE_SLICES, obj)
+                self.writes += 1
+                return
+            except (ConflictError, NotFoundError) as exc:
+                log.info("slice %s changed meanwhile (%s); re-reading", name, exc)
+        raise ConflictError(f"slice {name} keeps changing; giving up this round")
