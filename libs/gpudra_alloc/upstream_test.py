@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpudra_alloc import solve
+from gpudra_alloc import Allocator, solve
+from gpudra_alloc.problem import parse_problem
 
 
 def _cases() -> list[Any]:
@@ -73,3 +74,20 @@ def test_upstream_case(case: dict[str, Any]) -> None:
         got = [_normal_result(r, any_share) for r in answer["results"]]
         want = [_normal_result(r, any_share) for r in expect["results"]]
         assert got == want
+
+
+def _invocations(problem: dict[str, Any]) -> int:
+    parsed = parse_problem(problem, "first-fit")
+    assert parsed.node is not None
+    assert parsed.claims is not None
+    allocator = Allocator(parsed.classes, parsed.slices, parsed.features, parsed.state)
+    outcome = allocator.allocate(parsed.node, parsed.claims)
+    assert outcome.search is not None
+    return outcome.search.invocations
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in _cases() if "expectInvocations" in c.values[0]["expect"]]
+)
+def test_search_visits_combinations_not_permutations(case: dict[str, Any]) -> None:
+    assert _invocations(case["problem"]) == case["expect"]["expectInvocations"]
