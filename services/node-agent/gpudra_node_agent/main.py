@@ -1,0 +1,102 @@
+"""`python -m gpudra_node_agent`: settings, wiring, signals; the loop itself is `agent.NodeAgent`.
+
+Start-up order: settings (a bad one exits 2 with one line), NVML or the simulator (exits 1 with
+NVML's reason when neither is possible), NATS (waits for a server; a node-agent may start before
+NATS does), the inventory stream, then the loop. SIGTERM/SIGINT set an Event; on the way out the
+event set is freed, NVML shut down and the NATS connection drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import ssl
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from gpudra_bus import connect, disconnect, ensure_stream
+from gpudra_bus.errors import BusError
+from gpudra_bus.streams import INVENTORY_STREAM, STREAMS
+from gpudra_node_agent.agent import NodeAgent
+from gpudra_node_agent.errors import SettingsError
+from gpudra_node_agent.settings import Settings
+from gpudra_nvml import NvmlError, open_adapter
+
+log = logging.getLogger("gpudra_node_agent")
+
+
+def nats_options(settings: Settings) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if settings.nats_creds:
+        options["user_credentials"] = settings.nats_creds
+    if settings.nats_tls_ca or settings.nats_tls_cert:
+        context = ssl.create_default_context(cafile=settings.nats_tls_ca or None)
+        if settings.nats_tls_cert:
+            context.load_cert_chain(settings.nats_tls_cert, settings.nats_tls_key)
+        options["tls"] = context
+    return options
+
+
+async def serve(settings: Settings, stop: asyncio.Event) -> None:
+    """Run the agent until `stop` is set; resources are released in reverse order."""
+    async with contextlib.AsyncExitStack() as stack:
+        opened = open_adapter(settings.simulator_profile, settings.fallback_profile)
+        stack.callback(opened.adapter.stop)
+        if opened.fake is not None:
+            log.warning(
+                "node %s runs simulator profile %r: SIMULATED GPUs",
+                settings.node,
+                opened.source.profile,
+            )
+        agent: NodeAgent | None = None
+
+        async def reconnected() -> None:
+            if agent is not None:
+                agent.mark_dirty()
+
+        nc = await connect(
+            settings.nats_servers,
+            name=f"node-agent-{settings.node}",
+            reconnected_cb=reconnected,
+            **nats_options(settings),
+        )
+        stack.push_async_callback(disconnect, nc)
+        spec = next(s for s in STREAMS if s.name == INVENTORY_STREAM)
+        await ensure_stream(nc.jetstream(), spec)
+        agent = NodeAgent(settings, opened, nc)
+        await agent.start()
+        stack.push_async_callback(agent.close)
+        origin = f"simulator profile {opened.source.profile}" if opened.fake is not None else "NVML"
+        log.info("node-agent for %s started (%s)", agent.node, origin)
+        await agent.run(stop)
+
+
+async def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = Settings.load(argv)
+    except SettingsError as exc:
+        print(f"gpudra-node-agent: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await serve(settings, stop)
+    except (NvmlError, BusError) as exc:
+        log.error("%s", exc)
+        return 1
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return 0
+
+
+def run() -> None:
+    sys.exit(asyncio.run(main()))
