@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import celpy
+from celpy.adapter import json_to_cel
+from celpy.celparser import CELParseError
+from celpy.evaluation import CELEvalError
 
 _ENV = celpy.Environment()
 
@@ -23,7 +26,7 @@ def parse(expression: str) -> None:
     """Raise CelProblem unless `expression` is syntactically valid CEL."""
     try:
         _ENV.compile(expression)
-    except celpy.CELParseError as exc:
+    except CELParseError as exc:
         raise CelProblem(f"{expression!r}: {exc}") from exc
 
 
@@ -31,9 +34,9 @@ def evaluate(expression: str, activation: dict[str, Any]) -> Any:
     """The value of `expression` with each name of `activation` bound to its JSON value."""
     try:
         program = _ENV.program(_ENV.compile(expression))
-        result = program.evaluate({k: celpy.json_to_cel(v) for k, v in activation.items()})
-    except (celpy.CELParseError, celpy.CELEvalError) as exc:
+        result = program.evaluate({k: json_to_cel(v) for k, v in activation.items()})
+    except (CELParseError, CELEvalError) as exc:
         raise CelProblem(f"{expression!r}: {exc}") from exc
-    if isinstance(result, celpy.CELEvalError):
+    if isinstance(result, CELEvalError):
         raise CelProblem(f"{expression!r}: {result}")
     return result

@@ -1,0 +1,380 @@
+"""gpudra's NATS configuration, as the overlays render it.
+
+Statically: one user per service, mapped from its client certificate, with no credentials in the
+config, and publish/subscribe permissions that allow each service exactly its own subjects.
+Live: the dev overlay's rendered configuration runs in a real nats-server (TLS with throwaway
+certificates); each service connects with its own client certificate and performs its part of
+the claim flow through gpudra_bus, and is refused everything else. Both overlays' configurations
+pass `nats-server -t`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client
+
+from deploy import manifests, tls_certs
+from deploy.nats_subjects import allows
+from gpudra_bus import streams
+from gpudra_testing import find_nats_server_binary
+
+SERVICES = ("node-agent", "inventory", "allocator", "claim-writer", "kubelet-plugin")
+CONFIG = manifests.KUSTOMIZE / "base" / "nats" / "config"
+# How long a publish may take to show up as a violation in the server log.
+_REFUSAL_WAIT_S = 0.5
+
+
+def _strip_comments(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def _users() -> dict[str, dict[str, Any]]:
+    auth = json.loads(_strip_comments((CONFIG / "auth.conf").read_text(encoding="utf-8")))
+    return {user["user"]: user for user in auth["authorization"]["users"]}
+
+
+def _perms(service: str, direction: str) -> list[str]:
+    allowed: list[str] = _users()[f"CN=gpudra-{service}"]["permissions"][direction]["allow"]
+    return allowed
+
+
+def test_one_certificate_mapped_user_per_service() -> None:
+    users = _users()
+    assert set(users) == {f"CN=gpudra-{s}" for s in SERVICES}
+    for user in users.values():
+        assert set(user) == {"user", "permissions"}, "no passwords, tokens or nkeys"
+        assert set(user["permissions"]) == {"publish", "subscribe"}
+        assert set(user["permissions"]["publish"]) == {"allow"}
+    nats_conf = (CONFIG / "nats.conf").read_text(encoding="utf-8")
+    assert "verify_and_map: true" in nats_conf
+
+
+# (service, subject, may publish). Subjects follow gpudra_bus.subjects and gpudra_bus.streams.
+PUBLISH = [
+    ("node-agent", "gpudra.inventory.node-1", True),
+    ("node-agent", "gpudra.health.node-1", True),
+    ("node-agent", "gpudra.utilization.node-1", True),
+    ("node-agent", "$JS.API.STREAM.CREATE.GPUDRA_INVENTORY", True),
+    ("node-agent", "gpudra.inventory.node-1.extra", False),
+    ("node-agent", "gpudra.claims.ns.claim", False),
+    ("node-agent", "gpudra.drift", False),
+    ("node-agent", "$KV.gpudra-slices.node-1", False),
+    ("node-agent", "$JS.API.CONSUMER.CREATE.GPUDRA_INVENTORY", False),
+    ("inventory", "$KV.gpudra-slices.node-1", True),
+    ("inventory", "gpudra.drift", True),
+    ("inventory", "$JS.API.CONSUMER.MSG.NEXT.GPUDRA_INVENTORY.inventory", True),
+    ("inventory", "$JS.ACK.GPUDRA_INVENTORY.inventory.1.1.1.1.0", True),
+    ("inventory", "gpudra.deadletter.inventory", True),
+    ("inventory", "gpudra.inventory.node-1", False),
+    ("inventory", "$KV.gpudra-reservations.dev", False),
+    ("inventory", "gpudra.allocations.ns.claim", False),
+    ("allocator", "gpudra.allocations.ns.claim", True),
+    ("allocator", "$KV.gpudra-reservations.node-1.gpu-0", True),
+    ("allocator", "$JS.API.DIRECT.GET.KV_gpudra-slices.$KV.gpudra-slices.node-1", True),
+    ("allocator", "$JS.API.CONSUMER.MSG.NEXT.GPUDRA_CLAIMS.allocator", True),
+    ("allocator", "$KV.gpudra-slices.node-1", False),
+    ("allocator", "gpudra.claims.ns.claim", False),
+    ("allocator", "$KV.gpudra-claims.ns.claim", False),
+    ("claim-writer", "gpudra.claims.ns.claim", True),
+    ("claim-writer", "$JS.API.CONSUMER.MSG.NEXT.GPUDRA_DECISIONS.claim-writer", True),
+    ("claim-writer", "$KV.gpudra-claims.ns.claim", True),
+    ("claim-writer", "gpudra.allocations.ns.claim", False),
+    ("claim-writer", "$KV.gpudra-reservations.x", False),
+    ("kubelet-plugin", "gpudra.prepared.node-1", True),
+    ("kubelet-plugin", "$JS.API.DIRECT.GET.KV_gpudra-claims.$KV.gpudra-claims.ns.c", True),
+    ("kubelet-plugin", "$KV.gpudra-claims.ns.claim", False),
+    ("kubelet-plugin", "gpudra.claims.ns.claim", False),
+    ("kubelet-plugin", "$JS.API.STREAM.CREATE.KV_gpudra-claims", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("service", "subject", "allowed"),
+    [pytest.param(*case, id=f"{case[0]}:{case[1]}") for case in PUBLISH],
+)
+def test_publish_permissions(service: str, subject: str, allowed: bool) -> None:
+    assert allows(_perms(service, "publish"), subject) is allowed
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_nobody_may_delete_or_purge_or_use_wildcard_apis(service: str) -> None:
+    publish = _perms(service, "publish")
+    for pattern in publish:
+        assert pattern not in (">", "$JS.API.>", "$JS.>", "gpudra.>", "$KV.>"), pattern
+    for verb in ("STREAM.DELETE", "STREAM.PURGE", "ACCOUNT.PURGE", "STREAM.NAMES"):
+        assert not allows(publish, f"$JS.API.{verb}.GPUDRA_CLAIMS"), verb
+    subscribe = _perms(service, "subscribe")
+    extra = {"inventory": ["gpudra.health.>"]}.get(service, [])
+    assert sorted(subscribe) == sorted(["_INBOX.>", *extra])
+
+
+# --- the rendered configuration in a real nats-server ---------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _localize(files: dict[str, str], root: Path, pki: dict[str, Path]) -> tuple[Path, int]:
+    """Write the rendered config files under `root` with local paths and ports."""
+    port = _free_port()
+    replacements = {
+        "/etc/nats/tls/": f"{pki['server']}/",
+        "/data/jetstream": str(root / "jetstream"),
+        "/var/run/nats/": f"{root}/",
+        "listen: 0.0.0.0:4222": f"listen: 127.0.0.1:{port}",
+        "http_port: 8222": f"http_port: {_free_port()}",
+        "listen: 0.0.0.0:6222": f"listen: 127.0.0.1:{_free_port()}",
+    }
+    for name, text in files.items():
+        for old, new in replacements.items():
+            text = text.replace(old, new)
+        (root / name).write_text(text, encoding="utf-8")
+    return root / "nats.conf", port
+
+
+def _rendered_config(objs: list[dict[str, Any]]) -> dict[str, str]:
+    config = next(
+        o
+        for o in manifests.by_kind(objs, "ConfigMap")
+        if o["metadata"]["name"].startswith("gpudra-nats-config-")
+    )
+    data: dict[str, str] = config["data"]
+    return data
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    if not tls_certs.openssl_available():
+        pytest.skip("openssl is not on PATH: cannot make test certificates")
+    return tls_certs.make_pki(tmp_path_factory.mktemp("pki"), [f"gpudra-{s}" for s in SERVICES])
+
+
+@pytest.mark.parametrize("overlay", manifests.OVERLAYS)
+def test_rendered_config_is_accepted_by_nats_server(
+    rendered: dict[str, list[dict[str, Any]]], pki: dict[str, Path], tmp_path: Path, overlay: str
+) -> None:
+    conf, _ = _localize(_rendered_config(rendered[overlay]), tmp_path, pki)
+    proc = subprocess.run(
+        [str(find_nats_server_binary()), "-t", "-c", str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={"SERVER_NAME": f"gpudra-nats-{overlay}"},
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+
+
+@pytest.fixture(scope="module")
+def dev_server(
+    rendered: dict[str, list[dict[str, Any]]],
+    pki: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("nats")
+    conf, port = _localize(_rendered_config(rendered["dev"]), root, pki)
+    log = (root / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [str(find_nats_server_binary()), "-c", str(conf)],
+        cwd=root,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={"SERVER_NAME": "gpudra-nats-0"},
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    pytest.fail("nats-server did not start: " + (root / "server.log").read_text())
+                time.sleep(0.05)
+        yield Server(port, root / "server.log")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+@dataclass(frozen=True)
+class Server:
+    port: int
+    log: Path
+
+
+class Session:
+    """One service's connection to the test server."""
+
+    def __init__(self, nc: Client, server: Server, user: str) -> None:
+        self.nc = nc
+        self.server = server
+        self.user = user
+        self.js = nc.jetstream(timeout=2)
+
+    async def denied(self, subject: str) -> bool:
+        """Publish a core message to `subject`; whether the server refused it.
+
+        The server's log is the witness: it records every publish violation with the user.
+        The line may land a moment after the flush returns, so a refusal is awaited briefly.
+        """
+        line = f'user:{self.user}" - Publish Violation - Subject "{subject}"'
+        before = self._log().count(line)
+        await self.nc.publish(subject, b"probe")
+        await self.nc.flush(timeout=2)
+        deadline = time.monotonic() + _REFUSAL_WAIT_S
+        while time.monotonic() < deadline:
+            if self._log().count(line) > before:
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
+    def _log(self) -> str:
+        return self.server.log.read_text(encoding="utf-8", errors="replace")
+
+
+def _tls(folder: Path) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(folder / "ca.crt"))
+    context.load_cert_chain(str(folder / "tls.crt"), str(folder / "tls.key"))
+    return context
+
+
+async def _connect(server: Server, folder: Path, user: str) -> Session:
+    async def on_error(exc: Exception) -> None:
+        """Permission errors are read from the server's log (see Session.denied)."""
+
+    nc = await nats.connect(
+        f"tls://127.0.0.1:{server.port}",
+        tls=_tls(folder),
+        tls_hostname="localhost",
+        allow_reconnect=False,
+        connect_timeout=5,
+        max_reconnect_attempts=0,
+        error_cb=on_error,
+    )
+    return Session(nc, server, user)
+
+
+@pytest.fixture
+async def sessions(dev_server: Server, pki: dict[str, Path]) -> AsyncIterator[dict[str, Session]]:
+    opened = {s: await _connect(dev_server, pki[f"gpudra-{s}"], f"CN=gpudra-{s}") for s in SERVICES}
+    try:
+        yield opened
+    finally:
+        for session in opened.values():
+            await session.nc.close()
+
+
+async def test_claim_flow_with_per_service_users(sessions: dict[str, Session]) -> None:
+    by_name = {spec.name: spec for spec in streams.STREAMS}
+    buckets = {spec.name: spec for spec in streams.BUCKETS}
+    agent, inventory = sessions["node-agent"], sessions["inventory"]
+    allocator, writer, plugin = (
+        sessions["allocator"],
+        sessions["claim-writer"],
+        sessions["kubelet-plugin"],
+    )
+
+    # node-agent -> inventory stream -> inventory -> slices KV.
+    await streams.ensure_stream(agent.js, by_name[streams.INVENTORY_STREAM])
+    await agent.js.publish("gpudra.inventory.node-1", b"inventory")
+    inbox = await inventory.js.pull_subscribe(
+        "gpudra.inventory.*", durable="inventory", stream=streams.INVENTORY_STREAM
+    )
+    (msg,) = await inbox.fetch(1, timeout=2)
+    assert msg.data == b"inventory"
+    await msg.ack()
+    slices = await streams.ensure_bucket(inventory.js, buckets[streams.SLICES_BUCKET])
+    await slices.put("node-1", b"slice")
+
+    # claim-writer -> claims work queue -> allocator -> reservations KV + decisions stream.
+    await streams.ensure_stream(writer.js, by_name[streams.CLAIMS_STREAM])
+    await streams.ensure_stream(writer.js, by_name[streams.DECISIONS_STREAM])
+    await writer.js.publish("gpudra.claims.default.claim-a", b"claim")
+    claims = await allocator.js.pull_subscribe(
+        "gpudra.claims.>", durable="allocator", stream=streams.CLAIMS_STREAM
+    )
+    (msg,) = await claims.fetch(1, timeout=2)
+    await msg.ack()
+    allocator_slices = await allocator.js.key_value(streams.SLICES_BUCKET)
+    assert (await allocator_slices.get("node-1")).value == b"slice"
+    reservations = await streams.ensure_bucket(allocator.js, buckets[streams.RESERVATIONS_BUCKET])
+    await reservations.create("node-1.gpu-0", b"default/claim-a")
+    await allocator.js.publish("gpudra.allocations.default.claim-a", b"decision")
+
+    # decisions -> claim-writer -> claims KV -> kubelet-plugin.
+    decisions = await writer.js.pull_subscribe(
+        "gpudra.allocations.>", durable="claim-writer", stream=streams.DECISIONS_STREAM
+    )
+    (msg,) = await decisions.fetch(1, timeout=2)
+    assert msg.data == b"decision"
+    await msg.ack()
+    claims_kv = await streams.ensure_bucket(writer.js, buckets[streams.CLAIMS_BUCKET])
+    await claims_kv.put("default.claim-a", b"{}")
+    plugin_claims = await plugin.js.key_value(streams.CLAIMS_BUCKET)
+    assert (await plugin_claims.get("default.claim-a")).value == b"{}"
+    assert not await plugin.denied("gpudra.prepared.node-1")
+
+
+@pytest.mark.parametrize(
+    ("service", "subject"),
+    [
+        pytest.param("node-agent", "gpudra.claims.default.x", id="agent-claims"),
+        pytest.param("node-agent", "$KV.gpudra-slices.node-1", id="agent-slices"),
+        pytest.param("allocator", "$KV.gpudra-slices.node-1", id="allocator-slices"),
+        pytest.param("allocator", "gpudra.claims.default.x", id="allocator-claims"),
+        pytest.param("claim-writer", "gpudra.allocations.default.x", id="writer-decisions"),
+        pytest.param("kubelet-plugin", "$KV.gpudra-claims.default.x", id="plugin-claims-kv"),
+        pytest.param("inventory", "gpudra.inventory.node-1", id="inventory-inventory"),
+        pytest.param("node-agent", "gpudra.health.node-1", id="allowed-control"),
+    ],
+)
+async def test_server_refuses_other_services_subjects(
+    sessions: dict[str, Session], service: str, subject: str
+) -> None:
+    expected = not allows(_perms(service, "publish"), subject)
+    assert await sessions[service].denied(subject) is expected
+
+
+async def test_denied_jetstream_api_call_gets_no_answer(sessions: dict[str, Session]) -> None:
+    """kubelet-plugin may read the claims bucket but not create streams."""
+    with pytest.raises(nats.errors.TimeoutError):
+        await sessions["kubelet-plugin"].nc.request(
+            "$JS.API.STREAM.CREATE.GPUDRA_CLAIMS", b"{}", timeout=0.5
+        )
+
+
+@pytest.mark.parametrize(
+    ("identity", "reason"),
+    [
+        pytest.param(tls_certs.ROGUE, "signed by unknown authority", id="untrusted-ca"),
+        pytest.param(tls_certs.STRANGER, "authentication error", id="unmapped-name"),
+    ],
+)
+async def test_unknown_certificates_cannot_connect(
+    dev_server: Server, pki: dict[str, Path], identity: str, reason: str
+) -> None:
+    before = dev_server.log.read_text(encoding="utf-8", errors="replace").count(reason)
+    with pytest.raises((nats.errors.Error, OSError, ssl.SSLError)):
+        await _connect(dev_server, pki[identity], identity)
+    after = dev_server.log.read_text(encoding="utf-8", errors="replace").count(reason)
+    assert after == before + 1
