@@ -12,7 +12,7 @@ from gpudra_kubelet_plugin.devices import DeviceInfo
 from gpudra_kubelet_plugin.errors import CdiError
 
 GPU = DeviceInfo("gpu-0", "gpu", "GPU-a", 0)
-MIG = DeviceInfo("gpu-1-mig-1g10gb-0", "mig", "MIG-b", 1, "GPU-p", "1g.10gb", 0, 1, 30, 31)
+MIG = DeviceInfo("gpu-1-mig-1-0", "mig", "MIG-b", 1, "GPU-p", "1g.10gb", 0, 1, 30, 31)
 
 
 @pytest.fixture

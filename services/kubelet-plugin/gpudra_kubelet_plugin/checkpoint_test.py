@@ -20,7 +20,7 @@ RECORDS = {
         "ns",
         "a",
         (PreparedDevice(("r",), "node-a", "gpu-0", ("k8s.x/claim=u1-gpu-0",), "s1"),),
-        ("gpu-1-mig-3g40gb-4",),
+        ("gpu-1-mig-3g-40gb-4",),
     ),
     "u2": ClaimRecord(PREPARE_STARTED, "ns", "b"),
 }

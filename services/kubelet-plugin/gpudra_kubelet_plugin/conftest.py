@@ -35,9 +35,9 @@ def node_devices() -> list[DeviceInfo]:
     return [
         DeviceInfo("gpu-0", "gpu", GPU0, 0),
         DeviceInfo("gpu-1", "gpu", GPU1, 1),
-        DeviceInfo("gpu-1-mig-1g10gb-0", "mig", MIG_STATIC, 1, GPU1, "1g.10gb", 0, 1, 21, 22),
-        DeviceInfo("gpu-1-mig-3g40gb-4", "mig", "", 1, GPU1, "3g.40gb", 4, 4),
-        DeviceInfo("gpu-1-mig-4g40gb-0", "mig", "", 1, GPU1, "4g.40gb", 0, 4),
+        DeviceInfo("gpu-1-mig-1-0", "mig", MIG_STATIC, 1, GPU1, "1g.10gb", 0, 1, 21, 22),
+        DeviceInfo("gpu-1-mig-3g-40gb-4", "mig", "", 1, GPU1, "3g.40gb", 4, 4),
+        DeviceInfo("gpu-1-mig-4g-40gb-0", "mig", "", 1, GPU1, "4g.40gb", 0, 4),
     ]
 
 

@@ -75,17 +75,17 @@ def test_duplicate_names() -> None:
 
 async def test_dynamic_mig_lifecycle() -> None:
     table = DeviceTable(node_devices())
-    placement = await table.device("gpu-1-mig-3g40gb-4")
+    placement = await table.device("gpu-1-mig-3g-40gb-4")
     created = await table.create_mig(placement)
     assert created.exists
     assert created.gi_cap is not None
     assert created.ci_cap is not None
     assert await table.create_mig(placement) == created  # already there: same device
-    assert await table.device("gpu-1-mig-3g40gb-4") == created
-    with pytest.raises(DeviceControlError, match="overlaps MIG device gpu-1-mig-1g10gb-0"):
-        await table.create_mig(await table.device("gpu-1-mig-4g40gb-0"))
+    assert await table.device("gpu-1-mig-3g-40gb-4") == created
+    with pytest.raises(DeviceControlError, match="overlaps MIG device gpu-1-mig-1-0"):
+        await table.create_mig(await table.device("gpu-1-mig-4g-40gb-0"))
     await table.destroy_mig(created)
-    assert await table.device("gpu-1-mig-3g40gb-4") == placement
+    assert await table.device("gpu-1-mig-3g-40gb-4") == placement
     with pytest.raises(DeviceControlError, match="not a MIG"):
         await table.create_mig(await table.device("gpu-0"))
     with pytest.raises(DeviceError, match="no device 'nope'"):

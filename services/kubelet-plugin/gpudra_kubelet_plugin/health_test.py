@@ -17,7 +17,7 @@ def hub() -> HealthHub:
     return HealthHub(NODE, node_devices(), clock=lambda: 1000.0)
 
 
-MIGS = ["gpu-1-mig-1g10gb-0", "gpu-1-mig-3g40gb-4", "gpu-1-mig-4g40gb-0"]
+MIGS = ["gpu-1-mig-1-0", "gpu-1-mig-3g-40gb-4", "gpu-1-mig-4g-40gb-0"]
 
 
 @pytest.mark.parametrize(
@@ -31,8 +31,8 @@ MIGS = ["gpu-1-mig-1g10gb-0", "gpu-1-mig-3g40gb-4", "gpu-1-mig-4g40gb-0"]
             HealthEvent("unhealthy", device_name="gpu-1"), ["gpu-1", *MIGS], id="mig-parent-by-name"
         ),
         pytest.param(
-            HealthEvent("unhealthy", device_name="gpu-1-mig-1g10gb-0"),
-            ["gpu-1-mig-1g10gb-0"],
+            HealthEvent("unhealthy", device_name="gpu-1-mig-1-0"),
+            ["gpu-1-mig-1-0"],
             id="one-mig",
         ),
         pytest.param(HealthEvent("unhealthy", device_uuid="GPU-unknown"), [], id="unknown"),

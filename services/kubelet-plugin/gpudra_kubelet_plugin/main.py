@@ -14,7 +14,6 @@ import signal
 import sys
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from pathlib import Path
 
 from nats.errors import Error as NatsError
 
@@ -23,13 +22,13 @@ from gpudra_kubelet_plugin import healthfeed
 from gpudra_kubelet_plugin.cdi import CdiWriter
 from gpudra_kubelet_plugin.checkpoint import Checkpoint
 from gpudra_kubelet_plugin.claimsource import ClaimSource, NatsKvClaimSource
-from gpudra_kubelet_plugin.devices import DeviceTable
 from gpudra_kubelet_plugin.errors import (
     ClaimSourceUnavailableError,
     KubeletPluginError,
     SettingsError,
 )
 from gpudra_kubelet_plugin.health import HealthHub
+from gpudra_kubelet_plugin.nodedevices import open_devices
 from gpudra_kubelet_plugin.plugin import KubeletPlugin
 from gpudra_kubelet_plugin.settings import Settings
 from gpudra_kubelet_plugin.state import DeviceState
@@ -42,12 +41,9 @@ async def serve(
 ) -> None:
     """Run the plugin until `stop` is set; `ready` is set once the kubelet may register it."""
     async with AsyncExitStack() as stack:
-        if not settings.device_table:
-            raise SettingsError(
-                "the NVML device backend is not wired in yet; pass --device-table "
-                "(GPUDRA_KUBELET_PLUGIN_DEVICE_TABLE)"
-            )
-        table = DeviceTable.from_json(Path(settings.device_table))
+        lookup, control = await asyncio.to_thread(
+            open_devices, settings.device_source, settings.mig_minors_file
+        )
         if settings.claim_source != "nats":
             raise SettingsError("claim source 'kubernetes' needs gpudra_kube, not wired in yet")
         try:
@@ -66,14 +62,14 @@ async def serve(
             raise ClaimSourceUnavailableError(
                 f"cannot open KV bucket {settings.claims_bucket}: {exc!r}"
             ) from exc
-        hub = HealthHub(settings.node, await table.devices(), settings.health_timeout)
+        hub = HealthHub(settings.node, await lookup.devices(), settings.health_timeout)
         await healthfeed.subscribe(nc, settings.node, hub)
         state = DeviceState(
             driver=settings.driver_name,
             node=settings.node,
             claims=claims,
-            lookup=table,
-            control=table,
+            lookup=lookup,
+            control=control,
             cdi=CdiWriter(settings.cdi_dir, settings.driver_name),
             checkpoint=Checkpoint(settings.checkpoint_path, settings.boot_id_file),
         )

@@ -17,7 +17,7 @@ import pytest
 
 from gpudra_kubelet_plugin import healthfeed
 from gpudra_kubelet_plugin.conftest import DRIVER, GPU0, NODE, make_claim, node_devices
-from gpudra_kubelet_plugin.errors import ClaimSourceUnavailableError, SettingsError
+from gpudra_kubelet_plugin.errors import ClaimSourceUnavailableError, DeviceError, SettingsError
 from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet, wait_for_socket
 from gpudra_kubelet_plugin.main import main, serve
 from gpudra_kubelet_plugin.settings import Settings
@@ -54,7 +54,7 @@ def settings_for(root: Path, nats_url: str, bucket: str) -> Settings:
         boot_id_file=root / "boot_id",
         nats_url=nats_url,
         claims_bucket=bucket,
-        device_table=str(write_table(root / "devices.json")),
+        device_source="table:" + str(write_table(root / "devices.json")),
         shutdown_grace=0.5,
     )
 
@@ -102,7 +102,15 @@ async def test_serve_end_to_end(short_root: Path, nats_url: str) -> None:
 @pytest.mark.parametrize(
     ("change", "error", "message"),
     [
-        pytest.param({"device_table": ""}, SettingsError, "pass --device-table", id="no-devices"),
+        pytest.param(
+            {"device_source": "gpus"}, SettingsError, "device source must be", id="bad-source"
+        ),
+        pytest.param(
+            {"device_source": "simulator:nope"},
+            DeviceError,
+            "cannot discover devices",
+            id="bad-profile",
+        ),
         pytest.param({"claim_source": "kubernetes"}, SettingsError, "needs gpudra_kube", id="kube"),
         pytest.param(
             {"claims_bucket": "no-such-bucket"},
@@ -144,7 +152,7 @@ async def test_process_stops_cleanly_on_sigterm(short_root: Path, nats_url: str)
         "GPUDRA_KUBELET_PLUGIN_NODE_NAME": NODE,
         "GPUDRA_KUBELET_PLUGIN_CLAIMS_BUCKET": bucket,
         "GPUDRA_KUBELET_PLUGIN_NATS_URL": nats_url,
-        "GPUDRA_KUBELET_PLUGIN_DEVICE_TABLE": settings.device_table,
+        "GPUDRA_KUBELET_PLUGIN_DEVICE_SOURCE": "simulator:a100-mig",
         "GPUDRA_KUBELET_PLUGIN_BOOT_ID_FILE": str(settings.boot_id_file),
         "GPUDRA_KUBELET_PLUGIN_CDI_DIR": str(settings.cdi_dir),
     }

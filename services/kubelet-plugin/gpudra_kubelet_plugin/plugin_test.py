@@ -129,10 +129,10 @@ async def test_stale_socket_is_replaced_but_other_files_are_not(node: Node) -> N
             id="two-gpus",
         ),
         pytest.param(
-            [("mig", "gpu-1-mig-1g10gb-0")],
+            [("mig", "gpu-1-mig-1-0")],
             [],
             {
-                "gpu-1-mig-1g10gb-0": [
+                "gpu-1-mig-1-0": [
                     "/dev/nvidia1",
                     "/dev/nvidia-caps/nvidia-cap21",
                     "/dev/nvidia-caps/nvidia-cap22",
@@ -216,12 +216,12 @@ async def test_dynamic_mig_is_created_at_prepare_and_destroyed_at_unprepare(
     node: Node, running: Running
 ) -> None:
     _, kubelet = running
-    claim = make_claim("m", "uid-m", [("mig", "gpu-1-mig-3g40gb-4")])
+    claim = make_claim("m", "uid-m", [("mig", "gpu-1-mig-3g-40gb-4")])
     node.claims.put(claim)
-    assert not (await node.table.device("gpu-1-mig-3g40gb-4")).exists
+    assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
     answer = (await kubelet.prepare([ref(claim)])).claims["uid-m"]
     assert answer.error == ""
-    created = await node.table.device("gpu-1-mig-3g40gb-4")
+    created = await node.table.device("gpu-1-mig-3g-40gb-4")
     assert created.exists
     assert created.uuid.startswith("MIG-")
     spec = read_spec(node, "uid-m")
@@ -232,17 +232,17 @@ async def test_dynamic_mig_is_created_at_prepare_and_destroyed_at_unprepare(
         f"/dev/nvidia-caps/nvidia-cap{created.ci_cap}",
     ]
     assert (await kubelet.unprepare([ref(claim)])).claims["uid-m"].error == ""
-    assert not (await node.table.device("gpu-1-mig-3g40gb-4")).exists
+    assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
     assert not node.cdi.spec_path("uid-m").exists()
 
 
 async def test_failed_dynamic_mig_leaves_nothing_behind(node: Node, running: Running) -> None:
     _, kubelet = running
     # 4g.40gb at slice 0 overlaps the existing 1g.10gb: NVML (and the simulator) refuse it.
-    claim = make_claim("m", "uid-x", [("gpu", "gpu-0"), ("mig", "gpu-1-mig-4g40gb-0")])
+    claim = make_claim("m", "uid-x", [("gpu", "gpu-0"), ("mig", "gpu-1-mig-4g-40gb-0")])
     node.claims.put(claim)
     answer = (await kubelet.prepare([ref(claim)])).claims["uid-x"]
-    assert "overlaps MIG device gpu-1-mig-1g10gb-0" in answer.error
+    assert "overlaps MIG device gpu-1-mig-1-0" in answer.error
     assert list(node.settings.cdi_dir.glob("*")) == []
     assert node.checkpoint().load().claims == {}
 
@@ -279,13 +279,13 @@ async def test_prepare_is_idempotent_and_answers_from_the_checkpoint(
 async def test_concurrent_prepares_of_one_claim_create_its_mig_device_once(node: Node) -> None:
     state = node.state()
     await state.start()
-    claim = make_claim("m", "uid-m", [("mig", "gpu-1-mig-3g40gb-4")])
+    claim = make_claim("m", "uid-m", [("mig", "gpu-1-mig-3g-40gb-4")])
     node.claims.put(claim)
     answers = await asyncio.gather(
         *(state.prepare(ClaimRef("uid-m", "default", "m")) for _ in range(4))
     )
     assert len(set(answers)) == 1
-    assert state.records["uid-m"].mig_devices == ("gpu-1-mig-3g40gb-4",)
+    assert state.records["uid-m"].mig_devices == ("gpu-1-mig-3g-40gb-4",)
 
 
 async def test_errors_are_per_claim(node: Node, running: Running) -> None:
@@ -354,7 +354,7 @@ class CrashBeforeCompleted(Checkpoint):
 
 @pytest.mark.parametrize("then", ["prepare", "unprepare"])
 async def test_crash_between_started_and_completed_then_restart(node: Node, then: str) -> None:
-    claim = make_claim("m", "uid-c", [("gpu", "gpu-0"), ("mig", "gpu-1-mig-3g40gb-4")])
+    claim = make_claim("m", "uid-c", [("gpu", "gpu-0"), ("mig", "gpu-1-mig-3g-40gb-4")])
     node.claims.put(claim)
     crashing = await node.plugin(
         node.state(CrashBeforeCompleted(node.settings.checkpoint_path, node.settings.boot_id_file))
@@ -364,7 +364,7 @@ async def test_crash_between_started_and_completed_then_restart(node: Node, then
         await crashing.state.prepare(ClaimRef("uid-c", "default", "m"))
     # The crash left everything half done: spec written, MIG created, checkpoint says started.
     assert node.cdi.spec_path("uid-c").exists()
-    assert (await node.table.device("gpu-1-mig-3g40gb-4")).exists
+    assert (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
     assert node.checkpoint().load().claims["uid-c"].state == PREPARE_STARTED
 
     plugin = await node.plugin()  # the restarted plugin
@@ -377,7 +377,7 @@ async def test_crash_between_started_and_completed_then_restart(node: Node, then
                 assert answer.error == ""
                 assert node.cdi.claim_uids() == {"uid-c"}
                 assert node.checkpoint().load().claims["uid-c"].state == PREPARE_COMPLETED
-                created = await node.table.device("gpu-1-mig-3g40gb-4")
+                created = await node.table.device("gpu-1-mig-3g-40gb-4")
                 assert (
                     f"NVIDIA_VISIBLE_DEVICES={GPU0},{created.uuid}"
                     in read_spec(node, "uid-c")["containerEdits"]["env"]
@@ -385,7 +385,7 @@ async def test_crash_between_started_and_completed_then_restart(node: Node, then
             else:
                 assert (await kubelet.unprepare([ref(claim)])).claims["uid-c"].error == ""
                 assert node.cdi.claim_uids() == set()
-                assert not (await node.table.device("gpu-1-mig-3g40gb-4")).exists
+                assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
                 assert node.checkpoint().load().claims == {}
     finally:
         await plugin.stop()
@@ -421,9 +421,9 @@ async def test_health_stream_reports_an_injected_xid(
         assert set(first) == {
             "gpu-0",
             "gpu-1",
-            "gpu-1-mig-1g10gb-0",
-            "gpu-1-mig-3g40gb-4",
-            "gpu-1-mig-4g40gb-0",
+            "gpu-1-mig-1-0",
+            "gpu-1-mig-3g-40gb-4",
+            "gpu-1-mig-4g-40gb-0",
         }
         assert {h for h, _ in first.values()} == {1}  # HEALTHY
         await plugin.hub.update(
@@ -433,9 +433,9 @@ async def test_health_stream_reports_an_injected_xid(
         unhealthy = {name for name, (h, _) in second.items() if h == 2}
         assert unhealthy == {
             "gpu-1",
-            "gpu-1-mig-1g10gb-0",
-            "gpu-1-mig-3g40gb-4",
-            "gpu-1-mig-4g40gb-0",
+            "gpu-1-mig-1-0",
+            "gpu-1-mig-3g-40gb-4",
+            "gpu-1-mig-4g-40gb-0",
         }
         assert second["gpu-1"][1] == "XID 79: fell off the bus"
         assert second["gpu-0"] == (1, "")

@@ -77,12 +77,16 @@ class Settings:
     claims_bucket: str = dataclasses.field(
         default="gpudra-claims", metadata=_doc("JetStream KV bucket of standalone claims", "bucket")
     )
-    device_table: str = dataclasses.field(
-        default="",
+    device_source: str = dataclasses.field(
+        default="nvml",
         metadata=_doc(
-            "JSON device table to use instead of NVML (standalone/simulated nodes); empty: NVML",
-            "path",
+            "where devices come from: nvml, simulator:<profile> (standalone), table:<json path>",
+            "source",
         ),
+    )
+    mig_minors_file: Path = dataclasses.field(
+        default=Path("/proc/driver/nvidia-caps/mig-minors"),
+        metadata=_doc("the driver's MIG capability minors; absent: the driver's layout", "path"),
     )
     registration_retry: float = dataclasses.field(
         default=5.0,

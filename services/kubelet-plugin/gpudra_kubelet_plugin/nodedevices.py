@@ -1,0 +1,157 @@
+"""This node's devices from NVML or a simulator profile, named exactly as gpudra's slices name them.
+
+Names (gpudra_slices): whole GPU `gpu-<i>`; existing MIG device `gpu-<i>-mig-<gi>-<ci>`; free
+placement for dynamic MIG `gpu-<i>-mig-<profile>-<start>` (profile with `.`/`+` as `-`). An
+allocation made while a placement was free keeps naming the placement after the plugin created it,
+so every existing MIG device is also reachable under its placement name.
+
+MIG access capabilities: a MIG device is used through `/dev/nvidia-caps/nvidia-cap<M>` for its GPU
+instance and its compute instance. `MigMinors` reads M from the driver's
+`/proc/driver/nvidia-caps/mig-minors` (lines `gpu<minor>/gi<gi>/access <M>` and
+`gpu<minor>/gi<gi>/ci<ci>/access <M>`); without that file (simulated nodes) it uses the driver's own
+layout: `config` 1, `monitor` 2, then for each GPU minor (0-31) and GI (0-14) the GI's access
+followed by its CIs' (0-7).
+
+`open_devices(source)` picks the backend: `table:<path>` (a JSON device table), `simulator:<profile>`
+(gpudra_nvml's simulator; dynamic MIG is simulated by the table) or `nvml` (the real library; the
+plugin does not create MIG devices through NVML yet, so dynamic MIG is refused there with a clear
+error).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from gpudra_kubelet_plugin.devices import DeviceControl, DeviceInfo, DeviceLookup, DeviceTable
+from gpudra_kubelet_plugin.errors import DeviceControlError, DeviceError, SettingsError
+from gpudra_nvml import NvmlError, open_adapter, open_simulator
+from gpudrapb.v1 import inventory_pb2 as pb
+
+MIG_MINORS_FILE = Path("/proc/driver/nvidia-caps/mig-minors")
+_GIS_PER_GPU, _CIS_PER_GI = 15, 8
+_MINOR_LINE = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)$")
+
+
+class MigMinors:
+    """Device minors of MIG access capabilities (see the module docstring)."""
+
+    def __init__(self, table: dict[tuple[int, int, int | None], int] | None = None) -> None:
+        self._table = table
+
+    @classmethod
+    def load(cls, path: Path = MIG_MINORS_FILE) -> MigMinors:
+        """The driver's table when `path` exists, else the driver's layout computed."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return cls()
+        except OSError as exc:
+            raise DeviceError(f"cannot read {path}: {exc}") from exc
+        table: dict[tuple[int, int, int | None], int] = {}
+        for line in text.splitlines():
+            match = _MINOR_LINE.match(line.strip())
+            if match:
+                gpu, gi, ci, minor = match.groups()
+                table[(int(gpu), int(gi), None if ci is None else int(ci))] = int(minor)
+        return cls(table)
+
+    def minor(self, gpu_minor: int, gi: int, ci: int | None = None) -> int:
+        """The capability minor of GI `gi` (or its CI `ci`) on the GPU with minor `gpu_minor`."""
+        if self._table is not None:
+            try:
+                return self._table[(gpu_minor, gi, ci)]
+            except KeyError:
+                raise DeviceError(
+                    f"no MIG capability minor for gpu{gpu_minor}/gi{gi}"
+                    + ("" if ci is None else f"/ci{ci}")
+                ) from None
+        if not (0 <= gi < _GIS_PER_GPU and (ci is None or 0 <= ci < _CIS_PER_GI)):
+            raise DeviceError(f"MIG instance gi{gi}/ci{ci} outside the driver's range")
+        base = 3 + gpu_minor * _GIS_PER_GPU * (1 + _CIS_PER_GI) + gi * (1 + _CIS_PER_GI)
+        return base if ci is None else base + 1 + ci
+
+
+def placement_name(gpu: str, profile: str, start: int) -> str:
+    """The slice device name of a MIG placement on GPU `gpu`."""
+    return f"{gpu}-mig-{profile.replace('.', '-').replace('+', '-')}-{start}"
+
+
+def devices_from_inventory(devices: Iterable[pb.Device], minors: MigMinors) -> list[DeviceInfo]:
+    """DeviceInfos for a node-agent inventory: GPUs, MIG devices (+ placement aliases), placements."""
+    devices = list(devices)
+    gpus = {d.uuid: d for d in devices if d.type == pb.Device.TYPE_GPU}
+    out: dict[str, DeviceInfo] = {}
+    for d in devices:
+        if d.type == pb.Device.TYPE_GPU:
+            out[d.name] = DeviceInfo(d.name, "gpu", d.uuid, d.minor)
+            for p in d.free_placements:
+                name = placement_name(d.name, p.profile, p.start)
+                out[name] = DeviceInfo(name, "mig", "", d.minor, d.uuid, p.profile, p.start, p.size)
+        elif d.type == pb.Device.TYPE_MIG:
+            parent = gpus.get(d.parent_uuid)
+            if parent is None:
+                raise DeviceError(f"MIG device {d.name}: parent {d.parent_uuid} not found")
+            gi, ci = d.gpu_instance_id, d.compute_instance_id
+            for name in (
+                d.name,
+                placement_name(parent.name, d.placement.profile, d.placement.start),
+            ):
+                out.setdefault(
+                    name,
+                    DeviceInfo(
+                        name,
+                        "mig",
+                        d.uuid,
+                        parent.minor,
+                        parent.uuid,
+                        d.mig_profile,
+                        d.placement.start,
+                        d.placement.size,
+                        minors.minor(parent.minor, gi),
+                        minors.minor(parent.minor, gi, ci),
+                    ),
+                )
+    return [out[name] for name in sorted(out)]
+
+
+class NoDynamicMig:
+    """The `DeviceControl` for real NVML: MIG creation is not implemented, so it says so."""
+
+    async def create_mig(self, placement: DeviceInfo) -> DeviceInfo:
+        raise DeviceControlError(
+            f"cannot create MIG device {placement.name}: dynamic MIG through NVML is not "
+            "implemented in the kubelet plugin yet; create the MIG layout on the node instead"
+        )
+
+    async def destroy_mig(self, device: DeviceInfo) -> None:
+        raise DeviceControlError(
+            f"cannot destroy MIG device {device.name}: dynamic MIG through NVML is not implemented"
+        )
+
+
+def open_devices(
+    source: str, minors_file: Path = MIG_MINORS_FILE
+) -> tuple[DeviceLookup, DeviceControl]:
+    """(lookup, control) for a device source `table:<path>`, `simulator:<profile>` or `nvml`."""
+    kind, _, argument = source.partition(":")
+    if kind == "table" and argument:
+        table = DeviceTable.from_json(Path(argument))
+        return table, table
+    if kind not in ("simulator", "nvml") or (kind == "simulator") != bool(argument):
+        raise SettingsError(
+            f"device source must be table:<path>, simulator:<profile> or nvml, got {source!r}"
+        )
+    try:
+        opened = open_simulator(argument) if kind == "simulator" else open_adapter()
+        try:
+            discovery = opened.adapter.discover()
+        finally:
+            opened.adapter.stop()
+    except NvmlError as exc:
+        raise DeviceError(f"cannot discover devices ({source}): {exc}") from exc
+    table = DeviceTable(devices_from_inventory(discovery.devices, MigMinors.load(minors_file)))
+    if kind == "simulator":
+        return table, table
+    return table, NoDynamicMig()
