@@ -18,6 +18,7 @@ from gpudra_nvml.errors import (
     ProfileError,
 )
 from gpudra_nvml.fake import FakeNvml
+from gpudra_nvml.faults import FaultSpec, load_faults, parse_faults
 from gpudra_nvml.health import APPLICATION_XIDS, HealthMonitor, Transition
 from gpudra_nvml.inventory import SCHEMA_VERSION, snapshot
 from gpudra_nvml.loader import Opened, open_adapter, open_simulator
@@ -28,6 +29,7 @@ __all__ = [
     "DeviceLostError",
     "Discovery",
     "FakeNvml",
+    "FaultSpec",
     "HealthMonitor",
     "NvmlAdapter",
     "NvmlCallError",
@@ -40,9 +42,11 @@ __all__ = [
     "ProfileError",
     "SCHEMA_VERSION",
     "Transition",
+    "load_faults",
     "load_profile",
     "open_adapter",
     "open_simulator",
+    "parse_faults",
     "profile_names",
     "snapshot",
     "sysfs_pcie_root",

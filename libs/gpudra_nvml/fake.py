@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 import pynvml
 
+from gpudra_nvml.faults import FaultSpec
 from gpudra_nvml.profiles import GpuSpec, MigInstanceSpec, Profile
 
 _MIB = 1024 * 1024
@@ -79,6 +80,7 @@ class FakeNvml:
         self._set_ids = itertools.count(1)
         self._faults: list[tuple[float, int, Callable[[], None]]] = []
         self._fault_seq = itertools.count()
+        self.apply(profile.faults)
 
     def __getattr__(self, name: str) -> Any:
         # Constants, struct types and NVMLError classes come from the real module; NVML functions
@@ -108,6 +110,18 @@ class FakeNvml:
         for es in self._sets.values():
             if es.registered.get(index, 0) & event_type:
                 es.queue.append((index, event_type, data))
+
+    def apply(self, faults: tuple[FaultSpec, ...] | list[FaultSpec]) -> None:
+        """Schedule a fault script (see `gpudra_nvml.faults`)."""
+        for f in faults:
+            if f.kind == "xid":
+                self.inject_xid(f.gpu, f.code, at=f.at)
+            elif f.kind == "lost":
+                self.lose_device(f.gpu, at=f.at)
+            elif f.kind == "recover":
+                self.recover_device(f.gpu, at=f.at)
+            else:
+                self.add_ecc_errors(f.gpu, f.code, at=f.at)
 
     def inject_xid(self, index: int, xid: int, at: float | None = None) -> None:
         """An XID critical error on GPU `index` at `at` seconds (now when None)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from gpudra_nvml.adapter import NvmlAdapter
 from gpudra_nvml.errors import NvmlUnavailableError
 from gpudra_nvml.fake import FakeNvml
+from gpudra_nvml.faults import load_faults
 from gpudra_nvml.profiles import load_profile
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -30,11 +31,16 @@ class Opened:
     fake: FakeNvml | None = None
 
 
-def open_simulator(profile: str, clock: Callable[[], float] = time.monotonic) -> Opened:
-    """A started adapter over the simulator profile `profile` (`ProfileError` if unknown)."""
+def open_simulator(
+    profile: str, clock: Callable[[], float] = time.monotonic, faults_file: str = ""
+) -> Opened:
+    """A started adapter over the simulator profile `profile` (`ProfileError` if unknown), with
+    the fault script in `faults_file` scheduled on top of the profile's own."""
     spec = load_profile(profile)
     roots = {g.bus_id.lower(): g.pcie_root for g in spec.gpus}
     fake = FakeNvml(spec, clock=clock)
+    if faults_file:
+        fake.apply(load_faults(faults_file, len(spec.gpus)))
     adapter = NvmlAdapter(fake, pcie_root=lambda bus_id: roots.get(bus_id, ""))
     adapter.start()
     source = pb.InventorySource(kind=pb.InventorySource.KIND_SIMULATOR, profile=profile)
@@ -42,11 +48,15 @@ def open_simulator(profile: str, clock: Callable[[], float] = time.monotonic) ->
 
 
 def open_adapter(
-    profile: str = "", fallback_profile: str = "", clock: Callable[[], float] = time.monotonic
+    profile: str = "",
+    fallback_profile: str = "",
+    clock: Callable[[], float] = time.monotonic,
+    faults_file: str = "",
 ) -> Opened:
-    """The simulator when `profile` is set; else real NVML, falling back only when told to."""
+    """The simulator when `profile` is set; else real NVML, falling back only when told to.
+    `faults_file` applies to a simulator only (a real GPU's faults are its own)."""
     if profile:
-        return open_simulator(profile, clock)
+        return open_simulator(profile, clock, faults_file)
     import pynvml  # the nvidia-ml-py package; imported here so simulator-only users skip it
 
     adapter = NvmlAdapter(pynvml)
@@ -62,5 +72,5 @@ def open_adapter(
             exc,
             fallback_profile,
         )
-        return open_simulator(fallback_profile, clock)
+        return open_simulator(fallback_profile, clock, faults_file)
     return Opened(adapter, pb.InventorySource(kind=pb.InventorySource.KIND_NVML))

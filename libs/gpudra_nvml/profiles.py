@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from gpudra_nvml.errors import ProfileError
+from gpudra_nvml.faults import FaultSpec, parse_faults
 
 _PACKAGE = "gpudra_nvml"
 _DIR = "profiles"
@@ -112,6 +113,7 @@ class Profile:
     links: dict[int, tuple[LinkSpec, ...]] = field(default_factory=dict)
     fabric: FabricSpec | None = None
     utilization: dict[int, UtilizationPattern] = field(default_factory=dict)
+    faults: tuple[FaultSpec, ...] = ()
 
     def utilization_for(self, index: int) -> UtilizationPattern:
         return (
@@ -359,4 +361,5 @@ def parse_profile(name: str, raw: Any) -> Profile:
         links=_links(f"{name}.nvlink", f.raw.get("nvlink"), tuple(gpus)),
         fabric=fabric,
         utilization=_utilization(f"{name}.utilization", f.raw.get("utilization")),
+        faults=parse_faults(f"{name}.faults", f.raw.get("faults"), len(gpus)),
     )

@@ -118,3 +118,12 @@ def test_bad_profiles_are_named_errors(doc: Any, message: str) -> None:
 def test_unknown_profile_lists_known_ones() -> None:
     with pytest.raises(ProfileError, match="dgx-h100"):
         load_profile("dgx-a1000")
+
+
+def test_profile_may_carry_a_fault_script() -> None:
+    doc = _with("faults", [{"at": 3, "gpu": 1, "xid": 79}])
+    assert [(f.at, f.gpu, f.kind, f.code) for f in parse_profile("t", doc).faults] == [
+        (3.0, 1, "xid", 79)
+    ]
+    with pytest.raises(ProfileError, match=r"t\.faults\[0\]\.gpu"):
+        parse_profile("t", _with("faults", [{"gpu": 2, "xid": 79}]))

@@ -43,7 +43,11 @@ def nats_options(settings: Settings) -> dict[str, Any]:
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     """Run the agent until `stop` is set; resources are released in reverse order."""
     async with contextlib.AsyncExitStack() as stack:
-        opened = open_adapter(settings.simulator_profile, settings.fallback_profile)
+        opened = open_adapter(
+            settings.simulator_profile,
+            settings.fallback_profile,
+            faults_file=settings.simulator_faults,
+        )
         stack.callback(opened.adapter.stop)
         if opened.fake is not None:
             log.warning(

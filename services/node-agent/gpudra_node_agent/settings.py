@@ -50,6 +50,10 @@ class Settings:
         default="",
         metadata=doc("simulator profile to run when the NVML library is missing", "name"),
     )
+    simulator_faults: str = field(
+        default="",
+        metadata=doc("YAML fault script for the simulator (XID at T, lost GPU, ECC)", "path"),
+    )
     poll_interval: float = field(
         default=2.0, metadata=doc("health (XID, ECC, lost GPU) polling period", "seconds")
     )
