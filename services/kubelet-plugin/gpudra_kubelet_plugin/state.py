@@ -12,6 +12,7 @@ Promises:
   MIG devices destroyed — before it is prepared again; unprepare of such a claim cleans up the same.
 - Unprepare removes exactly the claim's spec and the MIG devices it created (unless another
   prepared claim shares them); unprepare of an unknown claim succeeds.
+- Each prepare and unprepare is a span; prepare continues the claim's trace (see `traces`).
 - At start, claims of a previous boot are dropped (their specs removed) and specs of this driver
   that no checkpointed claim owns are removed, so no spec outlives its claim.
 """
@@ -21,6 +22,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+from opentelemetry.trace import Span, Tracer
 
 from gpudra_kubelet_plugin.cdi import CdiDevice, CdiWriter
 from gpudra_kubelet_plugin.checkpoint import (
@@ -41,6 +46,7 @@ from gpudra_kubelet_plugin.errors import (
     KubeletPluginError,
 )
 from gpudra_kubelet_plugin.locks import KeyedLock
+from gpudra_kubelet_plugin.traces import claim_span
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +73,7 @@ class DeviceState:
         control: DeviceControl,
         cdi: CdiWriter,
         checkpoint: Checkpoint,
+        tracer: Tracer | None = None,
     ) -> None:
         self.driver = driver
         self.node = node
@@ -75,6 +82,7 @@ class DeviceState:
         self._control = control
         self._cdi = cdi
         self._checkpoint = checkpoint
+        self._tracer = tracer
         self._records: dict[str, ClaimRecord] = {}
         self._locks = KeyedLock()
 
@@ -105,19 +113,37 @@ class DeviceState:
             if record is not None:
                 log.warning("claim %s was interrupted mid-prepare; rolling back", ref.uid)
                 await self._release(ref.uid, record)
-            return await self._prepare(ref)
+            claim = await self._claims.get(ref.namespace, ref.name)
+            with self._span("prepare", ref, claim) as span:
+                devices = await self._prepare(ref, claim)
+                span.set_attribute("gpudra.devices", [d.device_name for d in devices])
+                return devices
 
     async def unprepare(self, ref: ClaimRef) -> None:
         """Undo prepare; succeeds for claims this node never prepared."""
         async with self._locks.hold(ref.uid):
             record = self._records.get(ref.uid)
-            if record is None:
-                self._cdi.remove(ref.uid)
-                return
-            await self._release(ref.uid, record)
+            with self._span("unprepare", ref) as span:
+                span.set_attribute("gpudra.claim.known", record is not None)
+                if record is None:
+                    self._cdi.remove(ref.uid)
+                    return
+                await self._release(ref.uid, record)
 
-    async def _prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
-        claim = await self._claims.get(ref.namespace, ref.name)
+    def _span(
+        self, operation: str, ref: ClaimRef, claim: Mapping[str, Any] | None = None
+    ) -> AbstractContextManager[Span]:
+        return claim_span(
+            operation,
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            node=self.node,
+            claim=claim,
+            tracer=self._tracer,
+        )
+
+    async def _prepare(self, ref: ClaimRef, claim: Mapping[str, Any]) -> tuple[PreparedDevice, ...]:
         uid = claim_uid(claim)
         if uid != ref.uid:
             raise ClaimUidMismatchError(
