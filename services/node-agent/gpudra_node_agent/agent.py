@@ -92,6 +92,18 @@ class NodeAgent:
         self._last_utilization = 0.0
         self._dirty = True
         self.published = 0  # inventories stored, for tests and metrics
+        self.last_turn: float | None = None  # loop time the last turn finished
+
+    def live(self) -> bool:
+        """The loop turned recently (a stuck NVML call or a dead loop fails the liveness probe)."""
+        if self.last_turn is None:
+            return True  # still starting; the startup probe bounds this
+        limit = max(30.0, 10 * self.settings.poll_interval)
+        return asyncio.get_running_loop().time() - self.last_turn < limit
+
+    def ready(self) -> bool:
+        """This node's inventory is stored and NATS is connected."""
+        return self.published > 0 and self._nc.is_connected
 
     def mark_dirty(self) -> None:
         """Republish the current state at the next turn (called on NATS reconnect)."""
@@ -243,5 +255,6 @@ class NodeAgent:
                 await self.turn()
             except NvmlError as exc:
                 log.error("NVML failed this turn: %s", exc)
+            self.last_turn = asyncio.get_running_loop().time()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.settings.poll_interval)

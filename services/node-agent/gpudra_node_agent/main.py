@@ -22,7 +22,9 @@ from gpudra_bus.errors import BusError
 from gpudra_bus.streams import INVENTORY_STREAM, STREAMS
 from gpudra_node_agent.agent import NodeAgent
 from gpudra_node_agent.errors import SettingsError
+from gpudra_node_agent.health import HealthServer
 from gpudra_node_agent.settings import Settings
+from gpudra_node_agent.telemetry import setup_tracing
 from gpudra_nvml import NvmlError, open_adapter
 
 log = logging.getLogger("gpudra_node_agent")
@@ -43,6 +45,7 @@ def nats_options(settings: Settings) -> dict[str, Any]:
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     """Run the agent until `stop` is set; resources are released in reverse order."""
     async with contextlib.AsyncExitStack() as stack:
+        stack.callback(setup_tracing(settings.trace_exporter, settings.trace_file))
         opened = open_adapter(
             settings.simulator_profile,
             settings.fallback_profile,
@@ -69,10 +72,15 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         )
         stack.push_async_callback(disconnect, nc)
         spec = next(s for s in STREAMS if s.name == INVENTORY_STREAM)
-        await ensure_stream(nc.jetstream(), spec)
+        await ensure_stream(nc.jetstream(), spec, replicas=settings.stream_replicas)
         agent = NodeAgent(settings, opened, nc)
         await agent.start()
         stack.push_async_callback(agent.close)
+        probes = await HealthServer(
+            settings.health_host, settings.health_port, agent.live, agent.ready
+        ).start()
+        stack.push_async_callback(probes.stop)
+        log.info("health server on port %d", probes.port)
         origin = f"simulator profile {opened.source.profile}" if opened.fake is not None else "NVML"
         log.info("node-agent for %s started (%s)", agent.node, origin)
         await agent.run(stop)

@@ -1,6 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -19,16 +26,73 @@ async def test_unknown_profile_exits_1_before_touching_nats() -> None:
     assert await asyncio.wait_for(agent_main.main(argv), timeout=10) == 1
 
 
-async def test_serve_runs_and_stops(nats_url: str) -> None:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _status(port: int, path: str) -> str:
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return "down"
+    writer.write(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+    data = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    return data.decode().split()[1]
+
+
+async def test_serve_becomes_ready_and_stops(nats_url: str) -> None:
+    port = _free_port()
     settings = Settings(
-        node_name="serve-test", nats_url=nats_url, simulator_profile="l4-pcie", poll_interval=0.05
+        node_name="serve-test",
+        nats_url=nats_url,
+        simulator_profile="l4-pcie",
+        poll_interval=0.05,
+        health_host="127.0.0.1",
+        health_port=port,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(agent_main.serve(settings, stop))
-    await asyncio.sleep(0.5)
-    assert not task.done()
+    for _ in range(100):
+        if await _status(port, "/readyz") == "200":
+            break
+        await asyncio.sleep(0.05)
+    assert await _status(port, "/readyz") == "200"
+    assert await _status(port, "/healthz") == "200"
     stop.set()
     await asyncio.wait_for(task, timeout=10)
+    assert await _status(port, "/healthz") == "down"
+
+
+def test_process_exits_cleanly_on_sigterm(nats_url: str) -> None:
+    root = Path(__file__).resolve().parents[3]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            str(root / p) for p in ("libs", "proto/gen", "services/node-agent")
+        ),
+        "GPUDRA_NODE_AGENT_SIMULATOR_PROFILE": "a100-mig",
+        "GPUDRA_NATS_URL": nats_url,
+        "NODE_NAME": "sigterm-test",
+        "GPUDRA_HEALTH_PORT": "0",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-W", "ignore", "-m", "gpudra_node_agent"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "SIMULATED" in err
 
 
 def test_nats_options() -> None:

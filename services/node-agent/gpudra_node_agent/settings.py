@@ -19,7 +19,18 @@ from gpudra_node_agent.errors import SettingsError
 
 ENV_PREFIX = "GPUDRA_NODE_AGENT_"
 #: Conventional environment variables read when the prefixed one is absent.
-FALLBACK_ENV = {"node_name": "NODE_NAME", "nats_url": "GPUDRA_NATS_URL"}
+FALLBACK_ENV = {
+    "node_name": "NODE_NAME",
+    "nats_url": "GPUDRA_NATS_URL",
+    "nats_tls_ca": "GPUDRA_NATS_TLS_CA",
+    "nats_tls_cert": "GPUDRA_NATS_TLS_CERT",
+    "nats_tls_key": "GPUDRA_NATS_TLS_KEY",
+    "stream_replicas": "GPUDRA_NATS_STREAM_REPLICAS",
+    "health_port": "GPUDRA_HEALTH_PORT",
+    "log_level": "GPUDRA_LOG_LEVEL",
+    "trace_exporter": "OTEL_TRACES_EXPORTER",
+}
+TRACE_EXPORTERS = ("none", "console", "otlp")
 
 
 def doc(help_text: str, unit: str = "") -> dict[str, str]:
@@ -70,6 +81,19 @@ class Settings:
         default=300.0,
         metadata=doc("an XID condition clears after this long without another", "seconds"),
     )
+    stream_replicas: int = field(
+        default=1, metadata=doc("JetStream replicas of the inventory stream if it must be created")
+    )
+    health_port: int = field(
+        default=8080, metadata=doc("HTTP port of /healthz and /readyz; 0 picks a free one", "port")
+    )
+    health_host: str = field(default="0.0.0.0", metadata=doc("address the health server binds"))
+    trace_exporter: str = field(
+        default="none", metadata=doc(f"trace exporter: {', '.join(TRACE_EXPORTERS)}", "choice")
+    )
+    trace_file: str = field(
+        default="", metadata=doc("console exporter writes JSON lines here; empty: stdout", "path")
+    )
     log_level: str = field(default="INFO", metadata=doc("logging level", "level"))
 
     @property
@@ -88,6 +112,14 @@ class Settings:
             raise SettingsError("utilization-interval and xid-hold must not be negative")
         if not self.nats_servers:
             raise SettingsError("no NATS URL given")
+        if not 0 <= self.health_port <= 65535:
+            raise SettingsError(f"health-port {self.health_port} is not a TCP port")
+        if self.stream_replicas < 1:
+            raise SettingsError("stream-replicas must be >= 1")
+        if self.trace_exporter not in TRACE_EXPORTERS:
+            raise SettingsError(f"trace-exporter must be one of {', '.join(TRACE_EXPORTERS)}")
+        if self.log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise SettingsError(f"log-level {self.log_level!r} is not a logging level")
         if bool(self.nats_tls_cert) != bool(self.nats_tls_key):
             raise SettingsError("nats-tls-cert and nats-tls-key go together")
         return self

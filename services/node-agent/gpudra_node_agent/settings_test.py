@@ -52,6 +52,9 @@ def test_precedence(argv: list[str], env: dict[str, str], field: str, want: obje
         pytest.param(["--utilization-interval", "-1"], "must not be negative", id="negative"),
         pytest.param(["--nats-url", " , "], "no NATS URL", id="no-url"),
         pytest.param(["--nats-tls-cert", "c.pem"], "go together", id="half-mtls"),
+        pytest.param(["--health-port", "70000"], "not a TCP port", id="bad-port"),
+        pytest.param(["--trace-exporter", "jaeger"], "trace-exporter", id="bad-exporter"),
+        pytest.param(["--log-level", "loud"], "logging level", id="bad-level"),
     ],
 )
 def test_bad_settings(argv: list[str], message: str) -> None:
