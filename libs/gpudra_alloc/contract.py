@@ -44,14 +44,17 @@ def _candidate_nodes(allocator: Allocator, problem: Problem) -> list[Node]:
 
 
 def _allocate(
-    allocator: Allocator, problem: Problem, claims: list[ResourceClaim]
+    allocator: Allocator,
+    problem: Problem,
+    claims: list[ResourceClaim],
+    candidates: list[Node] | None = None,
 ) -> dict[str, Any]:
     try:
         if problem.node is not None:
             outcome: NodeOutcome | None = allocator.allocate(problem.node, claims)
             tried = 1
         else:
-            nodes = _candidate_nodes(allocator, problem)
+            nodes = candidates if candidates is not None else _candidate_nodes(allocator, problem)
             outcome = allocator.choose_node(nodes, claims) if claims else None
             tried = len(nodes)
             if not claims:
@@ -77,6 +80,7 @@ def _run_steps(allocator: Allocator, problem: Problem) -> list[dict[str, Any]]:
     state: AllocatedState = allocator.state
     held: dict[str, list[Any]] = {}
     answers: list[dict[str, Any]] = []
+    candidates = _candidate_nodes(allocator, problem) if problem.node is None else None
     for step in problem.steps:
         if step.release is not None:
             unknown = [name for name in step.release if name not in held]
@@ -99,7 +103,7 @@ def _run_steps(allocator: Allocator, problem: Problem) -> list[dict[str, Any]]:
         if again:
             answers.append({"outcome": "error", "error": f"already allocated: {', '.join(again)}"})
             continue
-        answer = _allocate(allocator, problem, claims)
+        answer = _allocate(allocator, problem, claims, candidates)
         results = answer.pop("_results", None)
         if results is not None:
             state.apply(results)

@@ -29,6 +29,8 @@ class AllocatedState:
     shared: set[tuple[DeviceID, str]] = field(default_factory=set)
     capacity: dict[DeviceID, dict[str, Quantity]] = field(default_factory=dict)
     _shares: dict[DeviceID, int] = field(default_factory=dict, repr=False)
+    # Bumped whenever something stops being in use; lets callers cache "this node is full".
+    releases: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         for device, _ in self.shared:
@@ -42,6 +44,7 @@ class AllocatedState:
     def remove_share(self, device: DeviceID, share_id: str) -> None:
         if (device, share_id) in self.shared:
             self.shared.discard((device, share_id))
+            self.releases += 1
             left = self._shares[device] - 1
             if left:
                 self._shares[device] = left
@@ -61,6 +64,7 @@ class AllocatedState:
         total = self.capacity.get(device)
         if total is None:
             return
+        self.releases += 1
         for name, value in consumed.items():
             if name in total:
                 total[name] = total[name] - value
@@ -79,7 +83,9 @@ class AllocatedState:
                     self.devices.add(device)
 
     def release(self, results: Iterable[AllocationResult]) -> None:
-        """Undo `apply` for allocations that are no longer in use."""
+        """Undo `apply` for allocations that are no longer in use.
+
+        Remove devices through here (not from `devices` directly): `releases` must move."""
         for result in results:
             for r in result.results:
                 device = DeviceID(r.driver, r.pool, r.device)
@@ -88,3 +94,4 @@ class AllocatedState:
                     self.remove_capacity(device, r.consumed_capacity or {})
                 elif not r.admin_access:
                     self.devices.discard(device)
+                    self.releases += 1

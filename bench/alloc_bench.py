@@ -1,0 +1,239 @@
+"""Allocation throughput on a generated DGX-like cluster (first-fit, Kubernetes' semantics).
+
+Run: `python bench/alloc_bench.py` (or `./pants run bench/alloc_bench.py`). It builds N nodes x 8
+H100 GPUs with the attributes gpudra publishes (docs/DEVICES.md), a DeviceClass and requests with
+CEL selectors, and reports:
+
+1. one-GPU claims allocated in sequence, the allocator choosing the node (claims/s);
+2. eight-GPU claims with matchAttribute on nvlinkDomain, in sequence (claims/s);
+3. how the per-claim cost grows with the cluster size (100 ... 10,000 nodes), both when the
+   allocator chooses the node and when the node is given (kube-scheduler's per-node filter).
+
+Each figure allocates into the same state the claims before it left behind, as a scheduler does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpudra_alloc import AllocatedState, Allocator, Features
+from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
+
+DRIVER = "gpu.nvidia.com"
+GPUS_PER_NODE = 8
+CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": DRIVER},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": f'device.driver == "{DRIVER}" && '
+                    f'device.attributes["{DRIVER}"].type == "gpu"'
+                }
+            }
+        ]
+    },
+}
+REQUEST_SELECTOR = (
+    f'device.attributes["{DRIVER}"].productName.startsWith("NVIDIA H100") && '
+    f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0'
+)
+
+
+def dgx_slice(node: str) -> dict[str, Any]:
+    devices = []
+    for i in range(GPUS_PER_NODE):
+        bus = 0x18 + 0x10 * i
+        devices.append(
+            {
+                "name": f"gpu-{i}",
+                "attributes": {
+                    "type": {"string": "gpu"},
+                    "uuid": {"string": f"GPU-{node}-{i:04x}"},
+                    "index": {"int": i},
+                    "minor": {"int": i},
+                    "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                    "brand": {"string": "Nvidia"},
+                    "architecture": {"string": "Hopper"},
+                    "cudaComputeCapability": {"version": "9.0.0"},
+                    "driverVersion": {"version": "550.54.15"},
+                    "cudaDriverVersion": {"version": "12.4.0"},
+                    "resource.kubernetes.io/pciBusID": {"string": f"0000:{bus:02x}:00.0"},
+                    "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{bus & 0xF0:02x}"},
+                    "nvlinkDomain": {"string": "nvswitch-0"},
+                    "numaNode": {"int": i // 4},
+                },
+                "capacity": {"memory": {"value": "80Gi"}},
+            }
+        )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def claim(name: str, count: int, match_nvlink: bool) -> Any:
+    devices: dict[str, Any] = {
+        "requests": [
+            {
+                "name": "gpus",
+                "exactly": {
+                    "deviceClassName": DRIVER,
+                    "count": count,
+                    "selectors": [{"cel": {"expression": REQUEST_SELECTOR}}],
+                },
+            }
+        ]
+    }
+    if match_nvlink:
+        devices["constraints"] = [{"matchAttribute": f"{DRIVER}/nvlinkDomain"}]
+    return parse_resource_claim(
+        {"metadata": {"name": name, "namespace": "bench"}, "spec": {"devices": devices}}
+    )
+
+
+class Cluster:
+    """A parsed cluster and an allocator over it, with fresh state."""
+
+    def __init__(self, nodes: int, progress: Progress | None = None) -> None:
+        self.node_list = [Node(f"node-{i:05d}") for i in range(nodes)]
+        task = progress.add_task(f"parse {nodes} slices", total=nodes) if progress else None
+        slices = []
+        for node in self.node_list:
+            slices.append(parse_resource_slice(dgx_slice(node.name)))
+            if progress is not None and task is not None:
+                progress.advance(task)
+        self.state = AllocatedState()
+        self.allocator = Allocator([parse_device_class(CLASS)], slices, Features(), self.state)
+
+
+def run_sequence(
+    cluster: Cluster,
+    count: int,
+    gpus: int,
+    match: bool,
+    given_node: bool,
+    progress: Progress | None,
+    label: str,
+) -> tuple[int, float]:
+    """Allocate `count` claims one after the other; returns (allocated, seconds)."""
+    task = progress.add_task(label, total=count) if progress else None
+    claims = [claim(f"c{gpus}-{i}", gpus, match) for i in range(count)]
+    per_node = GPUS_PER_NODE // gpus
+    allocated = 0
+    choose: Callable[[int, Any], Any]
+    if given_node:
+
+        def choose(i: int, c: Any) -> Any:
+            return cluster.allocator.allocate(cluster.node_list[i // per_node], [c])
+
+    else:
+
+        def choose(i: int, c: Any) -> Any:
+            return cluster.allocator.choose_node(cluster.node_list, [c])
+
+    start = time.perf_counter()
+    for i, c in enumerate(claims):
+        outcome = choose(i, c)
+        if outcome is not None and outcome.results is not None:
+            cluster.state.apply(outcome.results)
+            allocated += 1
+        if progress is not None and task is not None:
+            progress.advance(task)
+    return allocated, time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000, help="cluster size for figures 1-2")
+    parser.add_argument("--claims", type=int, default=2000, help="one-GPU claims to allocate")
+    parser.add_argument("--big-claims", type=int, default=500, help="eight-GPU claims to allocate")
+    parser.add_argument(
+        "--scale",
+        default="100,1000,3000,10000",
+        help="cluster sizes (nodes, comma separated) for the growth table",
+    )
+    parser.add_argument("--scale-claims", type=int, default=400, help="claims per size")
+    args = parser.parse_args(argv)
+    console = Console()
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
+    figures: list[tuple[str, str]] = []
+    scale_rows: list[tuple[int, str, str, str, str]] = []
+    with Progress(*columns, console=console, transient=True) as progress:
+        cluster = Cluster(args.nodes, progress)
+        done, secs = run_sequence(cluster, args.claims, 1, False, False, progress, "1-GPU")
+        figures.append(
+            (f"1-GPU claims/s ({done} on {args.nodes} nodes, node chosen)", f"{done / secs:,.0f}")
+        )
+        cluster = Cluster(args.nodes, progress)
+        done, secs = run_sequence(cluster, args.big_claims, 8, True, False, progress, "8-GPU")
+        figures.append(
+            (
+                f"8-GPU claims/s, matchAttribute nvlinkDomain ({done} on {args.nodes} nodes)",
+                f"{done / secs:,.0f}",
+            )
+        )
+        for nodes in [int(n) for n in args.scale.split(",") if n]:
+            count = min(args.scale_claims, nodes * GPUS_PER_NODE)
+            cluster = Cluster(nodes, progress)
+            done1, secs1 = run_sequence(
+                cluster, count, 1, False, False, progress, f"{nodes}: 1-GPU"
+            )
+            cluster = Cluster(nodes, progress)
+            done2, secs2 = run_sequence(cluster, count, 1, False, True, progress, f"{nodes}: given")
+            big = min(count, nodes)
+            cluster = Cluster(nodes, progress)
+            done8, secs8 = run_sequence(cluster, big, 8, True, False, progress, f"{nodes}: 8-GPU")
+            scale_rows.append(
+                (
+                    nodes,
+                    f"{1e6 * secs1 / max(done1, 1):,.0f}",
+                    f"{1e6 * secs2 / max(done2, 1):,.0f}",
+                    f"{1e6 * secs8 / max(done8, 1):,.0f}",
+                    f"{done1}/{done2}/{done8}",
+                )
+            )
+    table = Table(title="gpudra first-fit allocation")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, value in figures:
+        table.add_row(name, value)
+    console.print(table)
+    growth = Table(title="per-claim cost by cluster size (µs per claim)")
+    for col in (
+        "nodes",
+        "1-GPU, node chosen",
+        "1-GPU, node given",
+        "8-GPU+match, chosen",
+        "allocated",
+    ):
+        growth.add_column(col, justify="right")
+    for row in scale_rows:
+        growth.add_row(str(row[0]), *row[1:])
+    console.print(growth)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

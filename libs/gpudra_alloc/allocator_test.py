@@ -1,0 +1,88 @@
+"""Allocator front: node choice in order, the full-node shortcut stays exact across releases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra_alloc import AllocatedState, Allocator, Features
+from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
+
+CLASS = parse_device_class(
+    {"metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}
+)
+
+
+def _slice(node: str, gpus: int) -> Any:
+    return parse_resource_slice(
+        {
+            "metadata": {"name": node},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"gpu-{i}"} for i in range(gpus)],
+            },
+        }
+    )
+
+
+def _claim(name: str, count: int = 1) -> Any:
+    return parse_resource_claim(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "r", "exactly": {"deviceClassName": "gpu", "count": count}}
+                    ]
+                }
+            },
+        }
+    )
+
+
+def test_fills_nodes_in_order_and_reuses_released_devices() -> None:
+    state = AllocatedState()
+    allocator = Allocator([CLASS], [_slice(f"n{i}", 2) for i in range(4)], Features(), state)
+    nodes = [Node(f"n{i}") for i in range(4)]
+    placed = []
+    held = []
+    for i in range(8):
+        outcome = allocator.choose_node(nodes, [_claim(f"c{i}")])
+        assert outcome is not None
+        assert outcome.results is not None
+        placed.append(outcome.node.name)
+        held.append(outcome.results)
+        state.apply(outcome.results)
+    assert placed == ["n0", "n0", "n1", "n1", "n2", "n2", "n3", "n3"]
+    full = allocator.choose_node(nodes, [_claim("extra")])
+    assert full is not None
+    assert full.results is None
+    state.release(held[3])  # frees one device on n1
+    again = allocator.choose_node(nodes, [_claim("again")])
+    assert again is not None
+    assert again.node.name == "n1"
+
+
+def test_two_device_claims_skip_nodes_with_one_free_device() -> None:
+    state = AllocatedState()
+    allocator = Allocator([CLASS], [_slice("a", 3), _slice("b", 3)], Features(), state)
+    nodes = [Node("a"), Node("b")]
+    first = allocator.choose_node(nodes, [_claim("x", 2)])
+    assert first is not None
+    assert first.results is not None
+    state.apply(first.results)
+    second = allocator.choose_node(nodes, [_claim("y", 2)])
+    assert second is not None
+    assert second.node.name == "b"
+    # a one-device claim still finds the remaining device on the first node
+    third = allocator.choose_node(nodes, [_claim("z", 1)])
+    assert third is not None
+    assert third.node.name == "a"
+
+
+def test_candidates_come_in_kubernetes_order() -> None:
+    allocator = Allocator([CLASS], [_slice("a", 3)], Features())
+    solutions = list(allocator.candidates(Node("a"), [_claim("x", 2)], limit=10))
+    picked = [[r.device for r in s[0].results] for s in solutions]
+    assert picked == [["gpu-0", "gpu-1"], ["gpu-0", "gpu-2"], ["gpu-1", "gpu-2"]]
