@@ -47,6 +47,9 @@ DEADLETTER_STREAM = "GPUDRA_DEADLETTER"
 SLICES_BUCKET = "gpudra-slices"
 RESERVATIONS_BUCKET = "gpudra-reservations"
 CLAIMS_BUCKET = "gpudra-claims"
+CLAIM_TEMPLATES_BUCKET = "gpudra-claimtemplates"
+DEVICE_CLASSES_BUCKET = "gpudra-deviceclasses"
+PODS_BUCKET = "gpudra-pods"
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,10 @@ STREAMS: tuple[StreamSpec, ...] = (
 BUCKETS: tuple[BucketSpec, ...] = (
     BucketSpec(SLICES_BUCKET, description="ResourceSlices by name"),
     BucketSpec(RESERVATIONS_BUCKET, description="device reservations (compare-and-set)"),
-    BucketSpec(CLAIMS_BUCKET, history=5, description="standalone ResourceClaims as v1 JSON"),
+    BucketSpec(CLAIMS_BUCKET, description="standalone ResourceClaims as v1 JSON"),
+    BucketSpec(CLAIM_TEMPLATES_BUCKET, description="standalone ResourceClaimTemplates"),
+    BucketSpec(DEVICE_CLASSES_BUCKET, description="standalone DeviceClasses"),
+    BucketSpec(PODS_BUCKET, description="standalone Pods (consumers and scheduling gates)"),
 )
 
 

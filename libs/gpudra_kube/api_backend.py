@@ -1,0 +1,258 @@
+"""`Store` on the Kubernetes API server, through kubernetes-asyncio.
+
+Objects stay raw JSON: every call uses `_preload_content=False` and parses the response body
+itself, so no typed model can drop a field the client library does not know yet (DRA's v1 API
+still grows). HTTP failures become `gpudra_kube` errors by status code (see `translate_status`):
+409 Conflict → `ConflictError` (retryable), 409 AlreadyExists → `AlreadyExistsError`, 410 →
+`GoneError`, 5xx/429/I-O → `UnavailableError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+
+from gpudra_kube.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    ForbiddenError,
+    GoneError,
+    InvalidObjectError,
+    KubeError,
+    NotFoundError,
+    UnavailableError,
+)
+from gpudra_kube.resources import KubeObject, Resource, check_scope, name_of, namespace_of
+from gpudra_kube.store import EventType, ObjectList, WatchEvent
+
+log = logging.getLogger(__name__)
+
+
+def translate_status(status: int, body: Any, what: str) -> KubeError:
+    """The error for an HTTP error response (`body`: the parsed `Status` object, if any)."""
+    reason = body.get("reason", "") if isinstance(body, dict) else ""
+    message = body.get("message", "") if isinstance(body, dict) else str(body)[:200]
+    detail = f"{what}: HTTP {status} {reason}: {message}".rstrip(": ")
+    if status == 404:
+        return NotFoundError(detail, status=status)
+    if status == 409:
+        if reason == "AlreadyExists":
+            return AlreadyExistsError(detail, status=status)
+        return ConflictError(detail, status=status)
+    if status == 410:
+        return GoneError(detail, status=status)
+    if status in (400, 422):
+        return InvalidObjectError(detail, status=status)
+    if status in (401, 403):
+        return ForbiddenError(detail, status=status)
+    return UnavailableError(detail, status=status)
+
+
+async def load_api_client(
+    kubeconfig: str | None = None, *, context: str | None = None
+) -> k8s.ApiClient:
+    """An ApiClient from `kubeconfig` (a path), else in-cluster config, else ~/.kube/config."""
+    try:
+        if kubeconfig:
+            return await k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
+        try:
+            configuration = k8s.Configuration()
+            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+            return k8s.ApiClient(configuration)
+        except k8s_config.ConfigException:
+            return await k8s_config.new_client_from_config(context=context)
+    except (k8s_config.ConfigException, OSError, ValueError, KeyError) as exc:
+        raise InvalidObjectError(f"cannot load Kubernetes configuration: {exc}") from exc
+
+
+class ApiStore:
+    """`Store` backed by a kube-apiserver (see the module docstring)."""
+
+    def __init__(self, api_client: k8s.ApiClient, *, request_timeout: float = 30.0) -> None:
+        self._client = api_client
+        self._timeout = request_timeout
+        self._apis: dict[str, Any] = {}
+
+    @classmethod
+    async def from_kubeconfig(cls, kubeconfig: str | None = None) -> ApiStore:
+        return cls(await load_api_client(kubeconfig))
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    def _method(self, resource: Resource, op: str, namespace: str | None, suffix: str = "") -> Any:
+        api = self._apis.get(resource.api_class)
+        if api is None:
+            api = self._apis[resource.api_class] = getattr(k8s, resource.api_class)(self._client)
+        if op == "list" and resource.namespaced and namespace is None:
+            return getattr(api, f"list_{resource.snake}_for_all_namespaces")
+        scope = "namespaced_" if resource.namespaced else ""
+        return getattr(api, f"{op}_{scope}{resource.snake}{suffix}")
+
+    @staticmethod
+    def _scope_args(resource: Resource, namespace: str | None) -> dict[str, Any]:
+        if not resource.namespaced:
+            return {}
+        if namespace is None:
+            raise InvalidObjectError(f"{resource.kind} is namespaced: give a namespace")
+        return {"namespace": namespace}
+
+    async def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> KubeObject:
+        try:
+            resp = await method(
+                *args, _preload_content=False, _request_timeout=self._timeout, **kwargs
+            )
+            try:
+                raw = await resp.read()
+                status = resp.status
+            finally:
+                resp.release()
+        except k8s.ApiException as exc:  # raised by the client itself for unusable arguments
+            raise translate_status(exc.status or 0, exc.body, what) from exc
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise UnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError as exc:
+            if 200 <= status <= 299:
+                raise UnavailableError(f"{what}: response is not JSON") from exc
+            body = raw.decode(errors="replace")
+        if not 200 <= status <= 299:
+            raise translate_status(status, body, what)
+        if not isinstance(body, dict):
+            raise UnavailableError(f"{what}: response is not a JSON object")
+        return body
+
+    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
+        method = self._method(resource, "list", namespace)
+        kwargs = {"namespace": namespace} if resource.namespaced and namespace else {}
+        body = await self._call(f"list {resource.plural}", method, **kwargs)
+        items = body.get("items") or []
+        for item in items:  # list items omit kind/apiVersion; make each object self-describing
+            item.setdefault("kind", resource.kind)
+            item.setdefault("apiVersion", resource.api_version)
+        return ObjectList(list(items), str(body.get("metadata", {}).get("resourceVersion", "")))
+
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str,
+        timeout: float = 300.0,
+    ) -> AsyncIterator[WatchEvent]:
+        what = f"watch {resource.plural}"
+        method = self._method(resource, "list", namespace)
+        kwargs: dict[str, Any] = (
+            {"namespace": namespace} if resource.namespaced and namespace else {}
+        )
+        try:
+            resp = await method(
+                watch=True,
+                allow_watch_bookmarks=True,
+                resource_version=resource_version,
+                timeout_seconds=max(1, int(timeout)),
+                _preload_content=False,
+                # The server ends the watch after timeout_seconds; allow slack before giving up.
+                _request_timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout + 30),
+                **kwargs,
+            )
+        except k8s.ApiException as exc:
+            raise translate_status(exc.status or 0, exc.body, what) from exc
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise UnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        try:
+            if not 200 <= resp.status <= 299:
+                raw = await resp.read()
+                try:
+                    body: Any = json.loads(raw)
+                except ValueError:
+                    body = raw.decode(errors="replace")
+                raise translate_status(resp.status, body, what)
+            while True:
+                try:
+                    line = await resp.content.readline()
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    raise UnavailableError(f"{what}: stream broke: {exc}") from exc
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                yield _parse_event(line, resource, what)
+        finally:
+            resp.release()
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject:
+        method = self._method(resource, "read", namespace)
+        return await self._call(
+            f"get {resource.kind} {name}", method, name, **self._scope_args(resource, namespace)
+        )
+
+    async def create(self, resource: Resource, obj: KubeObject) -> KubeObject:
+        check_scope(resource, obj)
+        method = self._method(resource, "create", namespace_of(obj))
+        body = {"kind": resource.kind, "apiVersion": resource.api_version, **obj}
+        return await self._call(
+            f"create {resource.kind} {name_of(obj)}",
+            method,
+            **self._scope_args(resource, namespace_of(obj)),
+            body=body,
+        )
+
+    async def _replace(self, resource: Resource, obj: KubeObject, suffix: str) -> KubeObject:
+        check_scope(resource, obj)
+        name, ns = name_of(obj), namespace_of(obj)
+        method = self._method(resource, "replace", ns, suffix)
+        body = {"kind": resource.kind, "apiVersion": resource.api_version, **obj}
+        return await self._call(
+            f"replace{suffix} {resource.kind} {name}",
+            method,
+            name,
+            **self._scope_args(resource, ns),
+            body=body,
+        )
+
+    async def replace(self, resource: Resource, obj: KubeObject) -> KubeObject:
+        return await self._replace(resource, obj, "")
+
+    async def replace_status(self, resource: Resource, obj: KubeObject) -> KubeObject:
+        if not resource.has_status:
+            raise InvalidObjectError(f"{resource.kind} has no status subresource")
+        return await self._replace(resource, obj, "_status")
+
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
+        method = self._method(resource, "delete", namespace)
+        await self._call(
+            f"delete {resource.kind} {name}", method, name, **self._scope_args(resource, namespace)
+        )
+
+
+def _parse_event(line: bytes, resource: Resource, what: str) -> WatchEvent:
+    try:
+        raw = json.loads(line)
+        kind = raw["type"]
+        obj = raw["object"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UnavailableError(f"{what}: malformed watch event {line[:200]!r}") from exc
+    if kind == "ERROR":
+        status = obj.get("code", 0) if isinstance(obj, dict) else 0
+        raise translate_status(int(status or 500), obj, what)
+    try:
+        event_type = EventType(kind)
+    except ValueError as exc:
+        raise UnavailableError(f"{what}: unknown watch event type {kind!r}") from exc
+    if not isinstance(obj, dict):
+        raise UnavailableError(f"{what}: watch event without an object")
+    if event_type is not EventType.BOOKMARK:
+        obj.setdefault("kind", resource.kind)
+        obj.setdefault("apiVersion", resource.api_version)
+    rv = obj.get("metadata", {}).get("resourceVersion", "")
+    return WatchEvent(event_type, obj, str(rv))

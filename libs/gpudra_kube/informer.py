@@ -1,0 +1,90 @@
+"""A watch that never misses a change: list, watch from the list's version, resume, relist.
+
+`informer(store, resource)` is an endless async iterator of `WatchEvent`s with these promises:
+- it starts with a list and yields every object as ADDED, then SYNCED (a marker: "you have seen
+  the whole state"); after that it yields each change once, in order;
+- when a watch ends (timeout, dropped connection, backend restart) it resumes from the last
+  resourceVersion it saw — bookmarks included — so nothing is replayed or skipped;
+- on `GoneError` (410: that version is no longer available) it relists and yields the difference
+  to what it had: ADDED for new objects, MODIFIED for changed ones, DELETED (with the last known
+  object) for those that vanished meanwhile, then SYNCED again — a consumer never needs to care
+  whether a relist happened;
+- retryable errors are retried forever with backoff; permanent ones (forbidden, bad resource) end
+  the iteration with the error.
+BOOKMARK events are consumed here, never yielded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator
+
+from gpudra_kube.errors import GoneError, KubeRetryableError
+from gpudra_kube.resources import KubeObject, Resource, key_of, resource_version_of
+from gpudra_kube.store import EventType, Store, WatchEvent
+
+log = logging.getLogger(__name__)
+
+
+def _delay(attempt: int, initial: float, maximum: float) -> float:
+    base = min(maximum, initial * 2.0 ** min(attempt, 32))
+    return base * random.uniform(0.8, 1.2)  # - jitter, not crypto
+
+
+async def informer(
+    store: Store,
+    resource: Resource,
+    namespace: str | None = None,
+    *,
+    watch_timeout: float = 300.0,
+    backoff_initial: float = 0.05,
+    backoff_max: float = 5.0,
+) -> AsyncIterator[WatchEvent]:
+    """See the module docstring."""
+    known: dict[tuple[str, str], KubeObject] = {}
+    version = ""
+    attempt = 0
+    while True:
+        try:
+            if not version:
+                listed = await store.list(resource, namespace)
+                fresh = {key_of(o): o for o in listed.items}
+                for key, obj in fresh.items():
+                    old = known.get(key)
+                    if old is None:
+                        yield WatchEvent(EventType.ADDED, obj, resource_version_of(obj))
+                    elif resource_version_of(old) != resource_version_of(obj):
+                        yield WatchEvent(EventType.MODIFIED, obj, resource_version_of(obj))
+                for key in sorted(known.keys() - fresh.keys()):
+                    gone = known[key]
+                    yield WatchEvent(EventType.DELETED, gone, resource_version_of(gone))
+                known = fresh
+                version = listed.resource_version
+                yield WatchEvent(EventType.SYNCED, {}, version)
+            stream = store.watch(
+                resource, namespace, resource_version=version, timeout=watch_timeout
+            )
+            async with contextlib.aclosing(stream):  # type: ignore[type-var]
+                async for event in stream:
+                    attempt = 0
+                    if event.resource_version:
+                        version = event.resource_version
+                    if event.type is EventType.BOOKMARK:
+                        continue
+                    key = key_of(event.object)
+                    if event.type is EventType.DELETED:
+                        known.pop(key, None)
+                    else:
+                        known[key] = event.object
+                    yield event
+        except GoneError as exc:
+            log.info("watch of %s: %s; relisting", resource.plural, exc)
+            version = ""
+        except KubeRetryableError as exc:
+            wait = _delay(attempt, backoff_initial, backoff_max)
+            attempt += 1
+            log.warning("watch of %s failed (%s); retrying in %.2fs", resource.plural, exc, wait)
+            await asyncio.sleep(wait)

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest_asyncio
+
+from gpudra_kube.api_backend import ApiStore
+from gpudra_kube.api_backend_test import claim
+from gpudra_kube.informer import informer
+from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_kube.store import EventType, WatchEvent
+from gpudra_testing.kubeapi import FakeKubeApi
+
+
+@pytest_asyncio.fixture
+async def store(kubeconfig: Path) -> AsyncIterator[ApiStore]:
+    s = await ApiStore.from_kubeconfig(str(kubeconfig))
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+class Events:
+    """Runs an informer in the background and collects (type, name) pairs."""
+
+    def __init__(self, stream: AsyncIterator[WatchEvent]) -> None:
+        self.seen: list[tuple[str, str]] = []
+        self._stream = stream
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        async for ev in self._stream:
+            self.seen.append((ev.type.value, ev.object.get("metadata", {}).get("name", "")))
+
+    async def wait_for(self, n: int, timeout: float = 5.0) -> list[tuple[str, str]]:
+        async with asyncio.timeout(timeout):
+            while len(self.seen) < n:
+                await asyncio.sleep(0.01)
+        return self.seen
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        await self._stream.aclose()  # type: ignore[attr-defined]
+
+
+async def test_list_then_watch_then_resume(store: ApiStore, kube_api: FakeKubeApi) -> None:
+    await store.create(RESOURCE_CLAIMS, claim("a"))
+    events = Events(informer(store, RESOURCE_CLAIMS, "default", watch_timeout=30))
+    try:
+        assert await events.wait_for(2) == [("ADDED", "a"), ("SYNCED", "")]
+        await store.create(RESOURCE_CLAIMS, claim("b"))
+        await events.wait_for(3)
+        # The watch breaks; changes made meanwhile arrive once, without a relist.
+        await kube_api.close_watches()
+        await store.create(RESOURCE_CLAIMS, claim("c"))
+        await store.delete(RESOURCE_CLAIMS, "a", "default")
+        assert await events.wait_for(5) == [
+            ("ADDED", "a"),
+            ("SYNCED", ""),
+            ("ADDED", "b"),
+            ("ADDED", "c"),
+            ("DELETED", "a"),
+        ]
+        lists = [p for m, p in kube_api.requests if m == "GET" and p.endswith("resourceclaims")]
+        assert len(lists) >= 3  # one list, then watches: the resumed watch did not relist
+        await asyncio.sleep(0.3)
+        assert len(events.seen) == 5
+    finally:
+        await events.stop()
+
+
+async def test_relist_after_gone_reports_missed_deletes(
+    store: ApiStore, kube_api: FakeKubeApi
+) -> None:
+    await store.create(RESOURCE_CLAIMS, claim("a"))
+    await store.create(RESOURCE_CLAIMS, claim("b"))
+    # Long bookmark interval: the informer's version stays behind while we compact.
+    kube_api.bookmark_interval = 30
+    events = Events(informer(store, RESOURCE_CLAIMS, watch_timeout=30, backoff_initial=0.5))
+    try:
+        await events.wait_for(3)
+        # The watch breaks and the next attempt fails: the informer waits ~0.5 s before retrying.
+        kube_api.inject_error(503, reason="ServiceUnavailable", path_contains="watch=")
+        await kube_api.close_watches()
+        # Changes while no watch is open, then history is gone: the informer must relist.
+        await store.delete(RESOURCE_CLAIMS, "a", "default")
+        b = await store.get(RESOURCE_CLAIMS, "b", "default")
+        b["metadata"]["labels"] = {"x": "y"}
+        await store.replace(RESOURCE_CLAIMS, b)
+        await store.create(RESOURCE_CLAIMS, claim("c"))
+        kube_api.compact()
+        seen = await events.wait_for(7)
+        assert sorted(seen[3:7]) == sorted(
+            [("ADDED", "c"), ("MODIFIED", "b"), ("DELETED", "a"), ("SYNCED", "")]
+        )
+        assert seen[6] == ("SYNCED", "")
+    finally:
+        await events.stop()
+
+
+async def test_retries_through_server_errors(store: ApiStore, kube_api: FakeKubeApi) -> None:
+    kube_api.inject_error(503, reason="ServiceUnavailable", method="GET", times=3)
+    await store.create(RESOURCE_CLAIMS, claim("a"))
+    events = Events(informer(store, RESOURCE_CLAIMS, backoff_initial=0.01))
+    try:
+        assert await events.wait_for(2) == [(EventType.ADDED.value, "a"), ("SYNCED", "")]
+    finally:
+        await events.stop()

@@ -1,0 +1,349 @@
+"""`Store` on NATS JetStream KV: standalone mode's "API server".
+
+Layout: one bucket per resource (`gpudra-claims`, `gpudra-slices`, ...; see `BUCKETS`), key
+`<namespace>.<name>` for namespaced objects (namespaces have no dots, so the first dot splits) and
+`<name>` for cluster-scoped ones, value the object's v1 JSON without `resourceVersion`.
+
+Promises (the `Store` contract, mapped onto KV):
+- `resourceVersion` is the KV revision (the bucket stream's sequence number); every write is a
+  compare-and-set on the key's last revision (`Nats-Expected-Last-Subject-Sequence`), so a stale
+  `resourceVersion` gives `ConflictError` and two writers can never both win.
+- A delete writes a tombstone that carries the deleted object, so watchers get DELETED with it.
+- `watch` resumes from any revision: it replays the latest entry of every key changed after it
+  (intermediate values of a key are compacted away, as an API server's watch cache may). The KV
+  keeps tombstones, so no deletion is missed and `GoneError` is never raised.
+- The API server's write rules (status subresource, generation, finalizers) are those of
+  `semantics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy, Header
+
+from gpudra_bus.streams import (
+    CLAIM_TEMPLATES_BUCKET,
+    CLAIMS_BUCKET,
+    DEVICE_CLASSES_BUCKET,
+    PODS_BUCKET,
+    SLICES_BUCKET,
+)
+from gpudra_kube import semantics
+from gpudra_kube.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    InvalidObjectError,
+    NotFoundError,
+    UnavailableError,
+)
+from gpudra_kube.resources import (
+    DEVICE_CLASSES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    KubeObject,
+    Resource,
+    check_scope,
+    name_of,
+    namespace_of,
+)
+from gpudra_kube.store import EventType, ObjectList, WatchEvent
+
+BUCKETS: Mapping[Resource, str] = {
+    RESOURCE_CLAIMS: CLAIMS_BUCKET,
+    RESOURCE_CLAIM_TEMPLATES: CLAIM_TEMPLATES_BUCKET,
+    RESOURCE_SLICES: SLICES_BUCKET,
+    DEVICE_CLASSES: DEVICE_CLASSES_BUCKET,
+    PODS: PODS_BUCKET,
+}
+
+_KV_OP = "KV-Operation"
+_EVENT_HEADER = "Gpudra-Event"
+_TOMBSTONES = ("DEL", "PURGE")
+# JetStream's "wrong last sequence" error codes (the compare-and-set failed).
+_WRONG_LAST_SEQUENCE = (10071, 10164)
+
+
+def object_key(resource: Resource, name: str, namespace: str | None) -> str:
+    """The KV key of an object."""
+    if resource.namespaced:
+        if not namespace:
+            raise InvalidObjectError(f"{resource.kind} is namespaced: give a namespace")
+        return f"{namespace}.{name}"
+    return name
+
+
+class KvStore:
+    """`Store` backed by JetStream KV buckets (see the module docstring).
+
+    The buckets must exist: create them with `gpudra_bus.ensure_buckets` at start.
+    """
+
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        buckets: Mapping[Resource, str] = BUCKETS,
+        request_timeout: float = 5.0,
+    ) -> None:
+        self._nc = nc
+        self._js = nc.jetstream(timeout=request_timeout)
+        self._buckets = dict(buckets)
+        self._timeout = request_timeout
+
+    async def close(self) -> None:
+        """Nothing to release: the NATS connection belongs to the caller."""
+
+    def _bucket(self, resource: Resource) -> str:
+        try:
+            return self._buckets[resource]
+        except KeyError as exc:
+            raise InvalidObjectError(f"no KV bucket configured for {resource.kind}") from exc
+
+    def _stream(self, resource: Resource) -> str:
+        return f"KV_{self._bucket(resource)}"
+
+    def _subject(self, resource: Resource, key: str) -> str:
+        return f"$KV.{self._bucket(resource)}.{key}"
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def _last(self, resource: Resource, key: str) -> tuple[int, KubeObject | None]:
+        """(revision, object) of the key's last entry; object None for a tombstone/no entry."""
+        try:
+            msg = await self._js.get_last_msg(self._stream(resource), self._subject(resource, key))
+        except nats.js.errors.NotFoundError:
+            return 0, None
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            raise UnavailableError(f"read {resource.kind} {key}: {exc}") from exc
+        seq = int(msg.seq or 0)
+        if (msg.headers or {}).get(_KV_OP) in _TOMBSTONES:
+            return seq, None
+        return seq, _decode(msg.data, seq, resource, key)
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject:
+        key = object_key(resource, name, namespace)
+        _, obj = await self._last(resource, key)
+        if obj is None:
+            raise NotFoundError(f"{resource.kind} {key} not found", status=404)
+        return obj
+
+    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
+        try:
+            info = await self._js.stream_info(self._stream(resource))
+        except nats.js.errors.NotFoundError as exc:
+            raise InvalidObjectError(f"KV bucket for {resource.kind} does not exist") from exc
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            raise UnavailableError(f"list {resource.plural}: {exc}") from exc
+        version = int(info.state.last_seq)
+        items: list[KubeObject] = []
+        if info.state.messages:
+            async for msg in self._scan(resource, namespace, DeliverPolicy.LAST_PER_SUBJECT, None):
+                seq = msg.metadata.sequence.stream
+                version = max(version, seq)
+                if (msg.headers or {}).get(_KV_OP) not in _TOMBSTONES:
+                    items.append(_decode(msg.data, seq, resource, msg.subject))
+                if msg.metadata.num_pending == 0:
+                    break
+        return ObjectList(items, str(version))
+
+    async def _scan(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        policy: DeliverPolicy,
+        start: int | None,
+        *,
+        idle: float | None = None,
+    ) -> AsyncIterator[Msg]:
+        """Messages of an ordered consumer on the bucket (filtered to `namespace`)."""
+        pattern = f"{namespace}.>" if resource.namespaced and namespace else ">"
+        config = ConsumerConfig(opt_start_seq=start) if start is not None else None
+        try:
+            sub = await self._js.subscribe(
+                self._subject(resource, pattern),
+                ordered_consumer=True,
+                deliver_policy=policy,
+                config=config,
+                stream=self._stream(resource),
+            )
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            raise UnavailableError(f"watch {resource.plural}: {exc}") from exc
+        try:
+            if idle is None:
+                # A list: nothing matching means nothing will arrive; ask before waiting.
+                ci = await sub.consumer_info()
+                if ci.num_pending == 0 and (ci.delivered is None or not ci.delivered.stream_seq):
+                    return
+            while True:
+                try:
+                    yield await sub.next_msg(timeout=idle if idle is not None else self._timeout)
+                except nats.errors.TimeoutError:
+                    if idle is None:
+                        raise UnavailableError(f"list {resource.plural}: timed out") from None
+                    return
+                except (nats.errors.Error, OSError) as exc:
+                    raise UnavailableError(f"watch {resource.plural}: {exc}") from exc
+        finally:
+            with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
+                await sub.unsubscribe()
+
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str,
+        timeout: float = 300.0,
+    ) -> AsyncIterator[WatchEvent]:
+        try:
+            after = int(resource_version or 0)
+        except ValueError as exc:
+            raise InvalidObjectError(f"invalid resourceVersion {resource_version!r}") from exc
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        stream = self._scan(
+            resource, namespace, DeliverPolicy.BY_START_SEQUENCE, after + 1, idle=timeout
+        )
+        try:
+            async for msg in stream:
+                seq = msg.metadata.sequence.stream
+                headers = msg.headers or {}
+                if headers.get(_KV_OP) in _TOMBSTONES:
+                    gone = _decode(msg.data, seq, resource, msg.subject) if msg.data else None
+                    if gone is None:
+                        gone = _stub(resource, msg.subject, self._bucket(resource), seq)
+                    yield WatchEvent(EventType.DELETED, gone, str(seq))
+                else:
+                    obj = _decode(msg.data, seq, resource, msg.subject)
+                    kind = (
+                        EventType.ADDED
+                        if headers.get(_EVENT_HEADER) == "ADDED"
+                        else EventType.MODIFIED
+                    )
+                    yield WatchEvent(kind, obj, str(seq))
+                if loop.time() >= deadline:
+                    return
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def _write(
+        self, resource: Resource, key: str, obj: KubeObject, last: int, event: str
+    ) -> int:
+        stored = {k: v for k, v in obj.items()}
+        stored["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
+        headers = {Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(last)}
+        if event == "DELETED":
+            headers[_KV_OP] = "DEL"
+        else:
+            headers[_EVENT_HEADER] = event
+        try:
+            ack = await self._js.publish(
+                self._subject(resource, key),
+                json.dumps(stored, separators=(",", ":")).encode(),
+                headers=headers,
+                stream=self._stream(resource),
+            )
+        except nats.js.errors.APIError as exc:
+            if exc.err_code in _WRONG_LAST_SEQUENCE:
+                raise ConflictError(
+                    f"{resource.kind} {key} changed concurrently; re-read and retry", status=409
+                ) from exc
+            raise UnavailableError(f"write {resource.kind} {key}: {exc}") from exc
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            raise UnavailableError(f"write {resource.kind} {key}: {exc}") from exc
+        obj["metadata"]["resourceVersion"] = str(ack.seq)
+        return int(ack.seq)
+
+    async def create(self, resource: Resource, obj: KubeObject) -> KubeObject:
+        new = semantics.prepare_create(resource, obj)
+        key = object_key(resource, name_of(new), namespace_of(new))
+        last, existing = await self._last(resource, key)
+        if existing is not None:
+            raise AlreadyExistsError(f"{resource.kind} {key} already exists", status=409)
+        try:
+            await self._write(resource, key, new, last, "ADDED")
+        except ConflictError as exc:  # created (or re-created) by someone else meanwhile
+            raise AlreadyExistsError(f"{resource.kind} {key} already exists", status=409) from exc
+        return new
+
+    async def _current(self, resource: Resource, obj: KubeObject) -> tuple[str, int, KubeObject]:
+        check_scope(resource, obj)
+        key = object_key(resource, name_of(obj), namespace_of(obj))
+        last, old = await self._last(resource, key)
+        if old is None:
+            raise NotFoundError(f"{resource.kind} {key} not found", status=404)
+        wanted = obj["metadata"].get("resourceVersion")
+        if wanted not in (None, "") and str(wanted) != str(last):
+            raise ConflictError(
+                f"{resource.kind} {key}: resourceVersion {wanted} is stale (now {last})", status=409
+            )
+        return key, last, old
+
+    async def _store(self, resource: Resource, key: str, new: KubeObject, last: int) -> KubeObject:
+        await self._write(
+            resource, key, new, last, "DELETED" if semantics.is_gone(new) else "MODIFIED"
+        )
+        return new
+
+    async def replace(self, resource: Resource, obj: KubeObject) -> KubeObject:
+        key, last, old = await self._current(resource, obj)
+        return await self._store(resource, key, semantics.merge_update(resource, old, obj), last)
+
+    async def replace_status(self, resource: Resource, obj: KubeObject) -> KubeObject:
+        key, last, old = await self._current(resource, obj)
+        return await self._store(resource, key, semantics.merge_status(resource, old, obj), last)
+
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
+        key = object_key(resource, name, namespace)
+        for _ in range(10):
+            last, old = await self._last(resource, key)
+            if old is None:
+                raise NotFoundError(f"{resource.kind} {key} not found", status=404)
+            if old["metadata"].get("finalizers"):
+                if old["metadata"].get("deletionTimestamp"):
+                    return
+                new, event = semantics.mark_deleted(old), "MODIFIED"
+            else:
+                new, event = old, "DELETED"
+            try:
+                await self._write(resource, key, new, last, event)
+                return
+            except ConflictError:
+                continue  # changed between read and write: decide again on the new state
+        raise ConflictError(f"{resource.kind} {key} keeps changing; delete not applied", status=409)
+
+
+def _decode(data: bytes | None, seq: int, resource: Resource, where: str) -> KubeObject:
+    try:
+        obj: Any = json.loads(data or b"")
+    except ValueError as exc:
+        raise UnavailableError(f"{resource.kind} at {where} is not JSON") from exc
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        raise UnavailableError(f"{resource.kind} at {where} is not an object with metadata")
+    obj.setdefault("kind", resource.kind)
+    obj.setdefault("apiVersion", resource.api_version)
+    obj["metadata"]["resourceVersion"] = str(seq)
+    return obj
+
+
+def _stub(resource: Resource, subject: str, bucket: str, seq: int) -> KubeObject:
+    # A tombstone written by someone else (plain kv.delete) carries no object: rebuild the identity.
+    key = subject.removeprefix(f"$KV.{bucket}.")
+    namespace, _, name = key.partition(".") if resource.namespaced else ("", "", key)
+    meta: dict[str, Any] = {"name": name, "resourceVersion": str(seq)}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"kind": resource.kind, "apiVersion": resource.api_version, "metadata": meta}
