@@ -132,9 +132,11 @@ class Node:
             checkpoint=checkpoint or self.checkpoint(),
         )
 
-    async def plugin(self, state: DeviceState | None = None) -> KubeletPlugin:
+    async def plugin(
+        self, state: DeviceState | None = None, settings: Settings | None = None
+    ) -> KubeletPlugin:
         hub = HealthHub(NODE, await self.table.devices())
-        return KubeletPlugin(self.settings, state or self.state(), hub)
+        return KubeletPlugin(settings or self.settings, state or self.state(), hub)
 
     def reboot(self, boot_id: str) -> None:
         (self.root / "boot_id").write_text(boot_id + "\n")

@@ -4,6 +4,7 @@ of GPU, MIG and shared claims, per-claim errors, idempotence, crash and reboot r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import stat
@@ -460,3 +461,36 @@ def test_wire_names_match_the_kubelet() -> None:
         "v1alpha1.DRAResourceHealth"
     )
     assert v1.Device.DESCRIPTOR.fields_by_name["share_id"].number == 5
+
+
+async def test_rolling_update_two_instances_share_the_node(node: Node) -> None:
+    """Old and new pod serve side by side; the kubelet may use either for any call."""
+    claim = make_claim("c", "uid-r", [("gpu", "gpu-0"), ("mig", "gpu-1-mig-3g-40gb-4")])
+    node.claims.put(claim)
+    old = await node.plugin(settings=dataclasses.replace(node.settings, pod_uid="old-pod"))
+    new = await node.plugin(settings=dataclasses.replace(node.settings, pod_uid="new-pod"))
+    await old.start()
+    await new.start()
+    try:
+        assert old.settings.registration_socket != new.settings.registration_socket
+        assert old.settings.dra_socket != new.settings.dra_socket
+        async with (
+            FakeKubelet(node.settings.registry_dir, DRIVER) as to_old,
+            FakeKubelet(node.settings.registry_dir, DRIVER) as to_new,
+        ):
+            to_old.registration_socket = old.settings.registration_socket
+            to_new.registration_socket = new.settings.registration_socket
+            await to_old.register()
+            await to_new.register()
+            first = await to_old.prepare([ref(claim)])
+            assert first.claims["uid-r"].error == ""
+            assert await to_new.prepare([ref(claim)]) == first  # the stored answer, via the file
+            assert (await to_new.unprepare([ref(claim)])).claims["uid-r"].error == ""
+            assert node.cdi.claim_uids() == set()
+            assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
+            assert (await to_old.unprepare([ref(claim)])).claims["uid-r"].error == ""
+            assert node.checkpoint().load().claims == {}
+    finally:
+        await old.stop()
+        assert new.settings.registration_socket.exists()  # the old pod leaves the new one's alone
+        await new.stop()

@@ -8,7 +8,9 @@ type (str, int, float, Path); a malformed value is a `SettingsError`, never a tr
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
+import hashlib
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -18,6 +20,7 @@ from typing import Any
 from gpudra_kubelet_plugin.errors import SettingsError
 
 ENV_PREFIX = "GPUDRA_KUBELET_PLUGIN_"
+MAX_SOCKET_PATH = 107  # sun_path is 108 bytes on Linux, NUL included
 
 
 def _doc(help: str, unit: str = "") -> dict[str, str]:
@@ -47,6 +50,18 @@ class Settings:
         metadata=_doc(
             "kubelet plugins directory; <driver>/dra.sock and the checkpoint live below it",
             "path",
+        ),
+    )
+    plugin_dir: str = dataclasses.field(
+        default="",
+        metadata=_doc("the driver's own directory; empty means <plugins-dir>/<driver>", "path"),
+    )
+    pod_uid: str = dataclasses.field(
+        default="",
+        metadata=_doc(
+            "this pod's UID: enables rolling updates (sockets named after the pod, so old and new "
+            "pods serve side by side); empty: fixed socket names",
+            "UID",
         ),
     )
     cdi_dir: Path = dataclasses.field(
@@ -114,21 +129,26 @@ class Settings:
         return self.node_name or socket.gethostname()
 
     @property
-    def plugin_dir(self) -> Path:
-        """`<plugins-dir>/<driver>`: the DRA socket and the checkpoint."""
-        return self.plugins_dir / self.driver_name
+    def data_dir(self) -> Path:
+        """The driver's directory (DRA socket, checkpoint): `plugin_dir`, else
+        `<plugins-dir>/<driver>`."""
+        return Path(self.plugin_dir) if self.plugin_dir else self.plugins_dir / self.driver_name
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_dir / "dra.sock"
+        return self.data_dir / (f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock")
 
     @property
     def registration_socket(self) -> Path:
-        return self.registry_dir / f"{self.driver_name}-reg.sock"
+        if not self.pod_uid:
+            return self.registry_dir / f"{self.driver_name}-reg.sock"
+        return self.registry_dir / rolling_registration_name(
+            self.registry_dir, self.driver_name, self.pod_uid
+        )
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.plugin_dir / self.checkpoint_file
+        return self.data_dir / self.checkpoint_file
 
     @classmethod
     def parser(cls) -> argparse.ArgumentParser:
@@ -178,8 +198,28 @@ class Settings:
             raise SettingsError(f"invalid driver name {self.driver_name!r}")
         if self.registration_retry <= 0 or self.shutdown_grace < 0:
             raise SettingsError("registration retry must be > 0 and shutdown grace >= 0")
+        if self.pod_uid and not all(c.isalnum() or c == "-" for c in self.pod_uid):
+            raise SettingsError(f"pod UID {self.pod_uid!r} is not a UID")
         if self.health_timeout < 0:
             raise SettingsError("health timeout must be >= 0")
+
+
+def rolling_registration_name(registry_dir: Path, driver: str, pod_uid: str) -> str:
+    """Registration socket name of one pod during rolling updates: `<driver>-<pod UID>-reg.sock`,
+    shortened with hashes (as the Kubernetes DRA helpers do) while the path is too long."""
+    uid_hash = base64.urlsafe_b64encode(hashlib.sha256(pod_uid.encode()).digest()[:8])
+    pair_hash = base64.urlsafe_b64encode(
+        hashlib.sha256(f"{driver}\0{pod_uid}".encode()).digest()[:16]
+    )
+    candidates = [
+        f"{driver}-{pod_uid}-reg.sock",
+        f"{driver}-{uid_hash.decode().rstrip('=')}-reg.sock",
+        f"dra-{pair_hash.decode().rstrip('=')}-reg.sock",
+    ]
+    for name in candidates:
+        if len(os.fsencode(registry_dir / name)) <= MAX_SOCKET_PATH:
+            return name
+    return candidates[-1]
 
 
 def flag_name(name: str) -> str:

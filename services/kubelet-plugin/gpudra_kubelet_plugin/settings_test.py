@@ -92,3 +92,53 @@ def test_every_field_is_a_documented_flag_and_env_variable() -> None:
         assert flag_name(field.name) in text
         assert env_name(field.name) in text
         assert field.metadata["help"]
+
+
+@pytest.mark.parametrize(
+    ("registry", "uid", "expected"),
+    [
+        pytest.param("/r", "", "gpu.nvidia.com-reg.sock", id="fixed"),
+        pytest.param(
+            "/r",
+            "0b6f6b2e-8a35-4d5e-9c1e-2f0a4e6d7c11",
+            "gpu.nvidia.com-0b6f6b2e-8a35-4d5e-9c1e-2f0a4e6d7c11-reg.sock",
+            id="pod-uid",
+        ),
+        pytest.param(
+            "/" + "r" * 50,
+            "0b6f6b2e-8a35-4d5e-9c1e-2f0a4e6d7c11",
+            "gpu.nvidia.com-",
+            id="hashed-uid",
+        ),
+    ],
+)
+def test_rolling_update_socket_names(registry: str, uid: str, expected: str) -> None:
+    settings = Settings.load(["--registry-dir", registry, "--pod-uid", uid], {})
+    check_socket_name(settings, expected, uid)
+
+
+def test_rolling_update_socket_name_for_a_long_driver_name() -> None:
+    driver = "a" * 40 + ".example.com"
+    uid = "0b6f6b2e-8a35-4d5e-9c1e-2f0a4e6d7c11"
+    settings = Settings.load(
+        ["--registry-dir", "/" + "r" * 40, "--pod-uid", uid, "--driver-name", driver], {}
+    )
+    check_socket_name(settings, "dra-", uid)
+
+
+def check_socket_name(settings: Settings, expected: str, uid: str) -> None:
+    name = settings.registration_socket.name
+    assert name.startswith(expected)
+    assert name.endswith("-reg.sock")
+    assert len(str(settings.registration_socket)) <= 107
+    assert settings.dra_socket.name == (f"dra-{uid}.sock" if uid else "dra.sock")
+
+
+def test_plugin_dir_override() -> None:
+    settings = Settings.load([], {"GPUDRA_KUBELET_PLUGIN_PLUGIN_DIR": "/var/lib/kubelet/plugins/x"})
+    assert settings.checkpoint_path == Path("/var/lib/kubelet/plugins/x/checkpoint.json")
+
+
+def test_bad_pod_uid() -> None:
+    with pytest.raises(SettingsError, match="is not a UID"):
+        Settings.load(["--pod-uid", "../x"], {})

@@ -2,7 +2,8 @@
 checkpoint, the CDI specs and dynamic MIG devices.
 
 Promises:
-- Calls for one claim UID are serialized; different claims proceed concurrently.
+- Prepare and unprepare are serialized, across coroutines and across plugin instances sharing the
+  plugin directory (rolling update), by a file lock; each starts from the checkpoint file's state.
 - Prepare checks the claim's UID against the store (a mismatch fails that claim only), resolves
   every device and config *before* any side effect, records `PrepareStarted` (with the MIG devices it
   will create) in the checkpoint, creates those MIG devices, writes the CDI spec, then records
@@ -21,8 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.trace import Span, Tracer
@@ -45,6 +47,7 @@ from gpudra_kubelet_plugin.errors import (
     InvalidClaimError,
     KubeletPluginError,
 )
+from gpudra_kubelet_plugin.filelock import file_lock
 from gpudra_kubelet_plugin.locks import KeyedLock
 from gpudra_kubelet_plugin.traces import claim_span
 
@@ -74,6 +77,7 @@ class DeviceState:
         cdi: CdiWriter,
         checkpoint: Checkpoint,
         tracer: Tracer | None = None,
+        lock_file: Path | None = None,
     ) -> None:
         self.driver = driver
         self.node = node
@@ -83,6 +87,7 @@ class DeviceState:
         self._cdi = cdi
         self._checkpoint = checkpoint
         self._tracer = tracer
+        self._lock_file = lock_file or checkpoint.path.with_name("serialize.lock")
         self._records: dict[str, ClaimRecord] = {}
         self._locks = KeyedLock()
 
@@ -93,6 +98,10 @@ class DeviceState:
 
     async def start(self) -> None:
         """Load the checkpoint; clean up a previous boot's claims and orphaned specs."""
+        async with file_lock(self._lock_file):
+            self._start()
+
+    def _start(self) -> None:
         loaded = self._checkpoint.load()
         self._records = dict(loaded.claims)
         for uid in loaded.stale:
@@ -106,7 +115,7 @@ class DeviceState:
 
     async def prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
         """The claim's devices with CDI IDs; idempotent."""
-        async with self._locks.hold(ref.uid):
+        async with self._locks.hold(ref.uid), self._serialized():
             record = self._records.get(ref.uid)
             if record is not None and record.state == PREPARE_COMPLETED:
                 return record.devices
@@ -121,7 +130,7 @@ class DeviceState:
 
     async def unprepare(self, ref: ClaimRef) -> None:
         """Undo prepare; succeeds for claims this node never prepared."""
-        async with self._locks.hold(ref.uid):
+        async with self._locks.hold(ref.uid), self._serialized():
             record = self._records.get(ref.uid)
             with self._span("unprepare", ref) as span:
                 span.set_attribute("gpudra.claim.known", record is not None)
@@ -129,6 +138,14 @@ class DeviceState:
                     self._cdi.remove(ref.uid)
                     return
                 await self._release(ref.uid, record)
+
+    @asynccontextmanager
+    async def _serialized(self) -> AsyncIterator[None]:
+        # Another instance (rolling update) may have changed the checkpoint since our last call:
+        # hold the shared lock and work from the file's state, not from memory.
+        async with file_lock(self._lock_file):
+            self._records = dict(self._checkpoint.load().claims)
+            yield
 
     def _span(
         self, operation: str, ref: ClaimRef, claim: Mapping[str, Any] | None = None
