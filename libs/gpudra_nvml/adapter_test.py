@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pynvml
 import pytest
 
 from gpudra_nvml.adapter import sysfs_pcie_root
@@ -208,3 +210,30 @@ def test_sysfs_pcie_root(tmp_path: Path) -> None:
     (link_dir / "0000:1b:00.0").symlink_to(target)
     assert sysfs_pcie_root("0000:1b:00.0", str(tmp_path)) == "pci0000:15"
     assert sysfs_pcie_root("0000:99:00.0", str(tmp_path)) == ""
+
+
+class _Unprivileged:
+    """The simulator as an unprivileged process sees it: GPU-instance queries are refused."""
+
+    def __init__(self, lib: Any) -> None:
+        self._lib = lib
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("nvmlDeviceGetGpuInstanceById", "nvmlGpuInstanceGetInfo"):
+
+            def refuse(*args: Any) -> Any:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+
+            return refuse
+        return getattr(self._lib, name)
+
+
+def test_mig_without_gpu_instance_privileges_is_conservative() -> None:
+    opened = open_simulator("a100-mig")
+    opened.adapter.nvml.lib = _Unprivileged(opened.fake)
+    devices = {d.name: d for d in opened.adapter.discover().devices}
+    gpu0 = [d for d in devices.values() if d.parent_uuid == devices["gpu-0"].uuid]
+    assert sorted(d.mig_profile for d in gpu0) == ["1g.10gb", "2g.20gb", "3g.40gb"]  # by resources
+    assert {d.placement.size for d in gpu0} == {0}  # placement unknown
+    assert len(devices["gpu-0"].free_placements) == 0
+    assert len(devices["gpu-2"].free_placements) == 18  # no MIG devices there: unaffected

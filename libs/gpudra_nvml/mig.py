@@ -86,10 +86,17 @@ def mig_devices(
         gi = int(nvml.call("nvmlDeviceGetGpuInstanceId", handle))
         ci = int(nvml.call("nvmlDeviceGetComputeInstanceId", handle))
         attrs = nvml.call("nvmlDeviceGetAttributes", handle)
-        gi_info = nvml.call(
-            "nvmlGpuInstanceGetInfo", nvml.call("nvmlDeviceGetGpuInstanceById", gpu, gi)
-        )
-        profile = by_id.get(gi_info.profileId)
+        # GPU-instance queries are privileged on some drivers; without them the placement is
+        # unknown (size 0) and the device is treated as possibly covering the whole GPU
+        # (conservative: no dynamic placement is offered beside it).
+        gi_handle = nvml.optional("nvmlDeviceGetGpuInstanceById", gpu, gi)
+        gi_info = None if gi_handle is None else nvml.optional("nvmlGpuInstanceGetInfo", gi_handle)
+        if gi_info is not None:
+            profile = by_id.get(int(gi_info.profileId))
+            start, size = int(gi_info.placement.start), int(gi_info.placement.size)
+        else:
+            profile, start, size = _by_resources(profiles, attrs), 0, 0
+        profile_id = profile.profile_id if profile else 0
         name = (
             profile.name
             if profile
@@ -125,11 +132,7 @@ def mig_devices(
             parent_index=parent.index,
             mig_profile=name,
             placement=pb.MigPlacement(
-                profile=name,
-                profile_id=gi_info.profileId,
-                start=gi_info.placement.start,
-                size=gi_info.placement.size,
-                resources=resources,
+                profile=name, profile_id=profile_id, start=start, size=size, resources=resources
             ),
             gpu_instance_id=gi,
             compute_instance_id=ci,
@@ -140,10 +143,24 @@ def mig_devices(
     return out
 
 
+def _by_resources(profiles: list[GiProfile], attrs: Any) -> GiProfile | None:
+    """The profile of a GPU instance known only by its attributes (None when none matches)."""
+    for p in profiles:
+        r = p.resources
+        if (r.multiprocessors, r.memory_bytes) == (
+            attrs.multiprocessorCount,
+            attrs.memorySizeMB * _MIB,
+        ):
+            return p
+    return None
+
+
 def free_placements(
     all_placements: list[pb.MigPlacement], existing: list[pb.Device]
 ) -> list[pb.MigPlacement]:
     used: set[int] = set()
     for d in existing:
+        if d.placement.size == 0:  # placement unknown: it may cover any slice
+            return []
         used |= set(range(d.placement.start, d.placement.start + d.placement.size))
     return [p for p in all_placements if not used & set(range(p.start, p.start + p.size))]

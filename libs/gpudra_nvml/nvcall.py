@@ -17,11 +17,18 @@ _UNAVAILABLE = {
     " container started with the NVIDIA runtime?",
     9: "the NVIDIA kernel driver is not loaded",
     18: "the NVML library does not match the loaded kernel driver (reboot after a driver upgrade?)",
-    4: "no permission to open the NVIDIA devices",
 }
+_NO_PERMISSION = 4
 _GPU_IS_LOST = 15
-#: Codes meaning "not here": the feature, function, link or object does not exist on this GPU.
-_ABSENT = {3, 13, 2, 6}  # NOT_SUPPORTED, FUNCTION_NOT_FOUND, INVALID_ARGUMENT, NOT_FOUND
+#: Codes meaning "not here": the feature, function, link or object does not exist on this GPU, or
+#: (NO_PERMISSION) it is a privileged query an unprivileged agent cannot make.
+_ABSENT = {
+    3,
+    13,
+    2,
+    6,
+    _NO_PERMISSION,
+}  # NOT_SUPPORTED, FUNCTION_NOT_FOUND, INVALID_ARGUMENT, NOT_FOUND
 
 
 class Nvml:
@@ -58,6 +65,10 @@ def translate(function: str, exc: Any) -> Exception:
     code = int(getattr(exc, "value", -1))
     if code in _UNAVAILABLE:
         return NvmlUnavailableError(f"NVML unavailable: {_UNAVAILABLE[code]} ({function}: {exc})")
+    if code == _NO_PERMISSION and function.startswith("nvmlInit"):
+        return NvmlUnavailableError(
+            f"NVML unavailable: no permission to open the NVIDIA devices ({exc})"
+        )
     if code == _GPU_IS_LOST:
         return DeviceLostError(f"{function}: GPU is lost (fell off the bus or needs a reset)")
     return NvmlCallError(function, code, str(exc))

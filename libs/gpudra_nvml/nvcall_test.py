@@ -70,3 +70,20 @@ def test_missing_function_is_an_error_for_call_and_none_for_optional() -> None:
 )
 def test_text(raw: object, want: str) -> None:
     assert text(raw) == want
+
+
+class _Refusing:
+    NVMLError = pynvml.NVMLError
+
+    def nvmlInit(self) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+
+    def nvmlDeviceGetGpuInstanceById(self, *args: object) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+
+
+def test_no_permission_is_fatal_only_for_init() -> None:
+    nvml = Nvml(_Refusing())
+    with pytest.raises(NvmlUnavailableError, match="no permission"):
+        nvml.call("nvmlInit")
+    assert nvml.optional("nvmlDeviceGetGpuInstanceById", None, 1) is None

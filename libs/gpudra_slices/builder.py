@@ -99,7 +99,12 @@ def _devices(
             attrs, capacity = attributes.mig(parent, d.placement, inventory.versions, uuid=d.uuid)
             attrs["profile"] = {"string": d.mig_profile}
             dev = _device(d.name, attrs, capacity)
-            dev["consumesCounters"] = _consumes(parent, d.placement.start, d.placement.size)
+            # Placement unknown (size 0, e.g. GPU-instance queries not permitted): claim every
+            # slice, so nothing the allocator places beside it can overlap it.
+            start, size = d.placement.start, d.placement.size
+            if size == 0:
+                start, size = 0, parent.memory_slices or 8
+            dev["consumesCounters"] = _consumes(parent, start, size)
             devices.append(_with_taints(dev, options.driver, list(parent.health) + list(d.health)))
         else:
             raise InvalidInventoryError(f"device {d.name}: unknown type {d.type}")

@@ -287,3 +287,13 @@ def test_semver(raw: str, want: str) -> None:
 )
 def test_quantity(n: int, want: str) -> None:
     assert quantity(n) == want
+
+
+def test_mig_device_with_unknown_placement_claims_the_whole_gpu() -> None:
+    inventory = _inventory("a100-mig")
+    for d in inventory.devices:
+        if d.type == pb.Device.TYPE_MIG:
+            d.placement.start, d.placement.size = 0, 0
+    devices = _devices(build_slices(inventory))
+    child = next(d for n, d in devices.items() if n.startswith("gpu-0-mig-"))
+    assert _slices_of(child) == ("gpu-0-slices", {f"memory-slice-{k}" for k in range(8)})
