@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gpudra_bus.connection import Backoff, connect, disconnect
+from gpudra_bus.streams import BucketSpec, ensure_bucket, ensure_buckets
+from gpudra_kube.api_backend_test import claim
+from gpudra_kube.errors import InvalidObjectError, NotFoundError, UnavailableError
+from gpudra_kube.informer import informer
+from gpudra_kube.kv_backend import BUCKETS, KvStore, object_key
+from gpudra_kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, Resource
+from gpudra_kube.store import EventType, WatchEvent
+from gpudra_testing import NatsServer
+
+
+@pytest.mark.parametrize(
+    ("resource", "name", "namespace", "key"),
+    [
+        pytest.param(RESOURCE_CLAIMS, "c1", "default", "default.c1", id="namespaced"),
+        pytest.param(RESOURCE_CLAIMS, "job.v2", "ml", "ml.job.v2", id="dotted-name"),
+        pytest.param(
+            RESOURCE_SLICES, "n1.example.com-gpu-0", None, "n1.example.com-gpu-0", id="cluster"
+        ),
+    ],
+)
+def test_object_key(resource: Resource, name: str, namespace: str | None, key: str) -> None:
+    assert object_key(resource, name, namespace) == key
+
+
+def test_namespaced_key_needs_namespace() -> None:
+    with pytest.raises(InvalidObjectError):
+        object_key(RESOURCE_CLAIMS, "c1", None)
+
+
+async def test_claims_are_plain_v1_json_under_namespace_dot_name(nats_url: str) -> None:
+    nc = await connect(nats_url, name="t", deadline=5)
+    try:
+        bucket = "t-kv-layout"
+        kv = await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        created = await store.create(RESOURCE_CLAIMS, claim("train.job-0", namespace="ml"))
+        entry = await kv.get("ml.train.job-0")
+        stored = json.loads(entry.value or b"")
+        assert stored["kind"] == "ResourceClaim"
+        assert "resourceVersion" not in stored["metadata"]  # the KV revision is the version
+        assert str(entry.revision) == created["metadata"]["resourceVersion"]
+        # A tombstone written by plain KV tools still reads as "deleted".
+        await kv.delete("ml.train.job-0")
+        with pytest.raises(NotFoundError):
+            await store.get(RESOURCE_CLAIMS, "train.job-0", "ml")
+        with pytest.raises(InvalidObjectError):
+            await store.get(DEVICE_CLASSES, "x")  # no bucket configured for it
+    finally:
+        await disconnect(nc)
+
+
+async def test_informer_on_kv_survives_a_nats_outage(fresh_nats_server: NatsServer) -> None:
+    nc = await connect(
+        fresh_nats_server.url, name="t", deadline=5, backoff=Backoff(initial=0.01, maximum=0.2)
+    )
+    events = informer(
+        KvStore(nc, request_timeout=1.0), RESOURCE_CLAIMS, watch_timeout=0.5, backoff_initial=0.05
+    )
+    try:
+        await ensure_buckets(nc.jetstream())
+        store = KvStore(nc, buckets=BUCKETS)
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        seen = [(e.type, e.object.get("metadata", {}).get("name")) async for e in _take(events, 2)]
+        assert seen == [(EventType.ADDED, "a"), (EventType.SYNCED, None)]
+        await asyncio.to_thread(fresh_nats_server.kill)
+        with pytest.raises(UnavailableError):
+            await store.create(RESOURCE_CLAIMS, claim("lost"))
+        await asyncio.to_thread(fresh_nats_server.restart)
+        for _ in range(200):
+            if nc.is_connected:
+                break
+            await asyncio.sleep(0.05)
+        await store.create(RESOURCE_CLAIMS, claim("b"))
+        (after,) = [e async for e in _take(events, 1, timeout=10)]
+        assert (after.type, after.object["metadata"]["name"]) == (EventType.ADDED, "b")
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+        await disconnect(nc, drain=False)
+
+
+async def _take(
+    stream: AsyncIterator[WatchEvent], n: int, timeout: float = 5.0
+) -> AsyncIterator[WatchEvent]:
+    for _ in range(n):
+        with contextlib.suppress(StopAsyncIteration):
+            yield await asyncio.wait_for(anext(stream), timeout)
