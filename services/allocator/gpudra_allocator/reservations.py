@@ -188,6 +188,14 @@ class Reservations:
             raise translate(exc, f"tombstoning claim {uid}") from exc
         await self.drop(uid)
 
+    async def forget(self, uid: str) -> None:
+        """The claim's allocation was cleared but the claim lives on: free it, allow a new one."""
+        await self.drop(uid)
+        try:
+            await self._kv.delete(claim_key(uid))
+        except _NATS_ERRORS as exc:
+            raise translate(exc, f"forgetting claim {uid}") from exc
+
     async def _add(self, driver: str, pool: str, holdings: Iterable[Holding]) -> None:
         new = list(holdings)
 

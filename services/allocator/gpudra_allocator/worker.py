@@ -12,7 +12,8 @@ Promises (with `Reservations` for the multi-replica part):
   reservations change and at least every `retry_interval` seconds; if this replica dies, the event
   is redelivered to another one after `ack_wait`.
 - A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
-  `Released`. Malformed events are dead-lettered and acknowledged; they never block the stream.
+  `Released`; a DELETED event that carries the claim is a cleared allocation of a claim that lives
+  on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
 """
 
 from __future__ import annotations
@@ -319,14 +320,20 @@ class Worker:
         ref = event.claim
         if not ref.uid:
             raise BadClaimError("claim event without a claim UID")
-        await self._res.release(ref.uid, f"{ref.namespace}/{ref.name}")
-        released = claims_pb2.Released(claim=ref, reason="deleted")
+        # A deletion carries no claim; a cleared allocation (the claim lives on) carries it.
+        deallocated = bool(event.claim_json)
+        if deallocated:
+            await self._res.forget(ref.uid)
+        else:
+            await self._res.release(ref.uid, f"{ref.namespace}/{ref.name}")
+        reason = "deallocated" if deallocated else "deleted"
+        released = claims_pb2.Released(claim=ref, reason=reason)
         released.released_at.GetCurrentTime()
         await self._publisher.publish(
             subjects.allocations(ref.namespace, ref.name),
             released,
             RELEASED,
-            msg_id=f"{ref.uid}/released",
+            msg_id=f"{ref.uid}/released/{reason}/{ref.resource_version}",
         )
         self.released += 1
         await self._finish(ref.uid, msg)
@@ -334,7 +341,8 @@ class Worker:
     async def _adopt(self, msg: Msg, event: claims_pb2.ClaimEvent) -> None:
         """Take an allocation gpudra did not make into the reservations (kube-scheduler's)."""
         ref = event.claim
-        if await self._settled(msg, event):
+        if await self._res.record(ref.uid) is not None:
+            await self._finish(ref.uid, msg)  # ours (or adopted before): nothing new
             return
         doc = _claim_doc(event)
         allocation = (doc.get("status") or {}).get("allocation")

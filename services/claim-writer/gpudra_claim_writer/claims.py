@@ -1,0 +1,158 @@
+"""Pure rules on ResourceClaim and Pod JSON: what state a claim is in and the writes that follow.
+
+Every `with_*` / `without_*` function returns a changed deep copy, or None when the object already
+is as wanted — so the caller never writes (and never triggers a watch event) for nothing.
+- A claim is DELETING once it has a `deletionTimestamp`, ALLOCATED with a `status.allocation`,
+  else PENDING.
+- The allocation is written as kube-scheduler writes it: the `resource.kubernetes.io/delete-
+  protection` finalizer on the object first, then `status.allocation`.
+- An unschedulable reason is kept in the annotation `gpudra.io/unschedulable` (resource.k8s.io/v1
+  has no claim conditions; the annotation is what `kubectl describe` and `gpudra get` show).
+- A pod's scheduling gate `gpudra.io/allocation` is lifted only when every claim the pod names is
+  known and allocated.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpudrapb.v1 import claims_pb2
+
+FINALIZER = "resource.kubernetes.io/delete-protection"
+UNSCHEDULABLE_ANNOTATION = "gpudra.io/unschedulable"
+SCHEDULING_GATE = "gpudra.io/allocation"
+MAX_REASON = 4096
+
+KubeObject = dict[str, Any]
+
+
+class ClaimState(enum.Enum):
+    PENDING = "pending"
+    ALLOCATED = "allocated"
+    DELETING = "deleting"
+
+
+def _meta(obj: KubeObject) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def state_of(claim: KubeObject) -> ClaimState:
+    if _meta(claim).get("deletionTimestamp"):
+        return ClaimState.DELETING
+    if (claim.get("status") or {}).get("allocation"):
+        return ClaimState.ALLOCATED
+    return ClaimState.PENDING
+
+
+def allocation_of(claim: KubeObject) -> dict[str, Any] | None:
+    allocation = (claim.get("status") or {}).get("allocation")
+    return allocation if isinstance(allocation, dict) else None
+
+
+def ref_of(claim: KubeObject) -> claims_pb2.ClaimRef:
+    meta = _meta(claim)
+    return claims_pb2.ClaimRef(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        generation=int(meta.get("generation") or 0),
+        resource_version=str(meta.get("resourceVersion") or ""),
+    )
+
+
+def _changed(obj: KubeObject, change: Callable[[KubeObject], None]) -> KubeObject | None:
+    new = copy.deepcopy(obj)
+    change(new)
+    return None if new == obj else new
+
+
+def with_finalizer(claim: KubeObject) -> KubeObject | None:
+    def add(c: KubeObject) -> None:
+        finalizers = c.setdefault("metadata", {}).setdefault("finalizers", [])
+        if FINALIZER not in finalizers:
+            finalizers.append(FINALIZER)
+
+    return _changed(claim, add)
+
+
+def without_finalizer(claim: KubeObject) -> KubeObject | None:
+    def remove(c: KubeObject) -> None:
+        meta = c.setdefault("metadata", {})
+        kept = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        if kept:
+            meta["finalizers"] = kept
+        else:
+            meta.pop("finalizers", None)
+
+    return _changed(claim, remove)
+
+
+def with_allocation(claim: KubeObject, allocation: Mapping[str, Any]) -> KubeObject | None:
+    def write(c: KubeObject) -> None:
+        c.setdefault("status", {})["allocation"] = copy.deepcopy(dict(allocation))
+
+    return _changed(claim, write)
+
+
+def with_reason(claim: KubeObject, reason: str | None) -> KubeObject | None:
+    """The claim with the unschedulable annotation set to `reason` (removed for None)."""
+
+    def write(c: KubeObject) -> None:
+        annotations = c.setdefault("metadata", {}).setdefault("annotations", {})
+        if reason is None:
+            annotations.pop(UNSCHEDULABLE_ANNOTATION, None)
+        else:
+            annotations[UNSCHEDULABLE_ANNOTATION] = reason[:MAX_REASON]
+        if not annotations:
+            c["metadata"].pop("annotations")
+
+    return _changed(claim, write)
+
+
+def pod_claim_names(pod: KubeObject) -> list[str] | None:
+    """Names of the ResourceClaims a pod uses; None while a template's claim is not generated."""
+    generated = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        if isinstance(s, dict)
+    }
+    names = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        if not isinstance(entry, dict):
+            return None
+        if entry.get("resourceClaimName"):
+            names.append(str(entry["resourceClaimName"]))
+        elif entry.get("resourceClaimTemplateName"):
+            name = generated.get(entry.get("name"))
+            if not name:
+                return None
+            names.append(str(name))
+    return names
+
+
+def is_gated(pod: KubeObject) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, dict) and g.get("name") == SCHEDULING_GATE for g in gates)
+
+
+def ungated(pod: KubeObject, allocated: Callable[[str], bool]) -> KubeObject | None:
+    """The pod without gpudra's scheduling gate, when all its claims are allocated; else None."""
+    if not is_gated(pod):
+        return None
+    names = pod_claim_names(pod)
+    if names is None or not all(allocated(n) for n in names):
+        return None
+
+    def lift(p: KubeObject) -> None:
+        spec = p["spec"]
+        gates = [g for g in spec["schedulingGates"] if g.get("name") != SCHEDULING_GATE]
+        if gates:
+            spec["schedulingGates"] = gates
+        else:
+            spec.pop("schedulingGates")
+
+    return _changed(pod, lift)

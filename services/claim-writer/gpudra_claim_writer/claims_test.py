@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpudra_claim_writer.claims import (
+    FINALIZER,
+    SCHEDULING_GATE,
+    UNSCHEDULABLE_ANNOTATION,
+    ClaimState,
+    pod_claim_names,
+    ref_of,
+    state_of,
+    ungated,
+    with_allocation,
+    with_finalizer,
+    with_reason,
+    without_finalizer,
+)
+
+ALLOC = {"devices": {"results": [{"request": "gpu", "driver": "d", "pool": "p", "device": "x"}]}}
+
+
+def claim(**extra: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "ns", "uid": "u-1", "generation": 2},
+        "spec": {"devices": {"requests": []}},
+    }
+    for key, value in extra.items():
+        if key == "meta":
+            obj["metadata"].update(value)
+        else:
+            obj[key] = value
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("obj", "state"),
+    [
+        pytest.param(claim(), ClaimState.PENDING, id="pending"),
+        pytest.param(claim(status={"allocation": ALLOC}), ClaimState.ALLOCATED, id="allocated"),
+        pytest.param(
+            claim(meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, status={"allocation": ALLOC}),
+            ClaimState.DELETING,
+            id="deleting-wins",
+        ),
+    ],
+)
+def test_state_of(obj: dict[str, Any], state: ClaimState) -> None:
+    assert state_of(obj) == state
+
+
+def test_ref_of() -> None:
+    ref = ref_of(claim(meta={"resourceVersion": "7"}))
+    assert (ref.namespace, ref.name, ref.uid, ref.generation, ref.resource_version) == (
+        "ns",
+        "c",
+        "u-1",
+        2,
+        "7",
+    )
+
+
+def test_writes_return_none_when_nothing_changes() -> None:
+    c = claim()
+    fin = with_finalizer(c)
+    assert fin is not None
+    assert fin["metadata"]["finalizers"] == [FINALIZER]
+    assert with_finalizer(fin) is None
+    assert without_finalizer(c) is None
+    stripped = without_finalizer(fin)
+    assert stripped is not None
+    assert "finalizers" not in stripped["metadata"]
+    alloc = with_allocation(c, ALLOC)
+    assert alloc is not None
+    assert with_allocation(alloc, ALLOC) is None
+    reasoned = with_reason(c, "no GPUs")
+    assert reasoned is not None
+    assert reasoned["metadata"]["annotations"][UNSCHEDULABLE_ANNOTATION] == "no GPUs"
+    assert with_reason(reasoned, "no GPUs") is None
+    assert with_reason(c, None) is None
+    cleared = with_reason(reasoned, None)
+    assert cleared is not None
+    assert "annotations" not in cleared["metadata"]
+    assert c == claim(), "inputs are never modified"
+
+
+def pod(
+    claims: list[dict[str, str]], statuses: list[dict[str, str]] | None = None, gates: bool = True
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"resourceClaims": claims, "containers": []}
+    if gates:
+        spec["schedulingGates"] = [{"name": SCHEDULING_GATE}, {"name": "other"}]
+    return {"metadata": {"name": "p"}, "spec": spec, "status": {"resourceClaimStatuses": statuses}}
+
+
+@pytest.mark.parametrize(
+    ("p", "names"),
+    [
+        pytest.param(pod([{"name": "a", "resourceClaimName": "c1"}]), ["c1"], id="direct"),
+        pytest.param(
+            pod(
+                [{"name": "a", "resourceClaimTemplateName": "t"}],
+                [{"name": "a", "resourceClaimName": "p-a-xyz"}],
+            ),
+            ["p-a-xyz"],
+            id="template-generated",
+        ),
+        pytest.param(
+            pod([{"name": "a", "resourceClaimTemplateName": "t"}]), None, id="template-pending"
+        ),
+    ],
+)
+def test_pod_claim_names(p: dict[str, Any], names: list[str] | None) -> None:
+    assert pod_claim_names(p) == names
+
+
+@pytest.mark.parametrize(
+    ("allocated", "gates", "lifted"),
+    [
+        pytest.param({"c1", "c2"}, True, True, id="all-allocated"),
+        pytest.param({"c1"}, True, False, id="one-missing"),
+        pytest.param({"c1", "c2"}, False, False, id="not-gated"),
+    ],
+)
+def test_ungated(allocated: set[str], gates: bool, lifted: bool) -> None:
+    p = pod(
+        [{"name": "a", "resourceClaimName": "c1"}, {"name": "b", "resourceClaimName": "c2"}],
+        gates=gates,
+    )
+    out = ungated(p, allocated.__contains__)
+    assert (out is not None) == lifted
+    if out is not None:
+        assert out["spec"]["schedulingGates"] == [{"name": "other"}]

@@ -1,0 +1,83 @@
+"""Pods' scheduling gate `gpudra.io/allocation`: lifted once all of a pod's claims are allocated.
+
+kube-scheduler leaves a gated pod alone, so it cannot race the allocator; once the gate is lifted
+it schedules the pod where the claims' `allocation.nodeSelector` says (it honours existing
+allocations). Promises: the gate is lifted only when every claim the pod names exists and is
+allocated; other gates stay; a conflicting pod update re-reads and decides again. Both triggers
+are covered: a claim getting allocated (`claim_allocated`) and a gated pod appearing (`run`, a pod
+informer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from gpudra_claim_writer.claims import ClaimState, is_gated, pod_claim_names, state_of, ungated
+from gpudra_kube.errors import ConflictError, KubeError, NotFoundError
+from gpudra_kube.informer import informer
+from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
+from gpudra_kube.store import EventType, Store
+
+log = logging.getLogger(__name__)
+
+_MAX_TRIES = 10
+
+
+class Gates:
+    def __init__(self, store: Store, namespace: str = "") -> None:
+        self._store = store
+        self._namespace = namespace or None
+        self.lifted = 0
+
+    async def run(self) -> None:
+        events = informer(self._store, PODS, self._namespace)
+        async with contextlib.aclosing(events):  # type: ignore[type-var]
+            async for event in events:
+                if event.type in (EventType.ADDED, EventType.MODIFIED) and is_gated(event.object):
+                    await self.check_pod(event.object)
+
+    async def claim_allocated(self, namespace: str, name: str) -> None:
+        try:
+            pods = await self._store.list(PODS, namespace)
+        except KubeError as exc:
+            log.warning("listing pods of %s failed: %s", namespace, exc)
+            return
+        for pod in pods.items:
+            if is_gated(pod) and name in (pod_claim_names(pod) or ()):
+                await self.check_pod(pod)
+
+    async def check_pod(self, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        current = pod
+        for _ in range(_MAX_TRIES):
+            allocated = {
+                n for n in pod_claim_names(current) or () if await self._allocated(namespace, n)
+            }
+            updated = ungated(current, allocated.__contains__)
+            if updated is None:
+                return
+            try:
+                await self._store.replace(PODS, updated)
+                self.lifted += 1
+                log.info("pod %s/%s: scheduling gate lifted", namespace, name)
+                return
+            except NotFoundError:
+                return
+            except ConflictError:
+                try:
+                    current = await self._store.get(PODS, name, namespace)
+                except NotFoundError:
+                    return
+            except KubeError as exc:
+                log.warning("lifting the gate of pod %s/%s failed: %s", namespace, name, exc)
+                return
+
+    async def _allocated(self, namespace: str, name: str) -> bool:
+        try:
+            claim = await self._store.get(RESOURCE_CLAIMS, name, namespace)
+        except KubeError:
+            return False
+        return state_of(claim) is ClaimState.ALLOCATED

@@ -1,0 +1,166 @@
+"""Intake: every ResourceClaim change becomes the ClaimEvent the allocator needs.
+
+Promises:
+- A PENDING claim (no allocation, not being deleted) is published once per (UID, generation) per
+  process, and again after every restart (the informer lists everything first): decisions are
+  idempotent, so a repeat costs a lookup, while a missed one would strand the claim.
+- An allocation that appears without gpudra (kube-scheduler allocated an ungated pod's claim) is
+  published once as ALLOCATED_EXTERNALLY, so the allocator adopts its devices.
+- A claim that is deleted, or marked for deletion, is published as DELETED; then the
+  delete-protection finalizer is removed (conflicts re-read, never overwrite). A cleared allocation
+  (kube-controller-manager deallocating) is published as a deallocation; the claim is offered for
+  allocation again only after the allocator confirms the release (see `writeback`), so a new
+  decision can never race the release of the old one.
+- Each claim's intake opens a new trace (root span `intake claim`); the allocator and the status
+  write continue it through the message headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+
+from gpudra_bus import Publisher
+from gpudra_claim_writer.claims import (
+    ClaimState,
+    allocation_of,
+    ref_of,
+    state_of,
+    without_finalizer,
+)
+from gpudra_claim_writer.events import Kind, publish_event
+from gpudra_kube.errors import ConflictError, KubeRetryableError, NotFoundError
+from gpudra_kube.informer import informer
+from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_kube.store import EventType, Store, WatchEvent
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("gpudra_claim_writer")
+
+_MAX_TRIES = 10
+
+
+class Intake:
+    def __init__(self, store: Store, publisher: Publisher, namespace: str = "") -> None:
+        self._store = store
+        self._publisher = publisher
+        self._namespace = namespace or None
+        self._pending_sent: set[tuple[str, int]] = set()
+        self._allocated: dict[str, dict[str, Any]] = {}
+        self._gone: set[str] = set()
+        self.synced = asyncio.Event()
+        self.published: Counter[str] = Counter()
+
+    async def run(self) -> None:
+        events = informer(self._store, RESOURCE_CLAIMS, self._namespace)
+        async with contextlib.aclosing(events):  # type: ignore[type-var]
+            async for event in events:
+                await self.on_event(event)
+
+    async def on_event(self, event: WatchEvent) -> None:
+        if event.type is EventType.SYNCED:
+            self.synced.set()
+            return
+        claim = event.object
+        ref = ref_of(claim)
+        if not ref.uid or not ref.name:
+            log.error("ignoring a claim without name or UID: %s", claim.get("metadata"))
+            return
+        with tracer.start_as_current_span(
+            "intake claim",
+            context=Context(),
+            attributes={
+                "gpudra.claim": f"{ref.namespace}/{ref.name}",
+                "gpudra.claim.uid": ref.uid,
+                "gpudra.watch.event": event.type.value,
+            },
+        ):
+            if event.type is EventType.DELETED:
+                await self._deleted(claim)
+            elif state_of(claim) is ClaimState.DELETING:
+                await self._deleted(claim)
+                await self._drop_finalizer(claim)
+            elif state_of(claim) is ClaimState.ALLOCATED:
+                await self._allocated_seen(claim)
+            else:
+                await self._pending(claim)
+
+    async def _pending(self, claim: dict[str, Any]) -> None:
+        ref = ref_of(claim)
+        if self._allocated.pop(ref.uid, None) is not None:
+            await publish_event(
+                self._publisher,
+                Kind.KIND_DELETED,
+                claim,
+                msg_id=f"{ref.uid}/deallocated/{ref.resource_version}",
+            )
+            self.published["deallocated"] += 1
+            return
+        key = (ref.uid, ref.generation)
+        if key in self._pending_sent:
+            return
+        await publish_event(
+            self._publisher,
+            Kind.KIND_PENDING,
+            claim,
+            msg_id=f"{ref.uid}/{ref.generation}/pending",
+        )
+        self._pending_sent.add(key)
+        self.published["pending"] += 1
+
+    async def _allocated_seen(self, claim: dict[str, Any]) -> None:
+        ref = ref_of(claim)
+        allocation = allocation_of(claim)
+        assert allocation is not None
+        if self._allocated.get(ref.uid) == allocation:
+            return
+        first = ref.uid not in self._allocated
+        self._allocated[ref.uid] = allocation
+        if first:
+            # Ours or not, the allocator decides: a recorded decision makes this a no-op.
+            await publish_event(
+                self._publisher, Kind.KIND_ALLOCATED_EXTERNALLY, claim, msg_id=f"{ref.uid}/external"
+            )
+            self.published["external"] += 1
+
+    def written(self, uid: str, allocation: dict[str, Any]) -> None:
+        """The write-back stored this allocation: seeing it in the watch is no news."""
+        self._allocated[uid] = allocation
+
+    async def _deleted(self, claim: dict[str, Any]) -> None:
+        ref = ref_of(claim)
+        self._allocated.pop(ref.uid, None)
+        if ref.uid in self._gone:
+            return
+        await publish_event(
+            self._publisher, Kind.KIND_DELETED, None, ref=ref, msg_id=f"{ref.uid}/deleted"
+        )
+        self._gone.add(ref.uid)
+        self._pending_sent = {k for k in self._pending_sent if k[0] != ref.uid}
+        self.published["deleted"] += 1
+
+    async def _drop_finalizer(self, claim: dict[str, Any]) -> None:
+        ref = ref_of(claim)
+        current = claim
+        for _ in range(_MAX_TRIES):
+            updated = without_finalizer(current)
+            if updated is None:
+                return
+            try:
+                await self._store.replace(RESOURCE_CLAIMS, updated)
+                return
+            except NotFoundError:
+                return
+            except (ConflictError, KubeRetryableError) as exc:
+                log.info("claim %s/%s: %s; re-reading", ref.namespace, ref.name, exc)
+                try:
+                    current = await self._store.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+                except NotFoundError:
+                    return
+        log.error("could not remove the finalizer of %s/%s", ref.namespace, ref.name)

@@ -1,0 +1,109 @@
+"""`python -m gpudra_claim_writer`: settings, wiring and the loops, per the service skeleton.
+
+Start-up: tracing, NATS (waits for a server), streams and buckets (idempotent), the claim store
+(the API server in kubernetes mode, the KV buckets in standalone mode — the same `Store` interface,
+so both modes run the same code), the health server, then three loops: intake (claims → events),
+write-back (decisions → claim status) and pod gates. SIGTERM/SIGINT cancel the loops; the exit
+stack closes the store and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for
+bad settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from gpudra_bus import BusError, Publisher, connect, ensure_buckets, ensure_streams
+from gpudra_claim_writer.errors import SettingsError
+from gpudra_claim_writer.gates import Gates
+from gpudra_claim_writer.health import HealthServer
+from gpudra_claim_writer.intake import Intake
+from gpudra_claim_writer.settings import Settings
+from gpudra_claim_writer.telemetry import setup_tracing
+from gpudra_claim_writer.writeback import Writeback
+from gpudra_kube.api_backend import ApiStore
+from gpudra_kube.errors import KubeError
+from gpudra_kube.kv_backend import KvStore
+from gpudra_kube.store import Store
+
+log = logging.getLogger("gpudra_claim_writer")
+
+
+async def serve(settings: Settings, stop: asyncio.Event) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        nc = await connect(settings.nats_servers, name="claim-writer")
+        stack.push_async_callback(nc.drain)
+        js = nc.jetstream()
+        await ensure_streams(js)
+        await ensure_buckets(js)
+        store: Store
+        if settings.mode == "kubernetes":
+            store = await ApiStore.from_kubeconfig(settings.kubeconfig or None)
+        else:
+            store = KvStore(nc)
+        stack.push_async_callback(store.close)
+        publisher = Publisher(nc)
+        intake = Intake(store, publisher, settings.namespace)
+        gates = Gates(store, settings.namespace)
+
+        async def on_allocated(uid: str, namespace: str, name: str, alloc: dict[str, Any]) -> None:
+            intake.written(uid, alloc)
+            if settings.gate_pods:
+                await gates.claim_allocated(namespace, name)
+
+        writeback = Writeback(
+            nc, store, publisher, consumer=settings.consumer, on_allocated=on_allocated
+        )
+        health = await HealthServer(
+            settings.health_host,
+            settings.health_port,
+            lambda: intake.synced.is_set() and writeback.ready,
+        ).start()
+        stack.push_async_callback(health.stop)
+        log.info("health server on port %d", health.port)
+        loops = [intake.run(), writeback.run()]
+        if settings.gate_pods:
+            loops.append(gates.run())
+        tasks = [asyncio.create_task(loop) for loop in loops]
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopper:
+                    task.result()  # a loop ended: surface its error
+        finally:
+            for task in [*tasks, stopper]:
+                task.cancel()
+            await asyncio.gather(*tasks, stopper, return_exceptions=True)
+
+
+async def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = Settings.load(argv)
+    except SettingsError as exc:
+        print(f"gpudra-claim-writer: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    shutdown_tracing = setup_tracing(
+        "gpudra-claim-writer", settings.trace_exporter, settings.trace_endpoint, settings.trace_file
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await serve(settings, stop)
+    except (BusError, KubeError, SettingsError) as exc:
+        log.error("claim-writer stopped: %s", exc)
+        return 1
+    finally:
+        shutdown_tracing()
+    return 0

@@ -1,0 +1,258 @@
+"""Write-back: the allocator's decisions become ResourceClaim status, never overwriting anything.
+
+Promises:
+- ALLOCATED: the claim gets the delete-protection finalizer and then `status.allocation`, each
+  write carrying the resourceVersion just read; a 409 re-reads and decides again. An allocation
+  that is already there is left alone (decisions repeat after restarts). A claim that is gone, or
+  was re-created under the same name with another UID, gets a DELETED event instead, so the
+  allocator frees the devices it reserved for it.
+- UNSCHEDULABLE: the reason lands in the claim's `gpudra.io/unschedulable` annotation (cleared on
+  allocation).
+- Released after a deallocation: if the claim still exists and is pending, it is offered for
+  allocation again.
+- The message is acknowledged after the write; a decision that cannot be written now (API away) is
+  redelivered. Malformed messages are dead-lettered.
+- Spans: each decision is processed under the trace its headers carry (the claim's trace), with a
+  child span per status write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from opentelemetry import trace
+
+from gpudra_bus import (
+    ALLOCATION_DECISION,
+    DECISIONS_STREAM,
+    RELEASED,
+    BusPermanentError,
+    BusRetryableError,
+    CodecError,
+    DeadLetters,
+    Publisher,
+    receive,
+    schema_of,
+    subjects,
+    tracing,
+)
+from gpudra_bus.subjects import Kind as SubjectKind
+from gpudra_claim_writer.claims import (
+    ClaimState,
+    allocation_of,
+    ref_of,
+    state_of,
+    with_allocation,
+    with_finalizer,
+    with_reason,
+)
+from gpudra_claim_writer.events import Kind, publish_event
+from gpudra_kube.errors import ConflictError, KubePermanentError, KubeRetryableError, NotFoundError
+from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_kube.store import Store
+from gpudrapb.v1 import claims_pb2
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("gpudra_claim_writer")
+
+_MAX_TRIES = 10
+_NATS = (nats.errors.Error, OSError, TimeoutError)
+
+OnAllocated = Callable[[str, str, str, dict[str, Any]], Awaitable[None]]
+
+
+class Writeback:
+    def __init__(
+        self,
+        nc: Client,
+        store: Store,
+        publisher: Publisher,
+        *,
+        consumer: str,
+        on_allocated: OnAllocated | None = None,
+    ) -> None:
+        self._nc = nc
+        self._store = store
+        self._publisher = publisher
+        self._consumer = consumer
+        self._on_allocated = on_allocated
+        self._dead = DeadLetters(publisher, service="claim-writer")
+        self.counts: Counter[str] = Counter()
+        self.ready = False
+
+    async def run(self) -> None:
+        sub = await self._nc.jetstream().pull_subscribe(
+            subjects.all_of(SubjectKind.ALLOCATIONS),
+            durable=self._consumer,
+            stream=DECISIONS_STREAM,
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.ALL,
+                ack_wait=30.0,
+                max_deliver=-1,
+            ),
+        )
+        self.ready = True
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(64, timeout=1.0)
+                except (nats.errors.TimeoutError, TimeoutError):
+                    continue
+                except (nats.errors.Error, OSError) as exc:
+                    log.warning("fetching decisions failed (%s); retrying", exc)
+                    continue
+                for msg in msgs:
+                    await self._guarded(msg)
+        finally:
+            self.ready = False
+            with contextlib.suppress(*_NATS):
+                await sub.unsubscribe()
+
+    async def _guarded(self, msg: Msg) -> None:
+        try:
+            await self.handle(msg)
+            with contextlib.suppress(*_NATS):
+                await msg.ack()
+        except (BusRetryableError, KubeRetryableError) as exc:
+            log.warning("decision on %s deferred: %s", msg.subject, exc)
+            with contextlib.suppress(*_NATS):
+                await msg.nak(delay=1.0)
+        except (BusPermanentError, KubePermanentError) as exc:
+            await self._dead.send(msg.subject, msg.data, msg.headers, exc)
+            with contextlib.suppress(*_NATS):
+                await msg.ack()
+
+    async def handle(self, msg: Msg) -> None:
+        try:
+            name = schema_of(msg.headers).name
+        except CodecError:
+            name = ""
+        with tracing.process_span(
+            msg.subject, msg.headers, size=len(msg.data), consumer=self._consumer
+        ):
+            if name == RELEASED.schema.name:
+                released = await receive(msg, RELEASED, self._dead)
+                if released is not None:
+                    await self._released(released)
+                return
+            decision = await receive(msg, ALLOCATION_DECISION, self._dead)
+            if decision is None:
+                return
+            if decision.outcome == claims_pb2.AllocationDecision.OUTCOME_ALLOCATED:
+                await self._allocated(decision)
+            elif decision.outcome == claims_pb2.AllocationDecision.OUTCOME_UNSCHEDULABLE:
+                await self._unschedulable(decision)
+            else:
+                raise BusPermanentError(f"decision with unknown outcome {decision.outcome}")
+
+    async def _current(self, ref: claims_pb2.ClaimRef) -> dict[str, Any] | None:
+        """The claim the decision is for; None when it is gone or is another claim by now."""
+        try:
+            claim = await self._store.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+        except NotFoundError:
+            return None
+        return claim if ref_of(claim).uid == ref.uid else None
+
+    async def _release_stale(self, ref: claims_pb2.ClaimRef) -> None:
+        await publish_event(
+            self._publisher, Kind.KIND_DELETED, None, ref=ref, msg_id=f"{ref.uid}/deleted"
+        )
+        self.counts["stale"] += 1
+
+    async def _allocated(self, decision: claims_pb2.AllocationDecision) -> None:
+        ref = decision.claim
+        try:
+            allocation = json.loads(decision.allocation_json)
+        except ValueError as exc:
+            raise BusPermanentError(f"allocation of {ref.name} is not JSON: {exc}") from exc
+        if not isinstance(allocation, dict):
+            raise BusPermanentError(f"allocation of {ref.name} is not an object")
+        with tracer.start_as_current_span(
+            "write claim status",
+            attributes={
+                "gpudra.claim": f"{ref.namespace}/{ref.name}",
+                "gpudra.node": decision.node_name,
+            },
+        ):
+            for _ in range(_MAX_TRIES):
+                claim = await self._current(ref)
+                if claim is None or state_of(claim) is ClaimState.DELETING:
+                    await self._release_stale(ref)
+                    return
+                existing = allocation_of(claim)
+                if existing is not None and existing != allocation:
+                    log.error(
+                        "claim %s/%s already carries another allocation; decision ignored",
+                        ref.namespace,
+                        ref.name,
+                    )
+                    self.counts["foreign"] += 1
+                    return
+                try:
+                    claim = await self._write(claim, with_finalizer, status=False)
+                    claim = await self._write(
+                        claim, lambda c: with_allocation(c, allocation), status=True
+                    )
+                    await self._write(claim, lambda c: with_reason(c, None), status=False)
+                except ConflictError as exc:
+                    log.info("claim %s/%s changed (%s); re-reading", ref.namespace, ref.name, exc)
+                    continue
+                self.counts["allocated"] += 1
+                break
+            else:
+                raise KubeRetryableError(f"claim {ref.namespace}/{ref.name} keeps changing")
+        if self._on_allocated is not None:
+            await self._on_allocated(ref.uid, ref.namespace, ref.name, allocation)
+
+    async def _write(
+        self,
+        claim: dict[str, Any],
+        change: Callable[[dict[str, Any]], dict[str, Any] | None],
+        *,
+        status: bool,
+    ) -> dict[str, Any]:
+        updated = change(claim)
+        if updated is None:
+            return claim
+        if status:
+            return await self._store.replace_status(RESOURCE_CLAIMS, updated)
+        return await self._store.replace(RESOURCE_CLAIMS, updated)
+
+    async def _unschedulable(self, decision: claims_pb2.AllocationDecision) -> None:
+        ref = decision.claim
+        for _ in range(_MAX_TRIES):
+            claim = await self._current(ref)
+            if claim is None or state_of(claim) is not ClaimState.PENDING:
+                return
+            try:
+                await self._write(claim, lambda c: with_reason(c, decision.reason), status=False)
+                self.counts["unschedulable"] += 1
+                return
+            except ConflictError:
+                continue
+        raise KubeRetryableError(f"claim {ref.namespace}/{ref.name} keeps changing")
+
+    async def _released(self, released: claims_pb2.Released) -> None:
+        self.counts["released"] += 1
+        if released.reason != "deallocated":
+            return
+        claim = await self._current(released.claim)
+        if claim is None or state_of(claim) is not ClaimState.PENDING:
+            return
+        ref = ref_of(claim)
+        await publish_event(
+            self._publisher,
+            Kind.KIND_PENDING,
+            claim,
+            msg_id=f"{ref.uid}/{ref.generation}/pending/{ref.resource_version}",
+        )

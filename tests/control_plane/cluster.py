@@ -1,0 +1,211 @@
+"""A small gpudra control plane for cross-service tests: real processes, real NATS, simulated nodes.
+
+`Cluster` starts the inventory, allocator(s) and claim-writer as separate processes
+(`python -m gpudra_<service>` with the test's own interpreter), in standalone mode against one
+nats-server; `publish_nodes` plays node-agents (NodeInventory snapshots of a simulator profile);
+claims are applied, read and deleted through the standalone `KvStore`, exactly as the CLI does.
+Each process logs to `<tmp>/<name>.log` and writes its spans as JSON lines to `<tmp>/<name>.spans`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
+
+from gpudra_bus import Codec, Publisher, subjects
+from gpudra_kube.errors import NotFoundError
+from gpudra_kube.kv_backend import KvStore
+from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_nvml.inventory import snapshot
+from gpudra_nvml.loader import open_simulator
+from gpudrapb.v1 import inventory_pb2 as pb
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE_ROOTS = [
+    "libs",
+    "proto/gen",
+    "services/inventory",
+    "services/allocator",
+    "services/claim-writer",
+]
+NODE_INVENTORY: Codec[pb.NodeInventory] = Codec(pb.NodeInventory)
+UNSCHEDULABLE = "gpudra.io/unschedulable"
+
+
+def claim_manifest(name: str, count: int = 1, namespace: str = "default") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
+                    }
+                ]
+            }
+        },
+    }
+
+
+def devices_of(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return [
+        (r["driver"], r["pool"], r["device"])
+        for r in (allocation.get("devices") or {}).get("results") or []
+    ]
+
+
+@dataclass
+class Service:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@dataclass
+class Cluster:
+    nats_url: str
+    tmp: Path
+    services: dict[str, Service] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(str(ROOT / p) for p in SOURCE_ROOTS)
+        env["GPUDRA_NATS_URL"] = self.nats_url
+        env["PYTHONWARNINGS"] = "ignore"
+        return env
+
+    def start(self, name: str, module: str, *args: str) -> Service:
+        log = self.tmp / f"{name}.log"
+        argv = [
+            sys.executable,
+            "-m",
+            module,
+            "--health-port",
+            "0",
+            "--trace-exporter",
+            "console",
+            "--trace-file",
+            str(self.tmp / f"{name}.spans"),
+            *args,
+        ]
+        with log.open("ab") as out:
+            proc = subprocess.Popen(argv, env=self.env(), stdout=out, stderr=subprocess.STDOUT)
+        service = Service(name, proc, log)
+        self.services[name] = service
+        return service
+
+    def start_inventory(self, *args: str) -> Service:
+        return self.start("inventory", "gpudra_inventory", "--heartbeat-timeout", "120", *args)
+
+    def start_allocator(self, name: str = "allocator", *args: str) -> Service:
+        return self.start(
+            name,
+            "gpudra_allocator",
+            "--replica-id",
+            name,
+            "--ack-wait",
+            "2",
+            "--retry-interval",
+            "1",
+            *args,
+        )
+
+    def start_claim_writer(self, *args: str) -> Service:
+        return self.start("claim-writer", "gpudra_claim_writer", *args)
+
+    def kill(self, name: str) -> None:
+        service = self.services[name]
+        service.proc.send_signal(signal.SIGKILL)
+        service.proc.wait(timeout=10)
+
+    def stop_all(self) -> dict[str, int | None]:
+        codes: dict[str, int | None] = {}
+        for service in self.services.values():
+            if service.proc.poll() is None:
+                service.proc.send_signal(signal.SIGTERM)
+        for name, service in self.services.items():
+            try:
+                codes[name] = service.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                service.proc.kill()
+                codes[name] = service.proc.wait()
+        return codes
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {s.name} ---\n{s.text()[-3000:]}" for s in self.services.values())
+
+    def spans(self) -> list[dict[str, Any]]:
+        out = []
+        for path in self.tmp.glob("*.spans"):
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    out.append(json.loads(line))
+        return out
+
+
+def node_inventory(node: str, profile: str = "dgx-h100", generation: int = 1) -> pb.NodeInventory:
+    opened = open_simulator(profile)
+    try:
+        inventory = snapshot(opened.adapter.discover(), node, opened.source)
+    finally:
+        opened.adapter.stop()
+    inventory.generation = generation
+    return inventory
+
+
+async def publish_nodes(nc: Client, nodes: list[str], profile: str = "dgx-h100") -> None:
+    """Play the node-agents of `nodes`: one NodeInventory snapshot each."""
+    publisher = Publisher(nc)
+    template = node_inventory("template", profile)
+    for node in nodes:
+        inventory = pb.NodeInventory()
+        inventory.CopyFrom(template)
+        inventory.node = node
+        await publisher.publish(subjects.inventory(node), inventory, NODE_INVENTORY)
+
+
+async def wait_for(
+    check: Callable[[], Any], timeout: float, what: str, cluster: Cluster | None = None
+) -> Any:
+    """Poll the async `check` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.1)
+    detail = cluster.logs() if cluster is not None else ""
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what} (last: {last!r})\n{detail}"
+    )
+
+
+async def claims(store: KvStore, namespace: str = "default") -> dict[str, dict[str, Any]]:
+    listed = await store.list(RESOURCE_CLAIMS, namespace)
+    return {c["metadata"]["name"]: c for c in listed.items}
+
+
+async def claim_or_none(store: KvStore, name: str, namespace: str = "default") -> Any:
+    with contextlib.suppress(NotFoundError):
+        return await store.get(RESOURCE_CLAIMS, name, namespace)
+    return None

@@ -1,0 +1,231 @@
+"""The three control-plane services as separate processes against a real nats-server.
+
+Claims go in through the standalone claim store (as `gpudra apply` writes them), simulated
+node-agents publish DGX H100 inventories, and the assertions read what the claim-writer wrote back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from control_plane.cluster import (
+    UNSCHEDULABLE,
+    Cluster,
+    claim_manifest,
+    claim_or_none,
+    claims,
+    devices_of,
+    publish_nodes,
+    wait_for,
+)
+from gpudra_standalone.nats_server import NatsServer
+from nats.aio.client import Client
+
+from gpudra_bus import RESERVATIONS_BUCKET, SLICES_BUCKET, connect, ensure_buckets, ensure_streams
+from gpudra_kube.kv_backend import KvStore
+from gpudra_kube.resources import RESOURCE_CLAIMS
+
+pytestmark = pytest.mark.slow
+
+FINALIZER = "resource.kubernetes.io/delete-protection"
+
+
+@pytest_asyncio.fixture
+async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
+    client = await connect(fresh_nats_server.url, name="control-plane-test", deadline=10)
+    js = client.jetstream()
+    await ensure_streams(js)
+    await ensure_buckets(js)
+    yield client
+    await client.drain()
+
+
+@pytest.fixture
+def cluster(fresh_nats_server: NatsServer, tmp_path: Path) -> Any:
+    c = Cluster(fresh_nats_server.url, tmp_path)
+    yield c
+    c.stop_all()
+
+
+async def slices_ready(nc: Client, cluster: Cluster, count: int) -> None:
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+
+    async def enough() -> bool:
+        try:
+            return len(await kv.keys()) >= count
+        except Exception:  # - "no keys yet" is an exception in nats-py
+            return False
+
+    await wait_for(enough, 60, f"{count} slices in the bucket", cluster)
+
+
+def all_distinct(objs: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
+    used = [d for c in objs.values() for d in devices_of(c)]
+    duplicates = [d for d, n in Counter(used).items() if n > 1]
+    assert not duplicates, f"devices allocated twice: {duplicates}"
+    return used
+
+
+async def test_claims_in_allocations_out_delete_releases_one_trace(
+    nc: Client, cluster: Cluster
+) -> None:
+    store = KvStore(nc)
+    await publish_nodes(nc, ["node-a", "node-b"])
+    cluster.start_inventory()
+    cluster.start_allocator()
+    cluster.start_claim_writer()
+    await slices_ready(nc, cluster, 2)
+
+    for i in range(7):
+        await store.create(RESOURCE_CLAIMS, claim_manifest(f"pair-{i}", count=2))
+    await store.create(RESOURCE_CLAIMS, claim_manifest("too-big", count=9))
+
+    async def settled() -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        pairs = [objs.get(f"pair-{i}") for i in range(7)]
+        big = objs.get("too-big")
+        if all(p and devices_of(p) for p in pairs) and big and _reason(big):
+            return objs
+        return None
+
+    objs = await wait_for(settled, 60, "7 allocations and one unschedulable reason", cluster)
+    used = all_distinct(objs)
+    assert len(used) == 14
+    assert all(FINALIZER in objs[f"pair-{i}"]["metadata"]["finalizers"] for i in range(7))
+    assert "node" in _reason(objs["too-big"]), _reason(objs["too-big"])
+    for i in range(7):
+        node = objs[f"pair-{i}"]["status"]["allocation"]["nodeSelector"]
+        pools = {pool for _, pool, _ in devices_of(objs[f"pair-{i}"])}
+        assert len(pools) == 1
+        assert pools.pop() in str(node)
+
+    # Four GPUs on one node: only after two claims on the same node are deleted.
+    await store.create(RESOURCE_CLAIMS, claim_manifest("quad", count=4))
+
+    async def quad_waits() -> Any:
+        quad = await claim_or_none(store, "quad")
+        return quad and _reason(quad)
+
+    await wait_for(quad_waits, 30, "quad to be unschedulable", cluster)
+    by_node: dict[str, list[str]] = {}
+    for i in range(7):
+        pool = devices_of(objs[f"pair-{i}"])[0][1]
+        by_node.setdefault(pool, []).append(f"pair-{i}")
+    victims = max(by_node.values(), key=len)[:2]
+    for name in victims:
+        await store.delete(RESOURCE_CLAIMS, name, "default")
+
+    async def quad_allocated() -> Any:
+        gone = all([await claim_or_none(store, n) is None for n in victims])
+        quad = await claim_or_none(store, "quad")
+        return gone and quad and devices_of(quad)
+
+    await wait_for(quad_allocated, 60, "deleted claims released and quad allocated", cluster)
+    final = await claims(store)
+    assert len(all_distinct(final)) == 14 - 4 + 4
+    assert UNSCHEDULABLE not in final["quad"]["metadata"].get("annotations", {})
+
+    codes = cluster.stop_all()
+    assert codes == {"inventory": 0, "allocator": 0, "claim-writer": 0}, cluster.logs()
+    _assert_one_trace(cluster, final["pair-3"]["metadata"]["uid"])
+
+
+def _reason(claim: dict[str, Any]) -> str:
+    return str((claim["metadata"].get("annotations") or {}).get(UNSCHEDULABLE, ""))
+
+
+def _assert_one_trace(cluster: Cluster, uid: str) -> None:
+    spans = cluster.spans()
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    intake = [
+        s
+        for s in spans
+        if s["name"] == "intake claim" and s["attributes"].get("gpudra.claim.uid") == uid
+    ]
+    assert intake, "the claim-writer traced the claim's intake"
+    trace_id = intake[0]["context"]["trace_id"]
+    in_trace = [s for s in spans if s["context"]["trace_id"] == trace_id]
+    services = {s["resource"]["attributes"]["service.name"] for s in in_trace}
+    assert services == {"gpudra-claim-writer", "gpudra-allocator"}, services
+    status = [s for s in in_trace if s["name"] == "write claim status"]
+    assert status, "the status write is part of the claim's trace"
+    # Walk from the status write up to the intake: every hop is a parent in the same trace.
+    chain = []
+    span: dict[str, Any] | None = status[0]
+    while span is not None:
+        chain.append((span["resource"]["attributes"]["service.name"], span["name"]))
+        span = by_id.get(span.get("parent_id") or "")
+    assert chain[-1] == ("gpudra-claim-writer", "intake claim"), chain
+    assert ("gpudra-allocator", "process gpudra.claims.>") in chain, chain
+    assert ("gpudra-allocator", "publish gpudra.allocations.>") in chain, chain
+
+
+async def test_two_allocator_replicas_never_allocate_one_device_twice(
+    nc: Client, cluster: Cluster
+) -> None:
+    store = KvStore(nc)
+    nodes = [f"node-{i}" for i in range(8)]
+    await publish_nodes(nc, nodes)
+    cluster.start_inventory()
+    cluster.start_allocator("allocator-1")
+    cluster.start_allocator("allocator-2")
+    cluster.start_claim_writer()
+    await slices_ready(nc, cluster, len(nodes))
+    total, capacity = 80, 8 * len(nodes)
+    await asyncio.gather(
+        *(store.create(RESOURCE_CLAIMS, claim_manifest(f"one-{i}")) for i in range(total))
+    )
+
+    async def decided() -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        done = [c for c in objs.values() if devices_of(c) or _reason(c)]
+        allocated = sum(1 for c in objs.values() if devices_of(c))
+        return objs if len(done) == total and allocated == capacity else None
+
+    objs = await wait_for(decided, 90, f"{capacity} allocations and the rest explained", cluster)
+    assert len(all_distinct(objs)) == capacity
+    # Both replicas took part: each decision's record names the replica that won it.
+    kv = await nc.jetstream().key_value(RESERVATIONS_BUCKET)
+    deciders: Counter[str] = Counter()
+    for key in await kv.keys():
+        if key.startswith("c."):
+            entry = await kv.get(key)
+            deciders[json.loads(entry.value or b"{}").get("allocator", "")] += 1
+    assert sum(deciders.values()) == capacity, deciders
+    assert set(deciders) == {"allocator-1", "allocator-2"}, deciders
+    logs = cluster.logs()
+    assert "Traceback" not in logs, logs
+
+
+async def test_allocator_killed_mid_run_loses_nothing(nc: Client, cluster: Cluster) -> None:
+    store = KvStore(nc)
+    await publish_nodes(nc, ["node-a", "node-b"])
+    cluster.start_inventory()
+    cluster.start_allocator("allocator-1")
+    cluster.start_claim_writer()
+    await slices_ready(nc, cluster, 2)
+    for i in range(8):
+        await store.create(RESOURCE_CLAIMS, claim_manifest(f"first-{i}"))
+
+    async def some_allocated() -> bool:
+        return sum(1 for c in (await claims(store)).values() if devices_of(c)) >= 2
+
+    await wait_for(some_allocated, 60, "the first allocations", cluster)
+    cluster.kill("allocator-1")
+    for i in range(8):
+        await store.create(RESOURCE_CLAIMS, claim_manifest(f"second-{i}"))
+    cluster.start_allocator("allocator-2")
+
+    async def all_allocated() -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        return objs if sum(1 for c in objs.values() if devices_of(c)) == 16 else None
+
+    objs = await wait_for(all_allocated, 60, "all 16 claims allocated after the kill", cluster)
+    assert len(all_distinct(objs)) == 16
