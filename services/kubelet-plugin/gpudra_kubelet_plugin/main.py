@@ -11,10 +11,13 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
+from typing import Any
 
+from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 import gpudra_bus as bus
@@ -30,10 +33,28 @@ from gpudra_kubelet_plugin.errors import (
 from gpudra_kubelet_plugin.health import HealthHub
 from gpudra_kubelet_plugin.nodedevices import open_devices
 from gpudra_kubelet_plugin.plugin import KubeletPlugin
+from gpudra_kubelet_plugin.probes import ProbeServer
 from gpudra_kubelet_plugin.settings import Settings
 from gpudra_kubelet_plugin.state import DeviceState
+from gpudra_kubelet_plugin.telemetry import setup_tracing
 
 log = logging.getLogger("gpudra_kubelet_plugin")
+
+
+def nats_options(settings: Settings) -> dict[str, Any]:
+    """Credentials and TLS for `gpudra_bus.connect`, from the settings."""
+    options: dict[str, Any] = {}
+    if settings.nats_creds:
+        options["user_credentials"] = settings.nats_creds
+    if settings.nats_tls_ca or settings.nats_tls_cert:
+        try:
+            context = ssl.create_default_context(cafile=settings.nats_tls_ca or None)
+            if settings.nats_tls_cert:
+                context.load_cert_chain(settings.nats_tls_cert, settings.nats_tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise SettingsError(f"cannot load NATS TLS files: {exc}") from exc
+        options["tls"] = context
+    return options
 
 
 async def serve(
@@ -41,6 +62,23 @@ async def serve(
 ) -> None:
     """Run the plugin until `stop` is set; `ready` is set once the kubelet may register it."""
     async with AsyncExitStack() as stack:
+        stack.callback(
+            setup_tracing(settings.trace_exporter, settings.trace_endpoint, settings.trace_file)
+        )
+        plugin: KubeletPlugin | None = None
+        nc: Client | None = None
+
+        def is_ready() -> bool:
+            return (
+                plugin is not None
+                and plugin.registration.registered.is_set()
+                and nc is not None
+                and nc.is_connected
+            )
+
+        probes = ProbeServer(settings.health_host, settings.health_port, lambda: True, is_ready)
+        await probes.start()
+        stack.push_async_callback(probes.stop)
         lookup, control = await asyncio.to_thread(
             open_devices, settings.device_source, settings.mig_minors_file
         )
@@ -51,6 +89,7 @@ async def serve(
                 settings.nats_url,
                 name=f"kubelet-plugin-{settings.node}",
                 deadline=settings.nats_connect_deadline,
+                **nats_options(settings),
             )
         except bus.BusError as exc:
             raise ClaimSourceUnavailableError(str(exc)) from exc
@@ -76,7 +115,12 @@ async def serve(
         plugin = KubeletPlugin(settings, state, hub)
         await plugin.start()
         stack.push_async_callback(plugin.stop)
-        log.info("kubelet plugin %s ready on node %s", settings.driver_name, settings.node)
+        log.info(
+            "kubelet plugin %s serving on node %s (probes on port %d)",
+            settings.driver_name,
+            settings.node,
+            probes.port,
+        )
         if ready is not None:
             ready.set()
         await stop.wait()

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import sys
 import uuid
 from pathlib import Path
@@ -20,6 +21,7 @@ from gpudra_kubelet_plugin.conftest import DRIVER, GPU0, NODE, make_claim, node_
 from gpudra_kubelet_plugin.errors import ClaimSourceUnavailableError, DeviceError, SettingsError
 from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet, wait_for_socket
 from gpudra_kubelet_plugin.main import main, serve
+from gpudra_kubelet_plugin.probes_test import http_get
 from gpudra_kubelet_plugin.settings import Settings
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -56,7 +58,15 @@ def settings_for(root: Path, nats_url: str, bucket: str) -> Settings:
         claims_bucket=bucket,
         device_source="table:" + str(write_table(root / "devices.json")),
         shutdown_grace=0.5,
+        health_host="127.0.0.1",
+        health_port=free_port(),
     )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 async def test_serve_end_to_end(short_root: Path, nats_url: str) -> None:
@@ -70,8 +80,17 @@ async def test_serve_end_to_end(short_root: Path, nats_url: str) -> None:
     task = asyncio.create_task(serve(settings, stop, ready))
     try:
         await asyncio.wait_for(ready.wait(), 10)
+        assert (
+            await http_get(settings.health_port, "GET /healthz HTTP/1.1\r\n") == "HTTP/1.0 200 OK"
+        )
+        assert await http_get(settings.health_port, "GET /readyz HTTP/1.1\r\n") == (
+            "HTTP/1.0 503 Service Unavailable"  # not registered with the kubelet yet
+        )
         async with FakeKubelet(settings.registry_dir, DRIVER) as kubelet:
             await kubelet.register()
+            assert await http_get(settings.health_port, "GET /readyz HTTP/1.1\r\n") == (
+                "HTTP/1.0 200 OK"
+            )
             answer = (await kubelet.prepare([ClaimName("uid-e2e", "default", "c")])).claims
             assert answer["uid-e2e"].error == ""
             assert list(answer["uid-e2e"].devices[0].cdi_device_ids) == [
@@ -119,6 +138,9 @@ async def test_serve_end_to_end(short_root: Path, nats_url: str) -> None:
             id="bucket",
         ),
         pytest.param(
+            {"nats_tls_ca": "/nonexistent/ca.pem"}, SettingsError, "cannot load NATS TLS", id="tls"
+        ),
+        pytest.param(
             {"nats_url": "nats://127.0.0.1:1", "nats_connect_deadline": 0.2},
             ClaimSourceUnavailableError,
             "no NATS server reachable",
@@ -155,6 +177,7 @@ async def test_process_stops_cleanly_on_sigterm(short_root: Path, nats_url: str)
         "GPUDRA_KUBELET_PLUGIN_DEVICE_SOURCE": "simulator:a100-mig",
         "GPUDRA_KUBELET_PLUGIN_BOOT_ID_FILE": str(settings.boot_id_file),
         "GPUDRA_KUBELET_PLUGIN_CDI_DIR": str(settings.cdi_dir),
+        "GPUDRA_KUBELET_PLUGIN_HEALTH_PORT": "0",
     }
     argv = [
         sys.executable,

@@ -1,6 +1,8 @@
 """The kubelet plugin's settings: one frozen dataclass, every field a flag and an env variable.
 
-Precedence is flag > environment (`GPUDRA_KUBELET_PLUGIN_<NAME>`) > default. Each field carries its
+Precedence is flag > environment (`GPUDRA_KUBELET_PLUGIN_<NAME>`) > the conventional variable in
+`FALLBACK_ENV` (the shared `gpudra-config` ConfigMap's `GPUDRA_NATS_URL`, ..., `NODE_NAME`,
+`OTEL_TRACES_EXPORTER`) > default. Each field carries its
 help text and unit in `metadata`, so `--help` documents all three. Values are parsed by the field's
 type (str, int, float, Path); a malformed value is a `SettingsError`, never a traceback.
 """
@@ -20,6 +22,18 @@ from typing import Any
 from gpudra_kubelet_plugin.errors import SettingsError
 
 ENV_PREFIX = "GPUDRA_KUBELET_PLUGIN_"
+#: Conventional variables read when the prefixed one is absent (gpudra-config, downward API, OTel).
+FALLBACK_ENV = {
+    "node_name": "NODE_NAME",
+    "nats_url": "GPUDRA_NATS_URL",
+    "nats_tls_ca": "GPUDRA_NATS_TLS_CA",
+    "nats_tls_cert": "GPUDRA_NATS_TLS_CERT",
+    "nats_tls_key": "GPUDRA_NATS_TLS_KEY",
+    "health_port": "GPUDRA_HEALTH_PORT",
+    "log_level": "GPUDRA_LOG_LEVEL",
+    "trace_exporter": "OTEL_TRACES_EXPORTER",
+}
+TRACE_EXPORTERS = ("none", "console", "otlp")
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes on Linux, NUL included
 
 
@@ -85,6 +99,19 @@ class Settings:
     nats_url: str = dataclasses.field(
         default="nats://127.0.0.1:4222", metadata=_doc("NATS server URL", "URL")
     )
+    nats_creds: str = dataclasses.field(
+        default="", metadata=_doc("NATS credentials file (JWT + NKey); empty: none", "path")
+    )
+    nats_tls_ca: str = dataclasses.field(
+        default="",
+        metadata=_doc("CA bundle to verify NATS TLS; empty: no TLS unless a cert", "path"),
+    )
+    nats_tls_cert: str = dataclasses.field(
+        default="", metadata=_doc("client certificate for NATS mTLS", "path")
+    )
+    nats_tls_key: str = dataclasses.field(
+        default="", metadata=_doc("client key for NATS mTLS", "path")
+    )
     nats_connect_deadline: float = dataclasses.field(
         default=30.0,
         metadata=_doc("how long to wait for NATS at start before giving up", "seconds"),
@@ -118,6 +145,21 @@ class Settings:
     shutdown_grace: float = dataclasses.field(
         default=5.0,
         metadata=_doc("how long in-flight gRPC calls may finish on shutdown", "seconds"),
+    )
+    health_host: str = dataclasses.field(
+        default="0.0.0.0", metadata=_doc("address of the /healthz and /readyz server", "address")
+    )
+    health_port: int = dataclasses.field(
+        default=8080, metadata=_doc("port of the /healthz and /readyz server; 0: any", "port")
+    )
+    trace_exporter: str = dataclasses.field(
+        default="none", metadata=_doc(f"trace exporter: {', '.join(TRACE_EXPORTERS)}", "choice")
+    )
+    trace_endpoint: str = dataclasses.field(
+        default="", metadata=_doc("OTLP/HTTP traces endpoint; empty: the SDK default", "URL")
+    )
+    trace_file: str = dataclasses.field(
+        default="", metadata=_doc("console exporter writes JSON lines here; empty: stderr", "path")
     )
     log_level: str = dataclasses.field(
         default="INFO", metadata=_doc("logging level (DEBUG, INFO, WARNING, ERROR)", "level")
@@ -181,6 +223,9 @@ class Settings:
             source = flag_name(field.name)
             if raw is None:
                 raw, source = environ.get(env_name(field.name)), env_name(field.name)
+            if raw is None and field.name in FALLBACK_ENV:
+                source = FALLBACK_ENV[field.name]
+                raw = environ.get(source)
             if raw is None:
                 continue
             values[field.name] = _convert(field.default, raw, source)
@@ -200,6 +245,14 @@ class Settings:
             raise SettingsError("registration retry must be > 0 and shutdown grace >= 0")
         if self.pod_uid and not all(c.isalnum() or c == "-" for c in self.pod_uid):
             raise SettingsError(f"pod UID {self.pod_uid!r} is not a UID")
+        if bool(self.nats_tls_cert) != bool(self.nats_tls_key):
+            raise SettingsError("nats-tls-cert and nats-tls-key go together")
+        if not 0 <= self.health_port <= 65535:
+            raise SettingsError(f"health port {self.health_port} is not a TCP port")
+        if self.trace_exporter not in TRACE_EXPORTERS:
+            raise SettingsError(
+                f"trace exporter must be one of {TRACE_EXPORTERS}, got {self.trace_exporter!r}"
+            )
         if self.health_timeout < 0:
             raise SettingsError("health timeout must be >= 0")
 

@@ -142,3 +142,38 @@ def test_plugin_dir_override() -> None:
 def test_bad_pod_uid() -> None:
     with pytest.raises(SettingsError, match="is not a UID"):
         Settings.load(["--pod-uid", "../x"], {})
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        pytest.param(
+            {"GPUDRA_NATS_URL": "tls://nats:4222", "GPUDRA_HEALTH_PORT": "9090", "NODE_NAME": "n7"},
+            {"nats_url": "tls://nats:4222", "health_port": 9090, "node_name": "n7"},
+            id="shared-config",
+        ),
+        pytest.param(
+            {"GPUDRA_LOG_LEVEL": "debug", "GPUDRA_KUBELET_PLUGIN_LOG_LEVEL": "WARNING"},
+            {"log_level": "WARNING"},
+            id="own-variable-wins",
+        ),
+        pytest.param({"OTEL_TRACES_EXPORTER": "otlp"}, {"trace_exporter": "otlp"}, id="otel"),
+    ],
+)
+def test_fallback_variables(environ: dict[str, str], expected: dict[str, Any]) -> None:
+    settings = Settings.load([], environ)
+    for name, value in expected.items():
+        assert getattr(settings, name) == value
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["--nats-tls-cert", "c.pem"], "go together", id="cert-without-key"),
+        pytest.param(["--health-port", "70000"], "not a TCP port", id="port"),
+        pytest.param(["--trace-exporter", "jaeger"], "trace exporter must be", id="exporter"),
+    ],
+)
+def test_more_bad_values(argv: list[str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings.load(argv, {})
