@@ -87,6 +87,7 @@ class NodeAgent:
         self.inventory: pb.NodeInventory | None = None
         self.generation = 0
         self._published_content = b""
+        self._generation_content = b""  # the content the current generation was assigned to
         self._last_publish = 0.0
         self._last_discovery = 0.0
         self._last_utilization = 0.0
@@ -190,8 +191,10 @@ class NodeAgent:
     async def _publish_inventory(
         self, inventory: pb.NodeInventory, content: bytes, changed: bool, now: float
     ) -> None:
-        if changed:
+        if changed and content != self._generation_content:
+            # One bump per distinct content: retries during an outage do not inflate it.
             self.generation += 1
+            self._generation_content = content
         inventory.generation = self.generation
         try:
             await self._publisher.publish(

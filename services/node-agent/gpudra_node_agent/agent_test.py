@@ -164,7 +164,7 @@ async def test_survives_nats_outage(fresh_nats_server: NatsServer, tracer: Trace
             after, _ = await _inventory(
                 nc, node, lambda inv: any(d.health for d in inv.devices), timeout=15
             )
-        assert after.generation > first.generation
+        assert after.generation == first.generation + 1  # one change, however many retries
         lost = [d for d in after.devices if d.health]
         assert [d.name for d in lost] == ["gpu-1"]  # kept from the last discovery, marked lost
         kinds = {c.kind for c in lost[0].health}
