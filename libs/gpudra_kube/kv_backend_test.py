@@ -68,7 +68,7 @@ async def test_informer_on_kv_survives_a_nats_outage(fresh_nats_server: NatsServ
     )
     try:
         await ensure_buckets(nc.jetstream())
-        store = KvStore(nc, buckets=BUCKETS)
+        store = KvStore(nc, buckets=BUCKETS, request_timeout=0.5)
         await store.create(RESOURCE_CLAIMS, claim("a"))
         seen = [(e.type, e.object.get("metadata", {}).get("name")) async for e in _take(events, 2)]
         assert seen == [(EventType.ADDED, "a"), (EventType.SYNCED, None)]
