@@ -237,3 +237,24 @@ def test_mig_without_gpu_instance_privileges_is_conservative() -> None:
     assert {d.placement.size for d in gpu0} == {0}  # placement unknown
     assert len(devices["gpu-0"].free_placements) == 0
     assert len(devices["gpu-2"].free_placements) == 18  # no MIG devices there: unaffected
+
+
+class _OldDriver:
+    """A driver from before nvmlDeviceGetGpuFabricInfoV: only the original fabric call exists."""
+
+    def __init__(self, lib: Any) -> None:
+        self._lib = lib
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "nvmlDeviceGetGpuFabricInfoV":
+            raise AttributeError(name)
+        if name == "nvmlDeviceGetGpuFabricInfo":
+            return self._lib.nvmlDeviceGetGpuFabricInfoV  # fills the same fields by name
+        return getattr(self._lib, name)
+
+
+def test_clique_from_the_original_fabric_call() -> None:
+    opened = open_simulator("gb200-nvl72-tray")
+    opened.adapter.nvml.lib = _OldDriver(opened.fake)
+    cliques = {d.clique_id for d in opened.adapter.discover().devices}
+    assert cliques == {"7b3f2c1e-5a4d-4e8f-9c2b-1d0e6f8a9b7c.32766"}

@@ -88,7 +88,10 @@ def nvlink_domains(
 def clique_id(nvml: Nvml, handle: Any) -> str:
     info = nvml.const("c_nvmlGpuFabricInfoV_t")()
     if nvml.optional("nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info)) is None:
-        return ""
+        # Drivers before the versioned call (R535) only have the original structure.
+        info = nvml.const("c_nvmlGpuFabricInfo_t")()
+        if nvml.optional("nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info)) is None:
+            return ""
     if info.state != nvml.const("NVML_GPU_FABRIC_STATE_COMPLETED"):
         return ""
     if info.status != nvml.const("NVML_SUCCESS"):

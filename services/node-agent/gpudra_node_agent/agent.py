@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nats.errors
 from nats.aio.client import Client
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
@@ -124,7 +125,7 @@ class NodeAgent:
             msg = await self._nc.jetstream().get_last_msg(
                 INVENTORY_STREAM, subjects.inventory(self.node)
             )
-        except Exception as exc:  # - none stored yet, or NATS away: start from 0
+        except (nats.errors.Error, TimeoutError, OSError) as exc:  # none stored yet, or NATS away
             log.info("no stored inventory for %s (%s); generations start at 1", self.node, exc)
             return 0
         try:
@@ -214,7 +215,7 @@ class NodeAgent:
         with tracing.publish_span(subject, size=len(data)):
             try:
                 await self._nc.publish(subject, data, headers=tracing.inject(headers))
-            except Exception as exc:  # - nats-py raises many types; never fatal here
+            except (nats.errors.Error, TimeoutError, OSError) as exc:  # never fatal here
                 log.warning("publish to %s failed: %s", subject, exc)
 
     async def _publish_health(self, t: Transition, inventory: pb.NodeInventory) -> None:

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
+import nats.errors
 import pytest
 from nats.aio.client import Client
 from opentelemetry.sdk.trace import TracerProvider
@@ -79,7 +80,7 @@ async def _inventory(
     while loop.time() < until:
         try:
             msg = await js.get_last_msg(INVENTORY_STREAM, subjects.inventory(node))
-        except Exception:  # - nothing stored yet
+        except nats.errors.Error:  # nothing stored yet
             await asyncio.sleep(0.05)
             continue
         last = NODE_INVENTORY.decode(msg.data or b"", msg.headers)
