@@ -19,6 +19,7 @@ from typing import Any
 
 from gpudra_alloc.capacity import consumed_capacity, request_fits
 from gpudra_alloc.constraints import Constraint
+from gpudra_alloc.counters import CounterLedger
 from gpudra_alloc.errors import AllocationInputError
 from gpudra_alloc.features import Features
 from gpudra_alloc.pools import DeviceEntry, Pool, node_matches
@@ -73,8 +74,7 @@ class Search:
         self.selectable_cache: dict[tuple[DeviceID, Key], bool] = {}
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, dict[str, Quantity]] = {}
-        self.available_counters: dict[str, dict[str, dict[str, Quantity]]] = {}
-        self.consumed_counters: dict[str, dict[str, dict[str, Quantity]]] = {}
+        self.counters = CounterLedger(state)
         self.invocations = 0
         self.closest = 0  # most devices held at once on the way
         self.on_solution: Callable[[list[AllocationResult]], bool] | None = None
@@ -301,7 +301,11 @@ class Search:
         skip_counters = multi and (
             device_id in self.state.capacity or device_id in self.allocating_capacity
         )
-        if not skip_counters and device.consumes_counters and not self._take_counters(entry, pi):
+        if (
+            not skip_counters
+            and device.consumes_counters
+            and not self.counters.take(entry, self.pools[pi])
+        ):
             return None
         base, sub = data.base_name, data.sub_name
         if features.device_taints and taint_prevents_allocation(device, data.request):
@@ -351,7 +355,7 @@ class Search:
                     if all(v.is_zero for v in total.values()):
                         del self.allocating_capacity[device_id]
             elif features.partitionable_devices and device.consumes_counters:
-                self._return_counters(entry)
+                self.counters.give_back(entry)
             del choices[previous:]
 
         return undo
@@ -361,54 +365,6 @@ class Search:
         claim = self.claims[ci]
         seed = f"{claim.uid}|{claim.key}|{data.name}|{device_id}|{len(self.choices[ci])}"
         return str(uuid.uuid5(_SHARE_NAMESPACE, seed))
-
-    # ------------------------------------------------------------------ counters
-    def _available(self, pool: Pool) -> dict[str, dict[str, Quantity]]:
-        found = self.available_counters.get(pool.name)
-        if found is not None:
-            return found
-        available = {name: dict(cs.counters) for name, cs in pool.counter_sets.items()}
-        for group in (pool.slices, pool.slices_not_targeting_node):
-            for slice_ in group:
-                for device in slice_.devices:
-                    if not device.consumes_counters:
-                        continue
-                    if not self.state.is_allocated(
-                        DeviceID(slice_.driver, slice_.pool.name, device.name)
-                    ):
-                        continue
-                    for consumption in device.consumes_counters:
-                        counters = available.get(consumption.counter_set, {})
-                        for name, value in consumption.counters.items():
-                            if name in counters:
-                                counters[name] = counters[name] - value
-        self.available_counters[pool.name] = available
-        return available
-
-    def _take_counters(self, entry: DeviceEntry, pi: int) -> bool:
-        pool = self.pools[pi]
-        available = self._available(pool)
-        consumed = self.consumed_counters.setdefault(pool.name, {})
-        for consumption in entry.device.consumes_counters:
-            taken = consumed.setdefault(consumption.counter_set, {})
-            for name, value in consumption.counters.items():
-                taken[name] = taken[name] + value if name in taken else value
-        for set_name, counters in available.items():
-            taken = consumed.get(set_name, {})
-            for name, value in counters.items():
-                used = taken.get(name)
-                if (used is not None and value < used) or (used is None and value.sign < 0):
-                    self._return_counters(entry)
-                    return False
-        return True
-
-    def _return_counters(self, entry: DeviceEntry) -> None:
-        consumed = self.consumed_counters.get(entry.id.pool, {})
-        for consumption in entry.device.consumes_counters:
-            taken = consumed.get(consumption.counter_set, {})
-            for name, value in consumption.counters.items():
-                if name in taken:
-                    taken[name] = taken[name] - value
 
     # ------------------------------------------------------------------ results
     def _results(self) -> list[AllocationResult]:
