@@ -6,7 +6,14 @@ Attribute names are those of docs/DEVICES.md; MIG partitioning uses KEP-4815 sha
 
 from __future__ import annotations
 
-from gpudra_slices.builder import API_VERSION, DEFAULT_DRIVER, SliceOptions, build_slices
+from gpudra_slices.builder import (
+    API_VERSION,
+    DEFAULT_DRIVER,
+    SliceOptions,
+    build_slices,
+    counter_set_name,
+    placement_device_name,
+)
 from gpudra_slices.errors import InvalidInventoryError, SliceError
 
 __all__ = [
@@ -16,4 +23,6 @@ __all__ = [
     "SliceError",
     "SliceOptions",
     "build_slices",
+    "counter_set_name",
+    "placement_device_name",
 ]

@@ -45,6 +45,11 @@ class SliceOptions:
     max_consumptions_per_slice: int = 1024
 
 
+def placement_device_name(gpu_name: str, profile: str, start: int) -> str:
+    """`gpu-2` + `3g.40gb` at slice 4 → `gpu-2-mig-3g-40gb-4` (a DNS label, as devices need)."""
+    return f"{gpu_name}-mig-{profile.replace('.', '-').replace('+', '-')}-{start}"
+
+
 def counter_set_name(gpu: pb.Device) -> str:
     return f"{gpu.name}-slices"
 
@@ -81,7 +86,7 @@ def _devices(
                 counter_sets.append({"name": counter_set_name(d), "counters": counters})
                 if options.dynamic_mig:
                     for p in d.free_placements:
-                        name = f"{d.name}-mig-{p.profile.replace('.', '-').replace('+', '-')}-{p.start}"
+                        name = placement_device_name(d.name, p.profile, p.start)
                         _check_name(name, "MIG placement")
                         attrs, capacity = attributes.mig(d, p, inventory.versions)
                         dev = _device(name, attrs, capacity)

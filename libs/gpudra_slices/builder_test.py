@@ -8,7 +8,7 @@ import pytest
 
 from gpudra_nvml import open_simulator, profile_names
 from gpudra_slices.attributes import quantity, semver
-from gpudra_slices.builder import SliceOptions, build_slices
+from gpudra_slices.builder import SliceOptions, build_slices, placement_device_name
 from gpudra_slices.errors import InvalidInventoryError
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -131,7 +131,7 @@ def _ranges(inventory: pb.NodeInventory) -> dict[str, tuple[str, set[int]]]:
                 set(range(d.placement.start, d.placement.start + d.placement.size)),
             )
         for p in d.free_placements:
-            name = f"{d.name}-mig-{p.profile.replace('.', '-')}-{p.start}"
+            name = f"{d.name}-mig-{p.profile.replace('.', '-')}-{p.start}"  # as DEVICES.md says
             out[name] = (d.uuid, set(range(p.start, p.start + p.size)))
     return out
 
@@ -297,3 +297,14 @@ def test_mig_device_with_unknown_placement_claims_the_whole_gpu() -> None:
     devices = _devices(build_slices(inventory))
     child = next(d for n, d in devices.items() if n.startswith("gpu-0-mig-"))
     assert _slices_of(child) == ("gpu-0-slices", {f"memory-slice-{k}" for k in range(8)})
+
+
+@pytest.mark.parametrize(
+    ("profile", "start", "want"),
+    [
+        pytest.param("3g.40gb", 4, "gpu-2-mig-3g-40gb-4", id="plain"),
+        pytest.param("1g.10gb+me", 6, "gpu-2-mig-1g-10gb-me-6", id="media-extension"),
+    ],
+)
+def test_placement_device_name(profile: str, start: int, want: str) -> None:
+    assert placement_device_name("gpu-2", profile, start) == want
