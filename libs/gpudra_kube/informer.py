@@ -7,7 +7,8 @@
   resourceVersion it saw — bookmarks included — so nothing is replayed or skipped;
 - on `GoneError` (410: that version is no longer available) it relists and yields the difference
   to what it had: ADDED for new objects, MODIFIED for changed ones, DELETED (with the last known
-  object) for those that vanished meanwhile, then SYNCED again — a consumer never needs to care
+  object) for those that vanished meanwhile — DELETED then ADDED for a name whose UID changed —
+  then SYNCED again — a consumer never needs to care
   whether a relist happened;
 - retryable errors are retried forever with backoff; permanent ones (forbidden, bad resource) end
   the iteration with the error.
@@ -34,6 +35,10 @@ def _delay(attempt: int, initial: float, maximum: float) -> float:
     return base * random.uniform(0.8, 1.2)  # - jitter, not crypto
 
 
+def _uid(obj: KubeObject) -> str:
+    return str(obj.get("metadata", {}).get("uid", ""))
+
+
 async def informer(
     store: Store,
     resource: Resource,
@@ -54,6 +59,10 @@ async def informer(
                 fresh = {key_of(o): o for o in listed.items}
                 for key, obj in fresh.items():
                     old = known.get(key)
+                    if old is not None and _uid(old) != _uid(obj):
+                        # Deleted and re-created under the same name while we were not looking.
+                        yield WatchEvent(EventType.DELETED, old, resource_version_of(old))
+                        old = None
                     if old is None:
                         yield WatchEvent(EventType.ADDED, obj, resource_version_of(obj))
                     elif resource_version_of(old) != resource_version_of(obj):

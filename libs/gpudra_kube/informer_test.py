@@ -78,13 +78,13 @@ async def test_list_then_watch_then_resume(store: ApiStore, kube_api: FakeKubeAp
 async def test_relist_after_gone_reports_missed_deletes(
     store: ApiStore, kube_api: FakeKubeApi
 ) -> None:
-    await store.create(RESOURCE_CLAIMS, claim("a"))
-    await store.create(RESOURCE_CLAIMS, claim("b"))
+    for name in ("a", "b", "d"):
+        await store.create(RESOURCE_CLAIMS, claim(name))
     # Long bookmark interval: the informer's version stays behind while we compact.
     kube_api.bookmark_interval = 30
     events = Events(informer(store, RESOURCE_CLAIMS, watch_timeout=30, backoff_initial=0.5))
     try:
-        await events.wait_for(3)
+        await events.wait_for(4)
         # The watch breaks and the next attempt fails: the informer waits ~0.5 s before retrying.
         kube_api.inject_error(503, reason="ServiceUnavailable", path_contains="watch=")
         await kube_api.close_watches()
@@ -94,12 +94,15 @@ async def test_relist_after_gone_reports_missed_deletes(
         b["metadata"]["labels"] = {"x": "y"}
         await store.replace(RESOURCE_CLAIMS, b)
         await store.create(RESOURCE_CLAIMS, claim("c"))
+        await store.delete(RESOURCE_CLAIMS, "d", "default")
+        await store.create(RESOURCE_CLAIMS, claim("d"))  # same name, new UID
         kube_api.compact()
-        seen = await events.wait_for(7)
-        assert sorted(seen[3:7]) == sorted(
-            [("ADDED", "c"), ("MODIFIED", "b"), ("DELETED", "a"), ("SYNCED", "")]
+        seen = await events.wait_for(10)
+        assert sorted(seen[4:9]) == sorted(
+            [("ADDED", "c"), ("MODIFIED", "b"), ("DELETED", "a"), ("DELETED", "d"), ("ADDED", "d")]
         )
-        assert seen[6] == ("SYNCED", "")
+        assert seen[4:9].index(("DELETED", "d")) < seen[4:9].index(("ADDED", "d"))
+        assert seen[9] == ("SYNCED", "")
     finally:
         await events.stop()
 
