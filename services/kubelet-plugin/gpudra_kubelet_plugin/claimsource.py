@@ -18,8 +18,10 @@ from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from gpudra_bus import InvalidSubjectError, subjects
+from gpudra_kube import RESOURCE_CLAIMS, KubeError, KubeRetryableError, NotFoundError, Store
 from gpudra_kubelet_plugin.errors import (
     ClaimNotFoundError,
+    ClaimReadError,
     ClaimSourceUnavailableError,
     InvalidClaimError,
 )
@@ -79,3 +81,22 @@ class NatsKvClaimSource:
         if not isinstance(claim, dict):
             raise InvalidClaimError(f"KV key {key} does not hold a JSON object")
         return claim
+
+
+class StoreClaimSource:
+    """Claims through a `gpudra_kube.Store` (the API server in Kubernetes mode)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def get(self, namespace: str, name: str) -> Mapping[str, Any]:
+        try:
+            return await self._store.get(RESOURCE_CLAIMS, name, namespace)
+        except NotFoundError as exc:
+            raise ClaimNotFoundError(f"claim {namespace}/{name} not found") from exc
+        except KubeRetryableError as exc:
+            raise ClaimSourceUnavailableError(
+                f"cannot read claim {namespace}/{name}: {exc}"
+            ) from exc
+        except KubeError as exc:
+            raise ClaimReadError(f"cannot read claim {namespace}/{name}: {exc}") from exc

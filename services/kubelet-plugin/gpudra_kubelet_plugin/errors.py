@@ -33,6 +33,10 @@ class ClaimSourceUnavailableError(RetryableError):
     """The claim store could not be reached."""
 
 
+class ClaimReadError(PermanentError):
+    """The claim store refused the read for good (forbidden, malformed request)."""
+
+
 class ClaimUidMismatchError(PermanentError):
     """The stored claim has a different UID than the kubelet asked for (deleted and recreated)."""
 

@@ -21,10 +21,11 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 import gpudra_bus as bus
+from gpudra_kube import ApiStore, KubeError
 from gpudra_kubelet_plugin import healthfeed
 from gpudra_kubelet_plugin.cdi import CdiWriter
 from gpudra_kubelet_plugin.checkpoint import Checkpoint
-from gpudra_kubelet_plugin.claimsource import ClaimSource, NatsKvClaimSource
+from gpudra_kubelet_plugin.claimsource import ClaimSource, NatsKvClaimSource, StoreClaimSource
 from gpudra_kubelet_plugin.errors import (
     ClaimSourceUnavailableError,
     KubeletPluginError,
@@ -82,8 +83,6 @@ async def serve(
         lookup, control = await asyncio.to_thread(
             open_devices, settings.device_source, settings.mig_minors_file
         )
-        if settings.claim_source != "nats":
-            raise SettingsError("claim source 'kubernetes' needs gpudra_kube, not wired in yet")
         try:
             nc = await bus.connect(
                 settings.nats_url,
@@ -95,12 +94,20 @@ async def serve(
             raise ClaimSourceUnavailableError(str(exc)) from exc
         stack.push_async_callback(bus.disconnect, nc)
         claims: ClaimSource
-        try:
-            claims = NatsKvClaimSource(await nc.jetstream().key_value(settings.claims_bucket))
-        except (NatsError, TimeoutError) as exc:
-            raise ClaimSourceUnavailableError(
-                f"cannot open KV bucket {settings.claims_bucket}: {exc!r}"
-            ) from exc
+        if settings.claim_source == "kubernetes":
+            try:
+                store = await ApiStore.from_kubeconfig(settings.kubeconfig or None)
+            except KubeError as exc:
+                raise SettingsError(str(exc)) from exc
+            stack.push_async_callback(store.close)
+            claims = StoreClaimSource(store)
+        else:
+            try:
+                claims = NatsKvClaimSource(await nc.jetstream().key_value(settings.claims_bucket))
+            except (NatsError, TimeoutError) as exc:
+                raise ClaimSourceUnavailableError(
+                    f"cannot open KV bucket {settings.claims_bucket}: {exc!r}"
+                ) from exc
         hub = HealthHub(settings.node, await lookup.devices(), settings.health_timeout)
         await healthfeed.subscribe(nc, settings.node, hub)
         state = DeviceState(

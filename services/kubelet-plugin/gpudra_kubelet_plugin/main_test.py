@@ -16,6 +16,7 @@ from pathlib import Path
 import nats
 import pytest
 
+from gpudra_kube import RESOURCE_CLAIMS
 from gpudra_kubelet_plugin import healthfeed
 from gpudra_kubelet_plugin.conftest import DRIVER, GPU0, NODE, make_claim, node_devices
 from gpudra_kubelet_plugin.errors import ClaimSourceUnavailableError, DeviceError, SettingsError
@@ -23,6 +24,7 @@ from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet, wait_for_s
 from gpudra_kubelet_plugin.main import main, serve
 from gpudra_kubelet_plugin.probes_test import http_get
 from gpudra_kubelet_plugin.settings import Settings
+from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import inventory_pb2 as pb
 
 
@@ -130,7 +132,12 @@ async def test_serve_end_to_end(short_root: Path, nats_url: str) -> None:
             "cannot discover devices",
             id="bad-profile",
         ),
-        pytest.param({"claim_source": "kubernetes"}, SettingsError, "needs gpudra_kube", id="kube"),
+        pytest.param(
+            {"claim_source": "kubernetes", "kubeconfig": "/nonexistent/kubeconfig"},
+            SettingsError,
+            "cannot load Kubernetes configuration",
+            id="kubeconfig",
+        ),
         pytest.param(
             {"claims_bucket": "no-such-bucket"},
             ClaimSourceUnavailableError,
@@ -202,3 +209,28 @@ async def test_process_stops_cleanly_on_sigterm(short_root: Path, nats_url: str)
     assert "stopping" in stderr
     assert not settings.registration_socket.exists()
     assert not settings.dra_socket.exists()
+
+
+async def test_serve_reads_claims_from_the_kubernetes_api(short_root: Path, nats_url: str) -> None:
+    async with FakeKubeApi(validate_version=None) as api:
+        claim = make_claim("c", "", [("gpu", "gpu-0")])
+        del claim["metadata"]["uid"]  # the API server assigns it
+        stored = await api.put(RESOURCE_CLAIMS, claim)
+        uid = stored["metadata"]["uid"]
+        settings = dataclasses.replace(
+            settings_for(short_root, nats_url, "unused"),
+            claim_source="kubernetes",
+            kubeconfig=str(api.write_kubeconfig(short_root / "kubeconfig")),
+        )
+        stop, ready = asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(serve(settings, stop, ready))
+        try:
+            await asyncio.wait_for(ready.wait(), 10)
+            async with FakeKubelet(settings.registry_dir, DRIVER) as kubelet:
+                await kubelet.register()
+                answer = (await kubelet.prepare([ClaimName(uid, "default", "c")])).claims[uid]
+                assert answer.error == ""
+                assert answer.devices[0].device_name == "gpu-0"
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)

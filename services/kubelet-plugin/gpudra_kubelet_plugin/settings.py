@@ -96,6 +96,13 @@ class Settings:
         default="nats",
         metadata=_doc("where claims are read: 'nats' (standalone KV) or 'kubernetes'", "choice"),
     )
+    kubeconfig: str = dataclasses.field(
+        default="",
+        metadata=_doc(
+            "kubeconfig for claim source 'kubernetes'; empty: in-cluster, else ~/.kube/config",
+            "path",
+        ),
+    )
     nats_url: str = dataclasses.field(
         default="nats://127.0.0.1:4222", metadata=_doc("NATS server URL", "URL")
     )
