@@ -28,9 +28,11 @@ from gpudra_kubelet_plugin.conftest import (
     Node,
     Running,
     make_claim,
+    node_devices,
     sharing_config,
 )
-from gpudra_kubelet_plugin.errors import SocketError
+from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable
+from gpudra_kubelet_plugin.errors import CdiError, DeviceControlError, SocketError
 from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet
 from gpudra_kubelet_plugin.health import HealthEvent
 from gpudra_kubelet_plugin.registration import SUPPORTED_VERSIONS
@@ -494,3 +496,37 @@ async def test_rolling_update_two_instances_share_the_node(node: Node) -> None:
         await old.stop()
         assert new.settings.registration_socket.exists()  # the old pod leaves the new one's alone
         await new.stop()
+
+
+class FlakyControl(DeviceTable):
+    """Creates MIG devices, but refuses to destroy them until told otherwise."""
+
+    refuse_destroy = True
+
+    async def destroy_mig(self, device: DeviceInfo) -> None:
+        if self.refuse_destroy:
+            raise DeviceControlError(f"NVML busy destroying {device.name}")
+        await super().destroy_mig(device)
+
+
+async def test_a_failed_rollback_keeps_the_original_error_and_is_retried(node: Node) -> None:
+    node.table = FlakyControl(node_devices())
+    # Configs and devices are checked before any side effect, so fail after the MIG device is
+    # created: a MIG device without capability minors makes the CDI step fail.
+    claim = make_claim("m", "uid-f", [("mig", "gpu-1-mig-3g-40gb-4"), ("bad", "gpu-1-mig-nocaps")])
+    node.table._devices["gpu-1-mig-nocaps"] = DeviceInfo(
+        "gpu-1-mig-nocaps", "mig", "MIG-nocaps", 2, "GPU-other", "1g.10gb", 0, 1
+    )
+    node.claims.put(claim)
+    state = node.state()
+    await state.start()
+    ref_ = ClaimRef("uid-f", "default", "m")
+    with pytest.raises(CdiError, match="no GI/CI capability minors"):
+        await state.prepare(ref_)
+    assert state.records["uid-f"].state == PREPARE_STARTED  # rollback could not finish
+    assert (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
+    node.table.refuse_destroy = False
+    await state.unprepare(ref_)
+    assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
+    assert state.records == {}
+    assert node.cdi.claim_uids() == set()

@@ -188,7 +188,12 @@ class DeviceState:
             env = sharing.env([infos[n].uuid for n in shared])
             self._cdi.write(ref.uid, self._cdi.build(ref.uid, cdi_devices, env))
         except KubeletPluginError:
-            await self._release(ref.uid, self._records[ref.uid])
+            try:
+                await self._release(ref.uid, self._records[ref.uid])
+            except KubeletPluginError as rollback:
+                # The claim stays PrepareStarted; the next prepare or unprepare retries the
+                # rollback. The caller needs the original error, not this one.
+                log.error("claim %s: rollback after a failed prepare failed: %s", ref.uid, rollback)
             raise
         completed = ClaimRecord(PREPARE_COMPLETED, ref.namespace, ref.name, devices, owned)
         await self._save(ref.uid, completed)
