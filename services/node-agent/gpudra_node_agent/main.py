@@ -14,8 +14,8 @@ import logging
 import signal
 import ssl
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 from gpudra_bus import connect, disconnect, ensure_stream
 from gpudra_bus.errors import BusError
@@ -28,6 +28,7 @@ from gpudra_node_agent.telemetry import setup_tracing
 from gpudra_nvml import NvmlError, open_adapter
 
 log = logging.getLogger("gpudra_node_agent")
+T = TypeVar("T")
 
 
 def nats_options(settings: Settings) -> dict[str, Any]:
@@ -40,6 +41,21 @@ def nats_options(settings: Settings) -> dict[str, Any]:
             context.load_cert_chain(settings.nats_tls_cert, settings.nats_tls_key)
         options["tls"] = context
     return options
+
+
+async def until_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
+    """`await work`, unless `stop` is set first (then `work` is cancelled and None returned):
+    connecting waits for NATS forever, and a SIGTERM must still end the process."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, stopper, return_exceptions=True)
+    return task.result() if not task.cancelled() else None
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
@@ -64,12 +80,18 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             if agent is not None:
                 agent.mark_dirty()
 
-        nc = await connect(
-            settings.nats_servers,
-            name=f"node-agent-{settings.node}",
-            reconnected_cb=reconnected,
-            **nats_options(settings),
+        nc = await until_stopped(
+            connect(
+                settings.nats_servers,
+                name=f"node-agent-{settings.node}",
+                reconnected_cb=reconnected,
+                **nats_options(settings),
+            ),
+            stop,
         )
+        if nc is None:
+            log.info("stopped before NATS was reachable")
+            return
         stack.push_async_callback(disconnect, nc)
         spec = next(s for s in STREAMS if s.name == INVENTORY_STREAM)
         await ensure_stream(nc.jetstream(), spec, replicas=settings.stream_replicas)

@@ -100,3 +100,26 @@ def test_nats_options() -> None:
         "user_credentials": "/etc/nats/agent.creds"
     }
     assert agent_main.nats_options(Settings()) == {}
+
+
+async def test_stop_while_waiting_for_nats() -> None:
+    # Nothing listens on port 9: connect() would wait forever; the stop event must win.
+    settings = Settings(
+        node_name="no-nats",
+        nats_url="nats://127.0.0.1:9",
+        simulator_profile="l4-pcie",
+        health_port=0,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent_main.serve(settings, stop))
+    await asyncio.sleep(0.3)
+    assert not task.done()
+    stop.set()
+    await asyncio.wait_for(task, timeout=5)
+
+
+async def test_until_stopped_returns_the_result() -> None:
+    async def work() -> int:
+        return 7
+
+    assert await agent_main.until_stopped(work(), asyncio.Event()) == 7
