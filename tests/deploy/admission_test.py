@@ -11,6 +11,7 @@ import pytest
 
 from deploy import manifests
 from deploy.cel_eval import evaluate, parse
+from gpudra_kube import SCHEDULING_GATE
 
 BASE = manifests.KUSTOMIZE / "base"
 GATE = manifests.KUSTOMIZE / "components" / "scheduling-gate"
@@ -138,18 +139,16 @@ def test_scheduling_gate_applies_to_pods_with_claims(pod_spec: dict[str, Any], g
     assert all(results) is gated
 
 
-def test_scheduling_gate_mutation_names_the_claim_writer_gate() -> None:
+def test_scheduling_gate_is_the_one_the_claim_writer_lifts() -> None:
     (mutation,) = GATE_POLICY["mutations"]
     expression = mutation["applyConfiguration"]["expression"]
     parse(expression)
-    claim_writer = manifests.load_documents(BASE / "claim-writer" / "deployment.yaml")
-    env = {
-        e["name"]: e.get("value")
-        for d in claim_writer
-        if d["kind"] == "Deployment"
-        for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
-    }
-    assert f'name: "{env["GPUDRA_CLAIM_WRITER_SCHEDULING_GATE"]}"' in expression
+    assert f'name: "{SCHEDULING_GATE}"' in expression
+    for condition in GATE_POLICY["matchConditions"]:
+        assert (
+            "gpudra.io/" not in condition["expression"]
+            or SCHEDULING_GATE in condition["expression"]
+        )
 
 
 def _device(**attributes: Any) -> dict[str, Any]:

@@ -159,14 +159,23 @@ def test_kubelet_plugin_mounts_the_kubelet_and_cdi_directories(overlay: Objs) ->
     assert boot_id.get("readOnly") is True
 
 
-@pytest.mark.parametrize("service", ["node-agent", "kubelet-plugin"])
-def test_node_daemonsets_know_their_node_and_pod(overlay: Objs, service: str) -> None:
+@pytest.mark.parametrize(
+    ("service", "pod_uid_variable"),
+    [
+        pytest.param("node-agent", "POD_UID", id="node-agent"),
+        # The plugin names its sockets after the pod UID (rolling updates).
+        pytest.param("kubelet-plugin", "GPUDRA_KUBELET_PLUGIN_POD_UID", id="kubelet-plugin"),
+    ],
+)
+def test_node_daemonsets_know_their_node_and_pod(
+    overlay: Objs, service: str, pod_uid_variable: str
+) -> None:
     ds = named(overlay, "DaemonSet", f"gpudra-{service}")
     (c,) = containers(ds)
     env = _env(c)
     prefix = "GPUDRA_" + service.upper().replace("-", "_")
     assert env[f"{prefix}_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    assert env[f"{prefix}_POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+    assert env[pod_uid_variable] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     assert pod_spec(ds)["priorityClassName"] == "gpudra-node-critical"
 
 
@@ -176,13 +185,33 @@ def test_node_agent_has_no_host_access_and_no_api_token(overlay: Objs) -> None:
     assert pod_spec(agent)["automountServiceAccountToken"] is False
 
 
-def test_nvml_access_matches_the_overlay(rendered: dict[str, Objs]) -> None:
-    dev = pod_spec(named(rendered["dev"], "DaemonSet", "gpudra-node-agent"))
-    prod = pod_spec(named(rendered["production"], "DaemonSet", "gpudra-node-agent"))
+@pytest.mark.parametrize(
+    ("service", "variable", "simulated", "real"),
+    [
+        pytest.param(
+            "node-agent", "GPUDRA_NODE_AGENT_SIMULATOR_PROFILE", "dgx-h100", None, id="node-agent"
+        ),
+        pytest.param(
+            "kubelet-plugin",
+            "GPUDRA_KUBELET_PLUGIN_DEVICE_SOURCE",
+            "simulator:dgx-h100",
+            "nvml",
+            id="kubelet-plugin",
+        ),
+    ],
+)
+def test_nvml_access_matches_the_overlay(
+    rendered: dict[str, Objs], service: str, variable: str, simulated: str, real: str | None
+) -> None:
+    dev = pod_spec(named(rendered["dev"], "DaemonSet", f"gpudra-{service}"))
+    prod = pod_spec(named(rendered["production"], "DaemonSet", f"gpudra-{service}"))
     assert "runtimeClassName" not in dev
-    assert _env(dev["containers"][0])["GPUDRA_NODE_AGENT_SIMULATOR_PROFILE"] == "dgx-h100"
+    assert _env(dev["containers"][0])[variable] == simulated
     assert prod["runtimeClassName"] == "nvidia"
-    assert "GPUDRA_NODE_AGENT_SIMULATOR_PROFILE" not in _env(prod["containers"][0])
+    assert _env(prod["containers"][0]).get(variable) == real
+    for spec in (dev, prod):
+        names = [e["name"] for e in spec["containers"][0]["env"]]
+        assert len(names) == len(set(names)), "an overlay patch duplicated a variable"
 
 
 def test_production_node_agents_run_on_gpu_nodes_only(rendered: dict[str, Objs]) -> None:
@@ -311,7 +340,7 @@ EXPECTED_GRANTS = {
     ),
     *(
         ("gpudra-claim-writer", "resource.k8s.io", resource, verb)
-        for resource in ("resourceclaims", "resourceclaimtemplates", "deviceclasses")
+        for resource in ("resourceclaims", "resourceclaimtemplates")
         for verb in ("get", "list", "watch")
     ),
     *(
@@ -319,7 +348,10 @@ EXPECTED_GRANTS = {
         for resource in ("resourceclaims", "resourceclaims/status")
         for verb in ("update", "patch")
     ),
-    *(("gpudra-claim-writer", "", "pods", verb) for verb in ("get", "list", "watch", "patch")),
+    *(
+        ("gpudra-claim-writer", "", "pods", verb)
+        for verb in ("get", "list", "watch", "update", "patch")
+    ),
     *(
         ("gpudra-claim-writer", group, "events", verb)
         for group in ("", "events.k8s.io")

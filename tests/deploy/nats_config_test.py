@@ -117,8 +117,44 @@ def test_nobody_may_delete_or_purge_or_use_wildcard_apis(service: str) -> None:
     for verb in ("STREAM.DELETE", "STREAM.PURGE", "ACCOUNT.PURGE", "STREAM.NAMES"):
         assert not allows(publish, f"$JS.API.{verb}.GPUDRA_CLAIMS"), verb
     subscribe = _perms(service, "subscribe")
-    extra = {"inventory": ["gpudra.health.>"]}.get(service, [])
+    extra = {"inventory": ["gpudra.health.>"], "kubelet-plugin": ["gpudra.health.*"]}.get(
+        service, []
+    )
     assert sorted(subscribe) == sorted(["_INBOX.>", *extra])
+
+
+LAYOUT_OWNERS = ("inventory", "allocator", "claim-writer")
+
+
+@pytest.mark.parametrize("service", LAYOUT_OWNERS)
+def test_layout_owners_may_ensure_every_stream_and_bucket(service: str) -> None:
+    """These services call gpudra_bus.ensure_streams/ensure_buckets (all of them) at start: a
+    stream or bucket added to gpudra_bus without a grant here would stop them in a cluster."""
+    publish = _perms(service, "publish")
+    names = [spec.name for spec in streams.STREAMS]
+    names += [f"KV_{spec.name}" for spec in streams.BUCKETS]
+    missing = [
+        f"$JS.API.STREAM.{verb}.{name}"
+        for name in names
+        for verb in ("INFO", "CREATE", "UPDATE")
+        if not allows(publish, f"$JS.API.STREAM.{verb}.{name}")
+    ]
+    assert missing == []
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_stream_subjects_published_by_their_owner(service: str) -> None:
+    """Each stream's subjects are published by exactly the services the design names."""
+    owners = {
+        streams.INVENTORY_STREAM: {"node-agent"},
+        streams.CLAIMS_STREAM: {"claim-writer"},
+        streams.DECISIONS_STREAM: {"allocator"},
+        streams.DEADLETTER_STREAM: {"inventory", "allocator", "claim-writer"},
+    }
+    publish = _perms(service, "publish")
+    for spec in streams.STREAMS:
+        sample = ".".join("x" if t in ("*", ">") else t for t in spec.subjects[0].split("."))
+        assert allows(publish, sample) is (service in owners[spec.name]), (spec.name, sample)
 
 
 # --- the rendered configuration in a real nats-server ---------------------------------------------
@@ -285,8 +321,8 @@ async def sessions(dev_server: Server, pki: dict[str, Path]) -> AsyncIterator[di
 
 
 async def test_claim_flow_with_per_service_users(sessions: dict[str, Session]) -> None:
-    by_name = {spec.name: spec for spec in streams.STREAMS}
-    buckets = {spec.name: spec for spec in streams.BUCKETS}
+    """Each service makes the NATS calls its main module makes at start and in its loop."""
+    inventory_spec = next(s for s in streams.STREAMS if s.name == streams.INVENTORY_STREAM)
     agent, inventory = sessions["node-agent"], sessions["inventory"]
     allocator, writer, plugin = (
         sessions["allocator"],
@@ -294,21 +330,29 @@ async def test_claim_flow_with_per_service_users(sessions: dict[str, Session]) -
         sessions["kubelet-plugin"],
     )
 
+    violations = agent.server.log.read_text(encoding="utf-8").count("Violation")
+
+    # Start-up: the control plane ensures the whole layout, the node-agent its own stream.
+    for service in (inventory, allocator, writer):
+        await streams.ensure_streams(service.js)
+        await streams.ensure_buckets(service.js)
+    await streams.ensure_stream(agent.js, inventory_spec)
+
     # node-agent -> inventory stream -> inventory -> slices KV.
-    await streams.ensure_stream(agent.js, by_name[streams.INVENTORY_STREAM])
     await agent.js.publish("gpudra.inventory.node-1", b"inventory")
+    last = await agent.js.get_last_msg(streams.INVENTORY_STREAM, "gpudra.inventory.node-1")
+    assert last.data == b"inventory"  # the agent resumes its generation from here
     inbox = await inventory.js.pull_subscribe(
         "gpudra.inventory.*", durable="inventory", stream=streams.INVENTORY_STREAM
     )
     (msg,) = await inbox.fetch(1, timeout=2)
     assert msg.data == b"inventory"
     await msg.ack()
-    slices = await streams.ensure_bucket(inventory.js, buckets[streams.SLICES_BUCKET])
+    slices = await inventory.js.key_value(streams.SLICES_BUCKET)
     await slices.put("node-1", b"slice")
+    await inventory.nc.publish("gpudra.drift", b"drift")
 
     # claim-writer -> claims work queue -> allocator -> reservations KV + decisions stream.
-    await streams.ensure_stream(writer.js, by_name[streams.CLAIMS_STREAM])
-    await streams.ensure_stream(writer.js, by_name[streams.DECISIONS_STREAM])
     await writer.js.publish("gpudra.claims.default.claim-a", b"claim")
     claims = await allocator.js.pull_subscribe(
         "gpudra.claims.>", durable="allocator", stream=streams.CLAIMS_STREAM
@@ -316,10 +360,16 @@ async def test_claim_flow_with_per_service_users(sessions: dict[str, Session]) -
     (msg,) = await claims.fetch(1, timeout=2)
     await msg.ack()
     allocator_slices = await allocator.js.key_value(streams.SLICES_BUCKET)
-    assert (await allocator_slices.get("node-1")).value == b"slice"
-    reservations = await streams.ensure_bucket(allocator.js, buckets[streams.RESERVATIONS_BUCKET])
-    await reservations.create("node-1.gpu-0", b"default/claim-a")
+    watcher = await allocator_slices.watchall()
+    update = await watcher.updates(timeout=2)  # type: ignore[no-untyped-call]
+    assert update is not None
+    assert update.value == b"slice"
+    await watcher.stop()  # type: ignore[no-untyped-call]
+    reservations = await allocator.js.key_value(streams.RESERVATIONS_BUCKET)
+    revision = await reservations.create("node-1.gpu-0", b"default/claim-a")
+    await reservations.update("node-1.gpu-0", b"default/claim-a", last=revision)
     await allocator.js.publish("gpudra.allocations.default.claim-a", b"decision")
+    await allocator.js.publish("gpudra.deadletter.claims", b"malformed")
 
     # decisions -> claim-writer -> claims KV -> kubelet-plugin.
     decisions = await writer.js.pull_subscribe(
@@ -328,11 +378,17 @@ async def test_claim_flow_with_per_service_users(sessions: dict[str, Session]) -
     (msg,) = await decisions.fetch(1, timeout=2)
     assert msg.data == b"decision"
     await msg.ack()
-    claims_kv = await streams.ensure_bucket(writer.js, buckets[streams.CLAIMS_BUCKET])
+    claims_kv = await writer.js.key_value(streams.CLAIMS_BUCKET)
     await claims_kv.put("default.claim-a", b"{}")
     plugin_claims = await plugin.js.key_value(streams.CLAIMS_BUCKET)
     assert (await plugin_claims.get("default.claim-a")).value == b"{}"
+    health = await plugin.nc.subscribe("gpudra.health.node-1")
+    await agent.nc.publish("gpudra.health.node-1", b"xid")
+    assert (await health.next_msg(timeout=2)).data == b"xid"
+    await health.unsubscribe()
     assert not await plugin.denied("gpudra.prepared.node-1")
+    # Nothing above was refused, not even a call whose failure a client would swallow.
+    assert agent.server.log.read_text(encoding="utf-8").count("Violation") == violations
 
 
 @pytest.mark.parametrize(
