@@ -30,6 +30,7 @@ from google.protobuf.message import Message
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import PubAck
+from opentelemetry.trace import Tracer
 
 from gpudra_bus import subjects, tracing
 from gpudra_bus.codec import Codec
@@ -54,7 +55,10 @@ DEAD_LETTERED_BY_HEADER = "Gpudra-Dead-Lettered-By"
 
 
 class Publisher:
-    """JetStream publishing with schema headers, trace context, retries and de-duplication."""
+    """JetStream publishing with schema headers, trace context, retries and de-duplication.
+
+    `tracer`: where PRODUCER spans go (default: the global tracer provider's).
+    """
 
     def __init__(
         self,
@@ -63,8 +67,10 @@ class Publisher:
         ack_timeout: float = 2.0,
         backoff: Backoff | None = None,
         max_no_stream: int = 40,
+        tracer: Tracer | None = None,
     ) -> None:
         self._nc = nc
+        self._tracer = tracer
         self._js = nc.jetstream()
         self._max_no_stream = max_no_stream
         self._ack_timeout = ack_timeout
@@ -105,7 +111,7 @@ class Publisher:
         until = None if deadline is None else loop.time() + deadline
         msg_id = msg_id or uuid.uuid4().hex
         attempt = no_stream = 0
-        with tracing.publish_span(subject, size=len(data)):
+        with tracing.publish_span(subject, size=len(data), tracer=self._tracer):
             all_headers = tracing.inject({**headers, MSG_ID_HEADER: msg_id})
             while True:
                 try:

@@ -5,8 +5,11 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gpudra_bus import streams, subjects
+from gpudra_bus import streams, subjects, tracing
 from gpudra_bus.codec import SCHEMA_HEADER
 from gpudra_bus.codecs import ALLOCATION_DECISION, CLAIM_EVENT
 from gpudra_bus.connection import Backoff
@@ -140,3 +143,31 @@ async def test_wrong_codec_is_dead_lettered(fresh_nc: Client) -> None:
     assert await receive(msg, ALLOCATION_DECISION, dead) is None
     assert dead.counts["allocations"] == 1
     await sub.unsubscribe()
+
+
+async def test_trace_context_crosses_jetstream(fresh_nc: Client) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    js = fresh_nc.jetstream()
+    await streams.ensure_streams(js)
+    pub = Publisher(fresh_nc, backoff=FAST, tracer=tracer)
+    subject = subjects.claims("default", "traced")
+    with tracer.start_as_current_span("intake") as intake:
+        await pub.publish(subject, _event("traced"), CLAIM_EVENT)
+    sub = await js.pull_subscribe(subject, durable="traced")
+    (msg,) = await sub.fetch(1, timeout=2)
+    with tracing.process_span(msg.subject, msg.headers, tracer=tracer):
+        pass
+    await msg.ack()
+    await sub.unsubscribe()
+    provider.shutdown()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    process = spans["process gpudra.claims.>"]
+    assert process.context.trace_id == intake.get_span_context().trace_id
+    assert process.parent is not None
+    producer = spans["publish gpudra.claims.>"]
+    assert process.parent.span_id == producer.context.span_id
+    assert producer.parent is not None
+    assert producer.parent.span_id == intake.get_span_context().span_id

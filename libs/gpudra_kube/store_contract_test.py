@@ -24,6 +24,7 @@ async def test_create_get_list_delete(store: Store) -> None:
     assert [
         o["metadata"]["name"] for o in (await store.list(RESOURCE_CLAIMS, "default")).items
     ] == ["a"]
+    assert (await store.list(RESOURCE_CLAIMS, "nobody-here")).items == []
     everything = await store.list(RESOURCE_CLAIMS)
     assert sorted(o["metadata"]["name"] for o in everything.items) == ["a", "b"]
     assert all(o["kind"] == "ResourceClaim" for o in everything.items)
