@@ -258,3 +258,41 @@ def test_clique_from_the_original_fabric_call() -> None:
     opened.adapter.nvml.lib = _OldDriver(opened.fake)
     cliques = {d.clique_id for d in opened.adapter.discover().devices}
     assert cliques == {"7b3f2c1e-5a4d-4e8f-9c2b-1d0e6f8a9b7c.32766"}
+
+
+class _LinksDown:
+    """The simulator with every NVLink of some GPUs inactive (a bridge pulled, links trained down)."""
+
+    def __init__(self, lib: Any, down: set[int]) -> None:
+        self._lib, self._down = lib, down
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "nvmlDeviceGetNvLinkState":
+            return getattr(self._lib, name)
+
+        def state(handle: Any, link: int) -> int:
+            active = int(self._lib.nvmlDeviceGetNvLinkState(handle, link))
+            return 0 if self._lib.nvmlDeviceGetIndex(handle) in self._down else active
+
+        return state
+
+
+@pytest.mark.parametrize(
+    ("profile", "down", "domains"),
+    [
+        pytest.param(
+            "h100-pcie-pairs", {0, 1}, ["", "", "nvlink-0", "nvlink-0"], id="one-bridge-down"
+        ),
+        # GPU 0 reports its links down, GPU 1 still sees its side up: the pair stays one island.
+        pytest.param(
+            "h100-pcie-pairs", {0}, ["nvlink-0", "nvlink-0", "nvlink-1", "nvlink-1"], id="one-sided"
+        ),
+        pytest.param(
+            "dgx-h100", {3}, ["nvswitch-0"] * 3 + [""] + ["nvswitch-0"] * 4, id="gpu-off-nvswitch"
+        ),
+    ],
+)
+def test_nvlink_domains_follow_link_state(profile: str, down: set[int], domains: list[str]) -> None:
+    opened = open_simulator(profile)
+    opened.adapter.nvml.lib = _LinksDown(opened.fake, down)
+    assert [d.nvlink_domain for d in opened.adapter.discover().devices] == domains

@@ -73,6 +73,8 @@ def nvlink_domains(
                 gpu, ("gpu", f"{peer:06d}") if peer is not None else ("switch", remote_bus)
             )
             linked.add(index)
+            if peer is not None:
+                linked.add(peer)  # a link one side reports active joins both ends
     components: dict[tuple[str, str], list[int]] = {}
     for index in sorted(linked):
         components.setdefault(islands.find(("gpu", f"{index:06d}")), []).append(index)
