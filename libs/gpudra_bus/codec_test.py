@@ -3,10 +3,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpudra_bus.codec import SCHEMA_HEADER, Codec, Schema
 from gpudra_bus.codecs import ALLOCATION_DECISION, CLAIM_EVENT
 from gpudra_bus.errors import (
+    CodecError,
     CorruptMessageError,
     MissingSchemaError,
     OversizedMessageError,
@@ -103,3 +106,17 @@ def test_encode_refuses(codec: Codec[Any], message: Any, error: type[Exception])
 )
 def test_schema_parse(value: str, schema: Schema) -> None:
     assert Schema.parse(value) == schema
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.binary(max_size=200),
+    header=st.none() | st.text(max_size=40) | st.just("gpudra.v1.ClaimEvent;v=1"),
+)
+def test_decode_never_crashes(data: bytes, header: str | None) -> None:
+    headers = None if header is None else {SCHEMA_HEADER: header}
+    try:
+        decoded = CLAIM_EVENT.decode(data, headers)
+    except CodecError:
+        return
+    assert isinstance(decoded, claims_pb2.ClaimEvent)

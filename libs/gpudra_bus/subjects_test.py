@@ -3,6 +3,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpudra_bus import subjects
 from gpudra_bus.errors import InvalidSubjectError
@@ -141,3 +143,26 @@ def test_claim_key_round_trip(namespace: str, name: str) -> None:
 def test_parse_claim_key_rejects_keys_without_namespace() -> None:
     with pytest.raises(InvalidSubjectError):
         subjects.parse_claim_key("nodots")
+
+
+_LABEL = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,10}[a-z0-9])?", fullmatch=True)
+_SUBDOMAIN = st.lists(_LABEL, min_size=1, max_size=4).map(".".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(node=_SUBDOMAIN, namespace=_LABEL, name=_SUBDOMAIN)
+def test_round_trip_for_any_valid_names(node: str, namespace: str, name: str) -> None:
+    assert subjects.parse(subjects.inventory(node)).node == node
+    parsed = subjects.parse(subjects.claims(namespace, name))
+    assert (parsed.namespace, parsed.name) == (namespace, name)
+    assert subjects.parse_claim_key(subjects.claim_key(namespace, name)) == (namespace, name)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(max_size=60) | st.from_regex(r"gpudra\.[a-z.*>_-]{0,30}", fullmatch=True))
+def test_parse_never_crashes(text: str) -> None:
+    try:
+        parsed = subjects.parse(text)
+    except InvalidSubjectError:
+        return
+    assert str(parsed) == text  # whatever parses is exactly what a builder would produce
