@@ -296,3 +296,12 @@ def test_nvlink_domains_follow_link_state(profile: str, down: set[int], domains:
     opened = open_simulator(profile)
     opened.adapter.nvml.lib = _LinksDown(opened.fake, down)
     assert [d.nvlink_domain for d in opened.adapter.discover().devices] == domains
+
+
+def test_partner_of_a_lost_gpu_keeps_a_bridge_domain() -> None:
+    opened = open_simulator("h100-pcie-pairs")
+    assert opened.fake is not None
+    opened.fake.lose_device(0)
+    found = opened.adapter.discover()
+    assert found.lost == [0]
+    assert [d.nvlink_domain for d in found.devices] == ["nvlink-0", "nvlink-1", "nvlink-1"]

@@ -1,7 +1,9 @@
 """Topology NVML knows and NVIDIA's DRA driver does not publish: NVLink islands and fabric cliques.
 
 - `nvlink_domains`: GPUs joined by active NVLinks — directly (bridges) or through the same NVSwitch
-  (identified by the remote end's PCI bus ID) — form one domain. Names are `nvswitch-<k>` when the
+  (identified by the remote end's PCI bus ID and, where the driver tells, its device type) — form
+  one domain. A link either end reports active joins both; a bridge to a GPU that is lost right now
+  still makes its partner an NVLink GPU. Names are `nvswitch-<k>` when the
   island contains a switch and `nvlink-<k>` otherwise, k counting islands in order of their lowest
   GPU index. GPUs with no active link get no domain.
 - `clique_id`: `<clusterUUID>.<cliqueId>` from `nvmlDeviceGetGpuFabricInfoV` once the fabric manager
@@ -52,6 +54,7 @@ def nvlink_domains(
     linked: set[int] = set()
     max_links = int(nvml.const("NVML_NVLINK_MAX_LINKS"))
     npu = nvml.const("NVML_NVLINK_DEVICE_TYPE_IBMNPU")
+    gpu_type = nvml.const("NVML_NVLINK_DEVICE_TYPE_GPU")
     for index, handle in sorted(handles.items()):
         gpu = ("gpu", f"{index:06d}")
         for link in range(max_links):
@@ -62,16 +65,21 @@ def nvlink_domains(
                 continue
             if not state:
                 continue
-            if nvml.optional("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link) == npu:
+            kind = nvml.optional("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+            if kind == npu:
                 continue  # a CPU link (POWER9), not a GPU island
             remote = nvml.optional("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
             if remote is None:
                 continue
             remote_bus = normalize_bus_id(text(remote.busId))
             peer = local.get(remote_bus)
-            islands.union(
-                gpu, ("gpu", f"{peer:06d}") if peer is not None else ("switch", remote_bus)
-            )
+            if peer is not None:
+                other = ("gpu", f"{peer:06d}")
+            elif kind == gpu_type:
+                other = ("peer", remote_bus)  # a GPU not discovered now (lost): still a bridge
+            else:
+                other = ("switch", remote_bus)  # NVSwitch, or unknown type on old drivers
+            islands.union(gpu, other)
             linked.add(index)
             if peer is not None:
                 linked.add(peer)  # a link one side reports active joins both ends
