@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpudra_cel.access import has_field, index_value, select_value
 from gpudra_cel.checker import Checked
-from gpudra_cel.device import DeviceView
+from gpudra_cel.codegen import InlineCompare, SlotField, chain
+from gpudra_cel.dispatch import INTERNAL_ERRORS, dispatch, receiver_dispatch
 from gpudra_cel.errors import CelCompileError, CelError, CelEvaluationError
 from gpudra_cel.functions import Overload
 from gpudra_cel.macros import comprehension
@@ -21,11 +23,11 @@ from gpudra_cel.operators import (
     FAST_INT_COMPARE,
     UNARY_NEG,
     Fn,
-    logical_and,
     logical_not,
-    logical_or,
     ternary,
 )
+from gpudra_cel.paths import DEVICE_FIELDS, DevicePath
+from gpudra_cel.regex import compile_regex, literal_alternatives
 from gpudra_cel.syntax import (
     Bind,
     Call,
@@ -39,19 +41,13 @@ from gpudra_cel.syntax import (
     Node,
     Select,
 )
-from gpudra_cel.types import DYN, value_has_type
+from gpudra_cel.types import DYN
 from gpudra_cel.values import CelUint, map_lookup, no_overload, type_name
 
 __all__ = ["Const", "compile_tree"]
 
-_DEVICE_FIELDS = {
-    "driver": "driver",
-    "attributes": "attributes",
-    "capacity": "capacity",
-    "allowMultipleAllocations": "allow_multiple_allocations",
-}
 _EMPTY: Mapping[str, object] = {}
-_INTERNAL = (TypeError, ValueError, AttributeError, OverflowError, ArithmeticError, IndexError)
+_REGEX_FUNCTIONS = frozenset({"matches", "find", "findAll"})
 
 
 class Const:
@@ -63,7 +59,7 @@ class Const:
         self.value = value
 
 
-Compiled = Fn | Const
+Compiled = Fn | Const | DevicePath
 
 
 def compile_tree(root: Node, checked: Checked, expression: str) -> tuple[Fn, int]:
@@ -73,39 +69,12 @@ def compile_tree(root: Node, checked: Checked, expression: str) -> tuple[Fn, int
 
 
 def _fn(c: Compiled) -> Fn:
+    if isinstance(c, DevicePath):
+        return c.fn()
     if isinstance(c, Const):
         value = c.value
         return lambda act: value
     return c
-
-
-def select_value(operand: object, name: str) -> object:
-    if isinstance(operand, Mapping):
-        found, value = map_lookup(operand, name)
-        if not found:
-            raise CelEvaluationError(f"no such key: {name}")
-        return value
-    if isinstance(operand, DeviceView):
-        return getattr(operand, _DEVICE_FIELDS[name])
-    raise CelEvaluationError(f"type '{type_name(operand)}' does not support field selection")
-
-
-def index_value(operand: object, index: object) -> object:
-    if isinstance(operand, tuple | list):
-        if isinstance(index, float) and index.is_integer():
-            index = int(index)
-        if type(index) not in (int, CelUint):
-            raise no_overload("_[_]", operand, index)
-        assert isinstance(index, int)
-        if not 0 <= index < len(operand):
-            raise CelEvaluationError(f"index out of range: {index}")
-        return operand[index]
-    if isinstance(operand, Mapping):
-        found, value = map_lookup(operand, index)
-        if not found:
-            raise CelEvaluationError(f"no such key: {index!r}")
-        return value
-    raise no_overload("_[_]", operand, index)
 
 
 class _Compiler:
@@ -164,7 +133,7 @@ class _Compiler:
         raise self.error(f"unsupported expression {type(node).__name__}", node)
 
     # ------------------------------------------------------------------ access
-    def device_path(self, node: Select | Index) -> Fn | None:
+    def device_path(self, node: Select | Index) -> DevicePath | None:
         """`device.<field>` and `device.{attributes,capacity}[<domain>][.<name>]` with literal
         keys, as one lookup."""
         keys: list[str] = []
@@ -181,37 +150,12 @@ class _Compiler:
         if not (isinstance(current, Ident) and current.name == "device"):
             return None
         keys.reverse()
-        if keys[0] not in _DEVICE_FIELDS:
+        if keys[0] not in DEVICE_FIELDS or len(keys) > 3:
             return None
-        attr = _DEVICE_FIELDS[keys[0]]
-        if len(keys) == 1:
-            return lambda act: getattr(act[0], attr)
-        if attr not in ("attributes", "capacity"):
+        field = DEVICE_FIELDS[keys[0]]
+        if len(keys) > 1 and field not in ("attributes", "capacity"):
             return None
-        if len(keys) == 2:
-            domain = keys[1]
-            return lambda act: getattr(act[0], attr).get(domain, _EMPTY)
-        if len(keys) != 3:
-            return None
-        domain, name = keys[1], keys[2]
-        missing = f"no such key: {name}"
-        if attr == "attributes":
-
-            def attribute(act: list[object]) -> object:
-                try:
-                    return act[0].attributes[domain][name]  # type: ignore[attr-defined]
-                except KeyError:
-                    raise CelEvaluationError(missing) from None
-
-            return attribute
-
-        def capacity(act: list[object]) -> object:
-            try:
-                return act[0].capacity[domain][name]  # type: ignore[attr-defined]
-            except KeyError:
-                raise CelEvaluationError(missing) from None
-
-        return capacity
+        return DevicePath(field, *keys[1:])
 
     def access(self, node: Select | Index, scope: dict[str, int]) -> Compiled:
         operand = _fn(self.visit(node.operand, scope))
@@ -220,7 +164,18 @@ class _Compiler:
             name = node.field
             if device_map:
                 return lambda act: _device_map_get(operand(act), name)
-            return lambda act: select_value(operand(act), name)
+            missing = f"no such key: {name}"
+
+            def select(act: list[object]) -> object:
+                value = operand(act)
+                if value.__class__ is dict:  # the common case: an attribute map
+                    try:
+                        return value[name]  # type: ignore[index]
+                    except KeyError:
+                        raise CelEvaluationError(missing) from None
+                return select_value(value, name)
+
+            return select
         index = _fn(self.visit(node.index, scope))
         if device_map:
             return lambda act: _device_map_get(operand(act), index(act))
@@ -241,11 +196,9 @@ class _Compiler:
 
         def has(act: list[object]) -> object:
             value = operand(act)
-            if isinstance(value, Mapping):
-                return map_lookup(value, name)[0]
-            if isinstance(value, DeviceView):
-                return name in _DEVICE_FIELDS
-            raise CelEvaluationError(f"has(): type '{type_name(value)}' has no fields")
+            if value.__class__ is dict:
+                return name in value  # type: ignore[operator]
+            return has_field(value, name)
 
         return has
 
@@ -268,11 +221,9 @@ class _Compiler:
     # ------------------------------------------------------------------ calls
     def call(self, node: Call, scope: dict[str, int]) -> Compiled:
         fn = node.function
+        if fn in ("_&&_", "_||_"):
+            return self.logical_chain(node, scope)
         args = [self.visit(a, scope) for a in node.args]
-        if fn == "_&&_":
-            return logical_and(_fn(args[0]), _fn(args[1]))
-        if fn == "_||_":
-            return logical_or(_fn(args[0]), _fn(args[1]))
         if fn == "!_":
             return logical_not(_fn(args[0]))
         if fn == "_?_:_":
@@ -285,8 +236,54 @@ class _Compiler:
         target = self.visit(node.target, scope) if node.target is not None else None
         return self.library(node, target, args)
 
+    def logical_chain(self, node: Call, scope: dict[str, int]) -> Fn:
+        """`a && b && c` (or `||`) flattened into one generated function."""
+        operands: list[Node] = []
+        pending: list[Node] = [node]
+        while pending:  # left-to-right flattening of the same operator
+            current = pending.pop()
+            if isinstance(current, Call) and current.function == node.function:
+                pending += reversed(current.args)
+            else:
+                operands.append(current)
+        parts: list[Fn | InlineCompare] = []
+        for operand in operands:
+            inline = self.inline_compare(operand, scope)
+            parts.append(inline if inline is not None else _fn(self.visit(operand, scope)))
+        return chain("or" if node.function == "_||_" else "and", parts)
+
+    def inline_compare(self, node: Node, scope: dict[str, int]) -> InlineCompare | None:
+        if isinstance(node, Has):
+            slot_path = self.slot_field(node.operand, node.field, scope)
+            return InlineCompare(slot_path, "has", None) if slot_path is not None else None
+        if not (isinstance(node, Call) and node.function in BINARY and len(node.args) == 2):
+            return None
+        left_node, right_node = node.args
+        if not isinstance(left_node, Select | Index):
+            return None
+        if not isinstance(right_node, Literal | ListLit):
+            return None
+        path: DevicePath | SlotField | None = self.device_path(left_node)
+        if path is None and isinstance(left_node, Select):
+            path = self.slot_field(left_node.operand, left_node.field, scope)
+        right = self.visit(right_node, scope)
+        if path is None or not isinstance(right, Const):
+            return None
+        if not InlineCompare.accepts(path, node.function, right.value):
+            return None
+        return InlineCompare(path, node.function, right.value)
+
+    def slot_field(self, operand: Node, name: str, scope: dict[str, int]) -> SlotField | None:
+        if isinstance(operand, Ident) and operand.name in scope:
+            return SlotField(scope[operand.name], name)
+        return None
+
     def binary(self, fn: str, left: Compiled, right: Compiled) -> Compiled:
         op = BINARY[fn]
+        if isinstance(left, DevicePath) and isinstance(right, Const):
+            fused = left.compare(fn, right.value)
+            if fused is not None:
+                return fused
         lf = _fn(left)
         if isinstance(right, Const):
             rv = right.value
@@ -324,16 +321,76 @@ class _Compiler:
         if overloads[0].pure and all(isinstance(o, Const) for o in operands):
             values = [o.value for o in operands if isinstance(o, Const)]
             try:
-                return Const(_dispatch(node.function, overloads, values))
-            except CelError as exc:
-                raise self.error(f"{node.function}(): {exc}", node) from exc
+                return Const(dispatch(node.function, overloads, values))
+            except CelEvaluationError as exc:
+                # Kubernetes reports this per device at run time (`false && quantity("x")...`
+                # is simply false), so the folded error is raised when evaluated, not now.
+                return _raiser(exc)
+        if node.function in _REGEX_FUNCTIONS and len(operands) >= 2:
+            pattern = operands[1]  # s.matches(p), matches(s, p), s.findAll(p, n)
+            if isinstance(pattern, Const) and isinstance(pattern.value, str):
+                try:  # Kubernetes rejects a bad literal pattern when compiling, so do we
+                    compile_regex(pattern.value)
+                except CelError as exc:
+                    raise self.error(str(exc), node) from exc
+                if node.function == "matches":
+                    return _matches_constant(_fn(operands[0]), pattern.value)
         fns = [_fn(o) for o in operands]
         static = [self.checked.types.get(id(n)) for n in (node.target, *node.args) if n]
         if len(overloads) == 1 and DYN not in static and not _has_param(overloads[0]):
             impl = overloads[0].impl
             return _direct(impl, fns, node.function)
         name = node.function
-        return lambda act: _dispatch(name, overloads, [f(act) for f in fns])
+        if node.target is not None and all(ov.target is not None for ov in overloads):
+            distinct = {ov.target.name for ov in overloads if ov.target is not None}
+            if len(distinct) == len(overloads) and "dyn" not in distinct:
+                return receiver_dispatch(name, overloads, fns)
+        return lambda act: dispatch(name, overloads, [f(act) for f in fns])
+
+
+def _matches_constant(text: Fn, pattern: str) -> Fn:
+    literals = literal_alternatives(pattern)
+    if literals is not None:  # "H100|H200": plain substring tests, same answer as the regex
+
+        if len(literals) == 1:
+            (literal,) = literals
+
+            def contains(act: list[object]) -> object:
+                s = text(act)
+                if isinstance(s, str):
+                    return literal in s
+                raise no_overload("matches", s, pattern)
+
+            return contains
+
+        def contains_any(act: list[object]) -> object:
+            s = text(act)
+            if isinstance(s, str):
+                for lit in literals:  # noqa: SIM110 - any() over a generator is slower here
+                    if lit in s:
+                        return True
+                return False
+            raise no_overload("matches", s, pattern)
+
+        return contains_any
+    search = compile_regex(pattern).search
+
+    def matches(act: list[object]) -> object:
+        s = text(act)
+        if isinstance(s, str):
+            return search(s) is not None
+        raise no_overload("matches", s, pattern)
+
+    return matches
+
+
+def _raiser(error: CelEvaluationError) -> Fn:
+    message = str(error)
+
+    def fail(act: list[object]) -> object:
+        raise CelEvaluationError(message)
+
+    return fail
 
 
 def _has_param(ov: Overload) -> bool:
@@ -358,7 +415,7 @@ def _direct(impl: object, fns: list[Fn], name: str) -> Fn:
             value = f0(act)
             try:
                 return call(value)
-            except _INTERNAL as exc:
+            except INTERNAL_ERRORS as exc:
                 raise CelEvaluationError(f"{name}: {exc}") from exc
 
         return call1
@@ -369,7 +426,7 @@ def _direct(impl: object, fns: list[Fn], name: str) -> Fn:
             a, b = f0(act), f1(act)
             try:
                 return call(a, b)
-            except _INTERNAL as exc:
+            except INTERNAL_ERRORS as exc:
                 raise CelEvaluationError(f"{name}: {exc}") from exc
 
         return call2
@@ -378,18 +435,7 @@ def _direct(impl: object, fns: list[Fn], name: str) -> Fn:
         values = [f(act) for f in fns]
         try:
             return call(*values)
-        except _INTERNAL as exc:
+        except INTERNAL_ERRORS as exc:
             raise CelEvaluationError(f"{name}: {exc}") from exc
 
     return call_n
-
-
-def _dispatch(name: str, overloads: tuple[Overload, ...], values: list[object]) -> object:
-    for ov in overloads:
-        declared = ([ov.target] if ov.target is not None else []) + list(ov.args)
-        if all(value_has_type(v, t) for v, t in zip(values, declared, strict=True)):
-            try:
-                return ov.impl(*values)
-            except _INTERNAL as exc:
-                raise CelEvaluationError(f"{name}: {exc}") from exc
-    raise no_overload(name, *values)

@@ -9,30 +9,18 @@ Indices count Unicode code points, as cel-go does. Regular expressions are RE2 (
 
 from __future__ import annotations
 
-import functools
 import unicodedata
-from typing import Any
-
-import re2  # type: ignore[import-untyped]
 
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.functions import Overload, overload
+from gpudra_cel.regex import compile_regex
 from gpudra_cel.types import BOOL, INT, STRING, list_of
 
-__all__ = ["STRING_OVERLOADS", "compile_regex"]
+__all__ = ["STRING_OVERLOADS"]
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _GO_SPACE = frozenset("\t\n\v\f\r \x85\xa0")
-
-
-@functools.lru_cache(maxsize=256)
-def compile_regex(pattern: str) -> Any:
-    """Compile an RE2 pattern (cached); a bad pattern is a `CelEvaluationError`."""
-    try:
-        return re2.compile(pattern)
-    except Exception as exc:  # re2 raises its own error type (and TypeError) for bad patterns
-        raise CelEvaluationError(f"invalid regular expression {pattern!r}: {exc}") from exc
 
 
 def _matches(text: str, pattern: str) -> bool:

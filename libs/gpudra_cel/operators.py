@@ -1,9 +1,9 @@
-"""Closures for CEL's operators: logic with error absorption, comparison, arithmetic, `in`.
+"""Closures for CEL's operators: `!`, `?:`, comparison, arithmetic, `in` (`&&`/`||` chains are
+generated code, see `codegen`).
 
 A compiled node is `Fn`: a callable taking the activation list (`act[0]` is the device, the
 other slots hold macro and `cel.bind` variables) and returning a value or raising
-`CelEvaluationError`. `&&` and `||` are commutative about errors, as CEL requires: `false &&
-<error>` and `<error> && false` are both false; otherwise the (first) error wins.
+`CelEvaluationError`. A non-bool operand of `!` or a non-bool `?:` condition is an error.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 
-from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.values import (
     add,
     compare,
@@ -25,57 +24,9 @@ from gpudra_cel.values import (
     subtract,
 )
 
-__all__ = ["BINARY", "Fn", "logical_and", "logical_not", "logical_or", "ternary"]
+__all__ = ["BINARY", "FAST_INT_COMPARE", "UNARY_NEG", "Fn", "logical_not", "ternary"]
 
 Fn = Callable[[list[object]], object]
-
-
-def logical_and(left: Fn, right: Fn) -> Fn:
-    def and_(act: list[object]) -> object:
-        try:
-            lv = left(act)
-            if lv is False:
-                return False
-            if lv is not True:
-                raise no_overload("_&&_", lv)
-        except CelEvaluationError:
-            if _strictly(right, act, False):
-                return False
-            raise
-        rv = right(act)
-        if rv is True or rv is False:
-            return rv
-        raise no_overload("_&&_", rv)
-
-    return and_
-
-
-def logical_or(left: Fn, right: Fn) -> Fn:
-    def or_(act: list[object]) -> object:
-        try:
-            lv = left(act)
-            if lv is True:
-                return True
-            if lv is not False:
-                raise no_overload("_||_", lv)
-        except CelEvaluationError:
-            if _strictly(right, act, True):
-                return True
-            raise
-        rv = right(act)
-        if rv is True or rv is False:
-            return rv
-        raise no_overload("_||_", rv)
-
-    return or_
-
-
-def _strictly(fn: Fn, act: list[object], wanted: bool) -> bool:
-    """Does `fn` yield exactly `wanted`? Its own errors count as "no"."""
-    try:
-        return fn(act) is wanted
-    except CelEvaluationError:
-        return False
 
 
 def logical_not(operand: Fn) -> Fn:

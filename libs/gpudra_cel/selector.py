@@ -29,18 +29,17 @@ DEFAULT_COST_LIMIT = 1_000_000  # resourceapi.CELSelectorExpressionMaxCost
 class CompiledSelector:
     """One compiled selector expression."""
 
-    __slots__ = ("_fn", "_slots", "expression", "max_cost")
+    __slots__ = ("_fn", "_pad", "expression", "max_cost")
 
     def __init__(self, expression: str, fn: Fn, slots: int, max_cost: int) -> None:
         self.expression = expression
         self.max_cost = max_cost
         self._fn = fn
-        self._slots = slots
+        self._pad = (None,) * (slots - 1)  # activation slots for macro / cel.bind variables
 
     def matches(self, device: DeviceView) -> bool:
-        act: list[object] = [device, *([None] * (self._slots - 1))] if self._slots > 1 else [device]
         try:
-            result = self._fn(act)
+            result = self._fn([device, *self._pad] if self._pad else [device])
         except CelError:
             raise
         except RecursionError as exc:

@@ -1,0 +1,53 @@
+"""Run-time field selection, indexing and `has()` on CEL values (maps, lists, the device).
+
+A missing map key is CEL's "no such key" error; selecting a field of a non-map, indexing a
+non-container, or an index out of range are errors too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpudra_cel.device import DeviceView
+from gpudra_cel.errors import CelEvaluationError
+from gpudra_cel.paths import DEVICE_FIELDS
+from gpudra_cel.values import CelUint, map_lookup, no_overload, type_name
+
+__all__ = ["has_field", "index_value", "select_value"]
+
+
+def select_value(operand: object, name: str) -> object:
+    if isinstance(operand, Mapping):
+        found, value = map_lookup(operand, name)
+        if not found:
+            raise CelEvaluationError(f"no such key: {name}")
+        return value
+    if isinstance(operand, DeviceView):
+        return getattr(operand, DEVICE_FIELDS[name])
+    raise CelEvaluationError(f"type '{type_name(operand)}' does not support field selection")
+
+
+def index_value(operand: object, index: object) -> object:
+    if isinstance(operand, tuple | list):
+        if isinstance(index, float) and index.is_integer():
+            index = int(index)
+        if type(index) not in (int, CelUint):
+            raise no_overload("_[_]", operand, index)
+        assert isinstance(index, int)
+        if not 0 <= index < len(operand):
+            raise CelEvaluationError(f"index out of range: {index}")
+        return operand[index]
+    if isinstance(operand, Mapping):
+        found, value = map_lookup(operand, index)
+        if not found:
+            raise CelEvaluationError(f"no such key: {index!r}")
+        return value
+    raise no_overload("_[_]", operand, index)
+
+
+def has_field(value: object, name: str) -> bool:
+    if isinstance(value, Mapping):
+        return map_lookup(value, name)[0]
+    if isinstance(value, DeviceView):
+        return name in DEVICE_FIELDS
+    raise CelEvaluationError(f"has(): type '{type_name(value)}' has no fields")

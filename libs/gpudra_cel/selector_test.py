@@ -1,0 +1,191 @@
+"""Table tests of selector evaluation: the DRA environment and every library, value or error."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudra_api.quantity import Quantity
+from gpudra_api.semver import Semver
+from gpudra_cel import CelEvaluationError, DeviceView, compile_selector
+
+GPU = DeviceView(
+    driver="gpu.nvidia.com",
+    attributes={
+        "gpu.nvidia.com": {
+            "type": "gpu",
+            "index": 3,
+            "productName": "NVIDIA H100 80GB HBM3",
+            "architecture": "Hopper",
+            "cudaComputeCapability": Semver.parse("9.0.0"),
+            "driverVersion": Semver.parse("550.54.15"),
+            "nvlinkDomain": "nvswitch-0",
+            "uuid": "GPU-6f1e",
+            "cliques": ("c1.0", "c1.1"),
+            "numaNodes": (0, 1),
+        },
+        "resource.kubernetes.io": {"pcieRoot": "pci0000:10"},
+    },
+    capacity={"gpu.nvidia.com": {"memory": Quantity.parse("80Gi")}},
+    allow_multiple_allocations=True,
+)
+D = 'device.attributes["gpu.nvidia.com"]'
+C = 'device.capacity["gpu.nvidia.com"]'
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # the DRA variable
+        pytest.param('device.driver == "gpu.nvidia.com"', True, id="driver"),
+        pytest.param("device.allowMultipleAllocations", True, id="allow-multiple"),
+        pytest.param(f'{D}.type == "gpu"', True, id="attribute"),
+        pytest.param('device.attributes["gpu.nvidia.com"]["type"] == "gpu"', True, id="index-form"),
+        pytest.param(
+            'device.attributes["x.example.com"].size() == 0', True, id="unknown-domain-empty"
+        ),
+        pytest.param('device.capacity["x.example.com"].size() == 0', True, id="unknown-cap-domain"),
+        pytest.param(
+            'device.attributes["resource.kubernetes.io"].pcieRoot == "pci0000:10"',
+            True,
+            id="std-domain",
+        ),
+        pytest.param(f"has({D}.nvlinkDomain) && !has({D}.cliqueID)", True, id="has"),
+        pytest.param(f'"index" in {D}', True, id="in-attribute-map"),
+        pytest.param(f'{D}.exists(k, k == "uuid")', True, id="iterate-attribute-names"),
+        pytest.param(
+            'cel.bind(d, device.attributes["gpu.nvidia.com"], d.index == 3 && d.type == "gpu")',
+            True,
+            id="bind",
+        ),
+        pytest.param("cel.bind(x, 2, cel.bind(y, x * 3, y == 6))", True, id="nested-bind"),
+        # quantity library
+        pytest.param(f'{C}.memory.isGreaterThan(quantity("40Gi"))', True, id="q-greater"),
+        pytest.param(f'{C}.memory.isLessThan(quantity("100G"))', True, id="q-less"),
+        pytest.param(f'{C}.memory.compareTo(quantity("80Gi")) == 0', True, id="q-compare"),
+        pytest.param(f'{C}.memory == quantity("81920Mi")', True, id="q-equal-across-forms"),
+        pytest.param(f'{C}.memory.add(quantity("1Gi")) == quantity("81Gi")', True, id="q-add"),
+        pytest.param(f"{C}.memory.sub(1).asInteger() == 85899345919", True, id="q-sub-int"),
+        pytest.param(f"{C}.memory.asApproximateFloat() > 8.5e10", True, id="q-float"),
+        pytest.param('quantity("1500m").isInteger() == false', True, id="q-is-integer"),
+        pytest.param('quantity("-1").sign() == -1', True, id="q-sign"),
+        pytest.param('isQuantity("10Gi") && !isQuantity("10 Gi")', True, id="is-quantity"),
+        # semver library
+        pytest.param(
+            f'{D}.cudaComputeCapability.isGreaterThan(semver("8.9.0"))', True, id="sv-greater"
+        ),
+        pytest.param(
+            f"{D}.driverVersion.major() == 550 && {D}.driverVersion.patch() == 15",
+            True,
+            id="sv-parts",
+        ),
+        pytest.param(f'{D}.cudaComputeCapability == semver("9.0.0")', True, id="sv-equal"),
+        pytest.param('semver("1.0.0-rc.1").isLessThan(semver("1.0.0"))', True, id="sv-prerelease"),
+        pytest.param('semver("v1.2", true) == semver("1.2.0")', True, id="sv-normalize"),
+        pytest.param(
+            'isSemver("1.2.3") && !isSemver("v1.2.3") && isSemver("v1.2.3", true)',
+            True,
+            id="is-semver",
+        ),
+        # list attributes
+        pytest.param(f'{D}.cliques.includes("c1.1")', True, id="includes-list"),
+        pytest.param(f"{D}.numaNodes.includes(2)", False, id="includes-missing"),
+        pytest.param(f'{D}.type.includes("gpu")', True, id="includes-scalar"),
+        pytest.param(f"{D}.numaNodes.sum() == 1 && {D}.numaNodes.max() == 1", True, id="lists-lib"),
+        pytest.param(
+            f"{D}.numaNodes.isSorted() && [3, 1].isSorted() == false", True, id="is-sorted"
+        ),
+        pytest.param(
+            "[1, 2, 1].indexOf(1) == 0 && [1, 2, 1].lastIndexOf(1) == 2", True, id="list-index-of"
+        ),
+        # strings
+        pytest.param(f'{D}.productName.lowerAscii().contains("h100")', True, id="lower"),
+        pytest.param(
+            '"ÀbC".upperAscii() == "ÀBC" && "ÀbC".lowerAscii() == "Àbc"', True, id="ascii-only"
+        ),
+        pytest.param('"a,b,,c".split(",") == ["a", "b", "", "c"]', True, id="split"),
+        pytest.param('"a,b,c".split(",", 2) == ["a", "b,c"]', True, id="split-n"),
+        pytest.param('"a,b".split(",", 0) == []', True, id="split-zero"),
+        pytest.param('"aXbXc".replace("X", "-") == "a-b-c"', True, id="replace"),
+        pytest.param('"aXbXc".replace("X", "-", 1) == "a-bXc"', True, id="replace-n"),
+        pytest.param('"  x \\t".trim() == "x"', True, id="trim"),
+        pytest.param(
+            '"hello".substring(1, 3) == "el" && "hello".substring(3) == "lo"', True, id="substring"
+        ),
+        pytest.param(
+            '"hello".indexOf("l") == 2 && "hello".lastIndexOf("l") == 3', True, id="index-of"
+        ),
+        pytest.param(
+            '"hello".indexOf("l", 3) == 3 && "hello".lastIndexOf("l", 2) == 2',
+            True,
+            id="index-of-offset",
+        ),
+        pytest.param('"héllo".charAt(1) == "é" && "ab".charAt(2) == ""', True, id="char-at"),
+        pytest.param('["a", "b"].join() == "ab" && ["a", "b"].join("-") == "a-b"', True, id="join"),
+        pytest.param(f'{D}.productName.matches("H[0-9]+")', True, id="matches-search"),
+        pytest.param(f'matches({D}.uuid, "^GPU-")', True, id="matches-global"),
+        pytest.param('"ab12cd345".find("[0-9]+") == "12"', True, id="find"),
+        pytest.param('"ab12cd345".findAll("[0-9]+") == ["12", "345"]', True, id="find-all"),
+        pytest.param('"ab12cd345".findAll("[0-9]+", 1) == ["12"]', True, id="find-all-n"),
+        # conversions
+        pytest.param('int("42") == 42 && int(" 42") == 42', "error", id="int-rejects-space"),
+        pytest.param(
+            'string(1.5e6) == "1.5e+06" && string(0.25) == "0.25"', True, id="string-double"
+        ),
+        pytest.param('string(b"abc") == "abc" && bytes("abc") == b"abc"', True, id="bytes"),
+        pytest.param("uint(3) == 3u && double(2) == 2.0", True, id="numeric-conversions"),
+        pytest.param("int(1e19) == 0", "error", id="int-double-overflow"),
+        pytest.param('bool("yes")', "error", id="bool-bad-string"),
+        # optional
+        pytest.param(
+            "optional.of(1).hasValue() && !optional.none().hasValue()", True, id="opt-has"
+        ),
+        pytest.param("optional.none().orValue(5) == 5", True, id="opt-or-value"),
+        pytest.param("optional.ofNonZeroValue(0).hasValue()", False, id="opt-non-zero"),
+        pytest.param("optional.none().value() == 1", "error", id="opt-deref-none"),
+        pytest.param("optional.none().or(optional.of(2)).value() == 2", True, id="opt-or"),
+        # errors
+        pytest.param(f'{D}.missing == "x"', "error", id="no-such-key"),
+        pytest.param(f'{D}.missing == "x" || true', True, id="or-absorbs"),
+        pytest.param(f'false && {D}.missing == "x"', False, id="and-short"),
+        pytest.param(f'{D}.missing == "x" && false', False, id="and-commutative"),
+        pytest.param(f"{D}.index", "error", id="non-bool-result"),
+        pytest.param(f"{D}.type + 1 == 2", "error", id="dyn-type-mismatch"),
+        pytest.param(f'{D}.index > "2"', "error", id="dyn-compare-mismatch"),
+        pytest.param("quantity(device.driver).sign() == 1", "error", id="bad-runtime-quantity"),
+        pytest.param(
+            f'{C}.memory.asInteger() > 0 && quantity("1.5").asInteger() == 1',
+            "error",
+            id="as-integer-fraction",
+        ),
+        pytest.param('"abc".substring(2, 1) == ""', "error", id="bad-substring"),
+        pytest.param('"abc".charAt(5) == ""', "error", id="char-at-range"),
+        pytest.param(f'{D}.cliques.all(c, c.startsWith("c1"))', True, id="list-all"),
+        pytest.param(f'{D}.cliques[5] == "x"', "error", id="list-index-range"),
+        pytest.param('{"a": 1, "a": 2}.size() == 1', "error", id="duplicate-map-key"),
+    ],
+)
+def test_matches(expression: str, expected: bool | str) -> None:
+    selector = compile_selector(expression)
+    if expected == "error":
+        with pytest.raises(CelEvaluationError):
+            selector.matches(GPU)
+    else:
+        assert selector.matches(GPU) is expected
+
+
+def test_unknown_key_error_names_the_key() -> None:
+    with pytest.raises(CelEvaluationError, match="no such key: cliqueID"):
+        compile_selector(f'{D}.cliqueID == "x"').matches(GPU)
+
+
+def test_list_attribute_over_limit_is_an_error() -> None:
+    device = DeviceView("d", {"d": {"l": tuple(range(65))}}, {})
+    with pytest.raises(CelEvaluationError, match="longer than 64"):
+        compile_selector('device.attributes["d"].l.includes(1)').matches(device)
+
+
+def test_selector_is_reusable_and_memoized() -> None:
+    first = compile_selector('device.driver == "gpu.nvidia.com"')
+    assert compile_selector('device.driver == "gpu.nvidia.com"') is first
+    other = DeviceView("other", {}, {})
+    assert [first.matches(GPU), first.matches(other), first.matches(GPU)] == [True, False, True]
