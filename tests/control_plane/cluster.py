@@ -130,7 +130,7 @@ class Cluster:
         )
 
     def start_claim_writer(self, *args: str) -> Service:
-        return self.start("claim-writer", "gpudra_claim_writer", *args)
+        return self.start("claim-writer", "gpudra_claim_writer", "--watch-timeout", "2", *args)
 
     def kill(self, name: str) -> None:
         service = self.services[name]

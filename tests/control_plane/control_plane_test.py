@@ -28,9 +28,18 @@ from control_plane.cluster import (
 from gpudra_standalone.nats_server import NatsServer
 from nats.aio.client import Client
 
-from gpudra_bus import RESERVATIONS_BUCKET, SLICES_BUCKET, connect, ensure_buckets, ensure_streams
+from gpudra_bus import (
+    DEADLETTER_STREAM,
+    RESERVATIONS_BUCKET,
+    SLICES_BUCKET,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+)
+from gpudra_kube.errors import KubeRetryableError
 from gpudra_kube.kv_backend import KvStore
-from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_kube.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra_testing.kubeapi import FakeKubeApi
 
 pytestmark = pytest.mark.slow
 
@@ -229,3 +238,130 @@ async def test_allocator_killed_mid_run_loses_nothing(nc: Client, cluster: Clust
 
     objs = await wait_for(all_allocated, 60, "all 16 claims allocated after the kill", cluster)
     assert len(all_distinct(objs)) == 16
+
+
+async def test_kubernetes_mode_adopts_foreign_allocations_and_lifts_the_pod_gate(
+    nc: Client, cluster: Cluster, tmp_path: Path
+) -> None:
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        await publish_nodes(nc, ["node-k"])
+        cluster.start_inventory("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        cluster.start_allocator()
+        cluster.start_claim_writer("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        await slices_ready(nc, cluster, 1)
+
+        async def mirrored() -> list[dict[str, Any]]:
+            return api.objects(RESOURCE_SLICES)
+
+        (mirrored_slice,) = await wait_for(mirrored, 30, "the slice mirrored to the API", cluster)
+        assert mirrored_slice["spec"]["pool"] == {
+            "name": "node-k",
+            "generation": 1,
+            "resourceSliceCount": 1,
+        }
+
+        # kube-scheduler allocated six GPUs of node-k to an ungated pod's claim.
+        foreign = claim_manifest("foreign", count=6)
+        foreign["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpu",
+                            "driver": "gpu.nvidia.com",
+                            "pool": "node-k",
+                            "device": f"gpu-{i}",
+                        }
+                        for i in range(6)
+                    ]
+                }
+            }
+        }
+        stored = await api.put(RESOURCE_CLAIMS, foreign)
+        kv = await nc.jetstream().key_value(RESERVATIONS_BUCKET)
+
+        async def adopted() -> bool:
+            try:
+                await kv.get(f"c.{stored['metadata']['uid']}")
+                return True
+            except Exception:  # - not there yet
+                return False
+
+        await wait_for(adopted, 30, "the foreign allocation adopted", cluster)
+
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "trainer", "namespace": "default"},
+            "spec": {
+                "schedulingGates": [{"name": "gpudra.io/allocation"}],
+                "containers": [{"name": "main", "image": "busybox"}],
+                "resourceClaims": [{"name": "gpus", "resourceClaimName": "mine"}],
+            },
+        }
+        await api.put(PODS, pod)
+        await api.put(RESOURCE_CLAIMS, claim_manifest("mine", count=2))
+
+        def find(resource: Any, name: str) -> dict[str, Any] | None:
+            return next((o for o in api.objects(resource) if o["metadata"]["name"] == name), None)
+
+        async def ungated() -> bool:
+            claim, p = find(RESOURCE_CLAIMS, "mine"), find(PODS, "trainer")
+            return bool(claim and devices_of(claim) and p and not p["spec"].get("schedulingGates"))
+
+        await wait_for(ungated, 30, "mine allocated and the pod ungated", cluster)
+        mine = find(RESOURCE_CLAIMS, "mine")
+        assert mine is not None
+        assert sorted(d for _, _, d in devices_of(mine)) == ["gpu-6", "gpu-7"]
+        assert FINALIZER in mine["metadata"]["finalizers"]
+        assert (
+            "PUT",
+            "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/mine/status",
+        ) in (api.requests)
+        cluster.stop_all()
+
+
+async def test_malformed_events_are_dead_lettered_and_a_nats_outage_loses_nothing(
+    nc: Client, cluster: Cluster, fresh_nats_server: NatsServer
+) -> None:
+    store = KvStore(nc)
+    await publish_nodes(nc, ["node-a"])
+    cluster.start_inventory()
+    cluster.start_allocator()
+    cluster.start_claim_writer()
+    await slices_ready(nc, cluster, 1)
+
+    js = nc.jetstream()
+    await js.publish("gpudra.claims.default.garbage", b"\x00not a claim event")
+    for i in range(4):
+        await store.create(RESOURCE_CLAIMS, claim_manifest(f"before-{i}"))
+
+    async def allocated(prefix: str, n: int) -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        done = {k: v for k, v in objs.items() if k.startswith(prefix) and devices_of(v)}
+        return done if len(done) == n else None
+
+    before = await wait_for(lambda: allocated("before-", 4), 30, "allocations", cluster)
+    dead = await js.get_last_msg(DEADLETTER_STREAM, "gpudra.deadletter.claims")
+    assert (dead.headers or {}).get("Gpudra-Original-Subject") == "gpudra.claims.default.garbage"
+
+    fresh_nats_server.kill()
+    await asyncio.sleep(1.0)
+    fresh_nats_server.restart()
+    for i in range(4):
+        for _ in range(50):
+            try:
+                await store.create(RESOURCE_CLAIMS, claim_manifest(f"after-{i}"))
+                break
+            except KubeRetryableError:
+                await asyncio.sleep(0.2)
+
+    await wait_for(lambda: allocated("after-", 4), 60, "allocations after the outage", cluster)
+    final = await claims(store)
+    assert len(all_distinct(final)) == 8
+    for name, claim in before.items():
+        assert devices_of(final[name]) == devices_of(claim), "decisions survive an outage"
+    kv = await nc.jetstream().key_value(RESERVATIONS_BUCKET)
+    records = [k for k in await kv.keys() if k.startswith("c.")]
+    assert len(records) == 8, records

@@ -26,13 +26,14 @@ _MAX_TRIES = 10
 
 
 class Gates:
-    def __init__(self, store: Store, namespace: str = "") -> None:
+    def __init__(self, store: Store, namespace: str = "", watch_timeout: float = 10.0) -> None:
         self._store = store
+        self._watch_timeout = watch_timeout
         self._namespace = namespace or None
         self.lifted = 0
 
     async def run(self) -> None:
-        events = informer(self._store, PODS, self._namespace)
+        events = informer(self._store, PODS, self._namespace, watch_timeout=self._watch_timeout)
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
                 if event.type in (EventType.ADDED, EventType.MODIFIED) and is_gated(event.object):

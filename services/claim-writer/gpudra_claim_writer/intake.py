@@ -47,8 +47,11 @@ _MAX_TRIES = 10
 
 
 class Intake:
-    def __init__(self, store: Store, publisher: Publisher, namespace: str = "") -> None:
+    def __init__(
+        self, store: Store, publisher: Publisher, namespace: str = "", watch_timeout: float = 10.0
+    ) -> None:
         self._store = store
+        self._watch_timeout = watch_timeout
         self._publisher = publisher
         self._namespace = namespace or None
         self._pending_sent: set[tuple[str, int]] = set()
@@ -58,7 +61,9 @@ class Intake:
         self.published: Counter[str] = Counter()
 
     async def run(self) -> None:
-        events = informer(self._store, RESOURCE_CLAIMS, self._namespace)
+        events = informer(
+            self._store, RESOURCE_CLAIMS, self._namespace, watch_timeout=self._watch_timeout
+        )
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
                 await self.on_event(event)

@@ -48,8 +48,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             store = KvStore(nc)
         stack.push_async_callback(store.close)
         publisher = Publisher(nc)
-        intake = Intake(store, publisher, settings.namespace)
-        gates = Gates(store, settings.namespace)
+        intake = Intake(store, publisher, settings.namespace, settings.watch_timeout)
+        gates = Gates(store, settings.namespace, settings.watch_timeout)
 
         async def on_allocated(uid: str, namespace: str, name: str, alloc: dict[str, Any]) -> None:
             intake.written(uid, alloc)

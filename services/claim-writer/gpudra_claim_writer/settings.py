@@ -39,6 +39,13 @@ class Settings:
     consumer: str = field(
         default="claim-writer", metadata=doc("durable JetStream consumer of decisions", "name")
     )
+    watch_timeout: float = field(
+        default=10.0,
+        metadata=doc(
+            "a watch idle this long is ended and resumed (bounds recovery after an outage)",
+            "seconds",
+        ),
+    )
     gate_pods: bool = field(
         default=True,
         metadata=doc("lift the gpudra.io/allocation scheduling gate of pods", "bool"),
@@ -87,5 +94,7 @@ class Settings:
             raise SettingsError(f"trace exporter must be one of {TRACE_EXPORTERS}")
         if not self.nats_servers:
             raise SettingsError("no NATS URL given")
+        if self.watch_timeout <= 0:
+            raise SettingsError("watch timeout must be > 0 seconds")
         if not 0 <= self.health_port <= 65535:
             raise SettingsError(f"health port {self.health_port} is not a TCP port")

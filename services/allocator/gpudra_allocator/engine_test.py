@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpudra_alloc import AllocatedState
+from gpudra_allocator.engine import Engine, load_classes, summary
+from gpudra_allocator.errors import SettingsError
+from gpudra_api import parse_resource_claim, parse_resource_slice
+
+
+def slice_(node: str, gpus: int) -> Any:
+    return parse_resource_slice(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-slice"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}}
+                    for i in range(gpus)
+                ],
+            },
+        }
+    )
+
+
+def claim(count: int) -> Any:
+    return parse_resource_claim(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": f"c{count}", "namespace": "default", "uid": f"u{count}"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
+                        }
+                    ]
+                }
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("count", "node", "allocated"),
+    [
+        pytest.param(2, "node-a", True, id="fits-first-node"),
+        pytest.param(3, "node-b", True, id="only-second-node-fits"),
+        pytest.param(5, "", False, id="fits-nowhere"),
+    ],
+)
+def test_decide(count: int, node: str, allocated: bool) -> None:
+    engine = Engine(load_classes(), "first-fit")
+    slices = [slice_("node-a", 2), slice_("node-b", 4)]
+    decision = engine.decide([claim(count)], slices, 1, AllocatedState())
+    assert decision.allocated == allocated
+    assert decision.node == node
+    if not allocated:
+        assert "node(s) tried" in decision.reason
+        assert decision.explanation["nodesTried"] == 2
+
+
+def test_summary_names_stages() -> None:
+    text = summary(
+        {
+            "reason": "cannot allocate all claims",
+            "node": "n1",
+            "nodesTried": 3,
+            "closest": {"devicesAllocated": 1, "devicesRequested": 4},
+            "claims": [{"requests": [{"removed": {"allocated": 3, "taint": 0}}]}],
+        }
+    )
+    assert text == (
+        "cannot allocate all claims; 3 node(s) tried, closest n1 placed 1 of 4 devices "
+        "(devices removed there by: allocated 3)"
+    )
+
+
+def test_bad_class_file_is_a_settings_error(tmp_path: Any) -> None:
+    bad = tmp_path / "classes.yaml"
+    bad.write_text("kind: DeviceClass\nmetadata: {}\n")
+    with pytest.raises(SettingsError):
+        load_classes(str(bad))
+    assert [c.name for c in load_classes()] == [
+        "gpu.nvidia.com",
+        "mig.nvidia.com",
+        "nvlink.gpu.nvidia.com",
+    ]

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpudra_allocator.errors import SettingsError
+from gpudra_allocator.settings import Settings
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        pytest.param([], {}, {"policy": "topology", "ack_wait": 10.0}, id="defaults"),
+        pytest.param(
+            [], {"GPUDRA_ALLOCATOR_POLICY": "first-fit"}, {"policy": "first-fit"}, id="env"
+        ),
+        pytest.param(
+            ["--policy", "topology"],
+            {"GPUDRA_ALLOCATOR_POLICY": "first-fit"},
+            {"policy": "topology"},
+            id="flag-beats-env",
+        ),
+        pytest.param(
+            [],
+            {"GPUDRA_NATS_URL": "nats://a:1, nats://b:2"},
+            {"nats_servers": ["nats://a:1", "nats://b:2"]},
+            id="shared-nats-url",
+        ),
+        pytest.param(
+            ["--nats-url", "nats://own:1"],
+            {"GPUDRA_NATS_URL": "nats://shared:2"},
+            {"nats_url": "nats://own:1"},
+            id="own-nats-flag",
+        ),
+        pytest.param(
+            ["--ack-wait", "2.5", "--batch", "8"], {}, {"ack_wait": 2.5, "batch": 8}, id="numbers"
+        ),
+    ],
+)
+def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) -> None:
+    settings = Settings.load(argv, env)
+    for name, value in expected.items():
+        assert getattr(settings, name) == value
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["--policy", "best"], "policy", id="unknown-policy"),
+        pytest.param(["--ack-wait", "soon"], "--ack-wait", id="not-a-number"),
+        pytest.param(["--ack-wait", "0"], "ack wait", id="zero-wait"),
+        pytest.param(["--health-port", "70000"], "TCP port", id="bad-port"),
+        pytest.param(["--trace-exporter", "jaeger"], "trace exporter", id="bad-exporter"),
+        pytest.param(["--consumer", "a b"], "consumer", id="bad-consumer"),
+    ],
+)
+def test_bad_values_are_settings_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings.load(argv, {})
