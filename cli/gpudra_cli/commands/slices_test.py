@@ -43,7 +43,9 @@ def test_slices_print_valid_objects(fmt: str, capsys: pytest.CaptureFixture[str]
         pytest.param(["--profile", "nope", "--node", "n"], "unknown profile", id="unknown-profile"),
         pytest.param(["--profile", "l4-pcie", "--node", "Bad_Node"], "node name", id="bad-node"),
         pytest.param(
-            ["--profile", "l4-pcie", "--node", "n", "--driver", "Bad_Driver"], "driver", id="bad-driver"
+            ["--profile", "l4-pcie", "--node", "n", "--driver", "Bad_Driver"],
+            "driver",
+            id="bad-driver",
         ),
     ],
 )
