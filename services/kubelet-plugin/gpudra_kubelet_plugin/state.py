@@ -20,6 +20,7 @@ Promises:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -48,7 +49,6 @@ from gpudra_kubelet_plugin.errors import (
     KubeletPluginError,
 )
 from gpudra_kubelet_plugin.filelock import file_lock
-from gpudra_kubelet_plugin.locks import KeyedLock
 from gpudra_kubelet_plugin.traces import claim_span
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class DeviceState:
         self._tracer = tracer
         self._lock_file = lock_file or checkpoint.path.with_name("serialize.lock")
         self._records: dict[str, ClaimRecord] = {}
-        self._locks = KeyedLock()
+        self._lock = asyncio.Lock()
 
     @property
     def records(self) -> Mapping[str, ClaimRecord]:
@@ -115,7 +115,7 @@ class DeviceState:
 
     async def prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
         """The claim's devices with CDI IDs; idempotent."""
-        async with self._locks.hold(ref.uid), self._serialized():
+        async with self._serialized():
             record = self._records.get(ref.uid)
             if record is not None and record.state == PREPARE_COMPLETED:
                 return record.devices
@@ -130,7 +130,7 @@ class DeviceState:
 
     async def unprepare(self, ref: ClaimRef) -> None:
         """Undo prepare; succeeds for claims this node never prepared."""
-        async with self._locks.hold(ref.uid), self._serialized():
+        async with self._serialized():
             record = self._records.get(ref.uid)
             with self._span("unprepare", ref) as span:
                 span.set_attribute("gpudra.claim.known", record is not None)
@@ -143,7 +143,9 @@ class DeviceState:
     async def _serialized(self) -> AsyncIterator[None]:
         # Another instance (rolling update) may have changed the checkpoint since our last call:
         # hold the shared lock and work from the file's state, not from memory.
-        async with file_lock(self._lock_file):
+        # The asyncio lock queues this process' callers in order; the file lock then only ever
+        # waits for another process.
+        async with self._lock, file_lock(self._lock_file):
             self._records = dict(self._checkpoint.load().claims)
             yield
 
