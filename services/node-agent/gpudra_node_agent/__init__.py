@@ -7,4 +7,4 @@ from __future__ import annotations
 from gpudra_node_agent.agent import HEALTH_EVENT, NODE_INVENTORY, UTILIZATION_SAMPLE, NodeAgent
 from gpudra_node_agent.settings import Settings
 
-__all__ = ["HEALTH_EVENT", "NODE_INVENTORY", "UTILIZATION_SAMPLE", "NodeAgent", "Settings"]
+__all__ = ["HEALTH_EVENT", "NODE_INVENTORY", "NodeAgent", "Settings", "UTILIZATION_SAMPLE"]
