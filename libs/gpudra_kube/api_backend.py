@@ -76,14 +76,17 @@ async def load_api_client(
 class ApiStore:
     """`Store` backed by a kube-apiserver (see the module docstring)."""
 
-    def __init__(self, api_client: k8s.ApiClient, *, request_timeout: float = 30.0) -> None:
+    def __init__(
+        self, api_client: k8s.ApiClient, *, request_timeout: float = 30.0, page_size: int = 500
+    ) -> None:
         self._client = api_client
         self._timeout = request_timeout
+        self._page_size = max(1, page_size)
         self._apis: dict[str, Any] = {}
 
     @classmethod
-    async def from_kubeconfig(cls, kubeconfig: str | None = None) -> ApiStore:
-        return cls(await load_api_client(kubeconfig))
+    async def from_kubeconfig(cls, kubeconfig: str | None = None, **options: Any) -> ApiStore:
+        return cls(await load_api_client(kubeconfig), **options)
 
     async def close(self) -> None:
         await self._client.close()
@@ -132,14 +135,33 @@ class ApiStore:
         return body
 
     async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
+        """All objects, fetched in pages of `page_size`; an expired continue token (the list
+        took too long) is a `GoneError`: list again."""
         method = self._method(resource, "list", namespace)
-        kwargs = {"namespace": namespace} if resource.namespaced and namespace else {}
-        body = await self._call(f"list {resource.plural}", method, **kwargs)
-        items = body.get("items") or []
-        for item in items:  # list items omit kind/apiVersion; make each object self-describing
-            item.setdefault("kind", resource.kind)
-            item.setdefault("apiVersion", resource.api_version)
-        return ObjectList(list(items), str(body.get("metadata", {}).get("resourceVersion", "")))
+        kwargs: dict[str, Any] = (
+            {"namespace": namespace} if resource.namespaced and namespace else {}
+        )
+        items: list[KubeObject] = []
+        version = ""
+        token = ""
+        while True:
+            page = await self._call(
+                f"list {resource.plural}",
+                method,
+                limit=self._page_size,
+                **({"_continue": token} if token else {}),
+                **kwargs,
+            )
+            meta = page.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion", ""))
+            for item in page.get("items") or []:
+                # List items omit kind/apiVersion; make each object self-describing.
+                item.setdefault("kind", resource.kind)
+                item.setdefault("apiVersion", resource.api_version)
+                items.append(item)
+            token = str(meta.get("continue") or "")
+            if not token:
+                return ObjectList(items, version)
 
     async def watch(
         self,

@@ -252,3 +252,30 @@ async def test_pod_scheduling_gate_removal(store: ApiStore) -> None:
 def test_errors_share_a_root() -> None:
     assert issubclass(ConflictError, KubeError)
     assert issubclass(GoneError, KubeError)
+
+
+async def test_list_pages_through_continue_tokens(kubeconfig: Path, kube_api: FakeKubeApi) -> None:
+    s = await ApiStore.from_kubeconfig(str(kubeconfig), page_size=2)
+    try:
+        for i in range(5):
+            await s.create(RESOURCE_CLAIMS, claim(f"c{i}"))
+        listed = await s.list(RESOURCE_CLAIMS)
+        assert [o["metadata"]["name"] for o in listed.items] == [f"c{i}" for i in range(5)]
+        assert listed.resource_version == str(kube_api.resource_version)
+        pages = [p for m, p in kube_api.requests if m == "GET" and p.endswith("/resourceclaims")]
+        assert len(pages) == 3
+    finally:
+        await s.close()
+
+
+async def test_expired_continue_token_is_gone(kubeconfig: Path, kube_api: FakeKubeApi) -> None:
+    s = await ApiStore.from_kubeconfig(str(kubeconfig), page_size=1)
+    try:
+        for i in range(3):
+            await s.create(RESOURCE_CLAIMS, claim(f"c{i}"))
+        kube_api.inject_error(410, reason="Expired", path_contains="continue=")
+        with pytest.raises(GoneError):
+            await s.list(RESOURCE_CLAIMS)
+        assert len((await s.list(RESOURCE_CLAIMS)).items) == 3  # a fresh list works
+    finally:
+        await s.close()

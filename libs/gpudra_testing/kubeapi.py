@@ -4,7 +4,8 @@ It serves, on 127.0.0.1 and a kernel-chosen port, the REST paths of `resource.k8
 resourceclaims (namespaced, status subresource), resourceclaimtemplates, resourceslices and
 deviceclasses (cluster-scoped), and core `v1` pods — with the API server's rules that client code
 depends on:
-- list returns a collection `resourceVersion`; watch streams ADDED/MODIFIED/DELETED after a given
+- list returns a collection `resourceVersion` and pages with `limit`/`continue` (a token expires
+  with 410 as soon as anything changed: the fake keeps no snapshots); watch streams ADDED/MODIFIED/DELETED after a given
   version, BOOKMARK events when asked (`allowWatchBookmarks`), ends after `timeoutSeconds`, and
   answers an ERROR event with a 410 `Expired` Status for a version older than the last
   `compact()` — exactly what an informer must handle by relisting;
@@ -25,11 +26,13 @@ It is not an API server: no selectors, patches, admission, RBAC or defaulting be
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import json
 import secrets
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -183,7 +186,7 @@ class FakeKubeApi:
             if request.method == "GET" and name is None:
                 if request.query.get("watch", "").lower() in ("1", "true"):
                     return await self._watch(request, resource, namespace)
-                return self._list(resource, namespace)
+                return self._list(resource, namespace, request.query)
             if request.method == "GET" and name is not None:
                 return _json(200, self._get(resource, namespace, name))
             if request.method == "POST" and name is None and sub is None:
@@ -239,7 +242,9 @@ class FakeKubeApi:
 
     # -- verbs -----------------------------------------------------------------------------------
 
-    def _list(self, resource: Resource, namespace: str | None) -> web.Response:
+    def _list(
+        self, resource: Resource, namespace: str | None, query: Mapping[str, str]
+    ) -> web.Response:
         items = []
         for (ns, _), obj in sorted(self._objects[resource].items()):
             if namespace is None or ns == namespace:
@@ -248,12 +253,38 @@ class FakeKubeApi:
                 item.pop("kind", None)
                 item.pop("apiVersion", None)
                 items.append(item)
+        rv, offset = self._rv, 0
+        token = query.get("continue", "")
+        if token:
+            try:
+                rv_text, _, offset_text = base64.urlsafe_b64decode(token).decode().partition(":")
+                rv, offset = int(rv_text), int(offset_text)
+            except ValueError as exc:
+                raise _HttpError(400, "BadRequest", f"invalid continue token {token!r}") from exc
+            if rv != self._rv:
+                # This fake keeps no snapshots: any change since the first page expires the token.
+                raise _HttpError(410, "Expired", "the continue token has expired; list again")
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        limit_text = query.get("limit", "")
+        if limit_text:
+            try:
+                limit = int(limit_text)
+            except ValueError as exc:
+                raise _HttpError(400, "BadRequest", f"invalid limit {limit_text!r}") from exc
+            if limit > 0 and offset + limit < len(items):
+                meta["continue"] = base64.urlsafe_b64encode(
+                    f"{rv}:{offset + limit}".encode()
+                ).decode()
+                meta["remainingItemCount"] = len(items) - offset - limit
+            items = items[offset : offset + limit] if limit > 0 else items[offset:]
+        else:
+            items = items[offset:]
         return _json(
             200,
             {
                 "kind": f"{resource.kind}List",
                 "apiVersion": resource.api_version,
-                "metadata": {"resourceVersion": str(self._rv)},
+                "metadata": meta,
                 "items": items,
             },
         )

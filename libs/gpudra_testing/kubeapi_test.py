@@ -202,3 +202,21 @@ async def test_cluster_scoped_list(api: FakeKubeApi) -> None:
     assert "kind" not in listed["items"][0]
     assert listed["metadata"]["resourceVersion"] == str(api.resource_version)
     assert len(api.objects(RESOURCE_SLICES)) == 1
+
+
+async def test_pagination_and_expired_continue(api: FakeKubeApi) -> None:
+    for i in range(3):
+        await call(api, "POST", CLAIMS, claim(f"c{i}"))
+    status, first = await call(api, "GET", CLAIMS + "?limit=2")
+    assert status == 200
+    assert [i["metadata"]["name"] for i in first["items"]] == ["c0", "c1"]
+    assert first["metadata"]["remainingItemCount"] == 1
+    token = first["metadata"]["continue"]
+    status, second = await call(api, "GET", f"{CLAIMS}?limit=2&continue={token}")
+    assert [i["metadata"]["name"] for i in second["items"]] == ["c2"]
+    assert "continue" not in second["metadata"]
+    assert second["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    await call(api, "POST", CLAIMS, claim("late"))
+    status, body = await call(api, "GET", f"{CLAIMS}?limit=2&continue={token}")
+    assert (status, body["reason"]) == (410, "Expired")
+    assert (await call(api, "GET", f"{CLAIMS}?continue=garbage!"))[0] == 400
