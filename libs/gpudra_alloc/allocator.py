@@ -15,8 +15,19 @@ from gpudra_alloc.features import Features
 from gpudra_alloc.pools import Pool, entries_of, gather_pools
 from gpudra_alloc.search import Search
 from gpudra_alloc.selection import Selectors
-from gpudra_alloc.state import AllocatedState
+from gpudra_alloc.state import AllocatedState, InUseDevices
 from gpudra_api import AllocationResult, DeviceClass, Node, ResourceClaim, ResourceSlice
+
+
+@dataclass
+class _KnownFull:
+    """Positions in `nodes` of nodes that had too few free devices, valid up to the point where
+    the removal log was `log_seen` long."""
+
+    nodes: list[Node]
+    positions: dict[str, int]
+    full: set[int] = field(default_factory=set)
+    log_seen: int = -1
 
 
 @dataclass
@@ -48,10 +59,11 @@ class Allocator:
         self.shared: list[ResourceSlice] = []
         self._pools: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
         self._node_names: list[str] | None = None
-        # exclusive devices needed -> (nodes list, marker, index of the first node not known to
-        # be too full, number of devices in use then)
-        self._full_prefix: dict[int, tuple[list[Node], tuple[int, int], int, int]] = {}
+        # exclusive devices needed -> which nodes of one list are known to be too full
+        self._known_full: dict[int, _KnownFull] = {}
         self._slice_generation = 0
+        self._free: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[tuple[int, ...], int]] = {}
+        self._pools_by_node: dict[tuple[str, str], set[str]] | None = None
         for s in slices:
             self.add_slice(s)
 
@@ -63,7 +75,9 @@ class Allocator:
             self.shared.append(s)
         self._pools.clear()
         self._node_names = None
-        self._full_prefix.clear()
+        self._known_full.clear()
+        self._free.clear()
+        self._pools_by_node = None
         self._slice_generation += 1
 
     def node_names(self) -> list[str]:
@@ -133,32 +147,24 @@ class Allocator:
         node that came closest (most devices placed), or None when there are no nodes.
 
         A node with fewer free devices than the claims need at least is passed over without a
-        search (it cannot fit); while nothing is released, such a prefix of full nodes is
-        remembered, so filling a cluster in order does not rescan it. Keep the `nodes` list
-        object the same between calls to benefit."""
+        search (it cannot fit), and remembered as such until one of its devices is released, so
+        filling a cluster in order does not rescan full nodes. Keep the `nodes` list object the
+        same between calls to benefit."""
         need = _exclusive_need(claims)
         best: NodeOutcome | None = None
-        start = 0
-        marker = (self.state.releases, self._slice_generation)
-        if need:
-            hint = self._full_prefix.get(need)
-            if (
-                hint is not None
-                and hint[0] is nodes
-                and hint[1] == marker
-                and len(self.state.devices) >= hint[3]
-            ):
-                start = hint[2]
-        prefix = True
-        for index in range(start, len(nodes)):
-            node = nodes[index]
+        known = self._known_full.get(need) if need else None
+        if need and (known is None or known.nodes is not nodes):
+            known = _KnownFull(nodes, {n.name: i for i, n in enumerate(nodes)})
+            self._known_full[need] = known
+        full = self._refresh(known) if known is not None else set()
+        for index, node in enumerate(nodes):
+            if index in full:
+                continue
             if need and self._free_devices(node) < need:
-                if prefix:
-                    self._full_prefix[need] = (nodes, marker, index + 1, len(self.state.devices))
+                full.add(index)
                 if best is None:
                     best = NodeOutcome(node, None, "not enough free devices")
                 continue
-            prefix = False
             outcome = self.allocate(node, claims)
             if outcome.results is not None:
                 return outcome
@@ -168,13 +174,57 @@ class Allocator:
             best = NodeOutcome(nodes[-1], None, "not enough free devices")
         return best
 
+    def _refresh(self, known: _KnownFull) -> set[int]:
+        """Forget nodes that lost an in-use device since `known` was last brought up to date
+        (all of them when that cannot be told)."""
+        devices = self.state.devices
+        if not isinstance(devices, InUseDevices):
+            known.full.clear()
+            return known.full
+        log = devices.removal_log
+        if known.log_seen < 0:
+            known.full.clear()
+        else:
+            for key in log[known.log_seen :]:
+                names = self._pool_nodes().get(key)
+                if names is None:  # a pool that may serve any node
+                    known.full.clear()
+                    break
+                for name in names:
+                    position = known.positions.get(name)
+                    if position is not None:
+                        known.full.discard(position)
+        known.log_seen = len(log)
+        return known.full
+
+    def _pool_nodes(self) -> dict[tuple[str, str], set[str]]:
+        """(driver, pool) -> the nodes its node-local slices name (pools of other slices are
+        absent: they may serve any node)."""
+        if self._pools_by_node is None:
+            found: dict[tuple[str, str], set[str]] = {}
+            for name, node_slices in self.by_node.items():
+                for s in node_slices:
+                    found.setdefault((s.driver, s.pool.name), set()).add(name)
+            for s in self.shared:
+                found.pop((s.driver, s.pool.name), None)
+            self._pools_by_node = found
+        return self._pools_by_node
+
     def _free_devices(self, node: Node) -> int:
         """Devices on the node's usable pools that are not exclusively in use (shareable
-        devices always count): an upper bound of what the search could take."""
+        devices always count): an upper bound of what the search could take. Cached per node
+        until the in-use devices of one of its pools change."""
+        pools = self.pools_for(node)
+        state = self.state
+        versions = tuple(state.pool_version(p.driver, p.name) for p in pools)
+        key = (node.name, tuple(sorted(node.labels.items())) if node.labels else ())
+        cached = self._free.get(key)
+        if cached is not None and cached[0] == versions:
+            return cached[1]
         shareable = self.features.consumable_capacity
-        in_use = self.state.devices
+        in_use = state.devices
         free = 0
-        for pool in self.pools_for(node):
+        for pool in pools:
             if pool.incomplete or pool.invalid:
                 continue
             for s in pool.slices:
@@ -183,6 +233,7 @@ class Allocator:
                         shareable and entry.device.allow_multiple_allocations
                     ):
                         free += 1
+        self._free[key] = (versions, free)
         return free
 
 

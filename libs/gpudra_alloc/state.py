@@ -8,8 +8,9 @@ adds up per device. Admin-access allocations do not mark devices as in use.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gpudra_api import AllocationResult, Quantity
 
@@ -23,16 +24,83 @@ class DeviceID(NamedTuple):
         return f"{self.driver}/{self.pool}/{self.device}"
 
 
+class InUseDevices(set[DeviceID]):
+    """The set of exclusively allocated devices, counting its changes.
+
+    `removals` grows whenever a device leaves the set and `pool_version[(driver, pool)]` whenever
+    the set changes for that pool, so that callers may cache what they derive from it (a node is
+    full) and know when to look again, however the set is changed."""
+
+    def __init__(self, items: Iterable[DeviceID] = ()) -> None:
+        super().__init__()
+        self.removals = 0
+        self.pool_version: dict[tuple[str, str], int] = {}
+        # (driver, pool) of every removal, in order: who may have become freer since a point
+        self.removal_log: list[tuple[str, str]] = []
+        for item in items:
+            self.add(item)
+
+    def _touch(self, device: DeviceID) -> None:
+        key = (device.driver, device.pool)
+        self.pool_version[key] = self.pool_version.get(key, 0) + 1
+
+    def add(self, device: DeviceID) -> None:
+        if device not in self:
+            super().add(device)
+            self._touch(device)
+
+    def discard(self, device: DeviceID) -> None:
+        if device in self:
+            super().discard(device)
+            self.removals += 1
+            self.removal_log.append((device.driver, device.pool))
+            self._touch(device)
+
+    def remove(self, device: DeviceID) -> None:
+        if device not in self:
+            raise KeyError(device)
+        self.discard(device)
+
+    def update(self, *others: Iterable[DeviceID]) -> None:
+        for other in others:
+            for device in other:
+                self.add(device)
+
+    def difference_update(self, *others: Iterable[Any]) -> None:
+        for other in others:
+            for device in other:
+                self.discard(device)
+
+    def pop(self) -> DeviceID:
+        device = next(iter(self))
+        self.discard(device)
+        return device
+
+    def clear(self) -> None:
+        for device in list(self):
+            self.discard(device)
+
+    def __ior__(self, other: AbstractSet[Any]) -> InUseDevices:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+    def __isub__(self, other: AbstractSet[Any]) -> InUseDevices:  # type: ignore[misc]
+        self.difference_update(other)
+        return self
+
+
 @dataclass
 class AllocatedState:
-    devices: set[DeviceID] = field(default_factory=set)
+    devices: set[DeviceID] = field(default_factory=InUseDevices)
     shared: set[tuple[DeviceID, str]] = field(default_factory=set)
     capacity: dict[DeviceID, dict[str, Quantity]] = field(default_factory=dict)
     _shares: dict[DeviceID, int] = field(default_factory=dict, repr=False)
-    # Bumped whenever something stops being in use; lets callers cache "this node is full".
-    releases: int = field(default=0, repr=False)
+    # Bumped whenever a share or capacity stops being in use (see `releases`).
+    _released: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.devices, InUseDevices):
+            self.devices = InUseDevices(self.devices)
         for device, _ in self.shared:
             self._shares[device] = self._shares.get(device, 0) + 1
 
@@ -44,12 +112,26 @@ class AllocatedState:
     def remove_share(self, device: DeviceID, share_id: str) -> None:
         if (device, share_id) in self.shared:
             self.shared.discard((device, share_id))
-            self.releases += 1
+            self._released += 1
             left = self._shares[device] - 1
             if left:
                 self._shares[device] = left
             else:
                 del self._shares[device]
+
+    @property
+    def releases(self) -> int:
+        """Grows whenever anything stops being in use; lets callers cache "this node is full"."""
+        devices = self.devices
+        removals = devices.removals if isinstance(devices, InUseDevices) else 0
+        return removals + self._released
+
+    def pool_version(self, driver: str, pool: str) -> int:
+        """Changes whenever the exclusively allocated devices of this pool change."""
+        devices = self.devices
+        if isinstance(devices, InUseDevices):
+            return devices.pool_version.get((driver, pool), 0)
+        return len(devices)
 
     def is_allocated(self, device: DeviceID) -> bool:
         """Kubernetes' IsDeviceAllocated: exclusively, or by any share or consumed capacity."""
@@ -64,7 +146,7 @@ class AllocatedState:
         total = self.capacity.get(device)
         if total is None:
             return
-        self.releases += 1
+        self._released += 1
         for name, value in consumed.items():
             if name in total:
                 total[name] = total[name] - value
@@ -83,9 +165,7 @@ class AllocatedState:
                     self.devices.add(device)
 
     def release(self, results: Iterable[AllocationResult]) -> None:
-        """Undo `apply` for allocations that are no longer in use.
-
-        Remove devices through here (not from `devices` directly): `releases` must move."""
+        """Undo `apply` for allocations that are no longer in use."""
         for result in results:
             for r in result.results:
                 device = DeviceID(r.driver, r.pool, r.device)
@@ -94,4 +174,3 @@ class AllocatedState:
                     self.remove_capacity(device, r.consumed_capacity or {})
                 elif not r.admin_access:
                     self.devices.discard(device)
-                    self.releases += 1
