@@ -4,8 +4,9 @@
 each change. Every stream message is the complete list (as the kubelet expects): a watcher gets the
 list at once and again after every change; changes it missed while busy collapse into the newest
 list, so a slow kubelet never makes the hub buffer without bound. A GPU's event also applies to the
-MIG devices (and placements) on it. Devices start healthy: the node-agent publishes a device only
-while it answers, and reports problems as events.
+MIG devices (and placements) on it. A device is unhealthy while any of its conditions is active
+(several may be: an XID, then ECC errors; clearing one leaves it unhealthy). Devices start healthy:
+the node-agent publishes a device only while it answers, and reports problems as events.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ MAX_MESSAGE = 1024
 
 @dataclasses.dataclass(frozen=True)
 class HealthEvent:
-    """A device's health changed: `device_uuid` (a GPU or MIG UUID) or `device_name` names it."""
+    """A condition of a device appeared (`active`) or cleared. `device_uuid` (a GPU or MIG UUID)
+    or `device_name` names the device; `condition` names the kind ("XID", "ECC", ...)."""
 
-    status: Status
+    condition: str
+    active: bool
     message: str = ""
     device_name: str = ""
     device_uuid: str = ""
@@ -63,6 +66,9 @@ class HealthHub:
         self._devices = {d.name: d for d in devices}
         now = clock()
         self._health = {name: DeviceHealth(name, "healthy", "", now) for name in self._devices}
+        # Active conditions per device, keyed by (the device that reported it, condition): a GPU's
+        # XID and its MIG device's own XID are different conditions of that MIG device.
+        self._conditions: dict[str, dict[tuple[str, str], str]] = {n: {} for n in self._devices}
         self._version = 0
         self._changed = asyncio.Condition()
 
@@ -84,14 +90,23 @@ class HealthHub:
         return sorted(names)
 
     async def update(self, event: HealthEvent) -> list[str]:
-        """Apply `event`; returns the devices it changed (watchers are woken if any)."""
+        """Apply `event`; returns the devices whose health changed (watchers are woken if any).
+
+        A device is unhealthy while any condition is active; its message lists them."""
         updated = event.time if event.time is not None else self._clock()
-        message = event.message[:MAX_MESSAGE]
+        key = (event.device_uuid or event.device_name, event.condition)
         changed = []
         for name in self.affected(event):
+            conditions = self._conditions[name]
+            if event.active:
+                conditions[key] = event.message or event.condition
+            else:
+                conditions.pop(key, None)
+            status: Status = "unhealthy" if conditions else "healthy"
+            message = "; ".join(conditions[k] for k in sorted(conditions))[:MAX_MESSAGE]
             before = self._health[name]
-            if (before.status, before.message) != (event.status, message):
-                self._health[name] = DeviceHealth(name, event.status, message, updated)
+            if (before.status, before.message) != (status, message):
+                self._health[name] = DeviceHealth(name, status, message, updated)
                 changed.append(name)
         if changed:
             async with self._changed:

@@ -23,19 +23,19 @@ MIGS = ["gpu-1-mig-1-0", "gpu-1-mig-3g-40gb-4", "gpu-1-mig-4g-40gb-0"]
 @pytest.mark.parametrize(
     ("event", "affected"),
     [
-        pytest.param(HealthEvent("unhealthy", device_uuid=GPU0), ["gpu-0"], id="gpu-by-uuid"),
+        pytest.param(HealthEvent("XID", True, device_uuid=GPU0), ["gpu-0"], id="gpu-by-uuid"),
         pytest.param(
-            HealthEvent("unhealthy", device_uuid=GPU1), ["gpu-1", *MIGS], id="mig-parent-by-uuid"
+            HealthEvent("XID", True, device_uuid=GPU1), ["gpu-1", *MIGS], id="mig-parent-by-uuid"
         ),
         pytest.param(
-            HealthEvent("unhealthy", device_name="gpu-1"), ["gpu-1", *MIGS], id="mig-parent-by-name"
+            HealthEvent("XID", True, device_name="gpu-1"), ["gpu-1", *MIGS], id="mig-parent-by-name"
         ),
         pytest.param(
-            HealthEvent("unhealthy", device_name="gpu-1-mig-1-0"),
+            HealthEvent("XID", True, device_name="gpu-1-mig-1-0"),
             ["gpu-1-mig-1-0"],
             id="one-mig",
         ),
-        pytest.param(HealthEvent("unhealthy", device_uuid="GPU-unknown"), [], id="unknown"),
+        pytest.param(HealthEvent("XID", True, device_uuid="GPU-unknown"), [], id="unknown"),
     ],
 )
 async def test_affected_devices(event: HealthEvent, affected: list[str]) -> None:
@@ -50,19 +50,55 @@ async def test_watch_gets_full_lists_and_collapses_missed_changes() -> None:
     first = await anext(watch)
     assert {d.status for d in first} == {"healthy"}
     assert {d.updated for d in first} == {1000.0}
-    await h.update(HealthEvent("unhealthy", "XID 48", device_uuid=GPU0, time=1234.0))
-    await h.update(HealthEvent("healthy", "", device_uuid=GPU0))
-    assert await h.update(HealthEvent("healthy", "", device_uuid=GPU0)) == []  # no change
+    await h.update(HealthEvent("XID", True, "XID 48", device_uuid=GPU0, time=1234.0))
+    await h.update(HealthEvent("XID", False, device_uuid=GPU0))
+    assert await h.update(HealthEvent("XID", False, device_uuid=GPU0)) == []  # no change
     second = await asyncio.wait_for(anext(watch), 1)
     assert {d.status for d in second} == {"healthy"}  # the two changes arrive as the newest list
     pending = asyncio.ensure_future(anext(watch))
     await asyncio.sleep(0.01)
     assert not pending.done()  # no change, no message
-    await h.update(HealthEvent("unknown", "x" * 5000, device_name="gpu-0"))
+    await h.update(HealthEvent("LOST", True, "x" * 5000, device_name="gpu-0"))
     third = await asyncio.wait_for(pending, 1)
     gpu0 = next(d for d in third if d.device == "gpu-0")
-    assert (gpu0.status, len(gpu0.message)) == ("unknown", MAX_MESSAGE)
+    assert (gpu0.status, len(gpu0.message)) == ("unhealthy", MAX_MESSAGE)
     await watch.aclose()
+
+
+@pytest.mark.parametrize(
+    ("events", "status", "message"),
+    [
+        pytest.param([("XID", True), ("ECC", True)], "unhealthy", "ECC; XID", id="two-conditions"),
+        pytest.param(
+            [("XID", True), ("ECC", True), ("XID", False)], "unhealthy", "ECC", id="one-cleared"
+        ),
+        pytest.param(
+            [("XID", True), ("ECC", True), ("XID", False), ("ECC", False)],
+            "healthy",
+            "",
+            id="all-cleared",
+        ),
+        pytest.param([("ECC", False)], "healthy", "", id="clear-unknown"),
+    ],
+)
+async def test_a_device_is_unhealthy_while_any_condition_is_active(
+    events: list[tuple[str, bool]], status: str, message: str
+) -> None:
+    h = hub()
+    for condition, active in events:
+        await h.update(HealthEvent(condition, active, condition, device_uuid=GPU0))
+    gpu0 = next(d for d in h.snapshot() if d.device == "gpu-0")
+    assert (gpu0.status, gpu0.message) == (status, message)
+
+
+async def test_a_mig_devices_own_condition_survives_its_gpus_recovery() -> None:
+    h = hub()
+    await h.update(HealthEvent("XID", True, "own", device_name="gpu-1-mig-1-0"))
+    await h.update(HealthEvent("XID", True, "parent", device_uuid=GPU1))
+    await h.update(HealthEvent("XID", False, device_uuid=GPU1))
+    status = {d.device: (d.status, d.message) for d in h.snapshot()}
+    assert status["gpu-1-mig-1-0"] == ("unhealthy", "own")
+    assert status["gpu-1"] == ("healthy", "")
 
 
 def _event(
@@ -83,18 +119,23 @@ def _event(
     [
         pytest.param(
             _event(pb.HealthCondition.KIND_XID, 79, message="fell off the bus"),
-            HealthEvent("unhealthy", "XID 79: fell off the bus", "gpu-1", GPU1, 77.0),
+            HealthEvent("XID", True, "XID 79: fell off the bus", "gpu-1", GPU1, 77.0),
             id="xid",
         ),
         pytest.param(
             _event(pb.HealthCondition.KIND_ECC, 3),
-            HealthEvent("unhealthy", "uncorrected ECC errors", "gpu-1", GPU1, 77.0),
+            HealthEvent("ECC", True, "uncorrected ECC errors", "gpu-1", GPU1, 77.0),
             id="ecc",
         ),
         pytest.param(
             _event(pb.HealthCondition.KIND_LOST, cleared=True),
-            HealthEvent("healthy", "cleared: GPU lost", "gpu-1", GPU1, 77.0),
+            HealthEvent("LOST", False, "GPU lost", "gpu-1", GPU1, 77.0),
             id="lost-cleared",
+        ),
+        pytest.param(
+            _event(99),  # type: ignore[arg-type]
+            HealthEvent("KIND_99", True, "unknown condition", "gpu-1", GPU1, 77.0),
+            id="newer-kind",
         ),
     ],
 )

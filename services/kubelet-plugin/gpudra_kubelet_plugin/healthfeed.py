@@ -1,7 +1,7 @@
 """Feeds the `HealthHub` from the node-agent's health events on NATS (`gpudra.health.<node>`).
 
 Payload: `gpudra.v1.HealthEvent` (proto/gpudrapb/v1/inventory.proto) under gpudra_bus' schema
-header. A set condition (XID, ECC, lost) makes the device unhealthy, a cleared one healthy again.
+header. A set condition (XID, ECC, lost) makes the device unhealthy until it clears.
 A message that does not decode or declares another schema is logged and skipped: one bad event
 never stops the feed.
 """
@@ -30,14 +30,18 @@ _KIND_NAMES = {
 def translate(message: inventory_pb2.HealthEvent) -> HealthEvent:
     """The hub's event for one node-agent event."""
     condition = message.condition
+    try:
+        kind = inventory_pb2.HealthCondition.Kind.Name(condition.kind).removeprefix("KIND_")
+    except ValueError:  # a kind newer than this build: still a condition, by number
+        kind = f"KIND_{int(condition.kind)}"
     if condition.kind == inventory_pb2.HealthCondition.KIND_XID:
-        kind = f"XID {condition.code}"
+        text = f"XID {condition.code}"
     else:
-        kind = _KIND_NAMES.get(condition.kind, "unknown condition")
-    text = f"{kind}: {condition.message}" if condition.message else kind
+        text = _KIND_NAMES.get(condition.kind, "unknown condition")
     return HealthEvent(
-        status="healthy" if message.cleared else "unhealthy",
-        message=("cleared: " + text) if message.cleared else text,
+        condition=kind,
+        active=not message.cleared,
+        message=f"{text}: {condition.message}" if condition.message else text,
         device_name=message.device_name,
         device_uuid=message.device_uuid,
         time=float(message.time.seconds) if message.HasField("time") else None,

@@ -430,7 +430,7 @@ async def test_health_stream_reports_an_injected_xid(
         }
         assert {h for h, _ in first.values()} == {1}  # HEALTHY
         await plugin.hub.update(
-            HealthEvent("unhealthy", "XID 79: fell off the bus", device_uuid=GPU1)
+            HealthEvent("XID", True, "XID 79: fell off the bus", device_uuid=GPU1)
         )
         second = await asyncio.wait_for(anext(stream), 5)
         unhealthy = {name for name, (h, _) in second.items() if h == 2}
