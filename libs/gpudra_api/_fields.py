@@ -6,6 +6,7 @@ raises `ValidationError` instead of letting a `KeyError`/`TypeError` escape.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -135,11 +136,17 @@ class Field:
         return text
 
 
+@functools.lru_cache(maxsize=4096)
+def _qualified_name_problem(name: str) -> str:
+    # Names repeat on every device of a fleet; check each spelling once.
+    return "; ".join(qualified_name_errors(name))
+
+
 def check_qualified_name(field: Field, name: str) -> None:
     """An attribute/capacity name: a C identifier, optionally `<dns-subdomain>/` in front."""
-    errors = qualified_name_errors(name)
-    if errors:
-        raise field.fail(f"{name!r}: " + "; ".join(errors))
+    problem = _qualified_name_problem(name)
+    if problem:
+        raise field.fail(f"{name!r}: {problem}")
 
 
 def check_fully_qualified_name(field: Field, name: str) -> None:

@@ -7,6 +7,7 @@ to be semver 2.0.0 and kept as their (already minimal) text, which is what const
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -105,11 +106,22 @@ class Device:
     allow_multiple_allocations: bool | None = None
 
 
+@functools.lru_cache(maxsize=4096)
+def _quantity(text: str) -> Quantity:
+    # Quantities are immutable and repeat across a fleet (80Gi on every GPU): parse each once.
+    return Quantity.parse(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _semver(text: str) -> Semver:
+    return Semver.parse(text)
+
+
 def parse_quantity(f: Field) -> Quantity:
     value = f.value
     if isinstance(value, int | float) and not isinstance(value, bool):
         f = Field(f.obj, f.path, str(value))
-    return f.parsed(Quantity.parse)
+    return f.parsed(_quantity)
 
 
 def parse_attribute(f: Field) -> DeviceAttribute:
@@ -147,7 +159,7 @@ def _scalar(kind: AttributeKind, f: Field) -> AttributeScalar:
     f.check(text is not None, "required")
     assert text is not None
     if kind == "version":
-        f.parsed(Semver.parse)
+        f.parsed(_semver)
     return text
 
 
