@@ -4,6 +4,7 @@ short directories for Unix sockets) and builders for ResourceClaim JSON."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -17,7 +18,7 @@ from gpudra_kubelet_plugin.cdi import CdiWriter
 from gpudra_kubelet_plugin.checkpoint import Checkpoint
 from gpudra_kubelet_plugin.claimsource import MemoryClaimSource
 from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable
-from gpudra_kubelet_plugin.fakekubelet import FakeKubelet
+from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet
 from gpudra_kubelet_plugin.health import HealthHub
 from gpudra_kubelet_plugin.plugin import KubeletPlugin
 from gpudra_kubelet_plugin.settings import Settings
@@ -87,6 +88,19 @@ def sharing_config(
             },
         },
     }
+
+
+KIND = f"k8s.{DRIVER}/claim"
+
+
+def ref(claim: dict[str, Any]) -> ClaimName:
+    meta = claim["metadata"]
+    return ClaimName(meta["uid"], meta["namespace"], meta["name"])
+
+
+def read_spec(node: Node, uid: str) -> dict[str, Any]:
+    spec: dict[str, Any] = json.loads(node.cdi.spec_path(uid).read_text())
+    return spec
 
 
 Running = tuple[KubeletPlugin, FakeKubelet]

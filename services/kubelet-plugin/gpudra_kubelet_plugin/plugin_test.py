@@ -1,55 +1,29 @@
-"""The plugin driven by a fake kubelet over its real Unix sockets: registration, prepare/unprepare
-of GPU, MIG and shared claims, per-claim errors, idempotence, crash and reboot recovery, health."""
+"""The plugin driven by a fake kubelet over its real Unix sockets: registration, stale sockets,
+health streaming, wire names, rolling updates."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import socket
 import stat
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 import pytest
 
-from gpudra_kubelet_plugin.checkpoint import (
-    PREPARE_COMPLETED,
-    PREPARE_STARTED,
-    Checkpoint,
-    ClaimRecord,
-)
 from gpudra_kubelet_plugin.conftest import (
     DRIVER,
-    GPU0,
     GPU1,
-    MIG_STATIC,
-    NODE,
     Node,
     Running,
     make_claim,
-    node_devices,
-    sharing_config,
+    ref,
 )
-from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable
-from gpudra_kubelet_plugin.errors import CdiError, DeviceControlError, SocketError
-from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet
+from gpudra_kubelet_plugin.errors import SocketError
+from gpudra_kubelet_plugin.fakekubelet import FakeKubelet
 from gpudra_kubelet_plugin.health import HealthEvent
 from gpudra_kubelet_plugin.registration import SUPPORTED_VERSIONS
-from gpudra_kubelet_plugin.state import ClaimRef
 from kubeletpb.dra.v1 import api_pb2 as v1
-
-KIND = f"k8s.{DRIVER}/claim"
-
-
-def ref(claim: dict[str, Any]) -> ClaimName:
-    meta = claim["metadata"]
-    return ClaimName(meta["uid"], meta["namespace"], meta["name"])
-
-
-def read_spec(node: Node, uid: str) -> dict[str, Any]:
-    spec: dict[str, Any] = json.loads(node.cdi.spec_path(uid).read_text())
-    return spec
 
 
 async def test_registration_handshake(node: Node, running: Running) -> None:
@@ -112,305 +86,6 @@ async def test_stale_socket_is_replaced_but_other_files_are_not(node: Node) -> N
         await plugin.start()
     await plugin.stop()
     assert node.settings.dra_socket.read_text() == "not a socket"
-
-
-@pytest.mark.parametrize(
-    ("results", "configs", "nodes", "env"),
-    [
-        pytest.param(
-            [("gpu", "gpu-0")],
-            [],
-            {"gpu-0": ["/dev/nvidia0"]},
-            [f"NVIDIA_VISIBLE_DEVICES={GPU0}"],
-            id="whole-gpu",
-        ),
-        pytest.param(
-            [("a", "gpu-0"), ("b", "gpu-1")],
-            [],
-            {"gpu-0": ["/dev/nvidia0"], "gpu-1": ["/dev/nvidia1"]},
-            [f"NVIDIA_VISIBLE_DEVICES={GPU0},{GPU1}"],
-            id="two-gpus",
-        ),
-        pytest.param(
-            [("mig", "gpu-1-mig-1-0")],
-            [],
-            {
-                "gpu-1-mig-1-0": [
-                    "/dev/nvidia1",
-                    "/dev/nvidia-caps/nvidia-cap21",
-                    "/dev/nvidia-caps/nvidia-cap22",
-                ]
-            },
-            [f"NVIDIA_VISIBLE_DEVICES={MIG_STATIC}"],
-            id="static-mig",
-        ),
-        pytest.param(
-            [("gpu", "gpu-0")],
-            [
-                sharing_config(
-                    {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}
-                )
-            ],
-            {"gpu-0": ["/dev/nvidia0"]},
-            [f"NVIDIA_VISIBLE_DEVICES={GPU0}", "GPUDRA_TIME_SLICE_INTERVAL=Long"],
-            id="time-sliced",
-        ),
-        pytest.param(
-            [("gpu", "gpu-0")],
-            [
-                sharing_config(
-                    {
-                        "strategy": "MPS",
-                        "mpsConfig": {
-                            "defaultActiveThreadPercentage": 50,
-                            "defaultPinnedDeviceMemoryLimit": "10Gi",
-                        },
-                    }
-                )
-            ],
-            {"gpu-0": ["/dev/nvidia0"]},
-            [
-                f"NVIDIA_VISIBLE_DEVICES={GPU0}",
-                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50",
-                f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={GPU0}=10240M",
-            ],
-            id="mps",
-        ),
-    ],
-)
-async def test_prepare_and_unprepare(
-    node: Node,
-    running: Running,
-    results: list[tuple[str, str]],
-    configs: list[dict[str, Any]],
-    nodes: dict[str, list[str]],
-    env: list[str],
-) -> None:
-    _, kubelet = running
-    claim = make_claim("c", "uid-1", results, configs)
-    node.claims.put(claim)
-    response = await kubelet.prepare([ref(claim)])
-    answer = response.claims["uid-1"]
-    assert answer.error == ""
-    assert [(list(d.request_names), d.pool_name, d.device_name) for d in answer.devices] == [
-        ([request], NODE, device) for request, device in results
-    ]
-    assert [list(d.cdi_device_ids) for d in answer.devices] == [
-        [f"{KIND}=uid-1-{device}"] for _, device in results
-    ]
-    spec = read_spec(node, "uid-1")
-    assert spec["kind"] == KIND
-    assert {
-        d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]
-    } == {f"uid-1-{k}": v for k, v in nodes.items()}
-    assert [n["path"] for n in spec["containerEdits"]["deviceNodes"]] == [
-        "/dev/nvidiactl",
-        "/dev/nvidia-uvm",
-        "/dev/nvidia-uvm-tools",
-    ]
-    assert spec["containerEdits"]["env"] == env
-    unprepared = await kubelet.unprepare([ref(claim)])
-    assert unprepared.claims["uid-1"].error == ""
-    assert not node.cdi.spec_path("uid-1").exists()
-    assert list(node.settings.cdi_dir.iterdir()) == []
-
-
-async def test_dynamic_mig_is_created_at_prepare_and_destroyed_at_unprepare(
-    node: Node, running: Running
-) -> None:
-    _, kubelet = running
-    claim = make_claim("m", "uid-m", [("mig", "gpu-1-mig-3g-40gb-4")])
-    node.claims.put(claim)
-    assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
-    answer = (await kubelet.prepare([ref(claim)])).claims["uid-m"]
-    assert answer.error == ""
-    created = await node.table.device("gpu-1-mig-3g-40gb-4")
-    assert created.exists
-    assert created.uuid.startswith("MIG-")
-    spec = read_spec(node, "uid-m")
-    assert spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={created.uuid}"]
-    assert [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]] == [
-        "/dev/nvidia1",
-        f"/dev/nvidia-caps/nvidia-cap{created.gi_cap}",
-        f"/dev/nvidia-caps/nvidia-cap{created.ci_cap}",
-    ]
-    assert (await kubelet.unprepare([ref(claim)])).claims["uid-m"].error == ""
-    assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
-    assert not node.cdi.spec_path("uid-m").exists()
-
-
-async def test_failed_dynamic_mig_leaves_nothing_behind(node: Node, running: Running) -> None:
-    _, kubelet = running
-    # 4g.40gb at slice 0 overlaps the existing 1g.10gb: NVML (and the simulator) refuse it.
-    claim = make_claim("m", "uid-x", [("gpu", "gpu-0"), ("mig", "gpu-1-mig-4g-40gb-0")])
-    node.claims.put(claim)
-    answer = (await kubelet.prepare([ref(claim)])).claims["uid-x"]
-    assert "overlaps MIG device gpu-1-mig-1-0" in answer.error
-    assert list(node.settings.cdi_dir.glob("*")) == []
-    assert node.checkpoint().load().claims == {}
-
-
-async def test_consumable_capacity_share_id_is_answered(node: Node, running: Running) -> None:
-    _, kubelet = running
-    result = {"request": "r", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "shareID": "s1"}
-    claim = make_claim("s", "uid-s", [result])
-    node.claims.put(claim)
-    device = (await kubelet.prepare([ref(claim)])).claims["uid-s"].devices[0]
-    assert device.HasField("share_id")
-    assert device.share_id == "s1"
-    assert list(device.cdi_device_ids) == [f"{KIND}=uid-s-gpu-0-s1"]
-    beta = (await kubelet.prepare_v1beta1([ref(claim)])).claims["uid-s"]
-    assert list(beta.devices[0].cdi_device_ids) == [f"{KIND}=uid-s-gpu-0-s1"]
-
-
-async def test_prepare_is_idempotent_and_answers_from_the_checkpoint(
-    node: Node, running: Running
-) -> None:
-    _, kubelet = running
-    claim = make_claim("c", "uid-1", [("gpu", "gpu-0")])
-    node.claims.put(claim)
-    first = await kubelet.prepare([ref(claim)])
-    spec_before = node.cdi.spec_path("uid-1").read_bytes()
-    node.claims.delete("default", "c")  # a repeated prepare must not need the store
-    second = await kubelet.prepare([ref(claim)])
-    assert first == second
-    assert node.cdi.spec_path("uid-1").read_bytes() == spec_before
-    both = await asyncio.gather(*(kubelet.prepare([ref(claim)]) for _ in range(5)))
-    assert all(b == first for b in both)
-
-
-async def test_concurrent_prepares_of_one_claim_create_its_mig_device_once(node: Node) -> None:
-    state = node.state()
-    await state.start()
-    claim = make_claim("m", "uid-m", [("mig", "gpu-1-mig-3g-40gb-4")])
-    node.claims.put(claim)
-    answers = await asyncio.gather(
-        *(state.prepare(ClaimRef("uid-m", "default", "m")) for _ in range(4))
-    )
-    assert len(set(answers)) == 1
-    assert state.records["uid-m"].mig_devices == ("gpu-1-mig-3g-40gb-4",)
-
-
-async def test_errors_are_per_claim(node: Node, running: Running) -> None:
-    _, kubelet = running
-    good = make_claim("good", "uid-good", [("gpu", "gpu-0")])
-    recreated = make_claim("recreated", "uid-new", [("gpu", "gpu-1")])
-    elsewhere = make_claim(
-        "elsewhere",
-        "uid-else",
-        [{"request": "gpu", "driver": DRIVER, "pool": "node-b", "device": "gpu-0"}],
-    )
-    bad_config = make_claim(
-        "badcfg", "uid-cfg", [("gpu", "gpu-1")], [sharing_config({"strategy": "Magic"})]
-    )
-    unknown_device = make_claim("nodev", "uid-nodev", [("gpu", "gpu-9")])
-    for claim in (good, recreated, elsewhere, bad_config, unknown_device):
-        node.claims.put(claim)
-    names = [
-        ref(good),
-        ClaimName("uid-old", "default", "recreated"),
-        ClaimName("uid-missing", "default", "missing"),
-        ref(elsewhere),
-        ref(bad_config),
-        ref(unknown_device),
-    ]
-    response = await kubelet.prepare(names)
-    errors = {uid: answer.error for uid, answer in response.claims.items()}
-    assert errors["uid-good"] == ""
-    assert "has UID uid-new, kubelet asked for uid-old" in errors["uid-old"]
-    assert "claim default/missing not found" in errors["uid-missing"]
-    assert f"no devices of driver {DRIVER} on node {NODE}" in errors["uid-else"]
-    assert "sharing.strategy must be TimeSlicing or MPS" in errors["uid-cfg"]
-    assert "no device 'gpu-9' on this node" in errors["uid-nodev"]
-    assert len(response.claims["uid-good"].devices) == 1
-    assert node.cdi.claim_uids() == {"uid-good"}
-    assert set(node.checkpoint().load().claims) == {"uid-good"}
-
-
-async def test_unprepare_of_an_unknown_claim_succeeds(running: Running) -> None:
-    _, kubelet = running
-    response = await kubelet.unprepare([ClaimName("uid-never", "default", "never")])
-    assert response.claims["uid-never"].error == ""
-
-
-async def test_v1beta1_kubelet(node: Node, running: Running) -> None:
-    _, kubelet = running
-    claim = make_claim("c", "uid-b", [("gpu", "gpu-0")])
-    node.claims.put(claim)
-    answer = (await kubelet.prepare_v1beta1([ref(claim)])).claims["uid-b"]
-    assert answer.error == ""
-    assert list(answer.devices[0].cdi_device_ids) == [f"{KIND}=uid-b-gpu-0"]
-    assert (await kubelet.unprepare_v1beta1([ref(claim)])).claims["uid-b"].error == ""
-    assert not node.cdi.spec_path("uid-b").exists()
-
-
-class Crash(BaseException):
-    """The process dies: nothing in the plugin catches this."""
-
-
-class CrashBeforeCompleted(Checkpoint):
-    def save(self, claims: Mapping[str, ClaimRecord]) -> None:
-        if any(r.state == PREPARE_COMPLETED for r in claims.values()):
-            raise Crash
-        super().save(claims)
-
-
-@pytest.mark.parametrize("then", ["prepare", "unprepare"])
-async def test_crash_between_started_and_completed_then_restart(node: Node, then: str) -> None:
-    claim = make_claim("m", "uid-c", [("gpu", "gpu-0"), ("mig", "gpu-1-mig-3g-40gb-4")])
-    node.claims.put(claim)
-    crashing = await node.plugin(
-        node.state(CrashBeforeCompleted(node.settings.checkpoint_path, node.settings.boot_id_file))
-    )
-    await crashing.state.start()
-    with pytest.raises(Crash):
-        await crashing.state.prepare(ClaimRef("uid-c", "default", "m"))
-    # The crash left everything half done: spec written, MIG created, checkpoint says started.
-    assert node.cdi.spec_path("uid-c").exists()
-    assert (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
-    assert node.checkpoint().load().claims["uid-c"].state == PREPARE_STARTED
-
-    plugin = await node.plugin()  # the restarted plugin
-    await plugin.start()
-    try:
-        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
-            await kubelet.register()
-            if then == "prepare":
-                answer = (await kubelet.prepare([ref(claim)])).claims["uid-c"]
-                assert answer.error == ""
-                assert node.cdi.claim_uids() == {"uid-c"}
-                assert node.checkpoint().load().claims["uid-c"].state == PREPARE_COMPLETED
-                created = await node.table.device("gpu-1-mig-3g-40gb-4")
-                assert (
-                    f"NVIDIA_VISIBLE_DEVICES={GPU0},{created.uuid}"
-                    in read_spec(node, "uid-c")["containerEdits"]["env"]
-                )
-            else:
-                assert (await kubelet.unprepare([ref(claim)])).claims["uid-c"].error == ""
-                assert node.cdi.claim_uids() == set()
-                assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
-                assert node.checkpoint().load().claims == {}
-    finally:
-        await plugin.stop()
-
-
-async def test_boot_id_change_invalidates_the_checkpoint(node: Node) -> None:
-    claim = make_claim("c", "uid-1", [("gpu", "gpu-0")])
-    node.claims.put(claim)
-    state = node.state()
-    await state.start()
-    await state.prepare(ClaimRef("uid-1", "default", "c"))
-    assert node.cdi.claim_uids() == {"uid-1"}
-    node.reboot("boot-2")
-    after = node.state()
-    await after.start()
-    assert after.records == {}
-    assert node.cdi.claim_uids() == set()
-    assert node.checkpoint().load().claims == {}
-    # The kubelet prepares again after a reboot: the claim is prepared afresh.
-    devices = await after.prepare(ClaimRef("uid-1", "default", "c"))
-    assert devices[0].device_name == "gpu-0"
-    assert after.records["uid-1"].state == PREPARE_COMPLETED
 
 
 @pytest.mark.parametrize("version", ["v1", "v1alpha1"])
@@ -496,37 +171,3 @@ async def test_rolling_update_two_instances_share_the_node(node: Node) -> None:
         await old.stop()
         assert new.settings.registration_socket.exists()  # the old pod leaves the new one's alone
         await new.stop()
-
-
-class FlakyControl(DeviceTable):
-    """Creates MIG devices, but refuses to destroy them until told otherwise."""
-
-    refuse_destroy = True
-
-    async def destroy_mig(self, device: DeviceInfo) -> None:
-        if self.refuse_destroy:
-            raise DeviceControlError(f"NVML busy destroying {device.name}")
-        await super().destroy_mig(device)
-
-
-async def test_a_failed_rollback_keeps_the_original_error_and_is_retried(node: Node) -> None:
-    node.table = FlakyControl(node_devices())
-    # Configs and devices are checked before any side effect, so fail after the MIG device is
-    # created: a MIG device without capability minors makes the CDI step fail.
-    claim = make_claim("m", "uid-f", [("mig", "gpu-1-mig-3g-40gb-4"), ("bad", "gpu-1-mig-nocaps")])
-    node.table._devices["gpu-1-mig-nocaps"] = DeviceInfo(
-        "gpu-1-mig-nocaps", "mig", "MIG-nocaps", 2, "GPU-other", "1g.10gb", 0, 1
-    )
-    node.claims.put(claim)
-    state = node.state()
-    await state.start()
-    ref_ = ClaimRef("uid-f", "default", "m")
-    with pytest.raises(CdiError, match="no GI/CI capability minors"):
-        await state.prepare(ref_)
-    assert state.records["uid-f"].state == PREPARE_STARTED  # rollback could not finish
-    assert (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
-    node.table.refuse_destroy = False
-    await state.unprepare(ref_)
-    assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
-    assert state.records == {}
-    assert node.cdi.claim_uids() == set()
