@@ -4,8 +4,9 @@ Arrivals follow a Poisson process whose rate offers `load` times the fleet's GPU
 GPU-minutes, by the shapes' nominal GPU counts and mean durations); durations are exponential
 around each shape's mean, cut to [5 min, 3 x mean]. Each arrival is one `allocate` step (one pod),
 or one `gang` step (several pods, all or nothing); each departure is a `release` step naming the
-claims. Every step carries `at` (minutes since the start of the day). At equal times releases come
-first. The same `ChurnConfig` always gives the same document.
+claims. `stepTimes` (a top-level list, one entry per step, ignored by the allocator) says when
+each step happens, in minutes since the start of the day. At equal times releases come first. The
+same `ChurnConfig` always gives the same document.
 """
 
 from __future__ import annotations
@@ -58,8 +59,13 @@ class ChurnConfig:
     fleet: Fleet = field(default_factory=Fleet)
     mix: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
     policy: str = "topology"
+    # "shuffled": nodes listed in a seeded random order, as a scheduler's node list comes in no
+    # useful order (a name-sorted list would make first-fit pack by name by accident); "sorted".
+    node_order: str = "shuffled"
 
     def __post_init__(self) -> None:
+        if self.node_order not in ("shuffled", "sorted"):
+            raise WorkloadError("node_order must be shuffled or sorted")
         if not self.hours > 0:
             raise WorkloadError("hours must be positive")
         if not self.load > 0:
@@ -113,20 +119,24 @@ def churn_problem(config: ChurnConfig) -> dict[str, Any]:
             }
             if gang.match_attribute:
                 body["matchAttribute"] = gang.match_attribute
-            events.append((at, 1, n, {"gang": body, "at": at}))
+            events.append((at, 1, n, {"gang": body}))
         else:
             names = [name]
-            events.append((at, 1, n, {"allocate": [resource_claim(key, name)], "at": at}))
+            events.append((at, 1, n, {"allocate": [resource_claim(key, name)]}))
         if end < minutes:
-            events.append((end, 0, n, {"release": [f"default/{c}" for c in names], "at": end}))
+            events.append((end, 0, n, {"release": [f"default/{c}" for c in names]}))
         n += 1
         t += rng.expovariate(rate)
     events.sort(key=lambda e: (e[0], e[1], e[2]))
+    nodes = list(fleet.nodes)
+    if config.node_order == "shuffled":
+        random.Random(config.seed).shuffle(nodes)
     return {
         "id": f"churn-seed{config.seed}-load{config.load:g}",
         "policy": config.policy,
         "classes": device_classes(),
         "slices": fleet.slices,
-        "nodes": fleet.nodes,
+        "nodes": nodes,
         "steps": [e[3] for e in events],
+        "stepTimes": [e[0] for e in events],
     }

@@ -69,9 +69,10 @@ def test_steps_are_ordered_released_after_allocated_and_claims_parse() -> None:
     seen: set[str] = set()
     last = 0.0
     names: list[str] = []
-    for step in problem["steps"]:
-        assert step["at"] >= last
-        last = step["at"]
+    assert len(problem["stepTimes"]) == len(problem["steps"])
+    for step, at in zip(problem["steps"], problem["stepTimes"], strict=True):
+        assert at >= last
+        last = at
         for claim in _claims(step):
             parse_resource_claim(claim)
             names.append(claim["metadata"]["name"])
@@ -82,6 +83,15 @@ def test_steps_are_ordered_released_after_allocated_and_claims_parse() -> None:
     assert any(
         "gang" in s for s in churn_problem(ChurnConfig(seed=5, hours=24, fleet=SMALL))["steps"]
     )
+
+
+def test_node_order_is_a_seeded_shuffle_or_sorted() -> None:
+    shuffled = [n["name"] for n in churn_problem(ChurnConfig(seed=2, hours=1, fleet=SMALL))["nodes"]]
+    ordered = churn_problem(ChurnConfig(seed=2, hours=1, fleet=SMALL, node_order="sorted"))
+    names = [n["name"] for n in ordered["nodes"]]
+    assert names == sorted(names)
+    assert sorted(shuffled) == names
+    assert shuffled != names
 
 
 def test_load_scales_the_number_of_arrivals() -> None:
@@ -97,6 +107,7 @@ def test_load_scales_the_number_of_arrivals() -> None:
         pytest.param({"load": -1.0}, id="negative-load"),
         pytest.param({"mix": {"gpu-3": 1.0}}, id="unknown-shape"),
         pytest.param({"mix": {"gpu-1": 0.0}}, id="all-zero"),
+        pytest.param({"node_order": "random"}, id="unknown-node-order"),
     ],
 )
 def test_bad_config_is_a_clear_error(kwargs: dict[str, Any]) -> None:

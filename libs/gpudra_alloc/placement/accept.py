@@ -1,0 +1,57 @@
+"""Would Kubernetes accept this allocation? Asked of Kubernetes' own search, not re-derived.
+
+`kubernetes_accepts` pins the search to the allocation: every device on the node that the
+allocation does not use is marked in use, as far as that is possible without overdrawing counters
+(`safe_mask`; devices on the allocation's own counter sets stay free), and the search enumerates
+every solution left. The allocation is accepted when one of them is identical to it (same devices for
+the same requests, same configuration, same node selector). Validity is monotone in the in-use
+set, so a solution under the stricter state is a valid allocation under the real one. Until the
+allocation core exposes a rule-by-rule validator, this is the check every topology allocation
+goes through in the tests.
+"""
+
+from __future__ import annotations
+
+from gpudra_alloc.allocator import Allocator
+from gpudra_alloc.placement.search import masked, safe_mask, using_state
+from gpudra_alloc.placement.topology import result_devices
+from gpudra_alloc.state import AllocatedState, DeviceID
+from gpudra_api import AllocationResult, Node, ResourceClaim
+
+MAX_SOLUTIONS = 20_000
+
+
+def kubernetes_accepts(
+    allocator: Allocator,
+    node: Node,
+    claims: list[ResourceClaim],
+    results: list[AllocationResult],
+    state: AllocatedState | None = None,
+) -> bool:
+    base = state if state is not None else allocator.state
+    chosen = result_devices(results)
+    chosen_sets: set[tuple[str, str]] = set()
+    for pool in allocator.pools_for(node):
+        for entries in pool.device_entries():
+            for entry in entries:
+                if entry.id in chosen:
+                    chosen_sets.update(
+                        (entry.id.pool, c.counter_set) for c in entry.device.consumes_counters
+                    )
+    others: set[DeviceID] = set()
+    for pool in allocator.pools_for(node):
+        for entries in pool.device_entries():
+            for entry in entries:
+                if entry.id in chosen:
+                    continue
+                sets = {(entry.id.pool, c.counter_set) for c in entry.device.consumes_counters}
+                if sets & chosen_sets:
+                    continue
+                others.add(entry.id)
+    mask = safe_mask(allocator, node, base, others)
+    wanted = [r.to_json() for r in results]
+    with using_state(allocator, masked(base, mask)):
+        for solution in allocator.candidates(node, claims, MAX_SOLUTIONS):
+            if [r.to_json() for r in solution] == wanted:
+                return True
+    return False

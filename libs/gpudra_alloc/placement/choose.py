@@ -1,0 +1,172 @@
+"""Node and device choice for one pod's claims under the `topology` policy.
+
+For every node (in the given order) the allocator's search proposes solutions: its own first
+ones, and, where the node has a choice that matters, solutions steered by a mask (onto GPUs
+already partitioned; into one NVLink domain at a time). Each solution is scored by the
+placeability value it costs (`value.py`) plus 1.5 per step down a `firstAvailable` list,
+and the lowest score wins; ties go to the solution that leaves fewer GPUs free on its node (best
+fit), then to the earlier node, then to the earlier solution. Deterministic for the same input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpudra_alloc.allocator import Allocator
+from gpudra_alloc.placement.search import masked, safe_mask, solutions
+from gpudra_alloc.placement.topology import FreeState, NodeView, result_devices
+from gpudra_alloc.placement.value import node_value
+from gpudra_alloc.state import AllocatedState, DeviceID
+from gpudra_api import AllocationResult, Node, ResourceClaim
+
+ALTERNATIVE_PENALTY = 1.5
+SOLUTIONS_PER_MASK = 6
+LARGE_DOMAIN = 8  # GPUs: the NVLink domains the reserve keeps whole
+
+
+@dataclass(order=True, frozen=True)
+class Score:
+    cost: float
+    left: int
+    node_index: int
+    solution_index: int
+
+
+@dataclass
+class Choice:
+    node: Node
+    results: list[AllocationResult]
+    score: Score
+    loss: float
+    alternatives: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "loss": round(self.loss, 4),
+            "alternativeSteps": self.alternatives,
+            "freeGpusLeft": self.score.left,
+        }
+
+
+@dataclass
+class Chooser:
+    """Scores solutions for one allocator; node views are cached per node name."""
+
+    allocator: Allocator
+    # Keep this many intact large NVLink domains (>= LARGE_DOMAIN GPUs, all free) in the fleet:
+    # a claim that would take part of one of the last `reserve` waits instead. 0: no reserve.
+    reserve: int = 0
+    views: dict[str, NodeView] = field(default_factory=dict)
+
+    def view(self, node: Node) -> NodeView:
+        view = self.views.get(node.name)
+        if view is None:
+            view = NodeView(node, self.allocator.pools_for(node))
+            self.views[node.name] = view
+        return view
+
+    def choose(
+        self,
+        nodes: list[Node],
+        claims: list[ResourceClaim],
+        state: AllocatedState | None = None,
+        mask: set[DeviceID] | None = None,
+    ) -> Choice | None:
+        """The best-scoring allocation of `claims` on one of `nodes`, or None when none fits."""
+        base = state if state is not None else self.allocator.state
+        if mask:
+            base = masked(base, mask)  # the caller's mask must already be safe (`safe_mask`)
+        protect = self.reserve > 0 and self.intact_large_domains(base) <= self.reserve
+        best: Choice | None = None
+        for index, node in enumerate(nodes):
+            choice = self._best_on_node(index, node, claims, base, protect)
+            if choice is not None and (best is None or choice.score < best.score):
+                best = choice
+        return best
+
+    def intact_large_domains(self, state: AllocatedState) -> int:
+        """Large NVLink domains with every GPU free, over every node the allocator knows."""
+        count = 0
+        for name in self.allocator.node_names():
+            view = self.view(Node(name))
+            free = view.free(state)
+            for domain, size in view.domain_sizes.items():
+                if domain and size >= LARGE_DOMAIN and free.domains.get(domain) == size:
+                    count += 1
+        return count
+
+    def _best_on_node(
+        self,
+        index: int,
+        node: Node,
+        claims: list[ResourceClaim],
+        state: AllocatedState,
+        protect: bool = False,
+    ) -> Choice | None:
+        view = self.view(node)
+        steered = [safe_mask(self.allocator, node, state, m) for m in self._masks(view, state)]
+        limit = SOLUTIONS_PER_MASK if (view.partitions or len(view.domains) > 1) else 1
+        found = solutions(self.allocator, node, claims, state, limit)
+        if not found:
+            return None
+        for mask in steered:
+            found.extend(solutions(self.allocator, node, claims, masked(state, mask), limit))
+        before_free = view.free(state)
+        before = node_value(view, before_free)
+        best: Choice | None = None
+        for n, results in enumerate(found):
+            after_free = view.free(state, result_devices(results))
+            if protect and _breaks_large_domain(view, before_free, after_free):
+                continue
+            loss = before - node_value(view, after_free)
+            steps = alternative_steps(claims, results)
+            score = Score(
+                round(loss + ALTERNATIVE_PENALTY * steps, 6), after_free.free_gpus, index, n
+            )
+            if best is None or score < best.score:
+                best = Choice(node, results, score, loss, steps)
+        return best
+
+    def _masks(self, view: NodeView, state: AllocatedState) -> list[set[DeviceID]]:
+        masks: list[set[DeviceID]] = []
+        if view.partitions:
+            used = view.used_counters(state, set())
+            whole = {key for key in view.counter_names if not used.get(key)}
+            if whole and len(whole) < len(view.counter_names):
+                # every device of the whole GPUs: the search then only sees partitioned ones
+                mask = {p.id for p in view.partitions if p.counter_set in whole}
+                mask.update(g.id for g in view.gpus if g.counter_set in whole)
+                masks.append(mask)
+        if len(view.domains) > 1:
+            free = view.free(state)
+            for domain in view.domains:
+                if free.domains.get(domain):
+                    masks.append({g.id for g in free.gpus if g.domain != domain})
+        return masks
+
+
+def _breaks_large_domain(view: NodeView, before: FreeState, after: FreeState) -> bool:
+    """True when an intact large domain would be left partly used (taking all of it is fine)."""
+    for domain, size in view.domain_sizes.items():
+        if not domain or size < LARGE_DOMAIN or before.domains.get(domain) != size:
+            continue
+        if 0 < after.domains.get(domain, 0) < size:
+            return True
+    return False
+
+
+def alternative_steps(claims: list[ResourceClaim], results: list[AllocationResult]) -> int:
+    """How far down their `firstAvailable` lists the chosen subrequests are, summed."""
+    steps = 0
+    for claim, result in zip(claims, results, strict=True):
+        order = {
+            f"{r.name}/{sub.name}": i
+            for r in claim.requests
+            for i, sub in enumerate(r.first_available)
+        }
+        seen: set[str] = set()
+        for r in result.results:
+            if r.request in order and r.request not in seen:
+                seen.add(r.request)
+                steps += order[r.request]
+    return steps

@@ -1,0 +1,245 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpudra_alloc import AllocatedState, Allocator, DeviceID
+from gpudra_alloc.placement import Chooser, block_value
+from gpudra_alloc.placement.accept import kubernetes_accepts
+from gpudra_alloc.placement.choose import alternative_steps
+from gpudra_alloc.workload import Fleet, build_fleet, device_classes, resource_claim
+from gpudra_api import (
+    AllocationResult,
+    Node,
+    ResourceClaim,
+    parse_device_class,
+    parse_resource_claim,
+    parse_resource_slice,
+)
+
+DRIVER = "gpu.nvidia.com"
+
+
+def cluster(
+    counts: dict[str, int],
+    busy: tuple[tuple[str, str], ...] = (),
+    domains: dict[str, dict[str, str]] | None = None,
+) -> tuple[Allocator, list[Node]]:
+    """A fleet with some devices in use; `domains` rewrites nvlinkDomain per (node, device)."""
+    objects = build_fleet(Fleet(counts=counts))
+    for s in objects.slices:
+        node = s["spec"]["nodeName"]
+        for d in s["spec"].get("devices", []):
+            new = (domains or {}).get(node, {}).get(d["name"])
+            if new:
+                d["attributes"]["nvlinkDomain"] = {"string": new}
+    allocator = Allocator(
+        [parse_device_class(c) for c in device_classes()],
+        [parse_resource_slice(s) for s in objects.slices],
+        state=AllocatedState(devices={DeviceID(DRIVER, n, d) for n, d in busy}),
+    )
+    return allocator, [Node(n["name"], n["labels"]) for n in objects.nodes]
+
+
+def claim(shape: str, name: str = "c") -> ResourceClaim:
+    return parse_resource_claim(resource_claim(shape, name))
+
+
+def devices(results: list[AllocationResult]) -> list[str]:
+    return [r.device for result in results for r in result.results]
+
+
+def requests(results: list[AllocationResult]) -> list[str]:
+    return [r.request for result in results for r in result.results]
+
+
+HALF_DOMAINS = {"dgx-00": {f"gpu-{i}": "nvswitch-1" for i in range(4, 8)}}
+
+
+@pytest.mark.parametrize(
+    ("counts", "busy", "domains", "shape", "node", "picked", "via"),
+    [
+        pytest.param(
+            {"dgx-h100": 3, "l4-pcie": 1},
+            (
+                ("dgx-00", "gpu-0"),
+                ("dgx-00", "gpu-1"),
+                *(("dgx-02", f"gpu-{i}") for i in range(8)),
+            ),
+            None,
+            "gpu-8-nvl",
+            "dgx-01",
+            [f"gpu-{i}" for i in range(8)],
+            "gpus",
+            id="8-gpus-on-the-one-whole-nvswitch-domain",
+        ),
+        pytest.param(
+            {"dgx-h100": 1},
+            (("dgx-00", "gpu-4"), ("dgx-00", "gpu-5")),
+            HALF_DOMAINS,
+            "gpu-2",
+            "dgx-00",
+            ["gpu-6", "gpu-7"],
+            "gpus",
+            id="best-fit-domain-keeps-the-whole-domain-whole",
+        ),
+        pytest.param(
+            {"a100-mig": 1, "dgx-h100": 1, "hgx-b200": 1, "l4-pcie": 1},
+            (),
+            None,
+            "h100-plus",
+            "dgx-00",
+            None,
+            "gpus",
+            id="h100-or-better-40g-on-h100-not-b200",
+        ),
+        pytest.param(
+            {"a100-mig": 1, "dgx-h100": 1, "hgx-b200": 1, "l4-pcie": 1},
+            (),
+            None,
+            "mem-150",
+            "b200-00",
+            None,
+            "gpus",
+            id="150g-lands-on-b200",
+        ),
+        pytest.param(
+            {"dgx-h100": 1, "hgx-b200": 1, "l4-pcie": 1},
+            (),
+            None,
+            "gpu-1",
+            "l4-00",
+            None,
+            "gpus",
+            id="one-gpu-on-pcie-keeps-nvlink-domains-whole",
+        ),
+        pytest.param(
+            {"a100-mig": 1, "l4-pcie": 1},
+            (("a100-00", "gpu-3-mig-1g-10gb-0"),),
+            None,
+            "mig",
+            "a100-00",
+            ["gpu-3-mig-1g-10gb-1"],
+            "gpu/small",
+            id="mig-small-packs-onto-the-partitioned-gpu",
+        ),
+        pytest.param(
+            {"a100-mig": 1, "l4-pcie": 1},
+            tuple(("a100-00", f"gpu-{g}-mig-1g-10gb-{p}") for g in range(8) for p in range(7)),
+            None,
+            "mig",
+            "l4-00",
+            ["gpu-0"],
+            "gpu/full",
+            id="mig-falls-back-to-a-full-gpu-when-no-slice-is-left",
+        ),
+    ],
+)
+def test_topology_choice(
+    counts: dict[str, int],
+    busy: tuple[tuple[str, str], ...],
+    domains: dict[str, dict[str, str]] | None,
+    shape: str,
+    node: str,
+    picked: list[str] | None,
+    via: str,
+) -> None:
+    allocator, nodes = cluster(counts, busy, domains)
+    claims = [claim(shape)]
+    choice = Chooser(allocator).choose(nodes, claims)
+    assert choice is not None
+    assert choice.node.name == node
+    if picked is not None:
+        assert devices(choice.results) == picked
+    assert set(requests(choice.results)) == {via}
+    assert kubernetes_accepts(allocator, choice.node, claims, choice.results)
+
+
+def test_first_fit_breaks_the_whole_gpu_where_topology_packs() -> None:
+    allocator, nodes = cluster({"a100-mig": 1}, (("a100-00", "gpu-3-mig-1g-10gb-0"),))
+    claims = [claim("mig")]
+    first = allocator.choose_node(nodes, claims)
+    assert first is not None
+    assert first.results is not None
+    assert devices(first.results) == ["gpu-0-mig-1g-10gb-0"]
+    choice = Chooser(allocator).choose(nodes, claims)
+    assert choice is not None
+    assert devices(choice.results) == ["gpu-3-mig-1g-10gb-1"]
+
+
+def test_nothing_fits_gives_none_and_state_is_untouched() -> None:
+    allocator, nodes = cluster({"l4-pcie": 1})
+    before = set(allocator.state.devices)
+    assert Chooser(allocator).choose(nodes, [claim("gpu-8-nvl")]) is None
+    assert set(allocator.state.devices) == before
+
+
+def test_reserve_keeps_the_last_whole_domain_for_a_claim_that_needs_it() -> None:
+    allocator, nodes = cluster({"dgx-h100": 1})
+    assert Chooser(allocator, reserve=0).choose(nodes, [claim("gpu-1")]) is not None
+    assert Chooser(allocator, reserve=1).choose(nodes, [claim("gpu-1")]) is None
+    whole = Chooser(allocator, reserve=1).choose(nodes, [claim("gpu-8-nvl")])
+    assert whole is not None
+    assert len(devices(whole.results)) == 8
+
+
+def test_same_input_same_choice() -> None:
+    picks = []
+    for _ in range(2):
+        allocator, nodes = cluster({"dgx-h100": 2, "l4-pcie": 1, "a100-mig": 1})
+        chooser = Chooser(allocator)
+        for i, shape in enumerate(["gpu-2", "mig", "gpu-4-nvl", "gpu-1", "mig"]):
+            claims = [claim(shape, f"c{i}")]
+            choice = chooser.choose(nodes, claims)
+            assert choice is not None
+            assert kubernetes_accepts(allocator, choice.node, claims, choice.results)
+            allocator.state.apply(choice.results)
+            picks.append((choice.node.name, devices(choice.results)))
+    assert picks[:5] == picks[5:]
+
+
+@pytest.mark.parametrize(
+    ("free", "value"),
+    [
+        pytest.param(0, 0.0, id="none"),
+        pytest.param(1, 1.0, id="one"),
+        pytest.param(3, 3.2, id="pair-and-one"),
+        pytest.param(7, 8.2, id="four-pair-one"),
+        pytest.param(8, 14.0, id="whole-eight"),
+    ],
+)
+def test_block_value(free: int, value: float) -> None:
+    assert block_value(free) == pytest.approx(value)
+
+
+def _mig_result(request: str) -> list[AllocationResult]:
+    from gpudra_api import DeviceRequestAllocationResult
+
+    return [AllocationResult((DeviceRequestAllocationResult(request, DRIVER, "p", "d"),))]
+
+
+@pytest.mark.parametrize(
+    ("chosen", "steps"),
+    [
+        pytest.param("gpu/small", 0, id="first"),
+        pytest.param("gpu/medium", 1, id="second"),
+        pytest.param("gpu/full", 2, id="third"),
+    ],
+)
+def test_alternative_steps(chosen: str, steps: int) -> None:
+    assert alternative_steps([claim("mig")], _mig_result(chosen)) == steps
+
+
+def test_accepts_rejects_an_allocation_the_rules_forbid() -> None:
+    allocator, nodes = cluster({"dgx-h100": 1}, domains=HALF_DOMAINS)
+    claims = [claim("gpu-4-nvl")]
+    found = allocator.allocate(nodes[0], claims)
+    assert found.results is not None
+    assert kubernetes_accepts(allocator, nodes[0], claims, found.results)
+    from dataclasses import replace
+
+    result = found.results[0]
+    mixed = tuple(replace(r, device=f"gpu-{i * 2}") for i, r in enumerate(result.results))
+    forged: Any = [replace(result, results=mixed)]  # gpu-0,2,4,6 straddle two domains
+    assert not kubernetes_accepts(allocator, nodes[0], claims, forged)

@@ -1,0 +1,212 @@
+"""Gang allocation: several pods' claims, on several nodes, all or nothing.
+
+A gang is `{"name": ..., "pods": [[ResourceClaim, ...], ...], "matchAttribute": "<qualified
+name>"}` (the last is optional). With `matchAttribute`, every device of every pod must carry the
+same value of that attribute (e.g. `gpu.nvidia.com/cliqueID`: the whole gang in one NVL72 fabric
+clique); values are compared as they are published, so only attributes whose values name one
+thing across nodes make sense here (a clique, not a node-local NVLink domain name).
+
+Pods are placed one after the other on a scratch copy of the in-use state, each by the pod
+policy (`topology`: largest pod first, best score; `first-fit`: in order, first node that fits),
+each seeing the devices the pods before it took. For each attribute value (sorted) the gang is
+tried within the nodes that publish it, with the devices that do not carry it masked; `first-fit`
+takes the first value that fits the whole gang, `topology` the one that costs the least value.
+Nothing is reserved unless every pod fits; placement is greedy across pods (no backtracking
+from a later pod into an earlier pod's choice).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpudra_alloc.allocator import Allocator
+from gpudra_alloc.constraints import lookup_attribute
+from gpudra_alloc.placement.choose import Chooser
+from gpudra_alloc.placement.errors import GangError
+from gpudra_alloc.placement.search import copy_state, masked, safe_mask, solutions
+from gpudra_alloc.state import AllocatedState, DeviceID
+from gpudra_api import AllocationResult, ApiError, Node, ResourceClaim, parse_resource_claim
+
+
+@dataclass(frozen=True)
+class Gang:
+    name: str
+    pods: list[list[ResourceClaim]]
+    match_attribute: str | None = None
+
+    @property
+    def claims(self) -> list[ResourceClaim]:
+        return [c for pod in self.pods for c in pod]
+
+
+def parse_gang(doc: Any) -> Gang:
+    """Read a gang step body; raises GangError (or the model's ValidationError)."""
+    if not isinstance(doc, dict):
+        raise GangError("gang: must be an object with name and pods")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise GangError("gang.name: must be a non-empty string")
+    pods = doc.get("pods")
+    if not isinstance(pods, list) or not pods:
+        raise GangError(f"gang {name}: pods must be a non-empty list of claim lists")
+    parsed: list[list[ResourceClaim]] = []
+    for i, pod in enumerate(pods):
+        if not isinstance(pod, list) or not pod:
+            raise GangError(f"gang {name}: pods[{i}] must be a non-empty list of ResourceClaims")
+        try:
+            parsed.append([parse_resource_claim(c) for c in pod])
+        except ApiError as exc:
+            raise GangError(f"gang {name}: pods[{i}]: {exc}") from exc
+    keys = [c.key for pod in parsed for c in pod]
+    if len(set(keys)) != len(keys):
+        raise GangError(f"gang {name}: a claim appears twice")
+    attribute = doc.get("matchAttribute")
+    if attribute is not None and (not isinstance(attribute, str) or "/" not in attribute):
+        raise GangError(f"gang {name}: matchAttribute must be a qualified attribute name")
+    return Gang(name, parsed, attribute)
+
+
+@dataclass
+class GangPlacement:
+    """Per pod (in the gang's pod order) its node and results; `group` is the attribute value."""
+
+    pods: list[tuple[Node, list[AllocationResult]]] | None
+    group: str | None = None
+    cost: float = 0.0
+    failed_pod: int | None = None
+
+    @property
+    def results(self) -> list[AllocationResult]:
+        return [r for _, results in self.pods or [] for r in results]
+
+
+def _groups(
+    allocator: Allocator, nodes: list[Node], attribute: str
+) -> dict[str, tuple[list[Node], set[DeviceID]]]:
+    """Attribute value -> (nodes publishing it, devices on those nodes that do not carry it)."""
+    values_by_node: dict[str, dict[DeviceID, str | None]] = {}
+    for node in nodes:
+        seen: dict[DeviceID, str | None] = {}
+        for pool in allocator.pools_for(node):
+            for entries in pool.device_entries():
+                for entry in entries:
+                    attr = lookup_attribute(entry.device, entry.id, attribute)
+                    value = None if attr is None or attr.is_list else str(attr.scalar)
+                    seen[entry.id] = value
+        values_by_node[node.name] = seen
+    groups: dict[str, tuple[list[Node], set[DeviceID]]] = {}
+    for node in nodes:
+        seen = values_by_node[node.name]
+        for value in sorted({v for v in seen.values() if v is not None}):
+            members, mask = groups.setdefault(value, ([], set()))
+            members.append(node)
+            mask.update(d for d, v in seen.items() if v != value)
+    return dict(sorted(groups.items()))
+
+
+def place_gang(
+    allocator: Allocator,
+    nodes: list[Node],
+    gang: Gang,
+    policy: str,
+    chooser: Chooser | None = None,
+) -> GangPlacement:
+    """Place every pod of `gang` or none; `allocator.state` is never changed here."""
+    if gang.match_attribute:
+        groups = _groups(allocator, nodes, gang.match_attribute)
+    else:
+        groups = {"": (nodes, set())}
+    best: GangPlacement | None = None
+    worst_failure = GangPlacement(None, failed_pod=0)
+    for value, (members, wanted) in groups.items():
+        attempt = _place_in_group(allocator, members, wanted, gang, policy, chooser)
+        attribute = gang.match_attribute
+        if (
+            attempt.pods is not None
+            and attribute
+            and not _all_carry(allocator, attempt, attribute, value)
+        ):
+            attempt = GangPlacement(None, failed_pod=0)
+        if attempt.pods is None:
+            if (attempt.failed_pod or 0) > (worst_failure.failed_pod or 0):
+                worst_failure = attempt
+            continue
+        attempt.group = value or None
+        if policy == "first-fit":
+            return attempt
+        if best is None or attempt.cost < best.cost:
+            best = attempt
+    return best if best is not None else worst_failure
+
+
+def _all_carry(allocator: Allocator, placed: GangPlacement, attribute: str, value: str) -> bool:
+    """Every device the gang got carries `value` (a mask may leave counter devices free)."""
+    taken = {(r.driver, r.pool, r.device) for result in placed.results for r in result.results}
+    for node, _ in placed.pods or []:
+        for pool in allocator.pools_for(node):
+            for entries in pool.device_entries():
+                for entry in entries:
+                    if tuple(entry.id) in taken:
+                        attr = lookup_attribute(entry.device, entry.id, attribute)
+                        if attr is None or attr.is_list or str(attr.scalar) != value:
+                            return False
+    return True
+
+
+def _place_in_group(
+    allocator: Allocator,
+    nodes: list[Node],
+    wanted: set[DeviceID],
+    gang: Gang,
+    policy: str,
+    chooser: Chooser | None,
+) -> GangPlacement:
+    scratch: AllocatedState = copy_state(allocator.state)
+    order = list(range(len(gang.pods)))
+    if policy != "first-fit":
+        order.sort(key=lambda i: -_device_count(gang.pods[i]))
+    placed: dict[int, tuple[Node, list[AllocationResult]]] = {}
+    cost = 0.0
+    for position, i in enumerate(order):
+        claims = gang.pods[i]
+        mask: set[DeviceID] = set()
+        for node in nodes:
+            mask |= safe_mask(allocator, node, scratch, wanted)
+        if policy == "first-fit":
+            found = _first_fit(allocator, nodes, claims, masked(scratch, mask))
+            if found is None:
+                return GangPlacement(None, failed_pod=position)
+            node, results = found
+        else:
+            choice = (chooser or Chooser(allocator)).choose(nodes, claims, scratch, mask)
+            if choice is None:
+                return GangPlacement(None, failed_pod=position)
+            node, results = choice.node, choice.results
+            cost += choice.score.cost
+        scratch.apply(results)
+        placed[i] = (node, results)
+    return GangPlacement([placed[i] for i in range(len(gang.pods))], cost=cost)
+
+
+def _first_fit(
+    allocator: Allocator, nodes: list[Node], claims: list[ResourceClaim], state: AllocatedState
+) -> tuple[Node, list[AllocationResult]] | None:
+    """First-fit's node choice (first node in order where the search succeeds) under `state`.
+    Not `Allocator.choose_node`: its caches follow `allocator.state`, not a scratch state."""
+    for node in nodes:
+        found = solutions(allocator, node, claims, state, 1)
+        if found:
+            return node, found[0]
+    return None
+
+
+def _device_count(claims: list[ResourceClaim]) -> int:
+    total = 0
+    for claim in claims:
+        for request in claim.requests:
+            if request.exactly is not None:
+                total += request.exactly.count
+            elif request.first_available:
+                total += request.first_available[0].count
+    return total
