@@ -46,6 +46,9 @@ def device_view(entry: DeviceEntry) -> Any:
     return entry.view
 
 
+_MAX_PROGRAMS = 4096
+
+
 class Selectors:
     """Compiles each expression once and evaluates selectors against device entries."""
 
@@ -59,6 +62,8 @@ class Selectors:
                 program = compile_selector(expression)
             except CelCompileError as exc:
                 program = exc
+            if len(self._compiled) >= _MAX_PROGRAMS:
+                self._compiled.clear()  # expressions come from users; keep memory bounded
             self._compiled[expression] = program
         return program
 
