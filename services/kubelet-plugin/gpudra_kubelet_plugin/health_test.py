@@ -7,9 +7,11 @@ import nats
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from gpudra_bus import INVENTORY_STREAM, STREAMS, ensure_stream
 from gpudra_kubelet_plugin import healthfeed
 from gpudra_kubelet_plugin.conftest import GPU0, GPU1, NODE, node_devices
 from gpudra_kubelet_plugin.health import MAX_MESSAGE, HealthEvent, HealthHub
+from gpudra_testing import NatsServer
 from gpudrapb.v1 import inventory_pb2 as pb
 
 
@@ -163,5 +165,33 @@ async def test_feed_from_nats(nats_url: str) -> None:
         assert status["gpu-1"] == ("unhealthy", "XID 79")
         assert status["gpu-0"] == ("healthy", "")
         await watch.aclose()
+    finally:
+        await nc.drain()
+
+
+async def test_seed_from_the_last_inventory(fresh_nats_server: NatsServer) -> None:
+    nc = await nats.connect(fresh_nats_server.url)
+    try:
+        js = nc.jetstream()
+        h = HealthHub(NODE, node_devices())
+        assert await healthfeed.seed(js, NODE, h) == 0  # no stream yet: healthy, not an error
+        spec = next(s for s in STREAMS if s.name == INVENTORY_STREAM)
+        await ensure_stream(js, spec)
+        assert await healthfeed.seed(js, NODE, h) == 0  # no inventory of this node yet
+        xid = pb.HealthCondition(kind=pb.HealthCondition.KIND_XID, code=79)
+        inventory = pb.NodeInventory(
+            node=NODE,
+            devices=[
+                pb.Device(name="gpu-0", uuid=GPU0, type=pb.Device.TYPE_GPU),
+                pb.Device(name="gpu-1", uuid=GPU1, type=pb.Device.TYPE_GPU, health=[xid]),
+            ],
+        )
+        data, headers = healthfeed.NODE_INVENTORY.encode(inventory)
+        await js.publish(f"gpudra.inventory.{NODE}", data, headers=headers)
+        assert await healthfeed.seed(js, NODE, h) == 1
+        status = {d.device: (d.status, d.message) for d in h.snapshot()}
+        assert status["gpu-1"] == ("unhealthy", "XID 79")
+        assert status["gpu-1-mig-1-0"] == ("unhealthy", "XID 79")
+        assert status["gpu-0"] == ("healthy", "")
     finally:
         await nc.drain()

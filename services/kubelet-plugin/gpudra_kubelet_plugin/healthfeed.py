@@ -4,6 +4,11 @@ Payload: `gpudra.v1.HealthEvent` (proto/gpudrapb/v1/inventory.proto) under gpudr
 header. A set condition (XID, ECC, lost) makes the device unhealthy until it clears.
 A message that does not decode or declares another schema is logged and skipped: one bad event
 never stops the feed.
+
+Events are not stored, so a plugin that starts while a GPU is already unhealthy would miss the
+event; `seed` therefore first applies the active conditions of the node's last `NodeInventory`
+(the inventory stream keeps the latest per node). Without it (no inventory yet, no permission), the
+plugin starts from "healthy" and logs why.
 """
 
 from __future__ import annotations
@@ -13,14 +18,18 @@ import logging
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
+from nats.js.client import JetStreamContext
+from nats.js.errors import NotFoundError
 
-from gpudra_bus import Codec, CodecError, subjects
+from gpudra_bus import INVENTORY_STREAM, Codec, CodecError, subjects
 from gpudra_kubelet_plugin.health import HealthEvent, HealthHub
 from gpudrapb.v1 import inventory_pb2
 
 log = logging.getLogger(__name__)
 
 HEALTH_EVENT: Codec[inventory_pb2.HealthEvent] = Codec(inventory_pb2.HealthEvent)
+NODE_INVENTORY: Codec[inventory_pb2.NodeInventory] = Codec(inventory_pb2.NodeInventory)
 _KIND_NAMES = {
     inventory_pb2.HealthCondition.KIND_ECC: "uncorrected ECC errors",
     inventory_pb2.HealthCondition.KIND_LOST: "GPU lost",
@@ -55,6 +64,33 @@ def decode(msg: Msg) -> HealthEvent | None:
     except CodecError as exc:
         log.warning("skipping health message on %s: %s", msg.subject, exc)
         return None
+
+
+async def seed(js: JetStreamContext, node: str, hub: HealthHub) -> int:
+    """Apply the active conditions of the node's last inventory; returns how many were applied."""
+    subject = subjects.inventory(node)
+    try:
+        msg = await js.get_last_msg(INVENTORY_STREAM, subject)
+        inventory = NODE_INVENTORY.decode(msg.data or b"", msg.headers)
+    except NotFoundError:
+        log.info("no inventory of node %s yet: devices start healthy", node)
+        return 0
+    except (NatsError, TimeoutError, CodecError) as exc:
+        log.warning("cannot read the last inventory of %s (%s): devices start healthy", node, exc)
+        return 0
+    applied = 0
+    for device in inventory.devices:
+        for condition in device.health:
+            event = inventory_pb2.HealthEvent(
+                node=node,
+                device_name=device.name,
+                device_uuid=device.uuid,
+                condition=condition,
+                time=condition.since,
+            )
+            await hub.update(translate(event))
+            applied += 1
+    return applied
 
 
 async def subscribe(nc: Client, node: str, hub: HealthHub) -> Subscription:

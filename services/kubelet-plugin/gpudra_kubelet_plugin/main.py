@@ -110,6 +110,7 @@ async def serve(
                 ) from exc
         hub = HealthHub(settings.node, await lookup.devices(), settings.health_timeout)
         await healthfeed.subscribe(nc, settings.node, hub)
+        await healthfeed.seed(nc.jetstream(), settings.node, hub)
         state = DeviceState(
             driver=settings.driver_name,
             node=settings.node,
