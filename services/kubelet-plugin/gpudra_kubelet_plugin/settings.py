@@ -260,6 +260,16 @@ class Settings:
             raise SettingsError(
                 f"trace exporter must be one of {TRACE_EXPORTERS}, got {self.trace_exporter!r}"
             )
+        kind, _, argument = self.device_source.partition(":")
+        if not (self.device_source == "nvml" or (kind in ("simulator", "table") and argument)):
+            raise SettingsError(
+                "device source must be nvml, simulator:<profile> or table:<path>, "
+                f"got {self.device_source!r}"
+            )
+        if not self.checkpoint_file or "/" in self.checkpoint_file:
+            raise SettingsError(
+                f"checkpoint file must be a file name, got {self.checkpoint_file!r}"
+            )
         if self.health_timeout < 0:
             raise SettingsError("health timeout must be >= 0")
 

@@ -172,6 +172,10 @@ def test_fallback_variables(environ: dict[str, str], expected: dict[str, Any]) -
         pytest.param(["--nats-tls-cert", "c.pem"], "go together", id="cert-without-key"),
         pytest.param(["--health-port", "70000"], "not a TCP port", id="port"),
         pytest.param(["--trace-exporter", "jaeger"], "trace exporter must be", id="exporter"),
+        pytest.param(["--device-source", "simulator"], "device source must be", id="device-source"),
+        pytest.param(
+            ["--checkpoint-file", "a/b.json"], "must be a file name", id="checkpoint-file"
+        ),
     ],
 )
 def test_more_bad_values(argv: list[str], message: str) -> None:
