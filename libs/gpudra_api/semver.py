@@ -14,7 +14,6 @@ What this module promises:
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 
@@ -60,7 +59,6 @@ def _ident_key(ident: PrereleaseIdent) -> tuple[int, int, str]:
     return (1, 0, ident)
 
 
-@functools.total_ordering
 @dataclass(frozen=True, slots=True, eq=False)
 class Semver:
     """A strict semantic version. Compare with `<`/`==` or `compare`."""
@@ -70,6 +68,11 @@ class Semver:
     patch: int
     prerelease: tuple[PrereleaseIdent, ...] = ()
     build: tuple[str, ...] = field(default=())
+    # The precedence key, computed once: comparisons are hot in selector evaluation.
+    _order: tuple[object, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_order", self._key())
 
     @classmethod
     def parse(cls, text: str) -> Semver:
@@ -113,21 +116,36 @@ class Semver:
 
     def compare(self, other: Semver) -> int:
         """-1, 0 or 1 by precedence (build metadata ignored)."""
-        a, b = self._key(), other._key()
+        a, b = self._order, other._order
         return (a > b) - (a < b)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Semver):
             return NotImplemented
-        return self._key() == other._key()
+        return self._order == other._order
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Semver):
             return NotImplemented
-        return self._key() < other._key()
+        return self._order < other._order
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Semver):
+            return NotImplemented
+        return self._order <= other._order
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Semver):
+            return NotImplemented
+        return self._order > other._order
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Semver):
+            return NotImplemented
+        return self._order >= other._order
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return hash(self._order)
 
     def __str__(self) -> str:
         text = f"{self.major}.{self.minor}.{self.patch}"

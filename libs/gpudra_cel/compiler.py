@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from gpudra_cel.access import has_field, index_value, select_value
 from gpudra_cel.checker import Checked
 from gpudra_cel.codegen import InlineCompare, SlotField, chain
-from gpudra_cel.dispatch import INTERNAL_ERRORS, dispatch, receiver_dispatch
+from gpudra_cel.dispatch import INTERNAL_ERRORS, Constant, dispatch, receiver_dispatch
 from gpudra_cel.errors import CelCompileError, CelError, CelEvaluationError
 from gpudra_cel.functions import Overload
 from gpudra_cel.macros import comprehension
@@ -344,7 +344,10 @@ class _Compiler:
         if node.target is not None and all(ov.target is not None for ov in overloads):
             distinct = {ov.target.name for ov in overloads if ov.target is not None}
             if len(distinct) == len(overloads) and "dyn" not in distinct:
-                return receiver_dispatch(name, overloads, fns)
+                call_args: list[Fn | Constant] = [
+                    Constant(a.value) if isinstance(a, Const) else _fn(a) for a in operands[1:]
+                ]
+                return receiver_dispatch(name, overloads, fns[0], call_args)
         return lambda act: dispatch(name, overloads, [f(act) for f in fns])
 
 

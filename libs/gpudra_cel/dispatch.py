@@ -16,7 +16,7 @@ from gpudra_cel.operators import Fn
 from gpudra_cel.types import CelType, value_has_type
 from gpudra_cel.values import CelOptional, CelUint, no_overload
 
-__all__ = ["INTERNAL_ERRORS", "dispatch", "receiver_dispatch"]
+__all__ = ["INTERNAL_ERRORS", "Constant", "dispatch", "receiver_dispatch"]
 
 INTERNAL_ERRORS = (
     TypeError,
@@ -53,28 +53,70 @@ def dispatch(name: str, overloads: tuple[Overload, ...], values: list[object]) -
     raise no_overload(name, *values)
 
 
-def receiver_dispatch(name: str, overloads: tuple[Overload, ...], fns: list[Fn]) -> Fn:
-    """A closure choosing the overload by the receiver's class (member calls only)."""
-    table: dict[type, tuple[Overload, tuple[CelType, ...]]] = {}
+def _classes(t: CelType) -> tuple[type, ...] | None:
+    """Exact classes a declared type admits on the fast path (None: anything)."""
+    if t.name == "dyn" or t.is_param:
+        return None
+    return _CLASSES.get(t.name, ())
+
+
+def receiver_dispatch(
+    name: str, overloads: tuple[Overload, ...], receiver: Fn, args: list[Fn | Constant]
+) -> Fn:
+    """A closure choosing the overload by the receiver's class (member calls only); literal
+    arguments are passed as values and their kinds checked once, here."""
+    table: dict[type, Overload] = {}
     for ov in overloads:
         assert ov.target is not None
         for cls in _CLASSES.get(ov.target.name, ()):
-            table.setdefault(cls, (ov, ov.args))
-    receiver, *arg_fns = fns
+            table.setdefault(cls, ov)
+    if len(args) == 1 and isinstance(args[0], Constant):
+        constant = args[0].value
+        # Keep only receivers whose overload takes this literal's kind.
+        fast = {
+            cls: ov.impl
+            for cls, ov in table.items()
+            if (kinds := _classes(ov.args[0])) is None or constant.__class__ in kinds
+        }
+
+        def call_constant(act: list[object]) -> object:
+            recv = receiver(act)
+            impl = fast.get(recv.__class__)
+            if impl is None:
+                return dispatch(name, overloads, [recv, constant])
+            try:
+                return impl(recv, constant)
+            except INTERNAL_ERRORS as exc:
+                raise CelEvaluationError(f"{name}: {exc}") from exc
+
+        return call_constant
+    arg_fns = [a if not isinstance(a, Constant) else _const_fn(a.value) for a in args]
+    checks = {cls: (ov.impl, tuple(_classes(t) for t in ov.args)) for cls, ov in table.items()}
 
     def call(act: list[object]) -> object:
         recv = receiver(act)
-        args = [f(act) for f in arg_fns]
-        found = table.get(recv.__class__)
-        if found is None:
-            return dispatch(name, overloads, [recv, *args])
-        ov, declared = found
-        for value, t in zip(args, declared, strict=True):
-            if not value_has_type(value, t):
-                return dispatch(name, overloads, [recv, *args])
-        try:
-            return ov.impl(recv, *args)
-        except INTERNAL_ERRORS as exc:
-            raise CelEvaluationError(f"{name}: {exc}") from exc
+        values = [f(act) for f in arg_fns]
+        found = checks.get(recv.__class__)
+        if found is not None:
+            impl, kinds = found
+            if all(k is None or v.__class__ in k for v, k in zip(values, kinds, strict=True)):
+                try:
+                    return impl(recv, *values)
+                except INTERNAL_ERRORS as exc:
+                    raise CelEvaluationError(f"{name}: {exc}") from exc
+        return dispatch(name, overloads, [recv, *values])
 
     return call
+
+
+class Constant:
+    """A literal argument known at compile time."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+def _const_fn(value: object) -> Fn:
+    return lambda act: value

@@ -49,7 +49,9 @@ class DevicePath:
                 return lambda act: act[0].driver  # type: ignore[attr-defined]
             return lambda act: getattr(act[0], field)
         if name is None:
-            return lambda act: getattr(act[0], field).get(domain, _EMPTY)
+            if field == "attributes":
+                return lambda act: act[0].attributes.get(domain, _EMPTY)  # type: ignore[attr-defined]
+            return lambda act: act[0].capacity.get(domain, _EMPTY)  # type: ignore[attr-defined]
         missing = f"no such key: {name}"
         if field == "attributes":
 

@@ -48,7 +48,10 @@ def compile_regex(pattern: str) -> Pattern:
     translated = translate(pattern)
     if translated is None:
         return compiled  # type: ignore[no-any-return]
-    return re.compile(translated)
+    try:
+        return re.compile(translated)
+    except re.error:  # RE2 accepts a few things `re` refuses (`^*`): keep RE2 for those
+        return compiled  # type: ignore[no-any-return]
 
 
 def literal_alternatives(pattern: str) -> tuple[str, ...] | None:

@@ -1,0 +1,113 @@
+"""The RE2 -> Python `re` translation must not change what a pattern matches."""
+
+from __future__ import annotations
+
+import pytest
+import re2  # type: ignore[import-untyped]
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpudra_cel.errors import CelEvaluationError
+from gpudra_cel.regex import compile_regex, literal_alternatives, translate
+
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False
+
+_PIECES = st.sampled_from(
+    [
+        "a",
+        "b",
+        "H",
+        "1",
+        "0",
+        "-",
+        " ",
+        ".",
+        "*",
+        "+",
+        "?",
+        "*?",
+        "|",
+        "(",
+        ")",
+        "(?:",
+        "[",
+        "]",
+        "[^",
+        "a-z",
+        "^",
+        "$",
+        "{2}",
+        "{1,3}",
+        "\\d",
+        "\\w",
+        "\\s",
+        "\\.",
+        "é",
+        ":",
+        "[0-9]",
+        "[a-c]+",
+        "\\-",
+        ",",
+    ]
+)
+_TEXT = st.text(alphabet="abH10- .\n\té:,zA_", max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, min_size=1, max_size=8).map("".join), st.lists(_TEXT, max_size=6))
+def test_translation_matches_like_re2(pattern: str, texts: list[str]) -> None:
+    translated = translate(pattern)
+    if translated is None:
+        return
+    try:
+        reference = re2.compile(pattern, _OPTIONS)
+    except Exception:  # not RE2 syntax: compile_regex refuses it before translating
+        return
+    ours = compile_regex(pattern)
+    for text in [*texts, pattern]:
+        expected, got = reference.search(text), ours.search(text)
+        assert (expected is None) == (got is None), (pattern, translated, text)
+        if expected is not None and got is not None:
+            assert expected.group(0) == got.group(0), (pattern, translated, text)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "translated"),
+    [
+        pytest.param("H100|H200", "H100|H200", id="alternation"),
+        pytest.param("a$", "a\\Z", id="dollar-is-end-of-text"),
+        pytest.param("\\d+", "[0-9]+", id="ascii-digit"),
+        pytest.param("(?i)abc", None, id="flags-stay-on-re2"),
+        pytest.param("\\bword", None, id="word-boundary-stays-on-re2"),
+        pytest.param("[[:alpha:]]", None, id="posix-class-stays-on-re2"),
+        pytest.param("\\pL", None, id="unicode-class-stays-on-re2"),
+    ],
+)
+def test_translate(pattern: str, translated: str | None) -> None:
+    assert translate(pattern) == translated
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        pytest.param("H100|H200", ("H100", "H200"), id="literals"),
+        pytest.param("H100", ("H100",), id="one"),
+        pytest.param("H1.0", None, id="dot"),
+        pytest.param("a|", None, id="empty-branch"),
+    ],
+)
+def test_literal_alternatives(pattern: str, expected: tuple[str, ...] | None) -> None:
+    assert literal_alternatives(pattern) == expected
+
+
+def test_newline_before_end() -> None:
+    # Python's `$` would match before a trailing newline; RE2's (and ours) does not.
+    assert compile_regex("a$").search("a\n") is None
+    assert compile_regex("a$").search("a") is not None
+
+
+@pytest.mark.parametrize("pattern", ["[", "a**", "(a)\\1", "a{1001}", "\\"])
+def test_invalid_patterns_are_cel_errors(pattern: str) -> None:
+    with pytest.raises(CelEvaluationError, match="invalid regular expression"):
+        compile_regex(pattern)
