@@ -8,15 +8,19 @@ in Kubernetes' order so that a placement layer can score them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from gpudra_alloc.features import Features
 from gpudra_alloc.pools import Pool, entries_of, gather_pools
-from gpudra_alloc.search import Search
+from gpudra_alloc.search import Search, SearchTimeout
 from gpudra_alloc.selection import Selectors
 from gpudra_alloc.state import AllocatedState, InUseDevices
 from gpudra_api import AllocationResult, DeviceClass, Node, ResourceClaim, ResourceSlice
+
+# kube-scheduler's default DRA filter timeout: one node's search may not take longer.
+DEFAULT_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -49,8 +53,10 @@ class Allocator:
         features: Features | None = None,
         state: AllocatedState | None = None,
         selectors: Selectors | None = None,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.features = features or Features()
+        self.timeout_s = timeout_s
         self.state = state or AllocatedState()
         self.selectors = selectors or Selectors()
         self.classes = {c.name: c for c in classes}
@@ -119,7 +125,14 @@ class Allocator:
         if not claims:
             return NodeOutcome(node, [])
         search = self._search(node, claims)
-        results = search.run()
+        if self.timeout_s is not None:
+            search.deadline = time.monotonic() + self.timeout_s
+        try:
+            results = search.run()
+        except SearchTimeout:
+            # kube-scheduler gives up on the node the same way (DRASchedulerFilterTimeout)
+            reason = f"timed out trying to allocate devices (after {self.timeout_s:g}s)"
+            return NodeOutcome(node, None, reason, search.closest, search)
         if results is not None:
             return NodeOutcome(node, results, closest=search.closest, search=search)
         reason = "cannot allocate all claims"

@@ -86,3 +86,39 @@ def test_candidates_come_in_kubernetes_order() -> None:
     solutions = list(allocator.candidates(Node("a"), [_claim("x", 2)], limit=10))
     picked = [[r.device for r in s[0].results] for s in solutions]
     assert picked == [["gpu-0", "gpu-1"], ["gpu-0", "gpu-2"], ["gpu-1", "gpu-2"]]
+
+
+def test_a_search_past_its_deadline_leaves_the_node_unschedulable() -> None:
+    # 24 partitions share a counter that only 11 of them fit into; 12 are wanted: the search
+    # tries every combination of 11 (millions) before it could give up.
+    pool = {"name": "p", "generation": 1, "resourceSliceCount": 2}
+    devices = [
+        {
+            "name": f"d{i}",
+            "consumesCounters": [{"counterSet": "s", "counters": {"c": {"value": "1"}}}],
+        }
+        for i in range(24)
+    ]
+    slices = [
+        parse_resource_slice(
+            {
+                "metadata": {"name": "a"},
+                "spec": {"driver": "d", "nodeName": "n", "pool": pool, "devices": devices},
+            }
+        ),
+        parse_resource_slice(
+            {
+                "metadata": {"name": "b"},
+                "spec": {
+                    "driver": "d",
+                    "nodeName": "n",
+                    "pool": pool,
+                    "sharedCounters": [{"name": "s", "counters": {"c": {"value": "11"}}}],
+                },
+            }
+        ),
+    ]
+    allocator = Allocator([CLASS], slices, Features(), timeout_s=0.2)
+    outcome = allocator.allocate(Node("n"), [_claim("c", 12)])
+    assert outcome.results is None
+    assert "timed out" in outcome.reason

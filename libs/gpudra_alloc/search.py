@@ -13,6 +13,7 @@ returns exactly the devices Kubernetes returns.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +48,10 @@ class _MaxSizeExceeded(Exception):
     """Internal: this branch cannot stay within the per-claim result limit."""
 
 
+class SearchTimeout(Exception):
+    """The search ran past its deadline (kube-scheduler's DRA filter timeout)."""
+
+
 class Search:
     """One allocation attempt of a pod's claims on one node. Use once."""
 
@@ -78,6 +83,7 @@ class Search:
         self.invocations = 0
         self.closest = 0  # most devices held at once on the way
         self.on_solution: Callable[[list[AllocationResult]], bool] | None = None
+        self.deadline: float | None = None  # time.monotonic() value; None: no limit
 
     # ------------------------------------------------------------------ entry points
     def prepare(self) -> None:
@@ -104,7 +110,8 @@ class Search:
             )
 
     def run(self) -> list[AllocationResult] | None:
-        """The first solution, or None. Call `prepare` first."""
+        """The first solution, or None. Call `prepare` first. Raises `SearchTimeout` when the
+        search is still going at `deadline` (the search is exponential in the worst case)."""
         found: list[list[AllocationResult]] = []
 
         def keep(results: list[AllocationResult]) -> bool:
@@ -159,6 +166,9 @@ class Search:
     # ------------------------------------------------------------------ the search
     def _allocate_one(self, key: Key, di: int, in_sub: bool, start: Start) -> bool:
         self.invocations += 1
+        deadline = self.deadline
+        if deadline is not None and not self.invocations & 1023 and time.monotonic() > deadline:
+            raise SearchTimeout
         ci, ri, si = key
         if ci >= len(self.claims):
             assert self.on_solution is not None
