@@ -7,15 +7,23 @@ a checksummed checkpoint, dynamic MIG and device health streaming (v1, v1alpha1)
 
 from __future__ import annotations
 
-from gpudra_kubelet_plugin.claimsource import ClaimSource, MemoryClaimSource, NatsKvClaimSource
+from gpudra_kubelet_plugin.claimsource import (
+    ClaimSource,
+    MemoryClaimSource,
+    NatsKvClaimSource,
+    StoreClaimSource,
+)
 from gpudra_kubelet_plugin.devices import DeviceControl, DeviceInfo, DeviceLookup, DeviceTable
 from gpudra_kubelet_plugin.errors import KubeletPluginError, PermanentError, RetryableError
+from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet
 from gpudra_kubelet_plugin.health import HealthEvent, HealthHub
+from gpudra_kubelet_plugin.nodedevices import open_devices
 from gpudra_kubelet_plugin.plugin import KubeletPlugin
 from gpudra_kubelet_plugin.settings import Settings
 from gpudra_kubelet_plugin.state import ClaimRef, DeviceState
 
 __all__ = [
+    "ClaimName",
     "ClaimRef",
     "ClaimSource",
     "DeviceControl",
@@ -23,6 +31,7 @@ __all__ = [
     "DeviceLookup",
     "DeviceState",
     "DeviceTable",
+    "FakeKubelet",
     "HealthEvent",
     "HealthHub",
     "KubeletPlugin",
@@ -32,4 +41,6 @@ __all__ = [
     "PermanentError",
     "RetryableError",
     "Settings",
+    "StoreClaimSource",
+    "open_devices",
 ]
