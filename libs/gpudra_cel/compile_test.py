@@ -107,3 +107,9 @@ def test_non_string_expression() -> None:
 def test_deep_nesting_is_a_compile_error() -> None:
     with pytest.raises(CelCompileError):
         compile_selector("(" * 400 + "true" + ")" * 400)
+
+
+def test_long_condition_chains_are_not_deep_nesting() -> None:
+    chain = " && ".join(f'device.attributes["d"].a{i} == "x"' for i in range(200))
+    selector = compile_selector(chain + " || device.driver == 'gpu'")
+    assert selector.max_cost < 10_000

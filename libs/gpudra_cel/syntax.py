@@ -184,10 +184,8 @@ class _Builder:
         if data == "expr":
             cond, yes, no = (self.build(k, d) for k in kids)
             return Call(line, column, "_?_:_", None, (cond, yes, no))
-        if data == "conditionalor":
-            return Call(line, column, "_||_", None, tuple(self.build(k, d) for k in kids))
-        if data == "conditionaland":
-            return Call(line, column, "_&&_", None, tuple(self.build(k, d) for k in kids))
+        if data in ("conditionalor", "conditionaland"):
+            return self.logical_chain(tree, d)
         if data in ("relation", "addition", "multiplication") and len(kids) == 2:
             op_tree, right_tree = kids
             assert isinstance(op_tree, lark.Tree)
@@ -239,6 +237,24 @@ class _Builder:
         if data == "member_object":
             raise self.error("message construction is not supported in DRA selectors", tree)
         raise self.error(f"unsupported construct {data!r}", tree)
+
+    def logical_chain(self, tree: lark.Tree[lark.Token], depth: int) -> Node:
+        """`a && b && ... && z` arrives as a left-leaning spine as deep as the chain is long;
+        walk it iteratively and build a balanced tree (`&&`/`||` are associative in CEL, errors
+        included), so long chains of conditions are not mistaken for deep nesting."""
+        data = tree.data
+        operands: list[lark.Tree[lark.Token] | lark.Token] = []
+        current: lark.Tree[lark.Token] | lark.Token = tree
+        while (
+            isinstance(current, lark.Tree) and current.data == data and len(current.children) == 2
+        ):
+            operands.append(current.children[1])
+            current = current.children[0]
+        operands.append(current)
+        operands.reverse()
+        nodes = [self.build(o, depth) for o in operands]
+        line, column = _pos(tree)
+        return _balanced("_||_" if data == "conditionalor" else "_&&_", nodes, line, column)
 
     def exprs(
         self, tree: lark.Tree[lark.Token] | lark.Token | None, depth: int
@@ -325,6 +341,15 @@ class _Builder:
         except (ValueError, TypeError, UnicodeError, OverflowError) as exc:
             raise self.error(f"invalid literal {text}: {exc}", token) from exc
         raise self.error(f"unsupported literal {text}", token)
+
+
+def _balanced(function: str, nodes: list[Node], line: int, column: int) -> Node:
+    if len(nodes) == 1:
+        return nodes[0]
+    middle = len(nodes) // 2
+    left = _balanced(function, nodes[:middle], line, column)
+    right = _balanced(function, nodes[middle:], nodes[middle].line, nodes[middle].column)
+    return Call(line, column, function, None, (left, right))
 
 
 def _describe(cause: BaseException | None) -> str:
