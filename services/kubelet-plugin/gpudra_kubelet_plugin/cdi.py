@@ -6,7 +6,8 @@ it never collides with the node's static `nvidia.com/gpu` spec); the file is
 `-<shareID>` for a consumable-capacity share). Per device: its device nodes (`/dev/nvidiaN`; for MIG
 the parent's node and the GI/CI access capabilities `/dev/nvidia-caps/nvidia-cap<M>`). For the whole
 claim: `/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools` and `NVIDIA_VISIBLE_DEVICES`
-(the UUIDs of all the claim's devices, in result order) plus any sharing environment.
+(the UUIDs of all the claim's devices, in result order) plus any sharing environment, plus the
+driver's libraries, binaries and hooks when a base spec is configured (see `cdibase`).
 
 Every spec is validated against `cdi_schema.json` before it is written; a write goes to a dot-file
 temp (CDI runtimes load only `*.json`/`*.yaml`), is fsynced and renamed, so a runtime never sees a
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+
+from gpudra_kubelet_plugin.cdibase import merge_edits
 from gpudra_kubelet_plugin.devices import DeviceInfo
 from gpudra_kubelet_plugin.errors import CdiError
 
@@ -75,8 +78,11 @@ def validate(spec: Any) -> None:
 class CdiWriter:
     """Builds, writes and removes the per-claim CDI specs of one driver in one directory."""
 
-    def __init__(self, directory: Path, driver: str) -> None:
+    def __init__(
+        self, directory: Path, driver: str, base_edits: dict[str, Any] | None = None
+    ) -> None:
         self.directory = directory
+        self.base_edits = base_edits or {}
         self.vendor = f"k8s.{driver}"
         self.kind = f"{self.vendor}/claim"
 
@@ -108,10 +114,13 @@ class CdiWriter:
                 }
                 for d in devices
             ],
-            "containerEdits": {
-                "deviceNodes": [{"path": p} for p in CONTROL_NODES],
-                "env": [f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}", *env],
-            },
+            "containerEdits": merge_edits(
+                {
+                    "deviceNodes": [{"path": p} for p in CONTROL_NODES],
+                    "env": [f"NVIDIA_VISIBLE_DEVICES={','.join(uuids)}", *env],
+                },
+                self.base_edits,
+            ),
         }
         validate(spec)
         return spec

@@ -15,6 +15,7 @@ import ssl
 import sys
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
@@ -24,6 +25,7 @@ import gpudra_bus as bus
 from gpudra_kube import ApiStore, KubeError
 from gpudra_kubelet_plugin import healthfeed
 from gpudra_kubelet_plugin.cdi import CdiWriter
+from gpudra_kubelet_plugin.cdibase import load_base_edits
 from gpudra_kubelet_plugin.checkpoint import Checkpoint
 from gpudra_kubelet_plugin.claimsource import ClaimSource, NatsKvClaimSource, StoreClaimSource
 from gpudra_kubelet_plugin.errors import (
@@ -80,6 +82,7 @@ async def serve(
         probes = ProbeServer(settings.health_host, settings.health_port, lambda: True, is_ready)
         await probes.start()
         stack.push_async_callback(probes.stop)
+        base_edits = load_base_edits(Path(settings.cdi_base_spec)) if settings.cdi_base_spec else {}
         lookup, control = await asyncio.to_thread(
             open_devices, settings.device_source, settings.mig_minors_file
         )
@@ -117,7 +120,7 @@ async def serve(
             claims=claims,
             lookup=lookup,
             control=control,
-            cdi=CdiWriter(settings.cdi_dir, settings.driver_name),
+            cdi=CdiWriter(settings.cdi_dir, settings.driver_name, base_edits),
             checkpoint=Checkpoint(settings.checkpoint_path, settings.boot_id_file),
         )
         plugin = KubeletPlugin(settings, state, hub)

@@ -81,6 +81,14 @@ class Settings:
     cdi_dir: Path = dataclasses.field(
         default=Path("/var/run/cdi"), metadata=_doc("directory CDI specs are written to", "path")
     )
+    cdi_base_spec: str = dataclasses.field(
+        default="",
+        metadata=_doc(
+            "the node's NVIDIA CDI spec (nvidia-ctk cdi generate) whose driver libraries, binaries "
+            "and hooks every claim spec includes; empty: device nodes and env only",
+            "path",
+        ),
+    )
     checkpoint_file: str = dataclasses.field(
         default="checkpoint.json",
         metadata=_doc("checkpoint file name inside <plugins-dir>/<driver>/", "file name"),
