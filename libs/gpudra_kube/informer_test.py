@@ -82,11 +82,13 @@ async def test_relist_after_gone_reports_missed_deletes(
         await store.create(RESOURCE_CLAIMS, claim(name))
     # Long bookmark interval: the informer's version stays behind while we compact.
     kube_api.bookmark_interval = 30
-    events = Events(informer(store, RESOURCE_CLAIMS, watch_timeout=30, backoff_initial=0.5))
+    events = Events(
+        informer(store, RESOURCE_CLAIMS, watch_timeout=30, backoff_initial=0.01, backoff_max=0.05)
+    )
     try:
         await events.wait_for(4)
-        # The watch breaks and the next attempt fails: the informer waits ~0.5 s before retrying.
-        kube_api.inject_error(503, reason="ServiceUnavailable", path_contains="watch=")
+        # The watch breaks and cannot be re-opened until we are done changing things.
+        kube_api.inject_error(503, reason="ServiceUnavailable", path_contains="watch=", times=10**6)
         await kube_api.close_watches()
         # Changes while no watch is open, then history is gone: the informer must relist.
         await store.delete(RESOURCE_CLAIMS, "a", "default")
@@ -97,6 +99,7 @@ async def test_relist_after_gone_reports_missed_deletes(
         await store.delete(RESOURCE_CLAIMS, "d", "default")
         await store.create(RESOURCE_CLAIMS, claim("d"))  # same name, new UID
         kube_api.compact()
+        kube_api.clear_faults()
         seen = await events.wait_for(10)
         assert sorted(seen[4:9]) == sorted(
             [("ADDED", "c"), ("MODIFIED", "b"), ("DELETED", "a"), ("DELETED", "d"), ("ADDED", "d")]

@@ -80,7 +80,12 @@ async def test_informer_on_kv_survives_a_nats_outage(fresh_nats_server: NatsServ
             if nc.is_connected:
                 break
             await asyncio.sleep(0.05)
-        await store.create(RESOURCE_CLAIMS, claim("b"))
+        for _ in range(50):  # JetStream may need a moment after the reconnect: retryable
+            try:
+                await store.create(RESOURCE_CLAIMS, claim("b"))
+                break
+            except UnavailableError:
+                await asyncio.sleep(0.1)
         (after,) = [e async for e in _take(events, 1, timeout=10)]
         assert (after.type, after.object["metadata"]["name"]) == (EventType.ADDED, "b")
     finally:

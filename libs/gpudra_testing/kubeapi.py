@@ -17,7 +17,7 @@ depends on:
   then deletes it;
 - with `validate_version` set, every object written is checked against the real OpenAPI schema of
   that Kubernetes version (kubernetes-validate, strict: unknown fields fail) and rejected with 422.
-Test hooks: `inject_error`, `compact`, `close_watches`, `put` (a write by "someone else", e.g.
+Test hooks: `inject_error`, `clear_faults`, `compact`, `close_watches`, `put` (a write by "someone else", e.g.
 kube-scheduler), and `requests` (what was called).
 
 It is not an API server: no selectors, patches, admission, RBAC or defaulting beyond the above.
@@ -146,6 +146,10 @@ class FakeKubeApi:
     ) -> None:
         """Answer the next `times` matching requests with `status` (a Status body)."""
         self._faults.append(_Fault(status, reason, method, path_contains, times))
+
+    def clear_faults(self) -> None:
+        """Forget every injected fault that has not fired yet."""
+        self._faults.clear()
 
     def compact(self) -> None:
         """Forget history: watches from any version before now get 410 Gone."""
