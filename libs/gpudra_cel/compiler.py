@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpudra_cel.access import has_field, index_value, select_value
+from gpudra_cel.calls import direct_call, has_param, matches_constant, raiser
 from gpudra_cel.checker import Checked
 from gpudra_cel.codegen import InlineCompare, SlotField, chain
-from gpudra_cel.dispatch import INTERNAL_ERRORS, Constant, dispatch, receiver_dispatch
+from gpudra_cel.dispatch import Constant, dispatch, receiver_dispatch
 from gpudra_cel.errors import CelCompileError, CelError, CelEvaluationError
-from gpudra_cel.functions import Overload
 from gpudra_cel.macros import comprehension
 from gpudra_cel.operators import (
     BINARY,
@@ -27,7 +27,7 @@ from gpudra_cel.operators import (
     ternary,
 )
 from gpudra_cel.paths import DEVICE_FIELDS, DevicePath
-from gpudra_cel.regex import compile_regex, literal_alternatives
+from gpudra_cel.regex import compile_regex
 from gpudra_cel.syntax import (
     Bind,
     Call,
@@ -325,7 +325,7 @@ class _Compiler:
             except CelEvaluationError as exc:
                 # Kubernetes reports this per device at run time (`false && quantity("x")...`
                 # is simply false), so the folded error is raised when evaluated, not now.
-                return _raiser(exc)
+                return raiser(exc)
         if node.function in _REGEX_FUNCTIONS and len(operands) >= 2:
             pattern = operands[1]  # s.matches(p), matches(s, p), s.findAll(p, n)
             if isinstance(pattern, Const) and isinstance(pattern.value, str):
@@ -334,12 +334,12 @@ class _Compiler:
                 except CelError as exc:
                     raise self.error(str(exc), node) from exc
                 if node.function == "matches":
-                    return _matches_constant(_fn(operands[0]), pattern.value)
+                    return matches_constant(_fn(operands[0]), pattern.value)
         fns = [_fn(o) for o in operands]
         static = [self.checked.types.get(id(n)) for n in (node.target, *node.args) if n]
-        if len(overloads) == 1 and DYN not in static and not _has_param(overloads[0]):
+        if len(overloads) == 1 and DYN not in static and not has_param(overloads[0]):
             impl = overloads[0].impl
-            return _direct(impl, fns, node.function)
+            return direct_call(impl, fns, node.function)
         name = node.function
         if node.target is not None and all(ov.target is not None for ov in overloads):
             distinct = {ov.target.name for ov in overloads if ov.target is not None}
@@ -351,94 +351,8 @@ class _Compiler:
         return lambda act: dispatch(name, overloads, [f(act) for f in fns])
 
 
-def _matches_constant(text: Fn, pattern: str) -> Fn:
-    literals = literal_alternatives(pattern)
-    if literals is not None:  # "H100|H200": plain substring tests, same answer as the regex
-
-        if len(literals) == 1:
-            (literal,) = literals
-
-            def contains(act: list[object]) -> object:
-                s = text(act)
-                if isinstance(s, str):
-                    return literal in s
-                raise no_overload("matches", s, pattern)
-
-            return contains
-
-        def contains_any(act: list[object]) -> object:
-            s = text(act)
-            if isinstance(s, str):
-                for lit in literals:  # noqa: SIM110 - any() over a generator is slower here
-                    if lit in s:
-                        return True
-                return False
-            raise no_overload("matches", s, pattern)
-
-        return contains_any
-    search = compile_regex(pattern).search
-
-    def matches(act: list[object]) -> object:
-        s = text(act)
-        if isinstance(s, str):
-            return search(s) is not None
-        raise no_overload("matches", s, pattern)
-
-    return matches
-
-
-def _raiser(error: CelEvaluationError) -> Fn:
-    message = str(error)
-
-    def fail(act: list[object]) -> object:
-        raise CelEvaluationError(message)
-
-    return fail
-
-
-def _has_param(ov: Overload) -> bool:
-    types = ([ov.target] if ov.target is not None else []) + list(ov.args)
-    return any(t.is_param or any(p.is_param for p in t.params) for t in types)
-
-
 def _device_map_get(mapping: object, key: object) -> object:
     assert isinstance(mapping, Mapping)
     if not isinstance(key, str):
         raise no_overload("_[_]", mapping, key)
     return mapping.get(key, _EMPTY)
-
-
-def _direct(impl: object, fns: list[Fn], name: str) -> Fn:
-    call = impl
-    assert callable(call)
-    if len(fns) == 1:
-        (f0,) = fns
-
-        def call1(act: list[object]) -> object:
-            value = f0(act)
-            try:
-                return call(value)
-            except INTERNAL_ERRORS as exc:
-                raise CelEvaluationError(f"{name}: {exc}") from exc
-
-        return call1
-    if len(fns) == 2:
-        f0, f1 = fns
-
-        def call2(act: list[object]) -> object:
-            a, b = f0(act), f1(act)
-            try:
-                return call(a, b)
-            except INTERNAL_ERRORS as exc:
-                raise CelEvaluationError(f"{name}: {exc}") from exc
-
-        return call2
-
-    def call_n(act: list[object]) -> object:
-        values = [f(act) for f in fns]
-        try:
-            return call(*values)
-        except INTERNAL_ERRORS as exc:
-            raise CelEvaluationError(f"{name}: {exc}") from exc
-
-    return call_n
