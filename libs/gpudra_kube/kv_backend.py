@@ -30,6 +30,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
 
+from gpudra_bus.errors import InvalidSubjectError
 from gpudra_bus.streams import (
     CLAIM_TEMPLATES_BUCKET,
     CLAIMS_BUCKET,
@@ -37,6 +38,7 @@ from gpudra_bus.streams import (
     PODS_BUCKET,
     SLICES_BUCKET,
 )
+from gpudra_bus.subjects import validate_namespace, validate_object_name
 from gpudra_kube import semantics
 from gpudra_kube.errors import (
     AlreadyExistsError,
@@ -75,12 +77,18 @@ _WRONG_LAST_SEQUENCE = (10071, 10164)
 
 
 def object_key(resource: Resource, name: str, namespace: str | None) -> str:
-    """The KV key of an object."""
-    if resource.namespaced:
+    """The KV key of an object. Names must be DNS-1123 subdomains and namespaces DNS-1123
+    labels (as Kubernetes requires), which also keeps NATS wildcards out of keys: a name like `>`
+    must not read or write some other object."""
+    try:
+        validate_object_name(name)
+        if not resource.namespaced:
+            return name
         if not namespace:
             raise InvalidObjectError(f"{resource.kind} is namespaced: give a namespace")
-        return f"{namespace}.{name}"
-    return name
+        return f"{validate_namespace(namespace)}.{name}"
+    except InvalidSubjectError as exc:
+        raise InvalidObjectError(f"{resource.kind}: {exc}") from exc
 
 
 class KvStore:

@@ -32,9 +32,21 @@ def test_object_key(resource: Resource, name: str, namespace: str | None, key: s
     assert object_key(resource, name, namespace) == key
 
 
-def test_namespaced_key_needs_namespace() -> None:
+@pytest.mark.parametrize(
+    ("resource", "name", "namespace"),
+    [
+        pytest.param(RESOURCE_CLAIMS, "c1", None, id="namespaced-without-namespace"),
+        pytest.param(RESOURCE_CLAIMS, ">", "default", id="wildcard-name"),
+        pytest.param(RESOURCE_CLAIMS, "c1", "*", id="wildcard-namespace"),
+        pytest.param(RESOURCE_CLAIMS, "c1", "a.b", id="dotted-namespace"),
+        pytest.param(RESOURCE_SLICES, "Upper", None, id="uppercase"),
+        pytest.param(RESOURCE_SLICES, "", None, id="empty"),
+        pytest.param(RESOURCE_SLICES, "a b", None, id="space"),
+    ],
+)
+def test_object_key_rejects_bad_names(resource: Resource, name: str, namespace: str | None) -> None:
     with pytest.raises(InvalidObjectError):
-        object_key(RESOURCE_CLAIMS, "c1", None)
+        object_key(resource, name, namespace)
 
 
 async def test_claims_are_plain_v1_json_under_namespace_dot_name(nats_url: str) -> None:
