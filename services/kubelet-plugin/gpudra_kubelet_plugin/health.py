@@ -3,7 +3,8 @@
 `HealthHub` keeps the current health of every device of this node's pool and wakes watchers on
 each change. Every stream message is the complete list (as the kubelet expects): a watcher gets the
 list at once and again after every change; changes it missed while busy collapse into the newest
-list, so a slow kubelet never makes the hub buffer without bound. A GPU's event also applies to the
+list, so a slow kubelet never makes the hub buffer without bound; without changes the list is
+re-sent every `refresh_seconds`, so the kubelet's health timeout only fires when the feed is down. A GPU's event also applies to the
 MIG devices (and placements) on it. A device is unhealthy while any of its conditions is active
 (several may be: an XID, then ECC errors; clearing one leaves it unhealthy). Devices start healthy:
 the node-agent publishes a device only while it answers, and reports problems as events.
@@ -59,9 +60,13 @@ class HealthHub:
         devices: Iterable[DeviceInfo],
         timeout_seconds: int = 0,
         clock: Callable[[], float] = time.time,
+        refresh_seconds: float | None = None,
+        is_current: Callable[[], bool] = lambda: True,
     ) -> None:
         self.pool = pool
         self.timeout_seconds = timeout_seconds
+        self.refresh_seconds = refresh_seconds
+        self._is_current = is_current
         self._clock = clock
         self._devices = {d.name: d for d in devices}
         now = clock()
@@ -72,8 +77,12 @@ class HealthHub:
         self._version = 0
         self._changed = asyncio.Condition()
 
-    def snapshot(self) -> list[DeviceHealth]:
-        return [self._health[name] for name in sorted(self._health)]
+    def snapshot(self, determined: float | None = None) -> list[DeviceHealth]:
+        """Every device's health; with `determined`, stamped as determined at that time."""
+        health = [self._health[name] for name in sorted(self._health)]
+        if determined is None:
+            return health
+        return [dataclasses.replace(h, updated=determined) for h in health]
 
     def affected(self, event: HealthEvent) -> list[str]:
         """Device names an event applies to: the device, and MIG devices on a GPU."""
@@ -115,15 +124,29 @@ class HealthHub:
         return changed
 
     async def watch(self) -> AsyncGenerator[list[DeviceHealth], None]:
-        """The full list now, then after every change (intermediate changes may collapse)."""
+        """The full list now, then after every change (intermediate changes may collapse), and
+        every `refresh_seconds` without one.
+
+        A refresh re-stamps the list as determined now while the feed is current (`is_current`,
+        e.g. NATS connected), so the kubelet does not time healthy devices out to "unknown"; when
+        the feed is not current it repeats the old times, and the kubelet's timeout applies.
+        """
         seen = self._version
         yield self.snapshot()
         while True:
             async with self._changed:
-                while self._version == seen:
-                    await self._changed.wait()
+                try:
+                    async with asyncio.timeout(self.refresh_seconds):
+                        while self._version == seen:
+                            await self._changed.wait()
+                except TimeoutError:
+                    pass
+                refreshed = self._version == seen
                 seen = self._version
-            yield self.snapshot()
+            if refreshed and self._is_current():
+                yield self.snapshot(determined=self._clock())
+            else:
+                yield self.snapshot()
 
 
 _STATUS_V1 = {"healthy": h1.HEALTHY, "unhealthy": h1.UNHEALTHY, "unknown": h1.UNKNOWN}

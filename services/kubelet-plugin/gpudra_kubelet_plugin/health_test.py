@@ -195,3 +195,24 @@ async def test_seed_from_the_last_inventory(fresh_nats_server: NatsServer) -> No
         assert status["gpu-0"] == ("healthy", "")
     finally:
         await nc.drain()
+
+
+@pytest.mark.parametrize(
+    ("current", "stamp"),
+    [
+        pytest.param(True, 2000.0, id="feed-current"),
+        pytest.param(False, 1000.0, id="feed-down"),
+    ],
+)
+async def test_unchanged_lists_are_refreshed(current: bool, stamp: float) -> None:
+    now = [1000.0]
+    h = HealthHub(
+        NODE, node_devices(), clock=lambda: now[0], refresh_seconds=0.01, is_current=lambda: current
+    )
+    watch = h.watch()
+    await anext(watch)
+    now[0] = 2000.0
+    refreshed = await asyncio.wait_for(anext(watch), 1)
+    assert {d.updated for d in refreshed} == {stamp}
+    assert {d.status for d in refreshed} == {"healthy"}
+    await watch.aclose()

@@ -111,7 +111,14 @@ async def serve(
                 raise ClaimSourceUnavailableError(
                     f"cannot open KV bucket {settings.claims_bucket}: {exc!r}"
                 ) from exc
-        hub = HealthHub(settings.node, await lookup.devices(), settings.health_timeout)
+        connection = nc
+        hub = HealthHub(
+            settings.node,
+            await lookup.devices(),
+            settings.health_timeout,
+            refresh_seconds=settings.health_refresh,
+            is_current=lambda: connection.is_connected,
+        )
         await healthfeed.subscribe(nc, settings.node, hub)
         await healthfeed.seed(nc.jetstream(), settings.node, hub)
         state = DeviceState(

@@ -157,6 +157,14 @@ class Settings:
             "health check timeout reported to the kubelet; 0 lets the kubelet decide", "seconds"
         ),
     )
+    health_refresh: float = dataclasses.field(
+        default=10.0,
+        metadata=_doc(
+            "re-send the full device health list this often without changes (keeps it fresh for "
+            "the kubelet's timeout)",
+            "seconds",
+        ),
+    )
     shutdown_grace: float = dataclasses.field(
         default=5.0,
         metadata=_doc("how long in-flight gRPC calls may finish on shutdown", "seconds"),
@@ -278,6 +286,8 @@ class Settings:
             raise SettingsError(
                 f"checkpoint file must be a file name, got {self.checkpoint_file!r}"
             )
+        if self.health_refresh <= 0:
+            raise SettingsError("health refresh must be > 0")
         if self.health_timeout < 0:
             raise SettingsError("health timeout must be >= 0")
 
