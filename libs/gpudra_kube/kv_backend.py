@@ -175,7 +175,13 @@ class KvStore:
         idle: float | None = None,
     ) -> AsyncIterator[Msg]:
         """Messages of an ordered consumer on the bucket (filtered to `namespace`)."""
-        pattern = f"{namespace}.>" if resource.namespaced and namespace else ">"
+        if resource.namespaced and namespace:
+            try:
+                pattern = f"{validate_namespace(namespace)}.>"
+            except InvalidSubjectError as exc:
+                raise InvalidObjectError(f"{resource.kind}: {exc}") from exc
+        else:
+            pattern = ">"
         config = ConsumerConfig(opt_start_seq=start) if start is not None else None
         try:
             sub = await self._js.subscribe(

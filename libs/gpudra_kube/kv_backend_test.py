@@ -67,6 +67,9 @@ async def test_claims_are_plain_v1_json_under_namespace_dot_name(nats_url: str) 
             await store.get(RESOURCE_CLAIMS, "train.job-0", "ml")
         with pytest.raises(InvalidObjectError):
             await store.get(DEVICE_CLASSES, "x")  # no bucket configured for it
+        await store.create(RESOURCE_CLAIMS, claim("other", namespace="ml"))
+        with pytest.raises(InvalidObjectError):
+            await store.list(RESOURCE_CLAIMS, "*")  # not a namespace: no wildcard listing
     finally:
         await disconnect(nc)
 
