@@ -206,8 +206,9 @@ class _Checker:
             self.expect_bool(args[0], node.args[0], "?:")
             return join(args[1], args[2])
         if fn in _EQUALITY:
-            a, b = args
-            if not (a in NUMERIC and b in NUMERIC) and not assignable(a, b):
+            # cel-go declares `==` as (A, A): `1 == 1.0` is a type error, `dyn(1) == 1.0` is
+            # true at run time (heterogeneous equality).
+            if not assignable(args[0], args[1]):
                 raise self.no_overload(fn, None, args, node)
             return BOOL
         if fn in _ORDERING:
@@ -221,13 +222,7 @@ class _Checker:
             item, container = args
             if container == DYN:
                 return BOOL
-            if container.name == "list" and (
-                assignable(container.params[0], item) or item in NUMERIC
-            ):
-                return BOOL
-            if container.name == "map" and (
-                assignable(container.params[0], item) or item in NUMERIC
-            ):
+            if container.name in ("list", "map") and assignable(container.params[0], item):
                 return BOOL
             raise self.no_overload("@in", None, args, node)
         if fn in ("_+_", "-_") or fn in _ARITH:

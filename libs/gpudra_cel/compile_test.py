@@ -45,6 +45,8 @@ D = 'device.attributes["gpu.nvidia.com"]'
         pytest.param("x.y{a: 1}", "message construction", 1, id="message"),
         pytest.param(".device.driver == 'x'", "leading '.'", 1, id="dot-ident"),
         pytest.param("99999999999999999999 > 1", "out of range", 1, id="int-literal-range"),
+        pytest.param("1 == 1.0", "'_==_' applied to (int, double)", 1, id="int-eq-double"),
+        pytest.param('1 in ["a"]', "'@in' applied to (int, list(string))", 1, id="in-wrong-type"),
         pytest.param(
             f'{D}.productName.matches("[")', "invalid regular expression", 1, id="bad-regex"
         ),

@@ -1,5 +1,6 @@
-"""CEL's standard functions (`size`, type conversions, `dyn`), `optional`, and Kubernetes' list
-library (`isSorted`, `sum`, `min`, `max`, `indexOf`, `lastIndexOf`).
+"""CEL's standard functions (`size`, type conversions, `dyn`), `optional`, cel-go's `sets`
+extension (`sets.contains`, `sets.equivalent`, `sets.intersects`) and Kubernetes' list library
+(`isSorted`, `sum`, `min`, `max`, `indexOf`, `lastIndexOf`).
 
 Conversions follow cel-go exactly where a selector could notice: `int("12")` accepts only base-10
 digits with an optional sign, `int(2.9)` truncates, out-of-range doubles are errors, and
@@ -208,6 +209,14 @@ def _list_last_index_of(items: tuple[object, ...], item: object) -> int:
     return next((i for i in range(len(items) - 1, -1, -1) if equal(items[i], item)), -1)
 
 
+def _sets_contains(items: tuple[object, ...], wanted: tuple[object, ...]) -> bool:
+    return all(any(equal(x, w) for x in items) for w in wanted)
+
+
+def _sets_intersects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return any(equal(x, y) for x in a for y in b)
+
+
 _ANY_LIST, _ANY_MAP = list_of(A), map_of(A, CelType("B"))
 
 CORE_OVERLOADS: tuple[Overload, ...] = (
@@ -242,6 +251,16 @@ CORE_OVERLOADS: tuple[Overload, ...] = (
         optional_of(A),
         lambda o, p: o if o.has_value else p,
     ),
+    overload("sets.contains", None, (_ANY_LIST, _ANY_LIST), BOOL, _sets_contains, "linear"),
+    overload(
+        "sets.equivalent",
+        None,
+        (_ANY_LIST, _ANY_LIST),
+        BOOL,
+        lambda a, b: _sets_contains(a, b) and _sets_contains(b, a),
+        "linear",
+    ),
+    overload("sets.intersects", None, (_ANY_LIST, _ANY_LIST), BOOL, _sets_intersects, "linear"),
     overload("isSorted", _ANY_LIST, (), BOOL, _is_sorted, cost="linear"),
     overload("sum", _ANY_LIST, (), A, _sum, cost="linear"),
     overload("min", _ANY_LIST, (), A, lambda xs: _extreme(xs, -1, "min"), cost="linear"),

@@ -97,6 +97,10 @@ C = 'device.capacity["gpu.nvidia.com"]'
         pytest.param(
             "[1, 2, 1].indexOf(1) == 0 && [1, 2, 1].lastIndexOf(1) == 2", True, id="list-index-of"
         ),
+        pytest.param(f'sets.contains({D}.cliques, ["c1.0"])', True, id="sets-contains"),
+        pytest.param(
+            "sets.equivalent([1, 2, 2], [2, 1]) && !sets.intersects([1], [2])", True, id="sets"
+        ),
         # strings
         pytest.param(f'{D}.productName.lowerAscii().contains("h100")', True, id="lower"),
         pytest.param(

@@ -38,7 +38,7 @@ __all__ = [
 MAX_EXPRESSION_LENGTH = 10 * 1024
 _MAX_DEPTH = 64  # nesting beyond this is not a selector; it would only exhaust the stack
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
-_NAMESPACES = frozenset({"optional", "cel"})
+_NAMESPACES = frozenset({"optional", "cel", "sets"})
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _UINT64_MAX = (1 << 64) - 1
 
