@@ -10,10 +10,16 @@ TLS files, health port, mode, kubelet paths, DeviceClasses file).
 from __future__ import annotations
 
 import dataclasses
-import importlib
+from types import ModuleType
 from typing import Any
 
 import pytest
+from gpudra_allocator import engine as allocator_engine
+from gpudra_allocator import settings as allocator_settings
+from gpudra_claim_writer import settings as claim_writer_settings
+from gpudra_inventory import settings as inventory_settings
+from gpudra_kubelet_plugin import settings as kubelet_plugin_settings
+from gpudra_node_agent import settings as node_agent_settings
 
 from deploy import manifests
 from deploy.manifests import by_kind, containers, named, pod_spec
@@ -38,8 +44,17 @@ CASES = [
 ]
 
 
+SETTINGS: dict[str, ModuleType] = {
+    "node-agent": node_agent_settings,
+    "kubelet-plugin": kubelet_plugin_settings,
+    "inventory": inventory_settings,
+    "allocator": allocator_settings,
+    "claim-writer": claim_writer_settings,
+}
+
+
 def _settings_module(service: str) -> Any:
-    return importlib.import_module(f"gpudra_{service.replace('-', '_')}.settings")
+    return SETTINGS[service]
 
 
 def _environment(objs: Objs, container: dict[str, Any]) -> dict[str, str]:
@@ -127,7 +142,6 @@ def test_allocator_loads_the_clusters_device_classes(
     directory, _, key = settings.device_classes.rpartition("/")
     assert directory == mount["mountPath"]
     (tmp_path / key).write_text(config_map["data"][key], encoding="utf-8")
-    engine = importlib.import_module("gpudra_allocator.engine")
-    loaded = engine.load_classes(str(tmp_path / key))
+    loaded = allocator_engine.load_classes(str(tmp_path / key))
     cluster = {d["metadata"]["name"] for d in by_kind(objs, "DeviceClass")}
     assert {c.name for c in loaded} == cluster
