@@ -6,10 +6,10 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from gpudra_cli.commands import version
+from gpudra_cli.commands import profiles, slices, version
 
 Register = Callable[["argparse._SubParsersAction[Any]"], None]
 
-REGISTRY: tuple[Register, ...] = (version.register,)
+REGISTRY: tuple[Register, ...] = (profiles.register, slices.register, version.register)
 
 __all__ = ["REGISTRY", "Register"]
