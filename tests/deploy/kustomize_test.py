@@ -95,6 +95,31 @@ def test_only_the_kubelet_plugin_runs_as_root(overlay: Objs) -> None:
     assert root == ["gpudra-kubelet-plugin"]
 
 
+# Pod Security "restricted" allows only these volume types.
+RESTRICTED_VOLUMES = {"configMap", "secret", "emptyDir", "persistentVolumeClaim", "projected"}
+
+
+def test_pod_security_restricted_except_the_kubelet_plugins_host_paths(overlay: Objs) -> None:
+    for workload in _workloads(overlay):
+        spec = pod_spec(workload)
+        for host in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not spec.get(host, False), f"{ref(workload)}: {host}"
+        for c in containers(workload):
+            assert all("hostPort" not in p for p in c.get("ports", [])), ref(workload)
+        volume_types = {key for v in spec.get("volumes", []) for key in v if key != "name"}
+        if workload["metadata"]["name"] == "gpudra-kubelet-plugin":
+            volume_types -= {"hostPath"}
+        assert volume_types <= RESTRICTED_VOLUMES, f"{ref(workload)}: {volume_types}"
+
+
+def test_production_rollouts_fit_the_anti_affinity(rendered: dict[str, Objs]) -> None:
+    """A required one-per-node spread and a surge pod cannot both fit on exactly N nodes."""
+    for workload in by_kind(rendered["production"], "Deployment"):
+        affinity = pod_spec(workload).get("affinity", {}).get("podAntiAffinity", {})
+        if affinity.get("requiredDuringSchedulingIgnoredDuringExecution"):
+            assert workload["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0, ref(workload)
+
+
 def test_gpudra_services_probe_the_health_endpoint(overlay: Objs) -> None:
     for workload in _workloads(overlay):
         if workload["metadata"]["name"] == "gpudra-nats":
