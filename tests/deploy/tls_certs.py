@@ -21,14 +21,29 @@ class PkiError(Exception):
     """openssl is missing or failed."""
 
 
+# Where distributions install openssl, for sandboxes (Pants) that run tests without PATH.
+_WELL_KNOWN = (Path("/usr/bin/openssl"), Path("/usr/local/bin/openssl"), Path("/bin/openssl"))
+
+
+def openssl_binary() -> Path | None:
+    """The openssl executable: on PATH, else in a well-known place; None when absent."""
+    found = shutil.which("openssl")
+    if found:
+        return Path(found)
+    return next((p for p in _WELL_KNOWN if p.is_file()), None)
+
+
 def openssl_available() -> bool:
-    return shutil.which("openssl") is not None
+    return openssl_binary() is not None
 
 
 def _openssl(*args: str, cwd: Path) -> None:
+    binary = openssl_binary()
+    if binary is None:
+        raise PkiError("openssl is not installed")
     try:
         proc = subprocess.run(
-            ["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+            [str(binary), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PkiError(f"cannot run openssl: {exc}") from exc
