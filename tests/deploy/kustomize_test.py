@@ -329,7 +329,7 @@ def test_each_service_mounts_its_own_nats_client_certificate(overlay: Objs) -> N
         assert mount["readOnly"] is True
         cert = named(overlay, "Certificate", f"gpudra-nats-client-{service}")
         assert cert["spec"]["commonName"] == f"gpudra-{service}"
-        assert cert["spec"]["usages"] == ["client auth"]
+        assert cert["spec"]["usages"] == ["digital signature", "client auth"]
 
 
 def test_server_certificate_covers_every_address_clients_and_routes_use(overlay: Objs) -> None:
