@@ -36,6 +36,7 @@ from gpudra_alloc.workload import SHAPES, ChurnConfig, churn_problem
 
 POLICIES = ("first-fit", "topology")
 SAMPLE_MINUTES = 10.0
+WARMUP_MINUTES = 180.0
 CATEGORIES = (
     "free in whole 8-GPU domains",
     "free in whole 4-GPU domains",
@@ -180,7 +181,12 @@ def plot(runs: list[Run], path: Path, title: str) -> None:
             handles, labels = ax.get_legend_handles_labels()
             h2, l2 = twin.get_legend_handles_labels()
             ax.legend(handles + h2, labels + l2, loc="upper left", fontsize=8, ncol=3)
-    axes[-1].set_xlabel("hour of the day")
+    # The empty fleet of the first hours would dwarf the day; clip the y axis to what follows.
+    later = [sum(x.shape) for run in runs for x in run.samples if x.at >= WARMUP_MINUTES]
+    top = max(20.0, 1.3 * max(later, default=0.0))
+    for ax in axes:
+        ax.set_ylim(0, top)
+    axes[-1].set_xlabel(f"hour of the day (free GPUs clipped at {top:.0f})")
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from gpudra_api import AllocationResult, Node, ResourceClaim
 ALTERNATIVE_PENALTY = 1.5
 SOLUTIONS_PER_MASK = 6
 LARGE_DOMAIN = 8  # GPUs: the NVLink domains the reserve keeps whole
+NEAR_WHOLE = 2  # a large domain with at most this many GPUs in use may be held by the reserve
 
 
 @dataclass(order=True, frozen=True)
@@ -56,6 +57,9 @@ class Chooser:
     # Keep this many intact large NVLink domains (>= LARGE_DOMAIN GPUs, all free) in the fleet:
     # a claim that would take part of one of the last `reserve` waits instead. 0: no reserve.
     reserve: int = 0
+    # Pods known to be waiting for a whole large domain (a scheduler's queue knows; None: not
+    # known). When known, the reserve holds at most that many domains, and none when none wait.
+    waiting_large: int | None = None
     views: dict[str, NodeView] = field(default_factory=dict)
 
     def view(self, node: Node) -> NodeView:
@@ -76,7 +80,10 @@ class Chooser:
         base = state if state is not None else self.allocator.state
         if mask:
             base = masked(base, mask)  # the caller's mask must already be safe (`safe_mask`)
-        protect = self.reserve > 0 and self.intact_large_domains(base) <= self.reserve
+        held = self.reserve
+        if self.waiting_large is not None:
+            held = min(held, self.waiting_large)
+        protect = self.held_domains(base, held) if held > 0 else set()
         best: Choice | None = None
         for index, node in enumerate(nodes):
             choice = self._best_on_node(index, node, claims, base, protect)
@@ -84,16 +91,19 @@ class Chooser:
                 best = choice
         return best
 
-    def intact_large_domains(self, state: AllocatedState) -> int:
-        """Large NVLink domains with every GPU free, over every node the allocator knows."""
-        count = 0
+    def held_domains(self, state: AllocatedState, held: int) -> set[tuple[str, str]]:
+        """The `held` large NVLink domains closest to whole (at most NEAR_WHOLE GPUs in use),
+        most free first, then by node name: (node, domain) pairs the reserve keeps."""
+        ranked: list[tuple[int, str, str]] = []
         for name in self.allocator.node_names():
             view = self.view(Node(name))
             free = view.free(state)
             for domain, size in view.domain_sizes.items():
-                if domain and size >= LARGE_DOMAIN and free.domains.get(domain) == size:
-                    count += 1
-        return count
+                count = free.domains.get(domain, 0)
+                if domain and size >= LARGE_DOMAIN and count >= size - NEAR_WHOLE:
+                    ranked.append((-count, name, domain))
+        ranked.sort()
+        return {(name, domain) for _, name, domain in ranked[:held]}
 
     def _best_on_node(
         self,
@@ -101,7 +111,7 @@ class Chooser:
         node: Node,
         claims: list[ResourceClaim],
         state: AllocatedState,
-        protect: bool = False,
+        protect: set[tuple[str, str]] | None = None,
     ) -> Choice | None:
         view = self.view(node)
         steered = [safe_mask(self.allocator, node, state, m) for m in self._masks(view, state)]
@@ -116,7 +126,7 @@ class Chooser:
         best: Choice | None = None
         for n, results in enumerate(found):
             after_free = view.free(state, result_devices(results))
-            if protect and _breaks_large_domain(view, before_free, after_free):
+            if protect and _splits_held(node.name, protect, before_free, after_free):
                 continue
             loss = before - node_value(view, after_free)
             steps = alternative_steps(claims, results)
@@ -145,12 +155,15 @@ class Chooser:
         return masks
 
 
-def _breaks_large_domain(view: NodeView, before: FreeState, after: FreeState) -> bool:
-    """True when an intact large domain would be left partly used (taking all of it is fine)."""
-    for domain, size in view.domain_sizes.items():
-        if not domain or size < LARGE_DOMAIN or before.domains.get(domain) != size:
+def _splits_held(
+    node: str, held: set[tuple[str, str]], before: FreeState, after: FreeState
+) -> bool:
+    """True when a held domain would lose GPUs without being taken whole."""
+    for name, domain in held:
+        if name != node:
             continue
-        if 0 < after.domains.get(domain, 0) < size:
+        left = after.domains.get(domain, 0)
+        if 0 < left < before.domains.get(domain, 0):
             return True
     return False
 

@@ -179,6 +179,10 @@ def test_reserve_keeps_the_last_whole_domain_for_a_claim_that_needs_it() -> None
     allocator, nodes = cluster({"dgx-h100": 1})
     assert Chooser(allocator, reserve=0).choose(nodes, [claim("gpu-1")]) is not None
     assert Chooser(allocator, reserve=1).choose(nodes, [claim("gpu-1")]) is None
+    nobody_waits = Chooser(allocator, reserve=1, waiting_large=0)
+    assert nobody_waits.choose(nodes, [claim("gpu-1")]) is not None
+    one_waits = Chooser(allocator, reserve=1, waiting_large=1)
+    assert one_waits.choose(nodes, [claim("gpu-1")]) is None
     whole = Chooser(allocator, reserve=1).choose(nodes, [claim("gpu-8-nvl")])
     assert whole is not None
     assert len(devices(whole.results)) == 8

@@ -10,7 +10,8 @@ Pods are placed one after the other on a scratch copy of the in-use state, each 
 policy (`topology`: largest pod first, best score; `first-fit`: in order, first node that fits),
 each seeing the devices the pods before it took. For each attribute value (sorted) the gang is
 tried within the nodes that publish it, with the devices that do not carry it masked; `first-fit`
-takes the first value that fits the whole gang, `topology` the one that costs the least value.
+takes the first value that fits the whole gang, `topology` the one that costs the least value,
+then the one that leaves the fewest GPUs free in its group (best fit: whole cliques stay whole).
 Nothing is reserved unless every pod fits; placement is greedy across pods (no backtracking
 from a later pod into an earlier pod's choice).
 """
@@ -75,6 +76,7 @@ class GangPlacement:
     group: str | None = None
     cost: float = 0.0
     failed_pod: int | None = None
+    left: int = 0  # GPUs its group's nodes still have free afterwards (best fit across groups)
 
     @property
     def results(self) -> list[AllocationResult]:
@@ -135,7 +137,10 @@ def place_gang(
         attempt.group = value or None
         if policy == "first-fit":
             return attempt
-        if best is None or attempt.cost < best.cost:
+        if best is None or (round(attempt.cost, 6), attempt.left) < (
+            round(best.cost, 6),
+            best.left,
+        ):
             best = attempt
     return best if best is not None else worst_failure
 
@@ -179,14 +184,19 @@ def _place_in_group(
                 return GangPlacement(None, failed_pod=position)
             node, results = found
         else:
-            choice = (chooser or Chooser(allocator)).choose(nodes, claims, scratch, mask)
+            chooser = chooser or Chooser(allocator)
+            choice = chooser.choose(nodes, claims, scratch, mask)
             if choice is None:
                 return GangPlacement(None, failed_pod=position)
             node, results = choice.node, choice.results
             cost += choice.score.cost
         scratch.apply(results)
         placed[i] = (node, results)
-    return GangPlacement([placed[i] for i in range(len(gang.pods))], cost=cost)
+    left = 0
+    if chooser is not None or policy != "first-fit":
+        views = chooser or Chooser(allocator)
+        left = sum(views.view(node).free(scratch).free_gpus for node in nodes)
+    return GangPlacement([placed[i] for i in range(len(gang.pods))], cost=cost, left=left)
 
 
 def _first_fit(

@@ -20,7 +20,8 @@ from typing import Any
 
 from gpudra_alloc.allocator import Allocator
 from gpudra_alloc.errors import ProblemError
-from gpudra_alloc.placement.choose import LARGE_DOMAIN, Chooser
+from gpudra_alloc.placement.accept import kubernetes_accepts
+from gpudra_alloc.placement.choose import LARGE_DOMAIN, NEAR_WHOLE, Chooser
 from gpudra_alloc.placement.gang import Gang, parse_gang, place_gang
 from gpudra_alloc.placement.topology import result_devices
 from gpudra_alloc.state import DeviceID
@@ -61,7 +62,10 @@ class Replay:
     policy: str
     times: list[float]
     reserve: int = 0
+    # check every placement with `kubernetes_accepts` before applying it (tests; slow)
+    validate: bool = False
     chooser: Chooser = field(init=False)
+    rejected: list[str] = field(default_factory=list)
     records: list[PodRecord] = field(default_factory=list)
     pending: list[PodRecord] = field(default_factory=list)
     by_claim: dict[str, PodRecord] = field(default_factory=dict)
@@ -122,6 +126,9 @@ class Replay:
 
     def _try(self, record: PodRecord, nodes: list[Node], index: int, at: float) -> bool:
         self.attempts += 1
+        self.chooser.waiting_large = sum(
+            1 for r in self.pending if r is not record and _largest_pod(r) >= LARGE_DOMAIN
+        )
         start = time.perf_counter()
         try:
             placed = self._place(record, nodes)
@@ -130,7 +137,10 @@ class Replay:
         if placed is None:
             return False
         record.placed_step, record.placed_at = index, at
-        for node, results in placed:
+        pods = record.gang.pods if record.gang is not None else [record.claims]
+        for (node, results), claims in zip(placed, pods, strict=True):
+            if self.validate and not kubernetes_accepts(self.allocator, node, claims, results):
+                self.rejected.append(f"{record.key} on {node.name}")
             self.allocator.state.apply(results)
             record.nodes.append(node.name)
             record.results.extend(results)
@@ -172,7 +182,7 @@ class Replay:
 
     def _retry(self, index: int, at: float, freed: set[str], devices: int) -> None:
         nodes = [n for n in self.nodes if n.name in freed]
-        if self.policy != "first-fit" and self.reserve and self._made_intact(nodes):
+        if self.policy != "first-fit" and self.reserve and self._made_near_whole(nodes):
             # a pod held back by the reserve may now fit on any node, not only the freed ones
             nodes = self.nodes
         for record in list(self.pending):
@@ -181,12 +191,13 @@ class Replay:
             if self._try(record, nodes, index, at):
                 self.pending.remove(record)
 
-    def _made_intact(self, nodes: list[Node]) -> bool:
+    def _made_near_whole(self, nodes: list[Node]) -> bool:
         for node in nodes:
             view = self.chooser.view(node)
             free = view.free(self.allocator.state)
             for domain, size in view.domain_sizes.items():
-                if domain and size >= LARGE_DOMAIN and free.domains.get(domain) == size:
+                count = free.domains.get(domain, 0)
+                if domain and size >= LARGE_DOMAIN and count >= size - NEAR_WHOLE:
                     return True
         return False
 
@@ -204,15 +215,21 @@ def _shape(raw: list[Any]) -> str:
     return "pod"
 
 
+def _largest_pod(record: PodRecord) -> int:
+    pods = record.gang.pods if record.gang is not None else [record.claims]
+    return max(_pod_size(pod) for pod in pods)
+
+
+def _pod_size(pod: list[ResourceClaim]) -> int:
+    total = 0
+    for claim in pod:
+        for request in claim.requests:
+            if request.exactly is not None:
+                total += request.exactly.count
+            elif request.first_available:
+                total += request.first_available[0].count
+    return total
+
+
 def _smallest_pod(gang: Gang) -> int:
-    sizes = []
-    for pod in gang.pods:
-        total = 0
-        for claim in pod:
-            for request in claim.requests:
-                if request.exactly is not None:
-                    total += request.exactly.count
-                elif request.first_available:
-                    total += request.first_available[0].count
-        sizes.append(total)
-    return min(sizes)
+    return min(_pod_size(pod) for pod in gang.pods)

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from gpudra_alloc.errors import ProblemError
+from gpudra_alloc.placement.replay import Replay
+from gpudra_alloc.placement.topology import result_devices
+from gpudra_alloc.workload import ChurnConfig, Fleet, churn_problem, resource_claim
+
+SMALL = Fleet(counts={"a100-mig": 1, "dgx-h100": 2, "gb200-tray": 4, "hgx-b200": 1, "l4-pcie": 1})
+DAY = churn_problem(ChurnConfig(seed=11, hours=5, load=2.0, fleet=SMALL))
+
+
+def _replay(policy: str, reserve: int = 0) -> Replay:
+    replay = Replay.from_problem(DAY, policy, reserve)
+    replay.validate = True
+    replay.run(DAY["steps"])
+    return replay
+
+
+@pytest.mark.parametrize(
+    ("policy", "reserve"),
+    [
+        pytest.param("first-fit", 0, id="first-fit"),
+        pytest.param("topology", 0, id="topology"),
+        pytest.param("topology", 1, id="topology-reserve"),
+    ],
+)
+def test_every_placement_is_one_kubernetes_accepts(policy: str, reserve: int) -> None:
+    replay = _replay(policy, reserve)
+    placed = [r for r in replay.records if r.placed_step is not None]
+    assert len(placed) > 20
+    assert replay.rejected == []
+    assert any(r.placed_step != r.arrived_step for r in placed)  # someone waited and got in
+    held = Counter(d for r in placed if r.released_at is None for d in result_devices(r.results))
+    assert all(n == 1 for n in held.values())  # no device twice
+    assert set(held) == set(replay.allocator.state.devices)
+
+
+def test_replay_is_deterministic() -> None:
+    def trace(replay: Replay) -> list[tuple[str, int | None, list[str]]]:
+        return [(r.key, r.placed_step, r.nodes) for r in replay.records]
+
+    assert trace(_replay("topology")) == trace(_replay("topology"))
+
+
+def test_release_of_a_pending_pod_withdraws_it() -> None:
+    doc = {
+        "classes": DAY["classes"],
+        "slices": DAY["slices"],
+        "nodes": [n for n in DAY["nodes"] if n["name"] == "l4-00"],
+        "steps": [
+            {"allocate": [resource_claim("gpu-8-nvl", "big")]},
+            {"release": ["default/big"]},
+        ],
+    }
+    replay = Replay.from_problem(doc, "topology")
+    replay.run(doc["steps"])
+    assert replay.records[0].withdrawn
+    assert replay.pending == []
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        pytest.param({"classes": []}, id="no-steps"),
+        pytest.param({"steps": [{}], "stepTimes": [0.0, 1.0]}, id="times-mismatch"),
+    ],
+)
+def test_bad_problem_is_a_clear_error(doc: dict[str, object]) -> None:
+    with pytest.raises(ProblemError):
+        Replay.from_problem(doc, "topology")
+
+
+def test_unknown_step_is_a_clear_error() -> None:
+    replay = Replay.from_problem({"steps": [{"wait": 1}]}, "topology")
+    with pytest.raises(ProblemError):
+        replay.run([{"wait": 1}])
