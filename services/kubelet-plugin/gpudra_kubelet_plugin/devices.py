@@ -39,6 +39,9 @@ class DeviceInfo:
     placement_size: int = 0
     gi_cap: int | None = None
     ci_cap: int | None = None
+    profile_id: int | None = None  # NVML's GPU instance profile id (dynamic MIG needs it)
+    gi_id: int | None = None  # GPU and compute instance ids of an existing MIG device
+    ci_id: int | None = None
 
     @property
     def exists(self) -> bool:
@@ -114,6 +117,12 @@ class DeviceTable:
     async def devices(self) -> list[DeviceInfo]:
         return [self._devices[name] for name in sorted(self._devices)]
 
+    def replace(self, info: DeviceInfo) -> None:
+        """Record what a real `DeviceControl` made of the device called `info.name`."""
+        if info.name not in self._devices:
+            raise DeviceError(f"no device {info.name!r} on this node")
+        self._devices[info.name] = info
+
     async def create_mig(self, placement: DeviceInfo) -> DeviceInfo:
         async with self._lock:
             current = self._devices.get(placement.name)
@@ -143,7 +152,7 @@ class DeviceTable:
             if current is None or current.kind != "mig":
                 raise DeviceControlError(f"{device.name!r} is not a MIG device of this node")
             self._devices[device.name] = dataclasses.replace(
-                current, uuid="", gi_cap=None, ci_cap=None
+                current, uuid="", gi_cap=None, ci_cap=None, gi_id=None, ci_id=None
             )
 
 

@@ -83,9 +83,11 @@ async def serve(
         await probes.start()
         stack.push_async_callback(probes.stop)
         base_edits = load_base_edits(Path(settings.cdi_base_spec)) if settings.cdi_base_spec else {}
-        lookup, control = await asyncio.to_thread(
+        devices = await asyncio.to_thread(
             open_devices, settings.device_source, settings.mig_minors_file
         )
+        stack.callback(devices.close)
+        lookup, control = devices.lookup, devices.control
         try:
             nc = await bus.connect(
                 settings.nats_url,

@@ -13,19 +13,19 @@ layout: `config` 1, `monitor` 2, then for each GPU minor (0-31) and GI (0-14) th
 followed by its CIs' (0-7).
 
 `open_devices(source)` picks the backend: `table:<path>` (a JSON device table), `simulator:<profile>`
-(gpudra_nvml's simulator; dynamic MIG is simulated by the table) or `nvml` (the real library; the
-plugin does not create MIG devices through NVML yet, so dynamic MIG is refused there with a clear
-error).
+(gpudra_nvml's simulator; dynamic MIG is simulated by the table) or `nvml` (the real library;
+dynamic MIG through NVML, see `nvmlmig`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gpudra_kubelet_plugin.devices import DeviceControl, DeviceInfo, DeviceLookup, DeviceTable
-from gpudra_kubelet_plugin.errors import DeviceControlError, DeviceError, SettingsError
+from gpudra_kubelet_plugin.errors import DeviceError, SettingsError
 from gpudra_nvml import NvmlError, open_adapter, open_simulator
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -88,7 +88,10 @@ def devices_from_inventory(devices: Iterable[pb.Device], minors: MigMinors) -> l
             out[d.name] = DeviceInfo(d.name, "gpu", d.uuid, d.minor)
             for p in d.free_placements:
                 name = placement_name(d.name, p.profile, p.start)
-                out[name] = DeviceInfo(name, "mig", "", d.minor, d.uuid, p.profile, p.start, p.size)
+                out[name] = DeviceInfo(
+                    name, "mig", "", d.minor, d.uuid, p.profile, p.start, p.size,
+                    profile_id=p.profile_id,
+                )  # fmt: skip
         elif d.type == pb.Device.TYPE_MIG:
             parent = gpus.get(d.parent_uuid)
             if parent is None:
@@ -111,47 +114,51 @@ def devices_from_inventory(devices: Iterable[pb.Device], minors: MigMinors) -> l
                         d.placement.size,
                         minors.minor(parent.minor, gi),
                         minors.minor(parent.minor, gi, ci),
+                        profile_id=d.placement.profile_id,
+                        gi_id=gi,
+                        ci_id=ci,
                     ),
                 )
     return [out[name] for name in sorted(out)]
 
 
-class NoDynamicMig:
-    """The `DeviceControl` for real NVML: MIG creation is not implemented, so it says so."""
+@dataclasses.dataclass
+class OpenedDevices:
+    """This node's devices: the lookup, the MIG control, and what to call on the way out."""
 
-    async def create_mig(self, placement: DeviceInfo) -> DeviceInfo:
-        raise DeviceControlError(
-            f"cannot create MIG device {placement.name}: dynamic MIG through NVML is not "
-            "implemented in the kubelet plugin yet; create the MIG layout on the node instead"
-        )
-
-    async def destroy_mig(self, device: DeviceInfo) -> None:
-        raise DeviceControlError(
-            f"cannot destroy MIG device {device.name}: dynamic MIG through NVML is not implemented"
-        )
+    lookup: DeviceLookup
+    control: DeviceControl
+    close: Callable[[], None] = lambda: None
 
 
-def open_devices(
-    source: str, minors_file: Path = MIG_MINORS_FILE
-) -> tuple[DeviceLookup, DeviceControl]:
-    """(lookup, control) for a device source `table:<path>`, `simulator:<profile>` or `nvml`."""
+def open_devices(source: str, minors_file: Path = MIG_MINORS_FILE) -> OpenedDevices:
+    """The devices of a source `table:<path>`, `simulator:<profile>` or `nvml`.
+
+    `nvml` keeps the library initialized for dynamic MIG until `close`; the others hold nothing.
+    """
     kind, _, argument = source.partition(":")
     if kind == "table" and argument:
         table = DeviceTable.from_json(Path(argument))
-        return table, table
+        return OpenedDevices(table, table)
     if kind not in ("simulator", "nvml") or (kind == "simulator") != bool(argument):
         raise SettingsError(
             f"device source must be table:<path>, simulator:<profile> or nvml, got {source!r}"
         )
+    minors = MigMinors.load(minors_file)
     try:
         opened = open_simulator(argument) if kind == "simulator" else open_adapter()
-        try:
-            discovery = opened.adapter.discover()
-        finally:
-            opened.adapter.stop()
     except NvmlError as exc:
         raise DeviceError(f"cannot discover devices ({source}): {exc}") from exc
-    table = DeviceTable(devices_from_inventory(discovery.devices, MigMinors.load(minors_file)))
+    try:
+        table = DeviceTable(devices_from_inventory(opened.adapter.discover().devices, minors))
+    except NvmlError as exc:
+        opened.adapter.stop()
+        raise DeviceError(f"cannot discover devices ({source}): {exc}") from exc
     if kind == "simulator":
-        return table, table
-    return table, NoDynamicMig()
+        opened.adapter.stop()
+        return OpenedDevices(table, table)
+    from gpudra_kubelet_plugin.nvmlmig import NvmlMigControl  # imports this module
+
+    return OpenedDevices(
+        table, NvmlMigControl(opened.adapter.nvml, table, minors), opened.adapter.stop
+    )

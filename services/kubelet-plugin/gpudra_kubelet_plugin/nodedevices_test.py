@@ -4,11 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable
-from gpudra_kubelet_plugin.errors import DeviceControlError, DeviceError, SettingsError
+from gpudra_kubelet_plugin.devices import DeviceTable
+from gpudra_kubelet_plugin.errors import DeviceError, SettingsError
 from gpudra_kubelet_plugin.nodedevices import (
     MigMinors,
-    NoDynamicMig,
     open_devices,
     placement_name,
 )
@@ -62,7 +61,8 @@ def test_placement_name(profile: str, expected: str) -> None:
 
 
 async def test_simulator_devices_named_like_the_slices() -> None:
-    lookup, control = open_devices("simulator:a100-mig")
+    devices = open_devices("simulator:a100-mig")
+    lookup, control = devices.lookup, devices.control
     assert isinstance(control, DeviceTable)
     existing = await lookup.device("gpu-0-mig-1-0")
     assert (existing.kind, existing.profile, existing.placement_start) == ("mig", "3g.40gb", 0)
@@ -74,6 +74,8 @@ async def test_simulator_devices_named_like_the_slices() -> None:
     assert alias.uuid == existing.uuid
     placement = await lookup.device("gpu-2-mig-1g-10gb-0")
     assert not placement.exists
+    assert placement.profile_id is not None
+    assert (existing.gi_id, existing.ci_id) == (1, 0)
     created = await control.create_mig(placement)
     assert created.exists
     whole = await lookup.device("gpu-4")
@@ -97,11 +99,3 @@ async def test_simulator_devices_named_like_the_slices() -> None:
 def test_bad_sources(source: str, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         open_devices(source)
-
-
-async def test_no_dynamic_mig_on_nvml_is_a_clear_error() -> None:
-    placement = DeviceInfo("gpu-0-mig-1g-10gb-0", "mig", "", 0, "GPU-a", "1g.10gb", 0, 1)
-    with pytest.raises(DeviceControlError, match="dynamic MIG through NVML is not implemented"):
-        await NoDynamicMig().create_mig(placement)
-    with pytest.raises(DeviceControlError, match="not implemented"):
-        await NoDynamicMig().destroy_mig(placement)

@@ -1,0 +1,135 @@
+"""Dynamic MIG on real GPUs: create and destroy MIG devices through NVML.
+
+Create: the GPU by UUID → a GPU instance of the placement's profile at exactly its start slice
+(`nvmlDeviceCreateGpuInstanceWithPlacement`, so the allocator's choice of slices is honoured) → one
+compute instance spanning the whole GPU instance (the largest compute-instance profile it offers) →
+the new MIG device's UUID found among the GPU's MIG handles by its GI/CI ids. A failure after the
+GPU instance exists destroys it again, so a failed create leaves no half device.
+Destroy: compute instance, then GPU instance, by the ids recorded at creation; already gone is
+success. NVML calls block, so they run in a worker thread; callers (`DeviceState`) serialize them.
+
+Needs MIG mode on, root and NVML >= R470. Results are recorded in the `DeviceTable` that the plugin
+looks devices up in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any
+
+from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable
+from gpudra_kubelet_plugin.errors import DeviceControlError
+from gpudra_kubelet_plugin.nodedevices import MigMinors
+from gpudra_nvml import NvmlError
+from gpudra_nvml.nvcall import Nvml, text
+
+log = logging.getLogger(__name__)
+
+#: NVML_COMPUTE_INSTANCE_PROFILE_* values (1, 2, 3, 4, 7, 8, 6 slices, and 1 slice rev1).
+COMPUTE_PROFILES = range(8)
+SHARED_ENGINES = 0  # NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+
+
+class NvmlMigControl:
+    """`DeviceControl` over an initialized NVML library (see the module docstring)."""
+
+    def __init__(self, nvml: Nvml, table: DeviceTable, minors: MigMinors) -> None:
+        self._nvml = nvml
+        self._table = table
+        self._minors = minors
+
+    async def create_mig(self, placement: DeviceInfo) -> DeviceInfo:
+        current = await self._table.device(placement.name)
+        if current.exists:
+            return current
+        created = await asyncio.to_thread(self._create, current)
+        self._table.replace(created)
+        return created
+
+    async def destroy_mig(self, device: DeviceInfo) -> None:
+        current = await self._table.device(device.name)
+        if not current.exists:
+            return
+        await asyncio.to_thread(self._destroy, current)
+        self._table.replace(
+            dataclasses.replace(current, uuid="", gi_cap=None, ci_cap=None, gi_id=None, ci_id=None)
+        )
+
+    def _create(self, placement: DeviceInfo) -> DeviceInfo:
+        if placement.profile_id is None:
+            raise DeviceControlError(f"{placement.name}: no GPU instance profile id to create it")
+        call = self._nvml.call
+        try:
+            gpu = call("nvmlDeviceGetHandleByUUID", placement.parent_uuid)
+            where = self._nvml.const("c_nvmlGpuInstancePlacement_t")()
+            where.start, where.size = placement.placement_start, placement.placement_size
+            gi = call("nvmlDeviceCreateGpuInstanceWithPlacement", gpu, placement.profile_id, where)
+        except NvmlError as exc:
+            raise DeviceControlError(
+                f"cannot create GPU instance for {placement.name}: {exc}"
+            ) from exc
+        try:
+            ci = call("nvmlGpuInstanceCreateComputeInstance", gi, self._whole_instance_profile(gi))
+            gi_id = int(call("nvmlGpuInstanceGetInfo", gi).id)
+            ci_id = int(call("nvmlComputeInstanceGetInfo", ci).id)
+            uuid = self._mig_uuid(gpu, gi_id, ci_id)
+        except (NvmlError, DeviceControlError) as exc:
+            try:
+                call("nvmlGpuInstanceDestroy", gi)
+            except NvmlError as cleanup:
+                log.error("%s: leaving a GPU instance behind: %s", placement.name, cleanup)
+            raise DeviceControlError(f"cannot create MIG device {placement.name}: {exc}") from exc
+        log.info("created MIG device %s (%s, gi %d ci %d)", placement.name, uuid, gi_id, ci_id)
+        return dataclasses.replace(
+            placement,
+            uuid=uuid,
+            gi_id=gi_id,
+            ci_id=ci_id,
+            gi_cap=self._minors.minor(placement.minor, gi_id),
+            ci_cap=self._minors.minor(placement.minor, gi_id, ci_id),
+        )
+
+    def _whole_instance_profile(self, gi: Any) -> int:
+        best: tuple[int, int] | None = None
+        for profile in COMPUTE_PROFILES:
+            info = self._nvml.optional(
+                "nvmlGpuInstanceGetComputeInstanceProfileInfo", gi, profile, SHARED_ENGINES
+            )
+            if info is not None and (best is None or int(info.sliceCount) > best[0]):
+                best = (int(info.sliceCount), int(info.id))
+        if best is None:
+            raise DeviceControlError("the GPU instance offers no compute instance profile")
+        return best[1]
+
+    def _mig_uuid(self, gpu: Any, gi_id: int, ci_id: int) -> str:
+        call = self._nvml.call
+        for index in range(int(call("nvmlDeviceGetMaxMigDeviceCount", gpu))):
+            handle = self._nvml.optional("nvmlDeviceGetMigDeviceHandleByIndex", gpu, index)
+            if handle is None:
+                continue
+            ids = (
+                int(call("nvmlDeviceGetGpuInstanceId", handle)),
+                int(call("nvmlDeviceGetComputeInstanceId", handle)),
+            )
+            if ids == (gi_id, ci_id):
+                return text(call("nvmlDeviceGetUUID", handle))
+        raise DeviceControlError(f"no MIG device handle for gi {gi_id} ci {ci_id}")
+
+    def _destroy(self, device: DeviceInfo) -> None:
+        if device.gi_id is None or device.ci_id is None:
+            raise DeviceControlError(f"{device.name}: GPU/compute instance ids unknown")
+        nvml = self._nvml
+        try:
+            gpu = nvml.call("nvmlDeviceGetHandleByUUID", device.parent_uuid)
+            gi = nvml.optional("nvmlDeviceGetGpuInstanceById", gpu, device.gi_id)
+            if gi is None:
+                return  # already gone (destroyed by hand, or a reboot)
+            ci = nvml.optional("nvmlGpuInstanceGetComputeInstanceById", gi, device.ci_id)
+            if ci is not None:
+                nvml.call("nvmlComputeInstanceDestroy", ci)
+            nvml.call("nvmlGpuInstanceDestroy", gi)
+        except NvmlError as exc:
+            raise DeviceControlError(f"cannot destroy MIG device {device.name}: {exc}") from exc
+        log.info("destroyed MIG device %s", device.name)

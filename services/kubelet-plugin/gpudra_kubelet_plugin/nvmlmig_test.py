@@ -1,0 +1,224 @@
+"""NvmlMigControl against a stand-in for pynvml's MIG-management calls.
+
+gpudra_nvml's simulator does not (yet) create or destroy MIG devices, so this module brings the
+smallest pynvml-shaped object that does, with NVML's rules: a GPU instance needs free slices at its
+placement, a compute instance fits inside its GPU instance, a GPU instance with compute instances
+cannot be destroyed, unknown ids are NVML_ERROR_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from gpudra_kubelet_plugin.conftest import GPU1, Node, make_claim, node_devices
+from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable
+from gpudra_kubelet_plugin.errors import DeviceControlError
+from gpudra_kubelet_plugin.nodedevices import MigMinors
+from gpudra_kubelet_plugin.nvmlmig import NvmlMigControl
+from gpudra_kubelet_plugin.state import ClaimRef
+from gpudra_nvml.nvcall import Nvml
+
+# GPU instance profile id -> (compute slices, memory slices of a placement), as on an A100-40GB.
+GI_PROFILES = {19: (1, 1), 14: (2, 2), 9: (3, 4), 5: (4, 4), 0: (7, 8)}
+CI_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6}  # compute instance profile -> slices
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+NOT_SUPPORTED, NOT_FOUND, IN_USE, INSUFFICIENT_RESOURCES = 3, 6, 19, 23
+
+
+@dataclasses.dataclass
+class Placement:
+    start: int = 0
+    size: int = 0
+
+
+@dataclasses.dataclass
+class Gi:
+    id: int
+    start: int
+    size: int  # memory slices
+    slices: int  # compute slices
+    cis: dict[int, int] = dataclasses.field(default_factory=dict)  # ci id -> slices
+
+
+@dataclasses.dataclass
+class Info:
+    id: int
+    sliceCount: int = 0
+
+
+class FakeMigLib:
+    NVMLError = NVMLError
+    c_nvmlGpuInstancePlacement_t = Placement
+
+    def __init__(self, gpu_uuid: str, fail_compute: bool = False) -> None:
+        self.gpu_uuid = gpu_uuid
+        self.gis: dict[int, Gi] = {}
+        self.fail_compute = fail_compute
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        if uuid != self.gpu_uuid:
+            raise NVMLError(NOT_FOUND)
+        return "gpu"
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(self, gpu: str, profile: int, at: Placement) -> Gi:
+        compute, size = GI_PROFILES[profile]
+        if at.size != size:
+            raise NVMLError(2)  # INVALID_ARGUMENT: not a placement of this profile
+        for gi in self.gis.values():
+            if gi.start < at.start + at.size and at.start < gi.start + gi.size:
+                raise NVMLError(INSUFFICIENT_RESOURCES)
+        gi = Gi(id=1 + max(self.gis, default=0), start=at.start, size=size, slices=compute)
+        self.gis[gi.id] = gi
+        return gi
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi: Gi, profile: int, eng: int) -> Info:
+        if profile not in CI_SLICES or CI_SLICES[profile] > gi.slices:
+            raise NVMLError(NOT_SUPPORTED)
+        return Info(profile, CI_SLICES[profile])
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gi: Gi, profile: int) -> tuple[Gi, int]:
+        if self.fail_compute:
+            raise NVMLError(INSUFFICIENT_RESOURCES)
+        ci = len(gi.cis)
+        gi.cis[ci] = CI_SLICES[profile]
+        return (gi, ci)
+
+    def nvmlGpuInstanceGetInfo(self, gi: Gi) -> Info:
+        return Info(gi.id)
+
+    def nvmlComputeInstanceGetInfo(self, ci: tuple[Gi, int]) -> Info:
+        return Info(ci[1])
+
+    def _handles(self) -> list[tuple[int, int]]:
+        return sorted((gi.id, ci) for gi in self.gis.values() for ci in gi.cis)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, gpu: str) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, gpu: str, index: int) -> tuple[int, int]:
+        handles = self._handles()
+        if index >= len(handles):
+            raise NVMLError(NOT_FOUND)
+        return handles[index]
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: tuple[int, int]) -> int:
+        return handle[0]
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: tuple[int, int]) -> int:
+        return handle[1]
+
+    def nvmlDeviceGetUUID(self, handle: tuple[int, int]) -> str:
+        return f"MIG-{handle[0]:08d}-{handle[1]:04d}"
+
+    def nvmlDeviceGetGpuInstanceById(self, gpu: str, gi: int) -> Gi:
+        if gi not in self.gis:
+            raise NVMLError(NOT_FOUND)
+        return self.gis[gi]
+
+    def nvmlGpuInstanceGetComputeInstanceById(self, gi: Gi, ci: int) -> tuple[Gi, int]:
+        if ci not in gi.cis:
+            raise NVMLError(NOT_FOUND)
+        return (gi, ci)
+
+    def nvmlComputeInstanceDestroy(self, ci: tuple[Gi, int]) -> None:
+        del ci[0].cis[ci[1]]
+
+    def nvmlGpuInstanceDestroy(self, gi: Gi) -> None:
+        if gi.cis:
+            raise NVMLError(IN_USE)
+        del self.gis[gi.id]
+
+
+def nvml_table() -> DeviceTable:
+    # The conftest node, with NVML profile ids on its placements (3g.40gb is id 9, 4g.40gb id 5).
+    ids = {"3g.40gb": 9, "4g.40gb": 5}
+    return DeviceTable(
+        dataclasses.replace(d, profile_id=ids.get(d.profile)) if not d.uuid else d
+        for d in node_devices()
+    )
+
+
+async def test_create_and_destroy() -> None:
+    lib = FakeMigLib(GPU1)
+    table = nvml_table()
+    control = NvmlMigControl(Nvml(lib), table, MigMinors())
+    created = await control.create_mig(await table.device("gpu-1-mig-3g-40gb-4"))
+    assert created.uuid == "MIG-00000001-0000"
+    assert (created.gi_id, created.ci_id) == (1, 0)
+    assert (created.gi_cap, created.ci_cap) == (MigMinors().minor(1, 1), MigMinors().minor(1, 1, 0))
+    assert lib.gis[1].start == 4
+    assert lib.gis[1].cis == {0: 3}  # one compute instance spanning the 3-slice GPU instance
+    assert await table.device("gpu-1-mig-3g-40gb-4") == created
+    assert await control.create_mig(created) == created  # already there
+    await control.destroy_mig(created)
+    assert lib.gis == {}
+    assert not (await table.device("gpu-1-mig-3g-40gb-4")).exists
+    await control.destroy_mig(created)  # gone already: fine
+
+
+@pytest.mark.parametrize(
+    ("lib", "name", "message"),
+    [
+        pytest.param(
+            FakeMigLib(GPU1), "gpu-1-mig-4g-40gb-0", "cannot create GPU instance", id="no-room"
+        ),
+        pytest.param(
+            FakeMigLib(GPU1, fail_compute=True),
+            "gpu-1-mig-3g-40gb-4",
+            "cannot create MIG device",
+            id="compute-instance-fails",
+        ),
+        pytest.param(FakeMigLib("GPU-other"), "gpu-1-mig-3g-40gb-4", "cannot create GPU", id="gpu"),
+    ],
+)
+async def test_failed_creates_leave_nothing(lib: FakeMigLib, name: str, message: str) -> None:
+    if name == "gpu-1-mig-4g-40gb-0":
+        lib.gis[7] = Gi(
+            id=7, start=0, size=1, slices=1, cis={0: 1}
+        )  # the existing 1g.10gb at slice 0
+    before = dict(lib.gis)
+    table = nvml_table()
+    with pytest.raises(DeviceControlError, match=message):
+        await NvmlMigControl(Nvml(lib), table, MigMinors()).create_mig(await table.device(name))
+    assert lib.gis == before
+    assert not (await table.device(name)).exists
+
+
+async def test_a_placement_without_profile_id_is_refused() -> None:
+    table = DeviceTable([DeviceInfo("p", "mig", "", 1, GPU1, "1g.10gb", 0, 1)])
+    with pytest.raises(DeviceControlError, match="no GPU instance profile id"):
+        await NvmlMigControl(Nvml(FakeMigLib(GPU1)), table, MigMinors()).create_mig(
+            await table.device("p")
+        )
+
+
+async def test_prepare_and_unprepare_a_dynamic_mig_claim_through_nvml(node: Node) -> None:
+    lib = FakeMigLib(GPU1)
+    node.table = nvml_table()
+    state = node.state()
+    state._control = NvmlMigControl(Nvml(lib), node.table, MigMinors())
+    await state.start()
+    node.claims.put(make_claim("m", "uid-n", [("mig", "gpu-1-mig-3g-40gb-4")]))
+    ref = ClaimRef("uid-n", "default", "m")
+    (device,) = await state.prepare(ref)
+    spec: dict[str, Any] = json.loads(node.cdi.spec_path("uid-n").read_text())
+    nodes = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
+    assert nodes == [
+        "/dev/nvidia1",
+        f"/dev/nvidia-caps/nvidia-cap{MigMinors().minor(1, 1)}",
+        f"/dev/nvidia-caps/nvidia-cap{MigMinors().minor(1, 1, 0)}",
+    ]
+    assert "NVIDIA_VISIBLE_DEVICES=MIG-00000001-0000" in spec["containerEdits"]["env"]
+    await state.unprepare(ref)
+    assert lib.gis == {}
