@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
-from gpudra_cel import CelEvaluationError, DeviceView, compile_selector
+from gpudra_cel import CelEvaluationError, CompiledSelector, DeviceView, compile_selector
 from gpudra_cel.values import CelUint, equal
 
 D = 'device.attributes["gpu.nvidia.com"]'
@@ -281,9 +281,9 @@ _PROGRAMS = {
 _COMPILED = {e: compile_selector(e) for e in EXPRESSIONS}
 
 
-def _reference(expression: str, device: DeviceView) -> object:
+def _reference_outcome(program: Any, device: DeviceView) -> object:
     try:
-        result: object = _PROGRAMS[expression].evaluate(_activation(device))
+        result: object = program.evaluate(_activation(device))
     except CELEvalError:
         return "error"
     if isinstance(result, celtypes.BoolType):
@@ -291,11 +291,25 @@ def _reference(expression: str, device: DeviceView) -> object:
     return "error"  # a non-bool result is an error for a selector
 
 
-def _ours(expression: str, device: DeviceView) -> object:
+def _reference_program(expression: str) -> Callable[[DeviceView], object]:
+    """cel-python's outcome for `expression` on a device: True, False or "error"."""
+    program = _ENV.program(_ENV.compile(_without_bind(expression)), functions=ORACLES)
+    return lambda device: _reference_outcome(program, device)
+
+
+def _reference(expression: str, device: DeviceView) -> object:
+    return _reference_outcome(_PROGRAMS[expression], device)
+
+
+def _ours_selector(selector: CompiledSelector, device: DeviceView) -> object:
     try:
-        return _COMPILED[expression].matches(device)
+        return selector.matches(device)
     except CelEvaluationError:
         return "error"
+
+
+def _ours(expression: str, device: DeviceView) -> object:
+    return _ours_selector(_COMPILED[expression], device)
 
 
 _SEMVERS = st.sampled_from(["8.0.0", "9.0.0", "12.4.0", "550.54.15", "560.1.0", "9.0.0-rc.1"])
