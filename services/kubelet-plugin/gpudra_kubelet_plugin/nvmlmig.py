@@ -15,6 +15,7 @@ looks devices up in.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import logging
 from typing import Any
@@ -65,7 +66,13 @@ class NvmlMigControl:
             gpu = call("nvmlDeviceGetHandleByUUID", placement.parent_uuid)
             where = self._nvml.const("c_nvmlGpuInstancePlacement_t")()
             where.start, where.size = placement.placement_start, placement.placement_size
-            gi = call("nvmlDeviceCreateGpuInstanceWithPlacement", gpu, placement.profile_id, where)
+            # pynvml hands the placement to C as given, and C takes a pointer: pass it by reference.
+            gi = call(
+                "nvmlDeviceCreateGpuInstanceWithPlacement",
+                gpu,
+                placement.profile_id,
+                ctypes.byref(where),
+            )
         except NvmlError as exc:
             raise DeviceControlError(
                 f"cannot create GPU instance for {placement.name}: {exc}"

@@ -8,6 +8,7 @@ cannot be destroyed, unknown ids are NVML_ERROR_NOT_FOUND.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 from typing import Any
@@ -36,10 +37,10 @@ class NVMLError(Exception):
 NOT_SUPPORTED, NOT_FOUND, IN_USE, INSUFFICIENT_RESOURCES = 3, 6, 19, 23
 
 
-@dataclasses.dataclass
-class Placement:
-    start: int = 0
-    size: int = 0
+class Placement(ctypes.Structure):
+    """pynvml's c_nvmlGpuInstancePlacement_t."""
+
+    _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
 
 
 @dataclasses.dataclass
@@ -71,7 +72,8 @@ class FakeMigLib:
             raise NVMLError(NOT_FOUND)
         return "gpu"
 
-    def nvmlDeviceCreateGpuInstanceWithPlacement(self, gpu: str, profile: int, at: Placement) -> Gi:
+    def nvmlDeviceCreateGpuInstanceWithPlacement(self, gpu: str, profile: int, ref: Any) -> Gi:
+        at = ref._obj  # C takes a pointer: the caller must pass ctypes.byref(placement)
         compute, size = GI_PROFILES[profile]
         if at.size != size:
             raise NVMLError(2)  # INVALID_ARGUMENT: not a placement of this profile
