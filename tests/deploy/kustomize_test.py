@@ -40,6 +40,17 @@ def test_every_object_is_valid_kubernetes(overlay: Objs, version: str) -> None:
     assert problems == []
 
 
+def test_cached_validation_agrees_with_kubernetes_validate(overlay: Objs) -> None:
+    """One object of each kind, as rendered and with a misspelt field, through both paths."""
+    samples = {o["kind"]: o for o in overlay if manifests.api_group(o) not in manifests.CRD_GROUPS}
+    for obj in samples.values():
+        broken = {**obj, "metadata": {**obj["metadata"], "labelz": {}}}
+        for candidate in (obj, broken):
+            expected = manifests.validate_with_library(candidate, "1.34")
+            assert manifests.validate_strict(candidate, "1.34") == expected
+        assert manifests.validate_strict(broken, "1.34") is not None
+
+
 def test_schema_check_rejects_unknown_fields(overlay: Objs) -> None:
     """The validation above can fail: a misspelt field in a rendered Deployment is caught."""
     deployment = by_kind(overlay, "Deployment")[0]

@@ -4,16 +4,25 @@ Promises: paths are derived from this file, never from the current directory; `v
 checks an object against the strict (no unknown fields) OpenAPI schemas that `kubernetes-validate`
 ships for each Kubernetes version in `SCHEMA_VERSIONS`, and returns readable problems instead of
 raising; `pod_spec` / `containers` give the pod template of any workload kind.
+
+`validate_strict` answers what `kubernetes_validate.validate(obj, version, strict=True)` answers
+(a test holds them to it) but builds each schema's validator once: the library re-reads its
+1.5 MB definitions file on every call, which made schema checks most of this suite's run time.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
+import referencing
 import yaml
+from kubernetes_validate import utils as kv_utils
 
 REPO = Path(__file__).resolve().parents[2]
 KUSTOMIZE = REPO / "deploy" / "kustomize"
@@ -86,15 +95,69 @@ def ref(obj: dict[str, Any]) -> str:
     return "/".join(p for p in parts if p)
 
 
+def _minor(version: str) -> tuple[int, int]:
+    """(1, 34) for "1.34", "v1.34.0", "1.34.0-local"."""
+    match = re.match(r"v?(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"not a Kubernetes version: {version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _schema_dir(version: str) -> str:
+    """kubernetes-validate's strict schema folder for `version`: the newest not newer than it."""
+    wanted = _minor(version)
+    candidates = [v for v in kv_utils.all_versions() if _minor(v) <= wanted]
+    if not candidates:
+        raise ValueError(f"kubernetes-validate has no schemas for Kubernetes {version}")
+    return f"v{candidates[-1]}-local-strict"
+
+
+@functools.cache
+def _definitions(schema_dir: str) -> referencing.Resource[Any]:
+    contents = kv_utils.schema_contents(
+        f"kubernetes-json-schema/{schema_dir}/_definitions.json", ""
+    )
+    return referencing.Resource.from_contents(contents)
+
+
+@functools.cache
+def _validator(schema_dir: str, kind: str, api_version: str) -> jsonschema.Draft202012Validator:
+    """The validator of one kind, built as kubernetes-validate builds it; KeyError if no schema."""
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    name = f"kubernetes-json-schema/{schema_dir}/{kind.lower()}-{group_version}.json"
+    try:
+        schema = kv_utils.schema_contents(name, "")
+    except FileNotFoundError as exc:
+        raise KeyError(name) from exc
+    registry: referencing.Registry[Any] = referencing.Resource.from_contents(schema) @ (
+        referencing.Registry()
+    )
+    registry = _definitions(schema_dir) @ registry
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
 def validate_strict(obj: dict[str, Any], version: str) -> str | None:
     """None when `obj` is valid for Kubernetes `version` (strict schema), else the problem."""
+    try:
+        validator = _validator(_schema_dir(version), str(obj["kind"]), str(obj["apiVersion"]))
+    except KeyError:
+        return f"{ref(obj)} @ {version}: no schema for {obj['apiVersion']} {obj['kind']}"
+    error = next(iter(validator.iter_errors(obj)), None)
+    if error is None:
+        return None
+    path = ".".join(str(p) for p in error.path)
+    return f"{ref(obj)} @ {version}: {path}: {error.message}"
+
+
+def validate_with_library(obj: dict[str, Any], version: str) -> str | None:
+    """The same question asked of `kubernetes_validate.validate` itself (slow; for cross-checks)."""
     try:
         kubernetes_validate.validate(obj, version, strict=True)
     except kubernetes_validate.ValidationError as exc:
         path = ".".join(str(p) for p in exc.path)
         return f"{ref(obj)} @ {version}: {path}: {exc.message}"
-    except kubernetes_validate.SchemaNotFoundError as exc:
-        return f"{ref(obj)} @ {version}: {exc.message}"
+    except kubernetes_validate.SchemaNotFoundError:
+        return f"{ref(obj)} @ {version}: no schema for {obj['apiVersion']} {obj['kind']}"
     return None
 
 

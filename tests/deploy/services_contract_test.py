@@ -14,15 +14,15 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from deploy import manifests
+from deploy.manifests import by_kind, containers, named, pod_spec
 from gpudra_allocator import engine as allocator_engine
 from gpudra_allocator import settings as allocator_settings
 from gpudra_claim_writer import settings as claim_writer_settings
 from gpudra_inventory import settings as inventory_settings
 from gpudra_kubelet_plugin import settings as kubelet_plugin_settings
 from gpudra_node_agent import settings as node_agent_settings
-
-from deploy import manifests
-from deploy.manifests import by_kind, containers, named, pod_spec
 
 Objs = list[dict[str, Any]]
 SERVICES = {
