@@ -16,6 +16,7 @@ from gpudra_cel import CelCompileError, DeviceView, compile_selector
 from gpudra_cel.differential_test import _ENV, ORACLES, _ours_selector, _reference_program, devices
 
 D = 'device.attributes["gpu.nvidia.com"]'
+C = 'device.capacity["gpu.nvidia.com"]'
 
 _INT_ATTRS = st.sampled_from(["index", "numaNode", "mixed"])
 _STR_ATTRS = st.sampled_from(["type", "architecture", "uuid", "nvlinkDomain", "mixed"])
@@ -46,6 +47,27 @@ def _bool_leaf() -> st.SearchStrategy[str]:
             lambda t: f"{D}.{t[1]} == {t[0]}"
         ),
         _ANY_ATTRS.map(lambda a: f"has({D}.{a})"),
+        st.tuples(
+            st.sampled_from(["memory", "multiprocessors"]),
+            st.sampled_from(["isGreaterThan", "isLessThan"]),
+            st.sampled_from(["40Gi", "80Gi", "1500m", "14", "0"]),
+        ).map(lambda t: f'{C}.{t[0]}.{t[1]}(quantity("{t[2]}"))'),
+        st.tuples(st.sampled_from(["memory", "multiprocessors"]), _CMP).map(
+            lambda t: f'{C}.{t[0]}.compareTo(quantity("20G")) {t[1]} 0'
+        ),
+        st.tuples(
+            st.sampled_from(["cudaComputeCapability", "driverVersion", "type"]),
+            st.sampled_from(["isGreaterThan", "isLessThan"]),
+            st.sampled_from(["9.0.0", "12.4.0", "9.0.0-rc.1"]),
+        ).map(lambda t: f'{D}.{t[0]}.{t[1]}(semver("{t[2]}"))'),
+        st.tuples(st.sampled_from(["cudaComputeCapability", "driverVersion"]), _CMP, _INTS).map(
+            lambda t: f"{D}.{t[0]}.major() {t[1]} {t[2]}"
+        ),
+        st.tuples(
+            _STR_ATTRS,
+            st.sampled_from(["startsWith", "endsWith", "contains", "matches"]),
+            st.sampled_from(['"n"', '"0"', '"^[a-z]+$"', '"Hop"', '""']),
+        ).map(lambda t: f"{D}.{t[0]}.{t[1]}({t[2]})"),
         _STR_ATTRS.map(lambda a: f'{D}.{a} in ["gpu", "Hopper", "nvlink-1"]'),
         st.sampled_from(
             [
