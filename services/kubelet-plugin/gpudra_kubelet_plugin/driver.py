@@ -12,11 +12,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from gpudra_kubelet_plugin.checkpoint import PreparedDevice
-from gpudra_kubelet_plugin.errors import KubeletPluginError
-from gpudra_kubelet_plugin.state import ClaimRef, DeviceState
 from grpc.aio import ServicerContext as Ctx
 
+from gpudra_kubelet_plugin.errors import KubeletPluginError
+from gpudra_kubelet_plugin.events import device_v1
+from gpudra_kubelet_plugin.state import ClaimRef, DeviceState
 from kubeletpb.dra.v1 import api_pb2 as v1
 from kubeletpb.dra.v1 import api_pb2_grpc as v1_grpc
 from kubeletpb.dra.v1beta1 import api_pb2 as v1beta1
@@ -67,7 +67,7 @@ class DraServicerV1(v1_grpc.DRAPluginServicer):
             if isinstance(answer, str):
                 response.claims[uid].error = answer
                 continue
-            response.claims[uid].devices.extend(_device_v1(d) for d in answer)
+            response.claims[uid].devices.extend(device_v1(d) for d in answer)
         return response
 
     async def NodeUnprepareResources(
@@ -120,15 +120,3 @@ class DraServicerV1beta1(v1beta1_grpc.DRAPluginServicer):
         for uid, answer in answers.items():
             response.claims[uid].error = answer if isinstance(answer, str) else ""
         return response
-
-
-def _device_v1(device: PreparedDevice) -> v1.Device:
-    message = v1.Device(
-        request_names=device.request_names,
-        pool_name=device.pool_name,
-        device_name=device.device_name,
-        cdi_device_ids=device.cdi_device_ids,
-    )
-    if device.share_id is not None:
-        message.share_id = device.share_id
-    return message

@@ -33,6 +33,7 @@ from gpudra_kubelet_plugin.errors import (
     KubeletPluginError,
     SettingsError,
 )
+from gpudra_kubelet_plugin.events import NatsEvents
 from gpudra_kubelet_plugin.health import HealthHub
 from gpudra_kubelet_plugin.nodedevices import open_devices
 from gpudra_kubelet_plugin.plugin import KubeletPlugin
@@ -131,6 +132,7 @@ async def serve(
             control=control,
             cdi=CdiWriter(settings.cdi_dir, settings.driver_name, base_edits),
             checkpoint=Checkpoint(settings.checkpoint_path, settings.boot_id_file),
+            events=NatsEvents(nc, settings.node),
         )
         plugin = KubeletPlugin(settings, state, hub)
         await plugin.start()

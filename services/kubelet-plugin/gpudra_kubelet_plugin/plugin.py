@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 
 import grpc
+
 from gpudra_kubelet_plugin.driver import DraServicerV1, DraServicerV1beta1
 from gpudra_kubelet_plugin.health import HealthHub, HealthServicerV1, HealthServicerV1alpha1
 from gpudra_kubelet_plugin.registration import SUPPORTED_VERSIONS, Registrar, RegistrationServicer
 from gpudra_kubelet_plugin.settings import Settings
 from gpudra_kubelet_plugin.sockets import remove_socket, start_unix_server
 from gpudra_kubelet_plugin.state import DeviceState
-
 from kubeletpb.dra.v1 import api_pb2_grpc as v1_grpc
 from kubeletpb.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from kubeletpb.drahealth.v1 import api_pb2_grpc as h1_grpc

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
-from gpudra_kubelet_plugin.sockets import remove_socket, start_unix_server
 from grpc.aio import ServicerContext as Ctx
 
+from gpudra_kubelet_plugin.sockets import remove_socket, start_unix_server
 from kubeletpb.pluginregistration.v1 import api_pb2 as reg
 from kubeletpb.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 

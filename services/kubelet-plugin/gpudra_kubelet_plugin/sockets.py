@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 import grpc
+
 from gpudra_kubelet_plugin.errors import SocketError
 
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes on Linux, NUL included

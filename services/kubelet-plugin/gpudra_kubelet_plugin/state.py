@@ -13,7 +13,8 @@ Promises:
   MIG devices destroyed — before it is prepared again; unprepare of such a claim cleans up the same.
 - Unprepare removes exactly the claim's spec and the MIG devices it created (unless another
   prepared claim shares them); unprepare of an unknown claim succeeds.
-- Each prepare and unprepare is a span; prepare continues the claim's trace (see `traces`).
+- Each prepare and unprepare is a span; prepare continues the claim's trace (see `traces`), and
+  its outcome goes to the `EventSink` inside that span (see `events`).
 - At start, claims of a previous boot are dropped (their specs removed) and specs of this driver
   that no checkpointed claim owns are removed, so no spec outlives its claim.
 """
@@ -48,6 +49,7 @@ from gpudra_kubelet_plugin.errors import (
     InvalidClaimError,
     KubeletPluginError,
 )
+from gpudra_kubelet_plugin.events import EventSink, NoEvents
 from gpudra_kubelet_plugin.filelock import file_lock
 from gpudra_kubelet_plugin.traces import claim_span
 
@@ -78,6 +80,7 @@ class DeviceState:
         checkpoint: Checkpoint,
         tracer: Tracer | None = None,
         lock_file: Path | None = None,
+        events: EventSink | None = None,
     ) -> None:
         self.driver = driver
         self.node = node
@@ -90,6 +93,7 @@ class DeviceState:
         self._lock_file = lock_file or checkpoint.path.with_name("serialize.lock")
         self._records: dict[str, ClaimRecord] = {}
         self._lock = asyncio.Lock()
+        self._events = events or NoEvents()
 
     @property
     def records(self) -> Mapping[str, ClaimRecord]:
@@ -124,8 +128,14 @@ class DeviceState:
                 await self._release(ref.uid, record)
             claim = await self._claims.get(ref.namespace, ref.name)
             with self._span("prepare", ref, claim) as span:
-                devices = await self._prepare(ref, claim)
+                name = f"{ref.namespace}/{ref.name}"
+                try:
+                    devices = await self._prepare(ref, claim)
+                except KubeletPluginError as exc:
+                    await self._events.prepared(ref.uid, name, (), str(exc))
+                    raise
                 span.set_attribute("gpudra.devices", [d.device_name for d in devices])
+                await self._events.prepared(ref.uid, name, devices)
                 return devices
 
     async def unprepare(self, ref: ClaimRef) -> None:
@@ -134,10 +144,16 @@ class DeviceState:
             record = self._records.get(ref.uid)
             with self._span("unprepare", ref) as span:
                 span.set_attribute("gpudra.claim.known", record is not None)
+                name = f"{ref.namespace}/{ref.name}"
                 if record is None:
                     self._cdi.remove(ref.uid)
                     return
-                await self._release(ref.uid, record)
+                try:
+                    await self._release(ref.uid, record)
+                except KubeletPluginError as exc:
+                    await self._events.unprepared(ref.uid, name, str(exc))
+                    raise
+                await self._events.unprepared(ref.uid, name)
 
     @asynccontextmanager
     async def _serialized(self) -> AsyncIterator[None]:
