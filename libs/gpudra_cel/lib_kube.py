@@ -9,7 +9,6 @@ quantity syntax, `asInteger()` fails when the value is fractional or beyond int6
 from __future__ import annotations
 
 import re
-from fractions import Fraction
 
 from gpudra_api.errors import ApiError
 from gpudra_api.quantity import Quantity
@@ -22,8 +21,8 @@ from gpudra_cel.values import INT64_MAX, INT64_MIN, equal
 __all__ = ["KUBE_OVERLOADS", "MAX_LIST_ATTRIBUTE_VALUES"]
 
 # resourceapi.ResourceSliceMaxAttributeValuesPerDevice: the longest list attribute `includes`
-# accepts (assumed 64 here, the same bound as a string attribute's length).
-MAX_LIST_ATTRIBUTE_VALUES = 64
+# accepts (all list values of one device together are limited to this many).
+MAX_LIST_ATTRIBUTE_VALUES = 48
 
 
 def _quantity(text: str) -> Quantity:
@@ -48,24 +47,16 @@ def _as_integer(q: Quantity) -> int:
     return value
 
 
-def _check_result(q: Quantity) -> Quantity:
-    # Kubernetes' quantity arithmetic is bounded by its int64/inf.Dec representation; we keep
-    # exact values and only refuse results that no longer fit the API's int64 ceiling by far.
-    if abs(q.value) > Fraction(INT64_MAX) * 10**18:
-        raise CelEvaluationError("quantity arithmetic overflow")
-    return q
-
-
 def _add(q: Quantity, other: Quantity | int) -> Quantity:
     if isinstance(other, int):
         other = Quantity.of(other)
-    return _check_result(q + other)
+    return q + other
 
 
 def _sub(q: Quantity, other: Quantity | int) -> Quantity:
     if isinstance(other, int):
         other = Quantity.of(other)
-    return _check_result(q - other)
+    return q - other
 
 
 _NORMALIZE = re.compile(r"v?([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?(.*)", re.DOTALL)

@@ -183,8 +183,8 @@ def test_unknown_key_error_names_the_key() -> None:
 
 
 def test_list_attribute_over_limit_is_an_error() -> None:
-    device = DeviceView("d", {"d": {"l": tuple(range(65))}}, {})
-    with pytest.raises(CelEvaluationError, match="longer than 64"):
+    device = DeviceView("d", {"d": {"l": tuple(range(49))}}, {})
+    with pytest.raises(CelEvaluationError, match="longer than 48"):
         compile_selector('device.attributes["d"].l.includes(1)').matches(device)
 
 
