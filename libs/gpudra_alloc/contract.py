@@ -124,7 +124,11 @@ def run_lines(source: TextIO, sink: TextIO, policy: str = "topology") -> int:
         except json.JSONDecodeError as exc:
             answer = _error(None, f"not a JSON document: {exc}")
         else:
-            answer = solve(doc, policy)
+            try:
+                answer = solve(doc, policy)
+            except Exception as exc:  # a bug must cost one line, not the whole stream
+                problem_id = doc.get("id") if isinstance(doc, dict) else None
+                answer = _error(problem_id, f"internal error: {type(exc).__name__}: {exc}")
             answer.pop("_results", None)
         sink.write(json.dumps(answer, separators=(",", ":")) + "\n")
         sink.flush()

@@ -261,3 +261,20 @@ def test_same_input_same_decision_including_share_ids() -> None:
     shares = [r["devices"]["results"][0]["shareID"] for r in first["results"]]
     assert len(set(shares)) == 2
     assert first["results"][0]["devices"]["results"][0]["consumedCapacity"] == {"memory": "10Gi"}
+
+
+def test_a_pod_with_many_claims_of_many_devices_does_not_exhaust_the_stack() -> None:
+    # 30 claims x 32 devices: the search holds ~1,000 levels at once (Python's default limit)
+    slices = []
+    for part in range(8):
+        s = _slice("n1", 120)
+        s["metadata"]["name"] = f"n1-part-{part}"
+        s["spec"]["pool"]["resourceSliceCount"] = 8
+        for device in s["spec"]["devices"]:
+            device["name"] = f"{device['name']}-{part}"
+        slices.append(s)
+    claims = [_claim(f"c{i}", 32) for i in range(30)]
+    problem = {"node": {"name": "n1"}, "classes": [CLASS], "slices": slices, "claims": claims}
+    answer = solve(problem, "first-fit")
+    assert answer["outcome"] == "allocated"
+    assert sum(len(d) for d in _devices(answer)) == 960

@@ -13,6 +13,7 @@ returns exactly the devices Kubernetes returns.
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -39,6 +40,8 @@ from gpudra_api import AllocationResult, Node, Quantity, ResourceClaim
 from gpudra_api.limits import ALLOCATION_RESULTS_MAX_SIZE
 
 _SHARE_NAMESPACE = uuid.UUID("6c1f4f6e-2f0b-4c55-9a39-0d6f3c7c2a11")
+
+_MIN_RECURSION = 20_000
 
 Key = tuple[int, int, int]  # claim, request, subrequest
 Start = tuple[int, int, int]  # pool, slice, device
@@ -119,6 +122,9 @@ class Search:
             return True
 
         self.on_solution = self.on_solution or keep
+        # One frame per device taken: a pod of many claims x 32 devices goes deep.
+        if sys.getrecursionlimit() < _MIN_RECURSION:
+            sys.setrecursionlimit(_MIN_RECURSION)
         try:
             self._allocate_one((0, 0, 0), 0, False, (0, 0, 0))
         except _MaxSizeExceeded:
