@@ -6,11 +6,8 @@ import pytest
 
 from gpudra_kubelet_plugin.devices import DeviceTable
 from gpudra_kubelet_plugin.errors import DeviceError, SettingsError
-from gpudra_kubelet_plugin.nodedevices import (
-    MigMinors,
-    open_devices,
-    placement_name,
-)
+from gpudra_kubelet_plugin.migminors import MigMinors
+from gpudra_kubelet_plugin.nodedevices import open_devices, placement_name
 
 MINORS = """config 1
 monitor 2

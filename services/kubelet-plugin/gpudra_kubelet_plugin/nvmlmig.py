@@ -22,7 +22,7 @@ from typing import Any
 
 from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable
 from gpudra_kubelet_plugin.errors import DeviceControlError
-from gpudra_kubelet_plugin.nodedevices import MigMinors
+from gpudra_kubelet_plugin.migminors import MigMinors
 from gpudra_nvml import NvmlError
 from gpudra_nvml.nvcall import Nvml, text
 

@@ -18,7 +18,7 @@ import pytest
 from gpudra_kubelet_plugin.conftest import GPU1, Node, make_claim, node_devices
 from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable
 from gpudra_kubelet_plugin.errors import DeviceControlError
-from gpudra_kubelet_plugin.nodedevices import MigMinors
+from gpudra_kubelet_plugin.migminors import MigMinors
 from gpudra_kubelet_plugin.nvmlmig import NvmlMigControl
 from gpudra_kubelet_plugin.state import ClaimRef
 from gpudra_nvml.nvcall import Nvml
