@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiTypeError, ApiValueError
 
 from gpudra_kube.errors import (
     AlreadyExistsError,
@@ -28,7 +29,14 @@ from gpudra_kube.errors import (
     NotFoundError,
     UnavailableError,
 )
-from gpudra_kube.resources import KubeObject, Resource, check_scope, name_of, namespace_of
+from gpudra_kube.resources import (
+    KubeObject,
+    Resource,
+    check_name,
+    check_scope,
+    name_of,
+    namespace_of,
+)
 from gpudra_kube.store import EventType, ObjectList, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -118,8 +126,10 @@ class ApiStore:
                 status = resp.status
             finally:
                 resp.release()
-        except k8s.ApiException as exc:  # raised by the client itself for unusable arguments
+        except k8s.ApiException as exc:
             raise translate_status(exc.status or 0, exc.body, what) from exc
+        except (ApiValueError, ApiTypeError) as exc:  # the client refused the arguments
+            raise InvalidObjectError(f"{what}: {exc}") from exc
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise UnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc
         try:
@@ -189,6 +199,8 @@ class ApiStore:
             )
         except k8s.ApiException as exc:
             raise translate_status(exc.status or 0, exc.body, what) from exc
+        except (ApiValueError, ApiTypeError) as exc:
+            raise InvalidObjectError(f"{what}: {exc}") from exc
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise UnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc
         try:
@@ -213,6 +225,7 @@ class ApiStore:
             resp.release()
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject:
+        check_name(resource, name, namespace)
         method = self._method(resource, "read", namespace)
         return await self._call(
             f"get {resource.kind} {name}", method, name, **self._scope_args(resource, namespace)
@@ -251,6 +264,7 @@ class ApiStore:
         return await self._replace(resource, obj, "_status")
 
     async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
+        check_name(resource, name, namespace)
         method = self._method(resource, "delete", namespace)
         await self._call(
             f"delete {resource.kind} {name}", method, name, **self._scope_args(resource, namespace)

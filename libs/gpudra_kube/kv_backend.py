@@ -38,7 +38,7 @@ from gpudra_bus.streams import (
     PODS_BUCKET,
     SLICES_BUCKET,
 )
-from gpudra_bus.subjects import validate_namespace, validate_object_name
+from gpudra_bus.subjects import validate_namespace
 from gpudra_kube import semantics
 from gpudra_kube.errors import (
     AlreadyExistsError,
@@ -55,6 +55,7 @@ from gpudra_kube.resources import (
     RESOURCE_SLICES,
     KubeObject,
     Resource,
+    check_name,
     check_scope,
     name_of,
     namespace_of,
@@ -77,18 +78,10 @@ _WRONG_LAST_SEQUENCE = (10071, 10164)
 
 
 def object_key(resource: Resource, name: str, namespace: str | None) -> str:
-    """The KV key of an object. Names must be DNS-1123 subdomains and namespaces DNS-1123
-    labels (as Kubernetes requires), which also keeps NATS wildcards out of keys: a name like `>`
-    must not read or write some other object."""
-    try:
-        validate_object_name(name)
-        if not resource.namespaced:
-            return name
-        if not namespace:
-            raise InvalidObjectError(f"{resource.kind} is namespaced: give a namespace")
-        return f"{validate_namespace(namespace)}.{name}"
-    except InvalidSubjectError as exc:
-        raise InvalidObjectError(f"{resource.kind}: {exc}") from exc
+    """The KV key of an object. Names are validated first (`check_name`), which also keeps NATS
+    wildcards out of keys: a name like `>` must not read or write some other object."""
+    check_name(resource, name, namespace)
+    return f"{namespace}.{name}" if resource.namespaced else name
 
 
 class KvStore:
@@ -195,9 +188,11 @@ class KvStore:
             raise UnavailableError(f"watch {resource.plural}: {exc}") from exc
         try:
             if idle is None:
-                # A list: nothing matching means nothing will arrive; ask before waiting.
+                # A list: nothing matching means nothing will arrive; ask before waiting. (The
+                # consumer's stream position may already be past non-matching messages, so
+                # count what it delivered, not where it stands.)
                 ci = await sub.consumer_info()
-                if ci.num_pending == 0 and (ci.delivered is None or not ci.delivered.stream_seq):
+                if ci.num_pending == 0 and (ci.delivered is None or not ci.delivered.consumer_seq):
                     return
             while True:
                 try:

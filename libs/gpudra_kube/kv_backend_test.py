@@ -114,3 +114,21 @@ async def _take(
     for _ in range(n):
         with contextlib.suppress(StopAsyncIteration):
             yield await asyncio.wait_for(anext(stream), timeout)
+
+
+async def test_listing_an_empty_namespace_does_not_wait(nats_url: str) -> None:
+    # The list consumer may already stand past the other namespaces' entries when asked; that
+    # once made such lists wait for their timeout (about one in three).
+    nc = await connect(nats_url, name="t", deadline=5)
+    try:
+        buckets = {}
+        for i in range(15):
+            bucket = f"t-empty-ns-{i}"
+            await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+            buckets[bucket] = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket}, request_timeout=0.5)
+            await buckets[bucket].create(RESOURCE_CLAIMS, claim("a", namespace="default"))
+            await buckets[bucket].create(RESOURCE_CLAIMS, claim("b", namespace="other"))
+        for store in buckets.values():
+            assert (await store.list(RESOURCE_CLAIMS, "nobody-here")).items == []
+    finally:
+        await disconnect(nc)

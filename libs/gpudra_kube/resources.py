@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpudra_bus.errors import InvalidSubjectError
+from gpudra_bus.subjects import validate_namespace, validate_object_name
 from gpudra_kube.errors import InvalidObjectError
 
 KubeObject = dict[str, Any]
@@ -100,6 +102,20 @@ def resource_version_of(obj: KubeObject) -> str:
 def key_of(obj: KubeObject) -> tuple[str, str]:
     """(namespace or "", name): the identity of an object within its resource."""
     return namespace_of(obj) or "", name_of(obj)
+
+
+def check_name(resource: Resource, name: str, namespace: str | None) -> None:
+    """Reject names that are not DNS-1123 subdomains, and a missing or malformed namespace of a
+    namespaced resource (empty names would turn a get into a list; `/` or NATS wildcards would
+    address something else)."""
+    try:
+        validate_object_name(name)
+        if resource.namespaced:
+            if not namespace:
+                raise InvalidObjectError(f"{resource.kind} is namespaced: give a namespace")
+            validate_namespace(namespace)
+    except InvalidSubjectError as exc:
+        raise InvalidObjectError(f"{resource.kind}: {exc}") from exc
 
 
 def check_scope(resource: Resource, obj: KubeObject) -> None:

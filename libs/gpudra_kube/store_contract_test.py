@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from gpudra_kube.api_backend_test import ALLOCATION, claim, resource_slice
-from gpudra_kube.errors import AlreadyExistsError, ConflictError, NotFoundError
+from gpudra_kube.errors import AlreadyExistsError, ConflictError, InvalidObjectError, NotFoundError
 from gpudra_kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra_kube.store import EventType, Store, WatchEvent
 
@@ -157,3 +157,15 @@ async def test_watch_from_version(store: Store) -> None:
     assert last_a.type is EventType.MODIFIED
     assert last_a.object["metadata"]["labels"] == {"x": "y"}
     assert all(int(e.resource_version) > int(version) for e in events)
+
+
+@pytest.mark.parametrize(
+    ("name", "namespace"),
+    [
+        pytest.param("", "default", id="empty-name"),
+        pytest.param("c1", "", id="empty-namespace"),
+    ],
+)
+async def test_bad_names_are_invalid_not_crashes(store: Store, name: str, namespace: str) -> None:
+    with pytest.raises((InvalidObjectError, NotFoundError)):
+        await store.get(RESOURCE_CLAIMS, name, namespace)
