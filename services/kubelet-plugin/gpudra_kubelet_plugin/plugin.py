@@ -44,14 +44,22 @@ class KubeletPlugin:
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
+        """Serve DRA and health, then register; a failure part-way stops what had started."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
         await self.state.start()
         server = grpc.aio.server()
         v1_grpc.add_DRAPluginServicer_to_server(DraServicerV1(self.state), server)
         v1beta1_grpc.add_DRAPluginServicer_to_server(DraServicerV1beta1(self.state), server)
         h1_grpc.add_DRAResourceHealthServicer_to_server(HealthServicerV1(self.hub), server)
         h1a1_grpc.add_DRAResourceHealthServicer_to_server(HealthServicerV1alpha1(self.hub), server)
-        await start_unix_server(server, self.settings.dra_socket)
         self._server = server
+        await start_unix_server(server, self.settings.dra_socket)
         log.info("DRA service for %s on %s", self.settings.driver_name, self.settings.dra_socket)
         await self.registrar.start()
 
