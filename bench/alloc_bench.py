@@ -17,9 +17,16 @@ from __future__ import annotations
 
 import argparse
 import gc
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+try:
+    import gpudra_alloc  # noqa: F401
+except ImportError:  # plain `python bench/alloc_bench.py` from a checkout: use the source root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libs"))
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
