@@ -6,7 +6,8 @@ CEL selectors, and reports:
 
 1. one-GPU claims allocated in sequence, the allocator choosing the node (claims/s);
 2. eight-GPU claims with matchAttribute on nvlinkDomain, in sequence (claims/s);
-3. how the per-claim cost grows with the cluster size (100 ... 10,000 nodes), both when the
+3. a day of churn as one contract `steps` problem (JSON in, parsing included), in steps/s;
+4. how the per-claim cost grows with the cluster size (100 ... 10,000 nodes), both when the
    allocator chooses the node and when the node is given (kube-scheduler's per-node filter).
 
 Each figure allocates into the same state the claims before it left behind, as a scheduler does.
@@ -17,8 +18,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
+import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,7 +36,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpudra_alloc import AllocatedState, Allocator, Features
+from gpudra_alloc import AllocatedState, Allocator, Features, solve
 from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
 
 DRIVER = "gpu.nvidia.com"
@@ -172,6 +176,55 @@ def run_sequence(
     return allocated, time.process_time() - start
 
 
+def run_churn(nodes: int, count: int) -> tuple[int, float, str]:
+    """A `steps` problem through the contract: pods of 1/2/4/8 GPUs (NVLink-matched) arrive,
+    30% of the time a random earlier one leaves. Returns (steps, CPU seconds, outcome counts)."""
+    rng = random.Random(7)
+    steps: list[dict[str, Any]] = []
+    live: list[str] = []
+    for i in range(count):
+        if live and rng.random() < 0.3:
+            steps.append({"release": [live.pop(rng.randrange(len(live)))]})
+            continue
+        gpus = rng.choice([1, 1, 2, 4, 8])
+        devices: dict[str, Any] = {
+            "requests": [
+                {
+                    "name": "gpus",
+                    "exactly": {
+                        "deviceClassName": DRIVER,
+                        "count": gpus,
+                        "selectors": [{"cel": {"expression": REQUEST_SELECTOR}}],
+                    },
+                }
+            ],
+            "constraints": [{"matchAttribute": f"{DRIVER}/nvlinkDomain"}],
+        }
+        name = f"pod-{i}"
+        steps.append(
+            {
+                "allocate": [
+                    {"metadata": {"name": name, "namespace": "churn"}, "spec": {"devices": devices}}
+                ]
+            }
+        )
+        live.append(f"churn/{name}")
+    problem = {
+        "id": "churn",
+        "policy": "first-fit",
+        "classes": [CLASS],
+        "slices": [dgx_slice(f"node-{i:05d}") for i in range(nodes)],
+        "steps": steps,
+    }
+    text = json.dumps(problem)
+    gc.collect()
+    start = time.process_time()
+    answer = solve(json.loads(text), "first-fit")
+    secs = time.process_time() - start
+    counts = Counter(step["outcome"] for step in answer["steps"])
+    return len(steps), secs, ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=1000, help="cluster size for figures 1-2")
@@ -183,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         help="cluster sizes (nodes, comma separated) for the growth table",
     )
     parser.add_argument("--scale-claims", type=int, default=400, help="claims per size")
+    parser.add_argument(
+        "--churn-steps", type=int, default=4000, help="steps of the contract churn figure"
+    )
     args = parser.parse_args(argv)
     console = Console()
     columns = (
@@ -207,6 +263,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"{done / secs:,.0f}",
             )
         )
+        if args.churn_steps:
+            progress.add_task(f"churn: {args.churn_steps} contract steps", total=None)
+            steps, secs, outcomes = run_churn(args.nodes, args.churn_steps)
+            figures.append(
+                (
+                    f"contract steps/s, churn of {steps} steps on {args.nodes} nodes "
+                    f"(JSON in, incl. parsing; {outcomes})",
+                    f"{steps / secs:,.0f}",
+                )
+            )
         for nodes in [int(n) for n in args.scale.split(",") if n]:
             count = min(args.scale_claims, nodes * GPUS_PER_NODE)
             cluster = Cluster(nodes, progress)
