@@ -191,6 +191,11 @@ class _Compiler:
         )
 
     def has(self, node: Has, scope: dict[str, int]) -> Fn:
+        if self.is_device_map(node.operand):
+            # Kubernetes wraps device.attributes/capacity so that every domain is found (an
+            # unknown one as an empty map); has() asks that same lookup, so it is always true.
+            # `"domain" in device.attributes` is the real membership test.
+            return lambda act: True
         operand = _fn(self.visit(node.operand, scope))
         name = node.field
 

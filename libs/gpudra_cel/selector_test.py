@@ -51,6 +51,11 @@ C = 'device.capacity["gpu.nvidia.com"]'
         ),
         pytest.param(f"has({D}.nvlinkDomain) && !has({D}.cliqueID)", True, id="has"),
         pytest.param(f'"index" in {D}', True, id="in-attribute-map"),
+        pytest.param(
+            "has(device.attributes.nope) && !('nope' in device.attributes)",
+            True,
+            id="has-domain-quirk",
+        ),
         pytest.param(f'{D}.exists(k, k == "uuid")', True, id="iterate-attribute-names"),
         pytest.param(
             'cel.bind(d, device.attributes["gpu.nvidia.com"], d.index == 3 && d.type == "gpu")',
