@@ -119,7 +119,9 @@ async def connect(
     (credentials, TLS, ...) go to `nats.connect` unchanged.
     """
     backoff = backoff or Backoff()
-    urls = [servers] if isinstance(servers, str) else list(servers)
+    # A single string may list several servers, comma-separated (as NATS_URL often does).
+    raw = servers.split(",") if isinstance(servers, str) else list(servers)
+    urls = [u.strip() for u in raw if u.strip()]
     if not urls:
         raise BusPermanentError("no NATS server URL given")
 

@@ -105,9 +105,22 @@ async def test_reconnects_after_an_outage_and_keeps_subscriptions(
         await nc.close()
 
 
-async def test_connect_rejects_empty_server_list() -> None:
+@pytest.mark.parametrize(
+    "servers",
+    [pytest.param([], id="empty-list"), pytest.param(" , ", id="blank-string")],
+)
+async def test_connect_rejects_empty_server_list(servers: str | list[str]) -> None:
     with pytest.raises(BusPermanentError):
-        await connect([], name="t")
+        await connect(servers, name="t")
+
+
+async def test_connect_accepts_a_comma_separated_list(nats_url: str) -> None:
+    dead = f"nats://127.0.0.1:{_free_port()}"
+    nc = await connect(f"{dead}, {nats_url}", name="t", backoff=FAST, deadline=10)
+    try:
+        assert nc.is_connected
+    finally:
+        await disconnect(nc)
 
 
 async def test_disconnect_mid_outage_stops_cleanly(fresh_nats_server: NatsServer) -> None:
