@@ -11,12 +11,14 @@ from collections.abc import Mapping
 from gpudra_cel.device import DeviceView
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.paths import DEVICE_FIELDS
-from gpudra_cel.values import CelUint, map_lookup, no_overload, type_name
+from gpudra_cel.values import CelUint, Failed, map_lookup, no_overload, type_name
 
 __all__ = ["has_field", "index_value", "select_value"]
 
 
 def select_value(operand: object, name: str) -> object:
+    if isinstance(operand, Failed):
+        raise operand.error
     if isinstance(operand, Mapping):
         found, value = map_lookup(operand, name)
         if not found:
@@ -28,6 +30,8 @@ def select_value(operand: object, name: str) -> object:
 
 
 def index_value(operand: object, index: object) -> object:
+    if isinstance(operand, Failed):
+        raise operand.error
     if isinstance(operand, tuple | list):
         if isinstance(index, float) and index.is_integer():
             index = int(index)
@@ -46,6 +50,8 @@ def index_value(operand: object, index: object) -> object:
 
 
 def has_field(value: object, name: str) -> bool:
+    if isinstance(value, Failed):
+        raise value.error
     if isinstance(value, Mapping):
         return map_lookup(value, name)[0]
     if isinstance(value, DeviceView):

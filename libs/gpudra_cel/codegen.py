@@ -17,7 +17,7 @@ from gpudra_cel.access import has_field, select_value
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.operators import BINARY, Fn
 from gpudra_cel.paths import DevicePath
-from gpudra_cel.values import no_overload
+from gpudra_cel.values import Failed, no_overload
 
 __all__ = ["InlineCompare", "SlotField", "chain"]
 
@@ -66,8 +66,9 @@ class InlineCompare:
         )
 
 
-def chain(kind: str, operands: list[Fn | InlineCompare]) -> Fn:
-    """One function evaluating `operands` joined by `&&` (kind "and") or `||` ("or")."""
+def chain(kind: str, operands: list[Fn | InlineCompare], bind: tuple[int, Fn] | None = None) -> Fn:
+    """One function evaluating `operands` joined by `&&` (kind "and") or `||` ("or"); with
+    `bind` = (slot, init), it first stores the `cel.bind` variable (or its error) in `slot`."""
     decisive = kind == "or"  # the value that decides the chain
     symbol = "_||_" if decisive else "_&&_"
     ns: dict[str, object] = {
@@ -78,6 +79,14 @@ def chain(kind: str, operands: list[Fn | InlineCompare]) -> Fn:
         "_has": has_field,
     }
     lines = ["def _chain(act):", "    _err = None"]
+    if bind is not None:
+        ns["_init"], ns["_Failed"] = bind[1], Failed
+        lines += [
+            "    try:",
+            f"        act[{bind[0]}] = _init(act)",
+            "    except _E as _e:",
+            f"        act[{bind[0]}] = _Failed(_e)",
+        ]
     for i, operand in enumerate(operands):
         body, missing = _operand(operand, i, ns)
         lines.append("    try:")

@@ -50,6 +50,19 @@ PROXY = DeviceView(
         ),
         pytest.param(f"cel.bind(a, {D}.n, has(a.x) && true)", "has no fields", id="has-on-int"),
         pytest.param(f'[{D}].exists(m, m.s == "x" && m.n == 3)', True, id="macro-var"),
+        pytest.param(
+            f"cel.bind(v, {D}.missing, false && v.s == 'x')", False, id="bind-error-unused"
+        ),
+        pytest.param(
+            f"cel.bind(v, {D}.missing, v.s == 'x' && true)",
+            "no such key: missing",
+            id="bind-error-used",
+        ),
+        pytest.param(f"cel.bind(v, {D}.missing, v == 1 || true)", True, id="bind-error-absorbed"),
+        pytest.param(
+            f"cel.bind(v, {D}.missing, !(v == 1))", "no such key: missing", id="bind-error-closure"
+        ),
+        pytest.param(f"cel.bind(v, {D}.missing, 1 == 1)", True, id="bind-error-ignored"),
         pytest.param('device.driver == "drv" && device.driver != "x"', True, id="driver"),
     ],
 )

@@ -42,7 +42,7 @@ from gpudra_cel.syntax import (
     Select,
 )
 from gpudra_cel.types import DYN
-from gpudra_cel.values import CelUint, map_lookup, no_overload, type_name
+from gpudra_cel.values import CelUint, Failed, map_lookup, no_overload, type_name
 
 __all__ = ["Const", "compile_tree"]
 
@@ -82,6 +82,7 @@ class _Compiler:
         self.checked = checked
         self.expression = expression
         self.slots = 0
+        self.bind_slots: set[int] = set()
 
     def error(self, message: str, node: Node) -> CelCompileError:
         return CelCompileError(
@@ -94,6 +95,8 @@ class _Compiler:
         if isinstance(node, Ident):
             if node.name in scope:
                 slot = scope[node.name]
+                if slot in self.bind_slots:
+                    return _bound_variable(slot)
                 return lambda act: act[slot]
             return lambda act: act[0]
         if isinstance(node, Select | Index):
@@ -121,10 +124,17 @@ class _Compiler:
             init = _fn(self.visit(node.init, scope))
             self.slots += 1
             slot = self.slots
-            body = _fn(self.visit(node.body, {**scope, node.var: slot}))
+            self.bind_slots.add(slot)
+            inner = {**scope, node.var: slot}
+            if isinstance(node.body, Call) and node.body.function in ("_&&_", "_||_"):
+                return self.logical_chain(node.body, inner, bind=(slot, init))
+            body = _fn(self.visit(node.body, inner))
 
             def bind(act: list[object]) -> object:
-                act[slot] = init(act)
+                try:
+                    act[slot] = init(act)
+                except CelEvaluationError as exc:
+                    act[slot] = Failed(exc)
                 return body(act)
 
             return bind
@@ -241,8 +251,11 @@ class _Compiler:
         target = self.visit(node.target, scope) if node.target is not None else None
         return self.library(node, target, args)
 
-    def logical_chain(self, node: Call, scope: dict[str, int]) -> Fn:
-        """`a && b && c` (or `||`) flattened into one generated function."""
+    def logical_chain(
+        self, node: Call, scope: dict[str, int], bind: tuple[int, Fn] | None = None
+    ) -> Fn:
+        """`a && b && c` (or `||`) flattened into one generated function; `bind` (slot, init)
+        evaluates a `cel.bind` variable first, in the same function."""
         operands: list[Node] = []
         pending: list[Node] = [node]
         while pending:  # left-to-right flattening of the same operator
@@ -255,7 +268,7 @@ class _Compiler:
         for operand in operands:
             inline = self.inline_compare(operand, scope)
             parts.append(inline if inline is not None else _fn(self.visit(operand, scope)))
-        return chain("or" if node.function == "_||_" else "and", parts)
+        return chain("or" if node.function == "_||_" else "and", parts, bind)
 
     def inline_compare(self, node: Node, scope: dict[str, int]) -> InlineCompare | None:
         if isinstance(node, Has):
@@ -354,6 +367,16 @@ class _Compiler:
                 ]
                 return receiver_dispatch(name, overloads, fns[0], call_args)
         return lambda act: dispatch(name, overloads, [f(act) for f in fns])
+
+
+def _bound_variable(slot: int) -> Fn:
+    def read(act: list[object]) -> object:
+        value = act[slot]
+        if value.__class__ is Failed:
+            raise value.error  # type: ignore[attr-defined]
+        return value
+
+    return read
 
 
 def _device_map_get(mapping: object, key: object) -> object:

@@ -61,6 +61,16 @@ class CelOptional:
         return f"optional.of({self.value!r})" if self.has_value else "optional.none()"
 
 
+class Failed:
+    """A `cel.bind` variable whose value is an error: raised only where the variable is used, so
+    `cel.bind(v, <error>, false && v)` is false, as in cel-go."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: CelEvaluationError) -> None:
+        self.error = error
+
+
 _ABSENT: Final = object()
 CelOptional.NONE = CelOptional(None, present=False)
 
