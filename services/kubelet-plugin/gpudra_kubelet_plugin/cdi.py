@@ -66,13 +66,20 @@ def schema() -> dict[str, Any]:
     return loaded
 
 
+@cache
+def _validator() -> jsonschema.protocols.Validator:
+    # Checking the schema itself is the expensive part of `jsonschema.validate`: do it once.
+    cls = jsonschema.validators.validator_for(schema())
+    cls.check_schema(schema())
+    return cls(schema())
+
+
 def validate(spec: Any) -> None:
-    """Raise `CdiError` naming the first schema violation of `spec`."""
-    try:
-        jsonschema.validate(spec, schema())
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
-        raise CdiError(f"invalid CDI spec at {where}: {exc.message}") from exc
+    """Raise `CdiError` naming the most relevant schema violation of `spec`."""
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(spec))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "<root>"
+        raise CdiError(f"invalid CDI spec at {where}: {error.message}")
 
 
 class CdiWriter:
