@@ -1,5 +1,7 @@
 """Dynamic MIG on real GPUs: create and destroy MIG devices through NVML.
 
+A MIG device already at exactly the placement (made by another plugin instance during a rolling
+update) is adopted on create and found on destroy, whatever this instance's table says.
 Create: the GPU by UUID → a GPU instance of the placement's profile at exactly its start slice
 (`nvmlDeviceCreateGpuInstanceWithPlacement`, so the allocator's choice of slices is honoured) → one
 compute instance spanning the whole GPU instance (the largest compute-instance profile it offers) →
@@ -45,17 +47,62 @@ class NvmlMigControl:
         current = await self._table.device(placement.name)
         if current.exists:
             return current
-        created = await asyncio.to_thread(self._create, current)
+        created = await asyncio.to_thread(self._find_or_create, current)
         self._table.replace(created)
         return created
 
     async def destroy_mig(self, device: DeviceInfo) -> None:
         current = await self._table.device(device.name)
         if not current.exists:
-            return
+            # Another plugin instance (rolling update) may have created it after this one
+            # discovered the GPUs: ask NVML, not the table.
+            found = await asyncio.to_thread(self._find, current)
+            if found is None:
+                return
+            current = found
         await asyncio.to_thread(self._destroy, current)
         self._table.replace(
             dataclasses.replace(current, uuid="", gi_cap=None, ci_cap=None, gi_id=None, ci_id=None)
+        )
+
+    def _find_or_create(self, placement: DeviceInfo) -> DeviceInfo:
+        return self._find(placement) or self._create(placement)
+
+    def _find(self, placement: DeviceInfo) -> DeviceInfo | None:
+        """The MIG device that already occupies exactly `placement` (same profile), if any."""
+        nvml = self._nvml
+        try:
+            gpu = nvml.call("nvmlDeviceGetHandleByUUID", placement.parent_uuid)
+            for index in range(int(nvml.call("nvmlDeviceGetMaxMigDeviceCount", gpu))):
+                handle = nvml.optional("nvmlDeviceGetMigDeviceHandleByIndex", gpu, index)
+                if handle is None:
+                    continue
+                gi_id = int(nvml.call("nvmlDeviceGetGpuInstanceId", handle))
+                info = nvml.call(
+                    "nvmlGpuInstanceGetInfo", nvml.call("nvmlDeviceGetGpuInstanceById", gpu, gi_id)
+                )
+                if (int(info.profileId), int(info.placement.start)) == (
+                    placement.profile_id,
+                    placement.placement_start,
+                ):
+                    ci_id = int(nvml.call("nvmlDeviceGetComputeInstanceId", handle))
+                    return self._described(
+                        placement, text(nvml.call("nvmlDeviceGetUUID", handle)), gi_id, ci_id
+                    )
+        except NvmlError as exc:
+            raise DeviceControlError(
+                f"cannot inspect MIG devices for {placement.name}: {exc}"
+            ) from exc
+        return None
+
+    def _described(self, placement: DeviceInfo, uuid: str, gi_id: int, ci_id: int) -> DeviceInfo:
+        return dataclasses.replace(
+            placement,
+            uuid=uuid,
+            gi_id=gi_id,
+            ci_id=ci_id,
+            gi_cap=self._minors.minor(placement.minor, gi_id),
+            ci_cap=self._minors.minor(placement.minor, gi_id, ci_id),
         )
 
     def _create(self, placement: DeviceInfo) -> DeviceInfo:
@@ -89,14 +136,7 @@ class NvmlMigControl:
                 log.error("%s: leaving a GPU instance behind: %s", placement.name, cleanup)
             raise DeviceControlError(f"cannot create MIG device {placement.name}: {exc}") from exc
         log.info("created MIG device %s (%s, gi %d ci %d)", placement.name, uuid, gi_id, ci_id)
-        return dataclasses.replace(
-            placement,
-            uuid=uuid,
-            gi_id=gi_id,
-            ci_id=ci_id,
-            gi_cap=self._minors.minor(placement.minor, gi_id),
-            ci_cap=self._minors.minor(placement.minor, gi_id, ci_id),
-        )
+        return self._described(placement, uuid, gi_id, ci_id)
 
     def _whole_instance_profile(self, gi: Any) -> int:
         best: tuple[int, int] | None = None

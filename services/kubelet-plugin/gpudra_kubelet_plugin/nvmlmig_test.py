@@ -49,7 +49,15 @@ class Gi:
     start: int
     size: int  # memory slices
     slices: int  # compute slices
+    profile: int = 19
     cis: dict[int, int] = dataclasses.field(default_factory=dict)  # ci id -> slices
+
+
+@dataclasses.dataclass
+class GiInfo:
+    id: int
+    profileId: int
+    placement: Placement
 
 
 @dataclasses.dataclass
@@ -80,7 +88,13 @@ class FakeMigLib:
         for gi in self.gis.values():
             if gi.start < at.start + at.size and at.start < gi.start + gi.size:
                 raise NVMLError(INSUFFICIENT_RESOURCES)
-        gi = Gi(id=1 + max(self.gis, default=0), start=at.start, size=size, slices=compute)
+        gi = Gi(
+            id=1 + max(self.gis, default=0),
+            start=at.start,
+            size=size,
+            slices=compute,
+            profile=profile,
+        )
         self.gis[gi.id] = gi
         return gi
 
@@ -96,8 +110,8 @@ class FakeMigLib:
         gi.cis[ci] = CI_SLICES[profile]
         return (gi, ci)
 
-    def nvmlGpuInstanceGetInfo(self, gi: Gi) -> Info:
-        return Info(gi.id)
+    def nvmlGpuInstanceGetInfo(self, gi: Gi) -> GiInfo:
+        return GiInfo(gi.id, gi.profile, Placement(gi.start, gi.size))
 
     def nvmlComputeInstanceGetInfo(self, ci: tuple[Gi, int]) -> Info:
         return Info(ci[1])
@@ -181,7 +195,9 @@ async def test_create_and_destroy() -> None:
             "cannot create MIG device",
             id="compute-instance-fails",
         ),
-        pytest.param(FakeMigLib("GPU-other"), "gpu-1-mig-3g-40gb-4", "cannot create GPU", id="gpu"),
+        pytest.param(
+            FakeMigLib("GPU-other"), "gpu-1-mig-3g-40gb-4", "nvmlDeviceGetHandleByUUID", id="gpu"
+        ),
     ],
 )
 async def test_failed_creates_leave_nothing(lib: FakeMigLib, name: str, message: str) -> None:
@@ -223,4 +239,20 @@ async def test_prepare_and_unprepare_a_dynamic_mig_claim_through_nvml(node: Node
     ]
     assert "NVIDIA_VISIBLE_DEVICES=MIG-00000001-0000" in spec["containerEdits"]["env"]
     await state.unprepare(ref)
+    assert lib.gis == {}
+
+
+async def test_an_instance_made_by_another_plugin_is_adopted_and_destroyed() -> None:
+    lib = FakeMigLib(GPU1)
+    other = NvmlMigControl(Nvml(lib), nvml_table(), MigMinors())  # the other pod
+    made = await other.create_mig(await other._table.device("gpu-1-mig-3g-40gb-4"))
+    mine_table = nvml_table()  # discovered before the other pod created it
+    mine = NvmlMigControl(Nvml(lib), mine_table, MigMinors())
+    adopted = await mine.create_mig(await mine_table.device("gpu-1-mig-3g-40gb-4"))
+    assert adopted == made
+    assert len(lib.gis) == 1  # not created twice
+    stale = nvml_table()
+    await NvmlMigControl(Nvml(lib), stale, MigMinors()).destroy_mig(
+        await stale.device("gpu-1-mig-3g-40gb-4")
+    )
     assert lib.gis == {}
