@@ -98,8 +98,20 @@ def _bool_expr() -> st.SearchStrategy[str]:
     )
 
 
+def _selector() -> st.SearchStrategy[str]:
+    # Also through cel.bind: the reference substitutes the bound expression textually, which is
+    # exactly cel-go's semantics (an error in the bound value surfaces only where it is used).
+    return st.one_of(
+        _bool_expr(),
+        _bool_expr().map(lambda e: f"cel.bind(g, {D}, {e.replace(D, 'g')})"),
+        st.tuples(_bool_expr(), st.sampled_from(["index", "nope", "mixed"])).map(
+            lambda t: f"cel.bind(v, {D}.{t[1]}, v == 1 || {t[0]})"
+        ),
+    )
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(_bool_expr(), st.lists(devices(), min_size=1, max_size=4))
+@given(_selector(), st.lists(devices(), min_size=1, max_size=4))
 def test_generated_expressions_agree(expression: str, sample: list[DeviceView]) -> None:
     try:
         selector = compile_selector(expression)
