@@ -1,8 +1,10 @@
 """gpudra's kubelet plugin: the kubelet's DRA gRPC service on one node.
 
-Registration, NodePrepareResources/NodeUnprepareResources (v1, v1beta1), per-claim CDI specs,
-a checksummed checkpoint, dynamic MIG and device health streaming (v1, v1alpha1). Run it with
-`python -m gpudra_kubelet_plugin`; `fakekubelet.FakeKubelet` drives it the way the kubelet does.
+Registration (with retry, and pod-UID sockets for rolling updates), NodePrepareResources /
+NodeUnprepareResources (v1, v1beta1), per-claim CDI specs, a checksummed checkpoint shared safely
+between plugin instances, dynamic MIG (simulated, or through NVML), device health streaming (v1,
+v1alpha1) fed from NATS, outcome events on `gpudra.prepared.<node>` in the claim's trace, probes.
+Run it with `python -m gpudra_kubelet_plugin`; `FakeKubelet` drives it the way the kubelet does.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from gpudra_kubelet_plugin.errors import SettingsError
+
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 
 
@@ -25,7 +27,10 @@ class ProbeServer:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        try:
+            self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        except OSError as exc:
+            raise SettingsError(f"cannot serve probes on {self.host}:{self.port}: {exc}") from exc
         if self.port == 0:
             self.port = int(self._server.sockets[0].getsockname()[1])
 

@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from gpudra_kubelet_plugin.errors import SettingsError
 from gpudra_kubelet_plugin.probes import ProbeServer
 
 
@@ -40,3 +41,13 @@ async def test_probes(request_line: str, ready: bool, status: str) -> None:
         assert await http_get(server.port, request_line) == status
     finally:
         await server.stop()
+
+
+async def test_a_taken_port_is_a_clear_error() -> None:
+    first = ProbeServer("127.0.0.1", 0, lambda: True, lambda: True)
+    await first.start()
+    try:
+        with pytest.raises(SettingsError, match="cannot serve probes on 127.0.0.1:"):
+            await ProbeServer("127.0.0.1", first.port, lambda: True, lambda: True).start()
+    finally:
+        await first.stop()
