@@ -154,12 +154,22 @@ async def _main(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    ready = asyncio.Event()
+    serving = asyncio.create_task(serve(settings, stop, ready), name="kubelet-plugin")
+    stopping = asyncio.create_task(stop.wait(), name="stop-signal")
     try:
-        await serve(settings, stop)
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not serving.done() and not ready.is_set():
+            # Stopped while still starting (e.g. waiting for NATS): unwind what has started.
+            log.info("stopping before the plugin was ready")
+            serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
     except KubeletPluginError as exc:
         log.error("cannot run: %s", exc)
         return 2 if isinstance(exc, SettingsError) else 1
     finally:
+        stopping.cancel()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(RuntimeError):
                 loop.remove_signal_handler(sig)

@@ -4,6 +4,7 @@ fake kubelet over the real sockets; and the process itself under SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -234,3 +235,45 @@ async def test_serve_reads_claims_from_the_kubernetes_api(short_root: Path, nats
         finally:
             stop.set()
             await asyncio.wait_for(task, 10)
+
+
+async def test_process_stops_while_waiting_for_nats(short_root: Path) -> None:
+    settings = settings_for(short_root, "nats://127.0.0.1:1", "unused")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "GPUDRA_KUBELET_PLUGIN_NATS_CONNECT_DEADLINE": "60",
+        "GPUDRA_KUBELET_PLUGIN_HEALTH_HOST": "127.0.0.1",
+        "GPUDRA_KUBELET_PLUGIN_HEALTH_PORT": str(settings.health_port),
+    }
+    argv = ["--nats-url", "nats://127.0.0.1:1", "--device-source", settings.device_source]
+    argv += [
+        "--registry-dir",
+        str(settings.registry_dir),
+        "--plugins-dir",
+        str(settings.plugins_dir),
+    ]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gpudra_kubelet_plugin",
+        *argv,
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        for _ in range(400):  # the probe server answers first; NATS never will
+            with contextlib.suppress(OSError):
+                if await http_get(settings.health_port, "GET /healthz HTTP/1.1\r\n") == (
+                    "HTTP/1.0 200 OK"
+                ):
+                    break
+            await asyncio.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(process.communicate(), 20)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, err.decode()
+    assert "stopping before the plugin was ready" in err.decode()
