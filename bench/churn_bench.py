@@ -99,9 +99,16 @@ def sample(replay: Replay, at: float) -> Sample:
 
 
 def run_policy(
-    problem: dict[str, Any], policy: str, reserve: int, progress: Progress, task: Any
+    problem: dict[str, Any],
+    policy: str,
+    reserve: int,
+    floor: int,
+    progress: Progress,
+    task: Any,
 ) -> Run:
-    replay = Replay.from_problem(problem, policy, reserve if policy == "topology" else 0)
+    replay = Replay.from_problem(
+        problem, policy, *((reserve, floor) if policy == "topology" else (0, 0))
+    )
     run = Run(policy, replay)
     next_sample = 0.0
     start = time.perf_counter()
@@ -234,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reserve", type=int, default=3, help="topology: intact 8-GPU NVLink domains kept whole"
     )
+    parser.add_argument(
+        "--floor", type=int, default=3, help="topology: domains held even when no big pod waits"
+    )
+    parser.add_argument(
+        "--policies", nargs="+", choices=POLICIES, default=list(POLICIES), help="policies to run"
+    )
     parser.add_argument("--node-order", choices=("shuffled", "sorted"), default="shuffled")
     parser.add_argument("--plot", type=Path, default=Path("docs/churn-free-capacity.png"))
     args = parser.parse_args(argv)
@@ -246,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = len(problem["steps"])
     console.print(
         f"fleet: {len(problem['nodes'])} nodes; {steps} steps; seed {args.seed}, "
-        f"load {args.load:g}, node order {args.node_order}, topology reserve {args.reserve}"
+        f"load {args.load:g}, node order {args.node_order}, "
+        f"topology reserve {args.reserve} (floor {args.floor})"
     )
     runs: list[Run] = []
     with Progress(
@@ -256,19 +270,25 @@ def main(argv: list[str] | None = None) -> int:
         TimeElapsedColumn(),
         console=console,
     ) as progress:
-        tasks = {p: progress.add_task(p, total=steps) for p in POLICIES}
-        for policy in POLICIES:
-            runs.append(run_policy(problem, policy, args.reserve, progress, tasks[policy]))
+        tasks = {p: progress.add_task(p, total=steps) for p in args.policies}
+        for policy in args.policies:
+            runs.append(
+                run_policy(problem, policy, args.reserve, args.floor, progress, tasks[policy])
+            )
     day = args.hours * 60
     results = [figures(run, day) for run in runs]
     report(console, results)
-    first, topo = results
-    ratio = topo["gpu8NvlinkPlaced"] / first["gpu8NvlinkPlaced"] if first["gpu8NvlinkPlaced"] else 0
-    console.print(
-        f"8-GPU NVLink claims placed, topology / first-fit: {ratio:.2f} "
-        f"(first-fit placed {first['placedFraction']:.1%} of all claims); "
-        f"GPU-hours topology - first-fit: {topo['gpuHoursPlaced'] - first['gpuHoursPlaced']:+.1f}"
-    )
+    ratio = 0.0
+    if len(results) == 2:
+        first, topo = results
+        if first["gpu8NvlinkPlaced"]:
+            ratio = topo["gpu8NvlinkPlaced"] / first["gpu8NvlinkPlaced"]
+        gained = topo["gpuHoursPlaced"] - first["gpuHoursPlaced"]
+        console.print(
+            f"8-GPU NVLink claims placed, topology / first-fit: {ratio:.2f} "
+            f"(first-fit placed {first['placedFraction']:.1%} of all claims); "
+            f"GPU-hours topology - first-fit: {gained:+.1f}"
+        )
     title = (
         f"free capacity over the day (seed {args.seed}, load {args.load:g}, "
         f"{sum(SHAPES[s].gpus > 0 for s in SHAPES)} claim shapes + gangs)"

@@ -60,6 +60,8 @@ class Chooser:
     # Pods known to be waiting for a whole large domain (a scheduler's queue knows; None: not
     # known). When known, the reserve holds at most that many domains, and none when none wait.
     waiting_large: int | None = None
+    # Held whatever the queue says (arrivals find whole domains ready); at most `reserve`.
+    reserve_floor: int = 0
     views: dict[str, NodeView] = field(default_factory=dict)
 
     def view(self, node: Node) -> NodeView:
@@ -82,7 +84,7 @@ class Chooser:
             base = masked(base, mask)  # the caller's mask must already be safe (`safe_mask`)
         held = self.reserve
         if self.waiting_large is not None:
-            held = min(held, self.waiting_large)
+            held = min(held, max(self.reserve_floor, self.waiting_large))
         protect = self.held_domains(base, held) if held > 0 else set()
         best: Choice | None = None
         for index, node in enumerate(nodes):
@@ -92,18 +94,20 @@ class Chooser:
         return best
 
     def held_domains(self, state: AllocatedState, held: int) -> set[tuple[str, str]]:
-        """The `held` large NVLink domains closest to whole (at most NEAR_WHOLE GPUs in use),
-        most free first, then by node name: (node, domain) pairs the reserve keeps."""
-        ranked: list[tuple[int, str, str]] = []
+        """The `held` large NVLink domains closest to whole (at most NEAR_WHOLE GPUs in use):
+        domains without MIG-capable GPUs first (MIG claims need those), then most free, then
+        node name. Returns (node, domain) pairs the reserve keeps."""
+        ranked: list[tuple[bool, int, str, str]] = []
         for name in self.allocator.node_names():
             view = self.view(Node(name))
             free = view.free(state)
+            partitionable = {g.domain for g in view.gpus if g.counter_set is not None}
             for domain, size in view.domain_sizes.items():
                 count = free.domains.get(domain, 0)
                 if domain and size >= LARGE_DOMAIN and count >= size - NEAR_WHOLE:
-                    ranked.append((-count, name, domain))
+                    ranked.append((domain in partitionable, -count, name, domain))
         ranked.sort()
-        return {(name, domain) for _, name, domain in ranked[:held]}
+        return {(name, domain) for _, _, name, domain in ranked[:held]}
 
     def _best_on_node(
         self,

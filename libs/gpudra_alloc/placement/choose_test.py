@@ -181,11 +181,20 @@ def test_reserve_keeps_the_last_whole_domain_for_a_claim_that_needs_it() -> None
     assert Chooser(allocator, reserve=1).choose(nodes, [claim("gpu-1")]) is None
     nobody_waits = Chooser(allocator, reserve=1, waiting_large=0)
     assert nobody_waits.choose(nodes, [claim("gpu-1")]) is not None
+    floor = Chooser(allocator, reserve=1, waiting_large=0, reserve_floor=1)
+    assert floor.choose(nodes, [claim("gpu-1")]) is None
     one_waits = Chooser(allocator, reserve=1, waiting_large=1)
     assert one_waits.choose(nodes, [claim("gpu-1")]) is None
     whole = Chooser(allocator, reserve=1).choose(nodes, [claim("gpu-8-nvl")])
     assert whole is not None
     assert len(devices(whole.results)) == 8
+
+
+def test_reserve_holds_a_nearly_whole_domain_but_not_a_half_used_one() -> None:
+    near, nodes = cluster({"dgx-h100": 1}, (("dgx-00", "gpu-0"),))
+    assert Chooser(near, reserve=1).choose(nodes, [claim("gpu-1")]) is None
+    half, nodes = cluster({"dgx-h100": 1}, tuple(("dgx-00", f"gpu-{i}") for i in range(4)))
+    assert Chooser(half, reserve=1).choose(nodes, [claim("gpu-1")]) is not None
 
 
 def test_same_input_same_choice() -> None:

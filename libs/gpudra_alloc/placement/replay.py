@@ -62,6 +62,7 @@ class Replay:
     policy: str
     times: list[float]
     reserve: int = 0
+    reserve_floor: int = 0
     # check every placement with `kubernetes_accepts` before applying it (tests; slow)
     validate: bool = False
     chooser: Chooser = field(init=False)
@@ -73,11 +74,15 @@ class Replay:
     seconds: float = 0.0
 
     def __post_init__(self) -> None:
-        self.chooser = Chooser(self.allocator, reserve=self.reserve)
+        self.chooser = Chooser(
+            self.allocator, reserve=self.reserve, reserve_floor=self.reserve_floor
+        )
         self._node_of: dict[str, Node] = {n.name: n for n in self.nodes}
 
     @staticmethod
-    def from_problem(doc: dict[str, Any], policy: str, reserve: int = 0) -> Replay:
+    def from_problem(
+        doc: dict[str, Any], policy: str, reserve: int = 0, reserve_floor: int = 0
+    ) -> Replay:
         if not isinstance(doc.get("steps"), list):
             raise ProblemError("replay needs a problem with steps")
         classes = [parse_device_class(c) for c in doc.get("classes", [])]
@@ -89,7 +94,7 @@ class Replay:
         times = doc.get("stepTimes") or list(range(len(doc["steps"])))
         if len(times) != len(doc["steps"]):
             raise ProblemError("stepTimes: needs one entry per step")
-        return Replay(allocator, nodes, policy, [float(t) for t in times], reserve)
+        return Replay(allocator, nodes, policy, [float(t) for t in times], reserve, reserve_floor)
 
     def run(self, steps: list[Any], progress: Callable[[int], None] | None = None) -> None:
         for index, step in enumerate(steps):
