@@ -86,7 +86,9 @@ def test_steps_are_ordered_released_after_allocated_and_claims_parse() -> None:
 
 
 def test_node_order_is_a_seeded_shuffle_or_sorted() -> None:
-    shuffled = [n["name"] for n in churn_problem(ChurnConfig(seed=2, hours=1, fleet=SMALL))["nodes"]]
+    shuffled = [
+        n["name"] for n in churn_problem(ChurnConfig(seed=2, hours=1, fleet=SMALL))["nodes"]
+    ]
     ordered = churn_problem(ChurnConfig(seed=2, hours=1, fleet=SMALL, node_order="sorted"))
     names = [n["name"] for n in ordered["nodes"]]
     assert names == sorted(names)
