@@ -177,3 +177,25 @@ def test_kubernetes_case(expression: str, device: DeviceView, expected: bool | s
     else:
         with pytest.raises(CelEvaluationError, match=expected):
             selector.matches(device)
+
+
+@pytest.mark.parametrize(
+    ("expression", "kubernetes_cost"),
+    [
+        pytest.param('device.driver == "dra.example.com"', 4, id="driver"),
+        pytest.param(f"{A}.name > 0", 5, id="int"),
+        pytest.param(f"{A}.names.exists(x, x > 0)", 5 + 6 * 64, id="macro-on-list"),
+        pytest.param(f'{A}.name.includes("fish")', 4 + 48, id="includes"),
+        pytest.param('device.attributes.exists_one(x, x == "dra.example.com")', 164, id="domains"),
+        pytest.param(f'{A}.exists_one(x, x == "services")', 133, id="ids"),
+        pytest.param(f'{A}.services.split("example").size() >= 2', 19, id="split"),
+        pytest.param(f'{A}.services.matches("[^a]?sym")', 18, id="regex"),
+        pytest.param(f'{C}.name.isGreaterThan(quantity("1Ki"))', 6, id="quantity"),
+        pytest.param(f"1 in {A}.names", 4 + 64, id="in-list"),
+    ],
+)
+def test_cost_estimate_is_close_to_kubernetes(expression: str, kubernetes_cost: int) -> None:
+    # Same order of magnitude as Kubernetes' estimator (within 1.5x either way), so an
+    # expression Kubernetes would admit is not refused here and vice versa, except at the edge.
+    ours = compile_selector(expression).max_cost
+    assert kubernetes_cost / 1.5 <= ours <= kubernetes_cost * 1.5
