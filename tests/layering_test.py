@@ -30,6 +30,7 @@ LIB_ALLOWED: dict[str, set[str]] = {
     "gpudra_slices": {"gpudra_api", "gpudra_nvml"},
     "gpudra_bus": {"gpudra_api"},
     "gpudra_kube": {"gpudra_api", "gpudra_bus"},
+    "gpudra_service": set(),
     "gpudra_standalone": set(),
     "gpudra_testing": {"gpudra_api", "gpudra_cel", "gpudra_alloc", "gpudra_nvml", "gpudra_slices",
                        "gpudra_bus", "gpudra_kube", "gpudra_standalone"},

@@ -6,10 +6,15 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from gpudra_cli.commands import profiles, slices, version
+from gpudra_cli.commands import allocate, profiles, slices, version
 
 Register = Callable[["argparse._SubParsersAction[Any]"], None]
 
-REGISTRY: tuple[Register, ...] = (profiles.register, slices.register, version.register)
+REGISTRY: tuple[Register, ...] = (
+    allocate.register,
+    profiles.register,
+    slices.register,
+    version.register,
+)
 
 __all__ = ["REGISTRY", "Register"]

@@ -1,0 +1,33 @@
+"""What every gpudra service process shares: settings from flags and environment, the HTTP probe
+server, and OpenTelemetry setup. Services stay thin: their own fields, wiring and loop."""
+
+from __future__ import annotations
+
+from gpudra_service.errors import ServiceError, SettingsError
+from gpudra_service.health import HealthServer
+from gpudra_service.settings import (
+    SHARED_ENV,
+    TRACE_EXPORTERS,
+    CommonSettings,
+    build_parser,
+    doc,
+    env_names,
+    flag_name,
+    load,
+)
+from gpudra_service.telemetry import setup_tracing
+
+__all__ = [
+    "SHARED_ENV",
+    "TRACE_EXPORTERS",
+    "CommonSettings",
+    "HealthServer",
+    "ServiceError",
+    "SettingsError",
+    "build_parser",
+    "doc",
+    "env_names",
+    "flag_name",
+    "load",
+    "setup_tracing",
+]
