@@ -3,8 +3,11 @@
 Promises: the closure computes exactly what CEL defines for the expression on a `DeviceView`
 (errors as `CelEvaluationError`), touches the device's own mappings without copying them, fuses
 `device.attributes["domain"].name` (and `capacity`) into a single lookup, folds calls of pure
-functions on literals (`quantity("40Gi")`) at compile time, and specializes comparisons against
-literals. Variables of macros and `cel.bind` live in numbered slots of the activation list.
+functions on literals (`quantity("40Gi")`) at compile time (a folding error is raised per
+evaluation, where Kubernetes reports it), generates `&&`/`||` chains as single functions (see
+`codegen`), and specializes comparisons against literals. Variables of macros and `cel.bind`
+live in numbered slots of the activation list; a bound value that failed is kept as `Failed`
+and raised where the variable is read.
 """
 
 from __future__ import annotations

@@ -3,9 +3,11 @@
 The tree is ours (frozen dataclasses with source positions), so the checker, the cost estimator
 and the compiler never touch Lark. Macros (`has`, `all`, `exists`, `exists_one`, `map`,
 `filter`) and `cel.bind` are expanded here into dedicated nodes; namespaced functions
-(`optional.of`) become plain calls of their full name. Anything the grammar accepts but CEL does
-not give a meaning to (messages, `.ident` roots, reserved words) is a `CelCompileError` with its
-position.
+(`optional.of`, `sets.contains`) become plain calls of their full name; `&&`/`||` chains are
+balanced (they are associative), so a long chain of conditions is not deep nesting. Anything the
+grammar accepts but CEL does not give a meaning to (messages, `.ident` roots) is a
+`CelCompileError` with its position; so is nesting deeper than a selector needs. cel-python's
+grammar has no optional-chaining syntax (`a.?b`, `m[?k]`), so neither do we.
 """
 
 from __future__ import annotations
