@@ -43,6 +43,7 @@ class Child:
     log_path: Path
     ready: threading.Event = field(default_factory=threading.Event)
     tail: list[str] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 class Supervisor:
@@ -55,28 +56,46 @@ class Supervisor:
         log_dir.mkdir(parents=True, exist_ok=True)
 
     def start(self, spec: ServiceSpec, timeout: float = 30.0) -> Child:
+        """Launch `spec` and wait until it is ready."""
+        child = self.launch(spec)
+        self.wait_ready(child, timeout)
+        return child
+
+    def launch(self, spec: ServiceSpec) -> Child:
+        """Start `spec` without waiting: several children can then start side by side and be
+        waited for with `wait_ready`."""
         log_path = self.log_dir / f"{spec.name.replace('/', '_')}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **spec.env}
-        proc = subprocess.Popen(
-            [self.python, "-m", spec.module, *spec.args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # a Ctrl-C reaches the supervisor, which stops children in order
-        )
+        try:
+            proc = subprocess.Popen(
+                [self.python, "-m", spec.module, *spec.args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # Ctrl-C reaches us; we stop children in order
+            )
+        except OSError as exc:
+            raise StandaloneError(f"cannot start {spec.name}: {exc}") from exc
         child = Child(spec, proc, log_path)
         self.children.append(child)
         threading.Thread(target=self._pump, args=(child,), daemon=True, name=spec.name).start()
         if spec.ready is None:
             child.ready.set()
+        return child
+
+    def wait_ready(self, child: Child, timeout: float = 30.0) -> None:
+        """Return once `child` printed its readiness line; a child that exits first, or is not
+        ready within `timeout` seconds, is a `StandaloneError` with the last lines of its log."""
         deadline = time.monotonic() + timeout
         while not child.ready.wait(0.02):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                why = "exited" if proc.poll() is not None else f"was not ready after {timeout:.0f}s"
+            if child.proc.poll() is not None or time.monotonic() > deadline:
+                exited = child.proc.poll() is not None
+                if exited:
+                    child.done.wait(1.0)  # let the log pump read the last lines
+                why = "exited" if exited else f"was not ready after {timeout:.0f}s"
                 tail = "".join(child.tail[-15:])
-                raise StandaloneError(f"{spec.name} {why}; log {log_path}:\n{tail}")
-        return child
+                raise StandaloneError(f"{child.spec.name} {why}; log {child.log_path}:\n{tail}")
 
     def _pump(self, child: Child) -> None:
         assert child.proc.stdout is not None
@@ -90,6 +109,7 @@ class Supervisor:
                 pattern = child.spec.ready
                 if pattern is not None and not child.ready.is_set() and pattern.search(line):
                     child.ready.set()
+        child.done.set()
 
     def exited(self) -> list[tuple[str, int]]:
         """Children that are no longer running, with their exit codes."""
@@ -112,6 +132,21 @@ class Supervisor:
         if child.proc.poll() is None:
             child.proc.kill()
             child.proc.wait()
+
+    def stop_together(self, children: list[Child], grace: float = 10.0) -> dict[str, int]:
+        """SIGTERM all of `children` at once, then wait for each (SIGKILL after `grace`): for
+        peers that do not depend on each other, so stopping costs the slowest, not the sum."""
+        for child in children:
+            if child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for child in children:
+            try:
+                child.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                child.proc.wait()
+        return {c.spec.name: c.proc.returncode for c in children}
 
     def stop_all(self, grace: float = 10.0) -> None:
         for child in reversed(self.children):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,25 @@ def test_child_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
     )
     assert sup.stop(child, grace=0.3) == -9
     assert sup.exited() == [("s", -9)]
+
+
+def test_stop_together_signals_all_before_waiting(tmp_path: Path) -> None:
+    mod = _script(
+        tmp_path,
+        "svc_slow",
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.0), sys.exit(0)))\n"
+        "print('svc ready', flush=True)\nwhile True: time.sleep(0.05)\n",
+    )
+    with Supervisor(tmp_path / "logs") as sup:
+        children = [
+            sup.launch(ServiceSpec(f"s{i}", mod, env={"PYTHONPATH": str(tmp_path)}))
+            for i in range(3)
+        ]
+        for child in children:
+            sup.wait_ready(child, timeout=30)
+        t0 = time.monotonic()
+        codes = sup.stop_together(children, grace=5)
+        took = time.monotonic() - t0
+    assert codes == {"s0": 0, "s1": 0, "s2": 0}
+    assert took < 2.5, f"stopping three children one after another took {took:.2f}s"

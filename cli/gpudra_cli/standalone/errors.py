@@ -1,0 +1,25 @@
+"""The standalone system's errors: each is a `CliError`, one line a person can act on."""
+
+from __future__ import annotations
+
+from gpudra_cli.errors import CliError
+
+
+class StandaloneCliError(CliError):
+    """Root of the standalone system's errors."""
+
+
+class FleetError(StandaloneCliError):
+    """A fleet name or fleet list that cannot be built."""
+
+
+class ManifestError(StandaloneCliError):
+    """A manifest file that cannot be read or holds no usable object."""
+
+
+class NotRunningError(StandaloneCliError):
+    """No running standalone system was found (no state file, or its NATS is gone)."""
+
+
+class StartError(StandaloneCliError):
+    """The standalone system did not start."""

@@ -1,0 +1,169 @@
+"""What `gpudra apply` and the demo apply: ResourceClaims, read from YAML files or folders.
+
+Kubernetes turns a workload's pod template into pods, and each pod's `resourceClaimTemplateName`
+into a ResourceClaim of its own; standalone mode has no controllers, so `claims_of` does that
+expansion itself: one claim per pod, named `<template>-<i>`, with the template's metadata
+(annotations such as a gang's) and spec. Pods per workload: `replicas` (Deployment, ReplicaSet,
+StatefulSet; default 1), `parallelism` (Job; default 1), one for a Pod. Claims named by
+`resourceClaimName` must be in the manifests themselves. Every claim is validated with gpudra's
+resource.k8s.io/v1 model before anything is written; a problem is a `ManifestError` naming the file
+and object. Other kinds (Pods, Jobs, ...) are reported as skipped, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpudra_api import ApiError, parse_resource_claim, parse_resource_claim_template
+from gpudra_cli.standalone.errors import ManifestError
+
+DEFAULT_NAMESPACE = "default"
+WORKLOAD_KINDS = ("Pod", "Deployment", "ReplicaSet", "StatefulSet", "Job")
+
+
+@dataclass
+class Plan:
+    """The claims to create, in file order, and the objects that were not claims."""
+
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)  # claim key -> file stem
+
+
+def files_of(path: Path) -> list[Path]:
+    """`path` itself, or the YAML files of a folder in name order."""
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml"))
+        if not found:
+            raise ManifestError(f"{path}: no .yaml files in the folder")
+        return found
+    if not path.is_file():
+        raise ManifestError(f"{path}: no such file or folder")
+    return [path]
+
+
+def documents(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        loaded = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: cannot read: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from exc
+    for i, doc in enumerate(loaded):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str):
+            raise ManifestError(f"{path}: document {i + 1} is not a Kubernetes object")
+        yield doc
+
+
+def _name(doc: dict[str, Any], path: Path) -> str:
+    name = (doc.get("metadata") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        raise ManifestError(f"{path}: a {doc['kind']} without metadata.name")
+    return name
+
+
+def _pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
+    if doc["kind"] == "Pod":
+        return dict(doc.get("spec") or {})
+    return dict(((doc.get("spec") or {}).get("template") or {}).get("spec") or {})
+
+
+def _pods(doc: dict[str, Any]) -> int:
+    spec = doc.get("spec") or {}
+    if doc["kind"] == "Pod":
+        return 1
+    if doc["kind"] == "Job":
+        return int(spec.get("parallelism", 1))
+    return int(spec.get("replicas", 1))
+
+
+def _claim(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    claim = copy.deepcopy(doc)
+    meta = claim.setdefault("metadata", {})
+    meta.setdefault("namespace", DEFAULT_NAMESPACE)
+    try:
+        parse_resource_claim(claim)
+    except ApiError as exc:
+        raise ManifestError(f"{path}: ResourceClaim {meta.get('name')!r}: {exc}") from exc
+    return claim
+
+
+def _from_template(template: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
+    spec = template.get("spec") or {}
+    meta = copy.deepcopy(spec.get("metadata") or {})
+    meta.update(name=name, namespace=namespace)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": meta,
+        "spec": copy.deepcopy(spec.get("spec") or {}),
+    }
+
+
+def plan_files(paths: list[Path]) -> Plan:
+    plan = Plan()
+    for path in paths:
+        for file in files_of(path):
+            _plan_file(file, plan)
+    if not plan.claims:
+        raise ManifestError(f"no ResourceClaims in {', '.join(str(p) for p in paths)}")
+    return plan
+
+
+def _plan_file(path: Path, plan: Plan) -> None:
+    docs = list(documents(path))
+    templates: dict[tuple[str, str], dict[str, Any]] = {}
+    for doc in docs:
+        if doc["kind"] == "ResourceClaimTemplate":
+            try:
+                parse_resource_claim_template(doc)
+            except ApiError as exc:
+                raise ManifestError(
+                    f"{path}: ResourceClaimTemplate {_name(doc, path)!r}: {exc}"
+                ) from exc
+            ns = (doc.get("metadata") or {}).get("namespace") or DEFAULT_NAMESPACE
+            templates[(ns, _name(doc, path))] = doc
+    for doc in docs:
+        kind = doc["kind"]
+        if kind == "ResourceClaim":
+            _add(plan, _claim(doc, path), path)
+        elif kind in WORKLOAD_KINDS:
+            ns = (doc.get("metadata") or {}).get("namespace") or DEFAULT_NAMESPACE
+            for ref in _pod_spec(doc).get("resourceClaims") or []:
+                template_name = ref.get("resourceClaimTemplateName")
+                if not template_name:
+                    continue
+                template = templates.get((ns, template_name))
+                if template is None:
+                    raise ManifestError(
+                        f"{path}: {kind} {_name(doc, path)!r} names ResourceClaimTemplate "
+                        f"{template_name!r}, which is not in the file"
+                    )
+                for i in range(_pods(doc)):
+                    claim = _from_template(template, f"{template_name}-{i}", ns)
+                    _add(plan, _claim(claim, path), path)
+            plan.skipped.append(f"{kind}/{_name(doc, path)}")
+        elif kind != "ResourceClaimTemplate":
+            plan.skipped.append(f"{kind}/{_name(doc, path)}")
+
+
+def _add(plan: Plan, claim: dict[str, Any], path: Path) -> None:
+    key = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
+    if key in plan.sources:
+        raise ManifestError(f"{path}: claim {key} is defined twice")
+    plan.sources[key] = path.stem
+    plan.claims.append(claim)
+
+
+def demo_scenarios() -> Path:
+    """The demo's own scenarios (beside the examples): a claim that cannot be placed."""
+    return Path(str(resources.files("gpudra_cli.standalone") / "scenarios"))

@@ -1,0 +1,157 @@
+"""The standalone system: embedded nats-server, trace collector and every service as a process.
+
+`System.start` brings the parts up in dependency order — NATS (JetStream store under the run
+directory), streams and buckets, the control plane (inventory, allocator, claim-writer) and one
+node-agent and one kubelet-plugin per simulated node — reporting each step to `progress`; the
+node processes start side by side, so start-up costs the slowest child, not the sum. `stop` ends
+everything in reverse order (SIGTERM, then SIGKILL after a grace period) and is safe to call twice
+or after a failed start; nothing outlives it. A child that fails to start is a `StartError` with
+the last lines of its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpudra_bus import BusError, connect, ensure_buckets, ensure_streams
+from gpudra_cli.standalone import services
+from gpudra_cli.standalone.errors import StartError
+from gpudra_cli.standalone.fleet import Fleet
+from gpudra_standalone import (
+    Child,
+    NatsServer,
+    StandaloneError,
+    Supervisor,
+    TraceCollector,
+)
+
+Progress = Callable[[str], None]
+START_TIMEOUT = 90.0
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class System:
+    fleet: Fleet
+    store_dir: Path | None = None
+    tracing: bool = True
+    run_dir: Path = field(init=False)
+    nats: NatsServer | None = None
+    collector: TraceCollector | None = None
+    supervisor: Supervisor | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    exit_codes: dict[str, int] = field(default_factory=dict)
+    _tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.store_dir is not None:
+            self.store_dir.mkdir(parents=True, exist_ok=True)
+            self.run_dir = self.store_dir.resolve()
+        else:
+            self._tmp = tempfile.TemporaryDirectory(prefix="gpudra-")
+            self.run_dir = Path(self._tmp.name)
+
+    @property
+    def nats_url(self) -> str:
+        return self.nats.url if self.nats is not None else ""
+
+    @property
+    def log_dir(self) -> Path:
+        return self.run_dir / "logs"
+
+    def node_dirs(self, node: str) -> services.NodeDirs:
+        return services.NodeDirs.of(self.run_dir, node)
+
+    async def start(self, progress: Progress = _quiet) -> None:
+        t0 = time.monotonic()
+        try:
+            self.start_nats(progress)
+            await self.prepare_bus()
+            await asyncio.to_thread(self.start_services, progress)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["start"] = time.monotonic() - t0
+
+    def start_nats(self, progress: Progress = _quiet) -> None:
+        t0 = time.monotonic()
+        progress("starting nats-server (JetStream)")
+        store = self.run_dir / "nats"
+        store.mkdir(parents=True, exist_ok=True)
+        try:
+            self.nats = NatsServer(store_dir=store).start()
+        except StandaloneError as exc:
+            raise StartError(str(exc).splitlines()[0]) from exc
+        if self.tracing:
+            self.collector = TraceCollector()
+            self.collector.start()
+        self.timings["nats"] = time.monotonic() - t0
+
+    async def prepare_bus(self) -> None:
+        """Streams and buckets exist before any service starts (the kubelet plugins open the
+        claims bucket at start-up and would otherwise race the claim-writer)."""
+        try:
+            nc = await connect(self.nats_url, name="gpudra-cli-setup", deadline=10)
+        except BusError as exc:
+            raise StartError(f"cannot reach the embedded nats-server: {exc}") from exc
+        try:
+            js = nc.jetstream()
+            await ensure_streams(js)
+            await ensure_buckets(js)
+        except BusError as exc:
+            raise StartError(f"cannot create streams and buckets: {exc}") from exc
+        finally:
+            await nc.drain()
+
+    def start_services(self, progress: Progress = _quiet) -> None:
+        t0 = time.monotonic()
+        endpoint = self.collector.endpoint if self.collector else ""
+        env = services.child_env(self.nats_url, endpoint)
+        self.supervisor = Supervisor(self.log_dir)
+        specs = services.control_plane(self.nats_url, env, self.tracing)
+        for node in self.fleet.nodes:
+            specs.append(services.node_agent(node, self.nats_url, env, self.tracing))
+            dirs = self.node_dirs(node.name).create()
+            specs.append(services.kubelet_plugin(node, dirs, self.nats_url, env, self.tracing))
+        progress(f"starting {len(specs)} service processes")
+        children: list[Child] = []
+        try:
+            children = [self.supervisor.launch(spec) for spec in specs]
+            for i, child in enumerate(children, 1):
+                self.supervisor.wait_ready(child, max(1.0, START_TIMEOUT - (time.monotonic() - t0)))
+                progress(f"[{i}/{len(children)}] {child.spec.name} ready")
+        except StandaloneError as exc:
+            raise StartError(str(exc)) from exc
+        self.timings["services"] = time.monotonic() - t0
+
+    def exited(self) -> list[tuple[str, int]]:
+        return self.supervisor.exited() if self.supervisor else []
+
+    def stop(self) -> None:
+        if self.supervisor is not None:
+            # Node processes first, side by side; then the control plane in reverse start order.
+            control = {"inventory", "allocator", "claim-writer"}
+            children = self.supervisor.children
+            nodes = [c for c in children if c.spec.name not in control]
+            self.exit_codes.update(self.supervisor.stop_together(nodes))
+            for child in reversed([c for c in children if c.spec.name in control]):
+                self.exit_codes[child.spec.name] = self.supervisor.stop(child)
+            self.supervisor = None
+        if self.collector is not None:
+            self.collector.stop()
+        if self.nats is not None:
+            self.nats.stop(keep_store=True)
+            self.nats = None
+        if self._tmp is not None:
+            with contextlib.suppress(OSError):
+                self._tmp.cleanup()
+            self._tmp = None
