@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpudra_service.errors import ServiceError, SettingsError
 from gpudra_service.health import HealthServer
+from gpudra_service.nats_options import nats_options
 from gpudra_service.settings import (
     SHARED_ENV,
     TRACE_EXPORTERS,
@@ -29,5 +30,6 @@ __all__ = [
     "env_names",
     "flag_name",
     "load",
+    "nats_options",
     "setup_tracing",
 ]

@@ -7,5 +7,7 @@ class NodeAgentError(Exception):
     """Root of the node-agent's own errors."""
 
 
-class SettingsError(NodeAgentError):
-    """A flag or environment variable has a value the agent cannot use."""
+# Settings errors come from the shared loader (gpudra_service); re-exported as the agent's own.
+from gpudra_service.errors import SettingsError  # noqa: E402
+
+__all__ = ["NodeAgentError", "SettingsError"]

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import ssl
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
@@ -22,25 +21,12 @@ from gpudra_bus.errors import BusError
 from gpudra_bus.streams import INVENTORY_STREAM, STREAMS
 from gpudra_node_agent.agent import NodeAgent
 from gpudra_node_agent.errors import SettingsError
-from gpudra_node_agent.health import HealthServer
 from gpudra_node_agent.settings import Settings
-from gpudra_node_agent.telemetry import setup_tracing
 from gpudra_nvml import NvmlError, open_adapter
+from gpudra_service import HealthServer, nats_options, setup_tracing
 
 log = logging.getLogger("gpudra_node_agent")
 T = TypeVar("T")
-
-
-def nats_options(settings: Settings) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if settings.nats_creds:
-        options["user_credentials"] = settings.nats_creds
-    if settings.nats_tls_ca or settings.nats_tls_cert:
-        context = ssl.create_default_context(cafile=settings.nats_tls_ca or None)
-        if settings.nats_tls_cert:
-            context.load_cert_chain(settings.nats_tls_cert, settings.nats_tls_key)
-        options["tls"] = context
-    return options
 
 
 async def until_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
@@ -61,7 +47,14 @@ async def until_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     """Run the agent until `stop` is set; resources are released in reverse order."""
     async with contextlib.AsyncExitStack() as stack:
-        stack.callback(setup_tracing(settings.trace_exporter, settings.trace_file))
+        stack.callback(
+            setup_tracing(
+                "gpudra-node-agent",
+                settings.trace_exporter,
+                settings.trace_endpoint,
+                settings.trace_file,
+            )
+        )
         opened = open_adapter(
             settings.simulator_profile,
             settings.fallback_profile,
@@ -99,7 +92,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await agent.start()
         stack.push_async_callback(agent.close)
         probes = await HealthServer(
-            settings.health_host, settings.health_port, agent.live, agent.ready
+            settings.health_host, settings.health_port, ready=agent.ready, live=agent.live
         ).start()
         stack.push_async_callback(probes.stop)
         log.info("health server on port %d", probes.port)

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from gpudra_node_agent.errors import SettingsError
-from gpudra_node_agent.settings import Settings
+from gpudra_node_agent.settings import ENV_PREFIX, Settings
+from gpudra_service import build_parser
 
 
 @pytest.mark.parametrize(
@@ -47,7 +48,7 @@ def test_precedence(argv: list[str], env: dict[str, str], field: str, want: obje
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        pytest.param(["--poll-interval", "fast"], "not a float", id="not-a-number"),
+        pytest.param(["--poll-interval", "fast"], "invalid value 'fast'", id="not-a-number"),
         pytest.param(["--heartbeat-interval", "0"], "must be > 0", id="zero-heartbeat"),
         pytest.param(["--utilization-interval", "-1"], "must not be negative", id="negative"),
         pytest.param(["--nats-url", " , "], "no NATS URL", id="no-url"),
@@ -63,6 +64,6 @@ def test_bad_settings(argv: list[str], message: str) -> None:
 
 
 def test_every_field_has_help_and_env() -> None:
-    text = Settings.parser().format_help()
-    for name in ("GPUDRA_NODE_AGENT_NODE_NAME", "GPUDRA_NODE_AGENT_NATS_CREDS", "[seconds]"):
+    text = build_parser(Settings, ENV_PREFIX, "node-agent", "").format_help()
+    for name in ("GPUDRA_NODE_AGENT_NODE_NAME", "GPUDRA_NODE_AGENT_NATS_CREDS", "[seconds,"):
         assert name in text
