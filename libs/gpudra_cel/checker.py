@@ -173,12 +173,16 @@ class _Checker:
 
     def comprehension(self, node: Comprehension, scope: dict[str, CelType]) -> CelType:
         range_t = self.visit(node.range, scope)
-        if range_t.name == "list" or range_t.name == "map":
-            elem = range_t.params[0]
+        if range_t.name == "list":
+            elem, key, value = range_t.params[0], INT, range_t.params[0]
+        elif range_t.name == "map":
+            elem, key, value = range_t.params[0], range_t.params[0], range_t.params[1]
         elif range_t == DYN:
-            elem = DYN
+            elem, key, value = DYN, DYN, DYN
         else:
             raise self.error(f"{node.kind}() cannot iterate over {range_t}", node)
+        if node.var2 is not None:
+            return self.two_var(node, scope, key, value)
         inner = {**scope, node.var: elem}
         if node.predicate is not None:
             self.expect_bool(self.visit(node.predicate, inner), node.predicate, node.kind)
@@ -188,6 +192,21 @@ class _Checker:
         self.expect_bool(body, node.body, node.kind)
         if node.kind == "filter":
             return list_of(elem)
+        return BOOL
+
+    def two_var(
+        self, node: Comprehension, scope: dict[str, CelType], key: CelType, value: CelType
+    ) -> CelType:
+        assert node.var2 is not None
+        inner = {**scope, node.var: key, node.var2: value}
+        if node.predicate is not None:
+            self.expect_bool(self.visit(node.predicate, inner), node.predicate, node.kind)
+        body = self.visit(node.body, inner)
+        if node.kind == "transformList":
+            return list_of(body)
+        if node.kind == "transformMap":
+            return map_of(key, body)
+        self.expect_bool(body, node.body, node.kind)
         return BOOL
 
     def expect_bool(self, t: CelType, node: Node, what: str) -> None:

@@ -20,7 +20,7 @@ from gpudra_cel.checker import Checked
 from gpudra_cel.codegen import InlineCompare, SlotField, chain
 from gpudra_cel.dispatch import Constant, dispatch, receiver_dispatch
 from gpudra_cel.errors import CelCompileError, CelError, CelEvaluationError
-from gpudra_cel.macros import comprehension
+from gpudra_cel.macros import comprehension, comprehension2
 from gpudra_cel.operators import (
     BINARY,
     FAST_INT_COMPARE,
@@ -120,8 +120,13 @@ class _Compiler:
             slot = self.slots
             rng = _fn(self.visit(node.range, scope))
             inner = {**scope, node.var: slot}
+            if node.var2 is not None:
+                self.slots += 1
+                inner[node.var2] = self.slots
             pred = _fn(self.visit(node.predicate, inner)) if node.predicate else None
             body = _fn(self.visit(node.body, inner))
+            if node.var2 is not None:
+                return comprehension2(node.kind, rng, slot, inner[node.var2], pred, body)
             return comprehension(node.kind, rng, slot, pred, body)
         if isinstance(node, Bind):
             init = _fn(self.visit(node.init, scope))

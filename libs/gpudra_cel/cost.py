@@ -94,10 +94,13 @@ class _Estimator:
         if isinstance(node, Comprehension):
             rng = self.visit(node.range, scope)
             inner = {**scope, node.var: _Est(0, rng.elem, _UNBOUNDED)}
+            if node.var2 is not None:  # index/key and value
+                inner[node.var2] = _Est(0, rng.elem, _UNBOUNDED)
             body = self.visit(node.body, inner)
             predicate = self.visit(node.predicate, inner).cost if node.predicate else 0
             per_item = body.cost + predicate + 3  # + loop condition and step, as cel-go counts
-            size = rng.size if node.kind in ("map", "filter") else 1
+            growing = ("map", "filter", "transformList", "transformMap")
+            size = rng.size if node.kind in growing else 1
             return _Est(rng.cost + rng.size * per_item, size, body.size)
         if isinstance(node, Call):
             return self.call(node, scope)

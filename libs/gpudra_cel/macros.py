@@ -4,6 +4,8 @@ Semantics follow cel-go's macro expansions: `all` is false as soon as one elemen
 if another element failed (errors are absorbed like `&&`), an error only if no element is false;
 `exists` mirrors that with true; `exists_one`, `map` and `filter` propagate the first error. A
 map is iterated over its keys. The loop variable lives in activation slot `slot`.
+Two-variable forms (cel-go's `all(i, v, ...)`, `existsOne`, `transformList`, `transformMap`) see
+(index, element) of a list and (key, value) of a map, in slots `slot` and `slot2`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.operators import Fn
 from gpudra_cel.values import no_overload, type_name
 
-__all__ = ["comprehension"]
+__all__ = ["comprehension", "comprehension2"]
 
 
 def _items(value: object, kind: str) -> Iterable[object]:
@@ -94,3 +96,69 @@ def _quantifier(rng: Fn, slot: int, body: Fn, *, decisive: bool, name: str) -> F
         return not decisive
 
     return quantify
+
+
+def _pairs(value: object, kind: str) -> Iterable[tuple[object, object]]:
+    if isinstance(value, tuple | list):
+        return tuple(enumerate(value))
+    if isinstance(value, Mapping):
+        return tuple(value.items())
+    raise CelEvaluationError(f"{kind}() cannot iterate over {type_name(value)}")
+
+
+def comprehension2(kind: str, rng: Fn, slot: int, slot2: int, pred: Fn | None, body: Fn) -> Fn:
+    """The two-variable forms; `all`/`exists` absorb errors like their one-variable forms."""
+    if kind in ("all", "exists"):
+        decisive = kind == "exists"
+
+        def quantify(act: list[object]) -> object:
+            error: CelEvaluationError | None = None
+            for key, value in _pairs(rng(act), kind):
+                act[slot], act[slot2] = key, value
+                try:
+                    v = body(act)
+                except CelEvaluationError as exc:
+                    error = error or exc
+                    continue
+                if v is decisive:
+                    return decisive
+                if v is not (not decisive):
+                    error = error or no_overload(kind, v)
+            if error is not None:
+                raise error
+            return not decisive
+
+        return quantify
+    if kind == "exists_one":
+
+        def exists_one(act: list[object]) -> object:
+            count = 0
+            for key, value in _pairs(rng(act), kind):
+                act[slot], act[slot2] = key, value
+                v = body(act)
+                if v is True:
+                    count += 1
+                elif v is not False:
+                    raise no_overload(kind, v)
+            return count == 1
+
+        return exists_one
+
+    def transform(act: list[object]) -> object:
+        mapped: dict[object, object] = {}
+        listed: list[object] = []
+        for key, value in _pairs(rng(act), kind):
+            act[slot], act[slot2] = key, value
+            if pred is not None:
+                keep = pred(act)
+                if keep is False:
+                    continue
+                if keep is not True:
+                    raise no_overload(kind, keep)
+            if kind == "transformList":
+                listed.append(body(act))
+            else:
+                mapped[key] = body(act)
+        return tuple(listed) if kind == "transformList" else mapped
+
+    return transform

@@ -40,6 +40,15 @@ __all__ = [
 MAX_EXPRESSION_LENGTH = 10 * 1024
 _MAX_DEPTH = 64  # nesting beyond this is not a selector; it would only exhaust the stack
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+# cel-go's two-variable comprehensions: name -> (kind, argument counts)
+_TWO_VAR = {
+    "all": ("all", (3,)),
+    "exists": ("exists", (3,)),
+    "exists_one": ("exists_one", (3,)),
+    "existsOne": ("exists_one", (3,)),
+    "transformList": ("transformList", (3, 4)),
+    "transformMap": ("transformMap", (3, 4)),
+}
 _NAMESPACES = frozenset({"optional", "cel", "sets"})
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _UINT64_MAX = (1 << 64) - 1
@@ -100,13 +109,16 @@ class Has(Node):
 
 @dataclass(frozen=True, slots=True)
 class Comprehension(Node):
-    """`range.kind(var, ...)`; `map` with three arguments has a `predicate` too."""
+    """`range.kind(var, ...)`; `map` with three arguments has a `predicate` too. Two-variable
+    forms (`m.all(k, v, ...)`, `transformList`, `transformMap`) bind `var2` to the value (and
+    `var` to the index or key)."""
 
     kind: str
     range: Node
     var: str
     predicate: Node | None
     body: Node
+    var2: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +300,18 @@ class _Builder:
                     self.build(arg_trees[2], depth),
                 )
             return Call(line, column, qualified, None, self.exprs(args_tree, depth))
+        two_var = _TWO_VAR.get(name_token)
+        if (
+            two_var is not None
+            and len(arg_trees) in two_var[1]
+            and name_token != "map"
+            and self.is_variable(arg_trees[1])
+        ):
+            var, var2 = self.variable(arg_trees[0]), self.variable(arg_trees[1])
+            rest = [self.build(a, depth) for a in arg_trees[2:]]
+            predicate = rest[0] if len(rest) == 2 else None
+            kind = two_var[0]
+            return Comprehension(line, column, kind, target, var, predicate, rest[-1], var2)
         if name_token in _MACROS and len(arg_trees) in (2, 3):
             if len(arg_trees) == 3 and name_token != "map":
                 raise self.error(f"{name_token}() takes a variable and one expression", tree)
@@ -296,6 +320,12 @@ class _Builder:
             predicate = rest[0] if len(rest) == 2 else None
             return Comprehension(line, column, name_token, target, var, predicate, rest[-1])
         return Call(line, column, name_token, target, self.exprs(args_tree, depth))
+
+    def is_variable(self, tree: lark.Tree[lark.Token] | lark.Token) -> bool:
+        try:
+            return isinstance(self.build(tree, 0), Ident)
+        except CelCompileError:
+            return False
 
     def variable(self, tree: lark.Tree[lark.Token] | lark.Token) -> str:
         node = self.build(tree, 0)

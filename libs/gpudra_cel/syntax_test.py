@@ -54,6 +54,9 @@ def test_macros_and_namespaces() -> None:
     assert isinstance(node, Comprehension)
     assert node.predicate is not None
     assert isinstance(parse("cel.bind(v, 1, v == 1)"), Bind)
+    node = parse("{}.all(k, v, true)")
+    assert isinstance(node, Comprehension)
+    assert (node.var, node.var2) == ("k", "v")
     assert isinstance(parse("has(a.b)"), Has)
     call = parse("optional.of(1)")
     assert isinstance(call, Call)
