@@ -63,6 +63,14 @@ C = 'device.capacity["gpu.nvidia.com"]'
             id="bind",
         ),
         pytest.param("cel.bind(x, 2, cel.bind(y, x * 3, y == 6))", True, id="nested-bind"),
+        # two-variable comprehensions
+        pytest.param(f'{D}.all(k, v, k != "index" || v == 3)', True, id="two-var-all-map"),
+        pytest.param(f'{D}.cliques.exists(i, c, i == 1 && c == "c1.1")', True, id="two-var-exists"),
+        pytest.param(f'{D}.cliques.existsOne(i, c, c.startsWith("c1"))', False, id="two-var-one"),
+        pytest.param("[5, 6].transformList(i, v, i > 0, v * 2) == [12]", True, id="transform-list"),
+        pytest.param('{"a": 1}.transformMap(k, v, v + 1) == {"a": 2}', True, id="transform-map"),
+        pytest.param("[0, 1].all(i, v, 1 / v > 0)", "error", id="two-var-error"),
+        pytest.param("[0, 1].exists(i, v, 1 / v > 0)", True, id="two-var-absorbs"),
         # quantity library
         pytest.param(f'{C}.memory.isGreaterThan(quantity("40Gi"))', True, id="q-greater"),
         pytest.param(f'{C}.memory.isLessThan(quantity("100G"))', True, id="q-less"),
