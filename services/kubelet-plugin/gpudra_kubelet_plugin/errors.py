@@ -8,6 +8,11 @@ claim's error string; the kubelet retries either way, but logs and metrics tell 
 
 from __future__ import annotations
 
+# A setting (flag or environment variable) is missing or malformed: the shared runtime's error,
+# re-exported as the plugin's own so `except SettingsError` here catches what the loader raises.
+# It is a `gpudra_service.ServiceError`, not a `KubeletPluginError`.
+from gpudra_service.errors import SettingsError
+
 
 class KubeletPluginError(Exception):
     """Root of every error this service raises on purpose."""
@@ -19,10 +24,6 @@ class PermanentError(KubeletPluginError):
 
 class RetryableError(KubeletPluginError):
     """A transient failure: the same call may succeed later."""
-
-
-class SettingsError(PermanentError):
-    """A setting (flag or environment variable) is missing or malformed."""
 
 
 class ClaimNotFoundError(RetryableError):
@@ -67,3 +68,22 @@ class CheckpointError(PermanentError):
 
 class SocketError(PermanentError):
     """A gRPC socket path cannot be used (occupied by something that is not a socket)."""
+
+
+__all__ = [
+    "CdiError",
+    "CheckpointError",
+    "ClaimNotFoundError",
+    "ClaimReadError",
+    "ClaimSourceUnavailableError",
+    "ClaimUidMismatchError",
+    "ConfigError",
+    "DeviceControlError",
+    "DeviceError",
+    "InvalidClaimError",
+    "KubeletPluginError",
+    "PermanentError",
+    "RetryableError",
+    "SettingsError",
+    "SocketError",
+]

@@ -11,12 +11,10 @@ import asyncio
 import contextlib
 import logging
 import signal
-import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
@@ -37,28 +35,22 @@ from gpudra_kubelet_plugin.events import NatsEvents
 from gpudra_kubelet_plugin.health import HealthHub
 from gpudra_kubelet_plugin.nodedevices import open_devices
 from gpudra_kubelet_plugin.plugin import KubeletPlugin
-from gpudra_kubelet_plugin.probes import ProbeServer
 from gpudra_kubelet_plugin.settings import Settings
 from gpudra_kubelet_plugin.state import DeviceState
-from gpudra_kubelet_plugin.telemetry import setup_tracing
+from gpudra_service import HealthServer, ServiceError, nats_options, setup_tracing
 
 log = logging.getLogger("gpudra_kubelet_plugin")
 
 
-def nats_options(settings: Settings) -> dict[str, Any]:
-    """Credentials and TLS for `gpudra_bus.connect`, from the settings."""
-    options: dict[str, Any] = {}
-    if settings.nats_creds:
-        options["user_credentials"] = settings.nats_creds
-    if settings.nats_tls_ca or settings.nats_tls_cert:
-        try:
-            context = ssl.create_default_context(cafile=settings.nats_tls_ca or None)
-            if settings.nats_tls_cert:
-                context.load_cert_chain(settings.nats_tls_cert, settings.nats_tls_key)
-        except (OSError, ssl.SSLError) as exc:
-            raise SettingsError(f"cannot load NATS TLS files: {exc}") from exc
-        options["tls"] = context
-    return options
+async def start_probes(settings: Settings, ready: Callable[[], bool]) -> HealthServer:
+    """The `/healthz` (the loop turns) and `/readyz` server; a port that cannot be bound (taken,
+    privileged) is a `SettingsError` naming it, not a traceback."""
+    try:
+        return await HealthServer(settings.health_host, settings.health_port, ready=ready).start()
+    except OSError as exc:
+        raise SettingsError(
+            f"cannot serve probes on {settings.health_host}:{settings.health_port}: {exc}"
+        ) from exc
 
 
 async def serve(
@@ -67,7 +59,12 @@ async def serve(
     """Run the plugin until `stop` is set; `ready` is set once the kubelet may register it."""
     async with AsyncExitStack() as stack:
         stack.callback(
-            setup_tracing(settings.trace_exporter, settings.trace_endpoint, settings.trace_file)
+            setup_tracing(
+                "gpudra-kubelet-plugin",
+                settings.trace_exporter,
+                settings.trace_endpoint,
+                settings.trace_file,
+            )
         )
         plugin: KubeletPlugin | None = None
         nc: Client | None = None
@@ -80,8 +77,7 @@ async def serve(
                 and nc.is_connected
             )
 
-        probes = ProbeServer(settings.health_host, settings.health_port, lambda: True, is_ready)
-        await probes.start()
+        probes = await start_probes(settings, is_ready)
         stack.push_async_callback(probes.stop)
         base_edits = load_base_edits(Path(settings.cdi_base_spec)) if settings.cdi_base_spec else {}
         devices = await asyncio.to_thread(
@@ -165,7 +161,7 @@ async def _main(settings: Settings) -> int:
             serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await serving
-    except KubeletPluginError as exc:
+    except (KubeletPluginError, ServiceError) as exc:
         log.error("cannot run: %s", exc)
         return 2 if isinstance(exc, SettingsError) else 1
     finally:

@@ -22,8 +22,7 @@ from gpudra_kubelet_plugin import healthfeed
 from gpudra_kubelet_plugin.conftest import DRIVER, GPU0, NODE, make_claim, node_devices
 from gpudra_kubelet_plugin.errors import ClaimSourceUnavailableError, DeviceError, SettingsError
 from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet, wait_for_socket
-from gpudra_kubelet_plugin.main import main, serve
-from gpudra_kubelet_plugin.probes_test import http_get
+from gpudra_kubelet_plugin.main import main, serve, start_probes
 from gpudra_kubelet_plugin.settings import Settings
 from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import inventory_pb2 as pb
@@ -66,6 +65,17 @@ def settings_for(root: Path, nats_url: str, bucket: str) -> Settings:
     )
 
 
+async def http_get(port: int, path: str) -> str:
+    """The status line the probe server answers to `GET path`."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: probe\r\n\r\n".encode())
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    return response.decode().split("\r\n", 1)[0]
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -83,17 +93,13 @@ async def test_serve_end_to_end(short_root: Path, nats_url: str) -> None:
     task = asyncio.create_task(serve(settings, stop, ready))
     try:
         await asyncio.wait_for(ready.wait(), 10)
-        assert (
-            await http_get(settings.health_port, "GET /healthz HTTP/1.1\r\n") == "HTTP/1.0 200 OK"
-        )
-        assert await http_get(settings.health_port, "GET /readyz HTTP/1.1\r\n") == (
-            "HTTP/1.0 503 Service Unavailable"  # not registered with the kubelet yet
+        assert await http_get(settings.health_port, "/healthz") == "HTTP/1.1 200 OK"
+        assert await http_get(settings.health_port, "/readyz") == (
+            "HTTP/1.1 503 Service Unavailable"  # not registered with the kubelet yet
         )
         async with FakeKubelet(settings.registry_dir, DRIVER) as kubelet:
             await kubelet.register()
-            assert await http_get(settings.health_port, "GET /readyz HTTP/1.1\r\n") == (
-                "HTTP/1.0 200 OK"
-            )
+            assert await http_get(settings.health_port, "/readyz") == "HTTP/1.1 200 OK"
             answer = (await kubelet.prepare([ClaimName("uid-e2e", "default", "c")])).claims
             assert answer["uid-e2e"].error == ""
             assert list(answer["uid-e2e"].devices[0].cdi_device_ids) == [
@@ -146,7 +152,7 @@ async def test_serve_end_to_end(short_root: Path, nats_url: str) -> None:
             id="bucket",
         ),
         pytest.param(
-            {"nats_tls_ca": "/nonexistent/ca.pem"}, SettingsError, "cannot load NATS TLS", id="tls"
+            {"nats_tls_ca": "/nonexistent/ca.pem"}, SettingsError, "NATS TLS files", id="tls"
         ),
         pytest.param(
             {"nats_url": "nats://127.0.0.1:1", "nats_connect_deadline": 0.2},
@@ -167,7 +173,32 @@ async def test_serve_refuses_to_start(
 
 def test_main_rejects_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--health-timeout", "x"]) == 2
-    assert "cannot parse 'x'" in capsys.readouterr().err
+    assert "--health-timeout: invalid value 'x'" in capsys.readouterr().err
+
+
+def test_main_exits_2_when_the_probe_port_is_taken(
+    short_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A SettingsError raised while starting (not while loading) still means exit code 2.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        argv = ["--health-host", "127.0.0.1", "--health-port", str(taken.getsockname()[1])]
+        argv += ["--registry-dir", str(short_root / "r"), "--plugins-dir", str(short_root / "p")]
+        assert main(argv) == 2
+
+
+async def test_a_taken_probe_port_is_a_settings_error(short_root: Path, nats_url: str) -> None:
+    settings = settings_for(short_root, nats_url, "unused")
+    first = await start_probes(settings, lambda: True)
+    try:
+        taken = dataclasses.replace(settings, health_port=first.port)
+        with pytest.raises(SettingsError, match="cannot serve probes on 127.0.0.1:"):
+            await start_probes(taken, lambda: True)
+        with pytest.raises(SettingsError, match="cannot serve probes"):
+            await serve(taken, asyncio.Event())
+    finally:
+        await first.stop()
 
 
 async def test_process_stops_cleanly_on_sigterm(short_root: Path, nats_url: str) -> None:
@@ -264,9 +295,7 @@ async def test_process_stops_while_waiting_for_nats(short_root: Path) -> None:
     try:
         for _ in range(400):  # the probe server answers first; NATS never will
             with contextlib.suppress(OSError):
-                if await http_get(settings.health_port, "GET /healthz HTTP/1.1\r\n") == (
-                    "HTTP/1.0 200 OK"
-                ):
+                if await http_get(settings.health_port, "/healthz") == "HTTP/1.1 200 OK":
                     break
             await asyncio.sleep(0.05)
         process.send_signal(signal.SIGTERM)

@@ -1,191 +1,142 @@
 """The kubelet plugin's settings: one frozen dataclass, every field a flag and an env variable.
 
-Precedence is flag > environment (`GPUDRA_KUBELET_PLUGIN_<NAME>`) > the conventional variable in
-`FALLBACK_ENV` (the shared `gpudra-config` ConfigMap's `GPUDRA_NATS_URL`, ..., `NODE_NAME`,
-`OTEL_TRACES_EXPORTER`) > default. Each field carries its
-help text and unit in `metadata`, so `--help` documents all three. Values are parsed by the field's
-type (str, int, float, Path); a malformed value is a `SettingsError`, never a traceback.
+The fields every gpudra service has (NATS connection and TLS, probes, tracing, logging) come from
+`gpudra_service.CommonSettings`; this module adds the plugin's own and checks them. Precedence is
+flag > `GPUDRA_KUBELET_PLUGIN_<NAME>` > the variable all services share for that field (the
+`gpudra-config` ConfigMap's `GPUDRA_NATS_URL`, ..., `NODE_NAME` from the downward API,
+`OTEL_TRACES_EXPORTER`; see `gpudra_service.SHARED_ENV`) > default. `Settings.load` validates what
+it read; a malformed or unusable value is a `SettingsError` naming it, never a traceback.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import dataclasses
 import hashlib
 import os
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import field
 from pathlib import Path
-from typing import Any
 
 from gpudra_kubelet_plugin.errors import SettingsError
+from gpudra_service import CommonSettings, doc, load
 
 ENV_PREFIX = "GPUDRA_KUBELET_PLUGIN_"
-#: Conventional variables read when the prefixed one is absent (gpudra-config, downward API, OTel).
-FALLBACK_ENV = {
-    "node_name": "NODE_NAME",
-    "nats_url": "GPUDRA_NATS_URL",
-    "nats_tls_ca": "GPUDRA_NATS_TLS_CA",
-    "nats_tls_cert": "GPUDRA_NATS_TLS_CERT",
-    "nats_tls_key": "GPUDRA_NATS_TLS_KEY",
-    "health_port": "GPUDRA_HEALTH_PORT",
-    "log_level": "GPUDRA_LOG_LEVEL",
-    "trace_exporter": "OTEL_TRACES_EXPORTER",
-}
-TRACE_EXPORTERS = ("none", "console", "otlp")
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes on Linux, NUL included
 
 
-def _doc(help: str, unit: str = "") -> dict[str, str]:
-    return {"help": help, "unit": unit}
-
-
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class Settings(CommonSettings):
     """Everything the kubelet plugin can be told; see `--help` for each field."""
 
-    driver_name: str = dataclasses.field(
-        default="gpu.nvidia.com", metadata=_doc("DRA driver name served and registered")
+    driver_name: str = field(
+        default="gpu.nvidia.com", metadata=doc("DRA driver name served and registered")
     )
-    node_name: str = dataclasses.field(
+    node_name: str = field(
         default="",
-        metadata=_doc("this node's name (the driver's pool name); empty means the host name"),
+        metadata=doc("this node's name (the driver's pool name); empty means the host name"),
     )
-    registry_dir: Path = dataclasses.field(
+    registry_dir: Path = field(
         default=Path("/var/lib/kubelet/plugins_registry"),
-        metadata=_doc(
+        metadata=doc(
             "kubelet plugin registry directory; <driver>-reg.sock is created here",
             "path",
         ),
     )
-    plugins_dir: Path = dataclasses.field(
+    plugins_dir: Path = field(
         default=Path("/var/lib/kubelet/plugins"),
-        metadata=_doc(
+        metadata=doc(
             "kubelet plugins directory; <driver>/dra.sock and the checkpoint live below it",
             "path",
         ),
     )
-    plugin_dir: str = dataclasses.field(
+    plugin_dir: str = field(
         default="",
-        metadata=_doc("the driver's own directory; empty means <plugins-dir>/<driver>", "path"),
+        metadata=doc("the driver's own directory; empty means <plugins-dir>/<driver>", "path"),
     )
-    pod_uid: str = dataclasses.field(
+    pod_uid: str = field(
         default="",
-        metadata=_doc(
+        metadata=doc(
             "this pod's UID: enables rolling updates (sockets named after the pod, so old and new "
             "pods serve side by side); empty: fixed socket names",
             "UID",
         ),
     )
-    cdi_dir: Path = dataclasses.field(
-        default=Path("/var/run/cdi"), metadata=_doc("directory CDI specs are written to", "path")
+    cdi_dir: Path = field(
+        default=Path("/var/run/cdi"), metadata=doc("directory CDI specs are written to", "path")
     )
-    cdi_base_spec: str = dataclasses.field(
+    cdi_base_spec: str = field(
         default="",
-        metadata=_doc(
+        metadata=doc(
             "the node's NVIDIA CDI spec (nvidia-ctk cdi generate) whose driver libraries, binaries "
             "and hooks every claim spec includes; empty: device nodes and env only",
             "path",
         ),
     )
-    checkpoint_file: str = dataclasses.field(
+    checkpoint_file: str = field(
         default="checkpoint.json",
-        metadata=_doc("checkpoint file name inside <plugins-dir>/<driver>/", "file name"),
+        metadata=doc("checkpoint file name inside <plugins-dir>/<driver>/", "file name"),
     )
-    boot_id_file: Path = dataclasses.field(
+    boot_id_file: Path = field(
         default=Path("/proc/sys/kernel/random/boot_id"),
-        metadata=_doc(
+        metadata=doc(
             "file holding the node boot ID; a changed ID invalidates the checkpoint",
             "path",
         ),
     )
-    claim_source: str = dataclasses.field(
+    claim_source: str = field(
         default="nats",
-        metadata=_doc("where claims are read: 'nats' (standalone KV) or 'kubernetes'", "choice"),
+        metadata=doc("where claims are read: 'nats' (standalone KV) or 'kubernetes'", "choice"),
     )
-    kubeconfig: str = dataclasses.field(
+    kubeconfig: str = field(
         default="",
-        metadata=_doc(
+        metadata=doc(
             "kubeconfig for claim source 'kubernetes'; empty: in-cluster, else ~/.kube/config",
             "path",
         ),
     )
-    nats_url: str = dataclasses.field(
-        default="nats://127.0.0.1:4222", metadata=_doc("NATS server URL", "URL")
-    )
-    nats_creds: str = dataclasses.field(
-        default="", metadata=_doc("NATS credentials file (JWT + NKey); empty: none", "path")
-    )
-    nats_tls_ca: str = dataclasses.field(
-        default="",
-        metadata=_doc("CA bundle to verify NATS TLS; empty: no TLS unless a cert", "path"),
-    )
-    nats_tls_cert: str = dataclasses.field(
-        default="", metadata=_doc("client certificate for NATS mTLS", "path")
-    )
-    nats_tls_key: str = dataclasses.field(
-        default="", metadata=_doc("client key for NATS mTLS", "path")
-    )
-    nats_connect_deadline: float = dataclasses.field(
+    nats_connect_deadline: float = field(
         default=30.0,
-        metadata=_doc("how long to wait for NATS at start before giving up", "seconds"),
+        metadata=doc("how long to wait for NATS at start before giving up", "seconds"),
     )
-    claims_bucket: str = dataclasses.field(
-        default="gpudra-claims", metadata=_doc("JetStream KV bucket of standalone claims", "bucket")
+    claims_bucket: str = field(
+        default="gpudra-claims", metadata=doc("JetStream KV bucket of standalone claims", "bucket")
     )
-    device_source: str = dataclasses.field(
+    device_source: str = field(
         default="nvml",
-        metadata=_doc(
+        metadata=doc(
             "where devices come from: nvml, simulator:<profile> (standalone), table:<json path>",
             "source",
         ),
     )
-    mig_minors_file: Path = dataclasses.field(
+    mig_minors_file: Path = field(
         default=Path("/proc/driver/nvidia-caps/mig-minors"),
-        metadata=_doc("the driver's MIG capability minors; absent: the driver's layout", "path"),
+        metadata=doc("the driver's MIG capability minors; absent: the driver's layout", "path"),
     )
-    registration_retry: float = dataclasses.field(
+    registration_retry: float = field(
         default=5.0,
-        metadata=_doc(
+        metadata=doc(
             "delay before re-registering after the kubelet refused registration", "seconds"
         ),
     )
-    health_timeout: int = dataclasses.field(
+    health_timeout: int = field(
         default=0,
-        metadata=_doc(
+        metadata=doc(
             "health check timeout reported to the kubelet; 0 lets the kubelet decide", "seconds"
         ),
     )
-    health_refresh: float = dataclasses.field(
+    health_refresh: float = field(
         default=10.0,
-        metadata=_doc(
+        metadata=doc(
             "re-send the full device health list this often without changes (keeps it fresh for "
             "the kubelet's timeout)",
             "seconds",
         ),
     )
-    shutdown_grace: float = dataclasses.field(
+    shutdown_grace: float = field(
         default=5.0,
-        metadata=_doc("how long in-flight gRPC calls may finish on shutdown", "seconds"),
-    )
-    health_host: str = dataclasses.field(
-        default="0.0.0.0", metadata=_doc("address of the /healthz and /readyz server", "address")
-    )
-    health_port: int = dataclasses.field(
-        default=8080, metadata=_doc("port of the /healthz and /readyz server; 0: any", "port")
-    )
-    trace_exporter: str = dataclasses.field(
-        default="none", metadata=_doc(f"trace exporter: {', '.join(TRACE_EXPORTERS)}", "choice")
-    )
-    trace_endpoint: str = dataclasses.field(
-        default="", metadata=_doc("OTLP/HTTP traces endpoint; empty: the SDK default", "URL")
-    )
-    trace_file: str = dataclasses.field(
-        default="", metadata=_doc("console exporter writes JSON lines here; empty: stderr", "path")
-    )
-    log_level: str = dataclasses.field(
-        default="INFO", metadata=_doc("logging level (DEBUG, INFO, WARNING, ERROR)", "level")
+        metadata=doc("how long in-flight gRPC calls may finish on shutdown", "seconds"),
     )
 
     @property
@@ -216,48 +167,24 @@ class Settings:
         return self.data_dir / self.checkpoint_file
 
     @classmethod
-    def parser(cls) -> argparse.ArgumentParser:
-        """An argument parser with one flag per field; defaults are left unset (env decides)."""
-        parser = argparse.ArgumentParser(
-            prog="python -m gpudra_kubelet_plugin",
-            description="gpudra kubelet plugin: serves the kubelet's DRA gRPC API on this node.",
-        )
-        for field in dataclasses.fields(cls):
-            unit = field.metadata["unit"]
-            help_text = (
-                f"{field.metadata['help']} [{unit + ', ' if unit else ''}"
-                f"env {env_name(field.name)}, default {field.default!s}]"
-            )
-            parser.add_argument(
-                flag_name(field.name), dest=field.name, default=None, help=help_text
-            )
-        return parser
-
-    @classmethod
     def load(
         cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
     ) -> Settings:
-        """Settings from flags, then the environment, then defaults."""
-        environ = os.environ if environ is None else environ
-        args = vars(cls.parser().parse_args(argv))
-        values: dict[str, Any] = {}
-        for field in dataclasses.fields(cls):
-            raw = args.get(field.name)
-            source = flag_name(field.name)
-            if raw is None:
-                raw, source = environ.get(env_name(field.name)), env_name(field.name)
-            if raw is None and field.name in FALLBACK_ENV:
-                source = FALLBACK_ENV[field.name]
-                raw = environ.get(source)
-            if raw is None:
-                continue
-            values[field.name] = _convert(field.default, raw, source)
-        settings = cls(**values)
+        """Settings from flags, then the environment, then defaults; validated."""
+        settings = load(
+            cls,
+            ENV_PREFIX,
+            argv,
+            environ,
+            prog="python -m gpudra_kubelet_plugin",
+            description="gpudra kubelet plugin: serves the kubelet's DRA gRPC API on this node.",
+        )
         settings.validate()
         return settings
 
     def validate(self) -> None:
-        """Raise `SettingsError` for values no component could use."""
+        """Raise `SettingsError` for values no component could use (common fields first)."""
+        self.validate_common()
         if self.claim_source not in {"nats", "kubernetes"}:
             raise SettingsError(
                 f"claim source must be 'nats' or 'kubernetes', got {self.claim_source!r}"
@@ -268,14 +195,6 @@ class Settings:
             raise SettingsError("registration retry must be > 0 and shutdown grace >= 0")
         if self.pod_uid and not all(c.isalnum() or c == "-" for c in self.pod_uid):
             raise SettingsError(f"pod UID {self.pod_uid!r} is not a UID")
-        if bool(self.nats_tls_cert) != bool(self.nats_tls_key):
-            raise SettingsError("nats-tls-cert and nats-tls-key go together")
-        if not 0 <= self.health_port <= 65535:
-            raise SettingsError(f"health port {self.health_port} is not a TCP port")
-        if self.trace_exporter not in TRACE_EXPORTERS:
-            raise SettingsError(
-                f"trace exporter must be one of {TRACE_EXPORTERS}, got {self.trace_exporter!r}"
-            )
         kind, _, argument = self.device_source.partition(":")
         if not (self.device_source == "nvml" or (kind in ("simulator", "table") and argument)):
             raise SettingsError(
@@ -308,26 +227,3 @@ def rolling_registration_name(registry_dir: Path, driver: str, pod_uid: str) -> 
         if len(os.fsencode(registry_dir / name)) <= MAX_SOCKET_PATH:
             return name
     return candidates[-1]
-
-
-def flag_name(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def env_name(name: str) -> str:
-    return ENV_PREFIX + name.upper()
-
-
-def _convert(default: Any, raw: str, source: str) -> Any:
-    try:
-        if isinstance(default, Path):
-            return Path(raw)
-        if isinstance(default, bool):
-            raise TypeError("no boolean settings yet")
-        if isinstance(default, int):
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-    except ValueError as exc:
-        raise SettingsError(f"{source}: cannot parse {raw!r}: {exc}") from exc
-    return raw

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from gpudra_kubelet_plugin.errors import SettingsError
-from gpudra_kubelet_plugin.settings import Settings, env_name, flag_name
+from gpudra_kubelet_plugin.settings import ENV_PREFIX, Settings
+from gpudra_service import build_parser, env_names, flag_name
 
 
 @pytest.mark.parametrize(
@@ -61,7 +62,7 @@ def test_registration_socket_and_node_fallback() -> None:
     ("argv", "environ", "message"),
     [
         pytest.param(
-            ["--health-timeout", "soon"], {}, "--health-timeout: cannot parse 'soon'", id="bad-int"
+            ["--health-timeout", "soon"], {}, "--health-timeout: invalid value 'soon'", id="bad-int"
         ),
         pytest.param(
             [],
@@ -87,10 +88,10 @@ def test_bad_values_are_clear_errors(
 
 
 def test_every_field_is_a_documented_flag_and_env_variable() -> None:
-    text = Settings.parser().format_help()
+    text = " ".join(build_parser(Settings, ENV_PREFIX, "kubelet-plugin", "").format_help().split())
     for field in dataclasses.fields(Settings):
         assert flag_name(field.name) in text
-        assert env_name(field.name) in text
+        assert " or ".join(env_names(ENV_PREFIX, field.name)) in text
         assert field.metadata["help"]
 
 
@@ -158,6 +159,11 @@ def test_bad_pod_uid() -> None:
             id="own-variable-wins",
         ),
         pytest.param({"OTEL_TRACES_EXPORTER": "otlp"}, {"trace_exporter": "otlp"}, id="otel"),
+        pytest.param(
+            {"GPUDRA_NATS_TLS_CA": "/etc/nats/ca.pem", "GPUDRA_NATS_CREDS": "/etc/nats/p.creds"},
+            {"nats_tls_ca": "/etc/nats/ca.pem", "nats_creds": "/etc/nats/p.creds"},
+            id="shared-nats-files",
+        ),
     ],
 )
 def test_fallback_variables(environ: dict[str, str], expected: dict[str, Any]) -> None:
@@ -171,8 +177,9 @@ def test_fallback_variables(environ: dict[str, str], expected: dict[str, Any]) -
     [
         pytest.param(["--nats-tls-cert", "c.pem"], "go together", id="cert-without-key"),
         pytest.param(["--health-port", "70000"], "not a TCP port", id="port"),
-        pytest.param(["--trace-exporter", "jaeger"], "trace exporter must be", id="exporter"),
+        pytest.param(["--trace-exporter", "jaeger"], "trace-exporter must be", id="exporter"),
         pytest.param(["--device-source", "simulator"], "device source must be", id="device-source"),
+        pytest.param(["--log-level", "loud"], "not a logging level", id="log-level"),
         pytest.param(
             ["--checkpoint-file", "a/b.json"], "must be a file name", id="checkpoint-file"
         ),
