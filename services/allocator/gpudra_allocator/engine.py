@@ -2,9 +2,12 @@
 
 Thin glue over `gpudra_alloc`: an `Allocator` is built once per slice-index version (its per-node
 pool cache stays valid until the slices change) and reads the live `AllocatedState` that the
-reservation mirror maintains. Nodes are tried in name order (first-fit placement); the `topology`
-policy is answered the same way until the placement layer exposes a per-claim entry point. The
-same inputs always give the same decision. Invalid input raises `AllocationInputError`.
+reservation mirror maintains. `first-fit` takes the first node (by name) where Kubernetes' search
+succeeds; `topology` (the default) lets the placement layer score the solutions of every node
+(NVLink domains kept whole, fragmentation low) — both bounded by Kubernetes' rules. Nodes whose
+every device is taken are skipped before searching. An unschedulable decision carries the
+placement layer's explanation and its one-line sentence. The same inputs always give the same
+decision. Invalid input raises `AllocationInputError`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from gpudra_alloc import AllocatedState, Allocator, Features, explain
+from gpudra_alloc import AllocatedState, Allocator, DeviceID, Features
+from gpudra_alloc.placement import Chooser, choose_node, why_pending
 from gpudra_allocator.errors import SettingsError
 from gpudra_api import (
     AllocationResult,
@@ -93,6 +97,8 @@ class Engine:
         self.policy = policy
         self.features = features or Features()
         self._allocator: Allocator | None = None
+        self._chooser: Chooser | None = None
+        self._node_devices: dict[str, list[DeviceID]] = {}
         self._version = -1
 
     def _for(
@@ -104,8 +110,34 @@ class Engine:
             or self._allocator.state is not state
         ):
             self._allocator = Allocator(self.classes, slices, self.features, state)
+            self._chooser = Chooser(self._allocator)
+            self._node_devices = {
+                node: [DeviceID(s.driver, s.pool.name, d.name) for s in owned for d in s.devices]
+                for node, owned in self._allocator.by_node.items()
+            }
             self._version = version
         return self._allocator
+
+    def _candidates(self, allocator: Allocator, claims: list[ResourceClaim]) -> list[Node]:
+        """Nodes in name order, without those whose every device is taken exclusively.
+
+        Only a shortcut: a full node's search would fail anyway. It is skipped only when no
+        slice is shared between nodes and no request asks for admin access (which may use
+        allocated devices).
+        """
+        names = allocator.node_names()
+        admin = any(
+            r.exactly is not None and r.exactly.admin_access for c in claims for r in c.requests
+        )
+        if allocator.shared or admin:
+            return [Node(n) for n in names]
+        taken = allocator.state.devices
+        return [
+            Node(n)
+            for n in names
+            if not all(d in taken for d in self._node_devices.get(n, ()))
+            or not self._node_devices.get(n)
+        ]
 
     def decide(
         self,
@@ -115,12 +147,20 @@ class Engine:
         state: AllocatedState,
     ) -> Decision:
         allocator = self._for(version, slices, state)
-        nodes = [Node(name) for name in allocator.node_names()]
-        outcome = allocator.choose_node(nodes, claims) if nodes else None
+        nodes = self._candidates(allocator, claims)
+        if self.policy == "topology":
+            assert self._chooser is not None
+            outcome = choose_node(allocator, nodes, claims, self._chooser) if nodes else None
+        else:
+            outcome = allocator.choose_node(nodes, claims) if nodes else None
         if outcome is not None and outcome.results is not None:
             return Decision(results=tuple(outcome.results), node=outcome.node.name)
-        explanation = explain(allocator, outcome, claims, len(nodes))
-        return Decision(reason=summary(explanation), explanation=explanation)
+        all_nodes = [Node(n) for n in allocator.node_names()]
+        explanation = why_pending(allocator, all_nodes, claims)
+        reason = summary(explanation)
+        if explanation.get("sentence"):
+            reason = f"{explanation['sentence']} ({reason})"
+        return Decision(reason=reason, explanation=explanation)
 
 
 def allocation_json(result: AllocationResult) -> bytes:

@@ -94,3 +94,22 @@ def test_bad_class_file_is_a_settings_error(tmp_path: Any) -> None:
         "mig.nvidia.com",
         "nvlink.gpu.nvidia.com",
     ]
+
+
+@pytest.mark.parametrize("count", [pytest.param(1, id="one"), pytest.param(3, id="three")])
+def test_topology_is_deterministic_and_reserves_nothing_itself(count: int) -> None:
+    slices = [slice_("node-a", 2), slice_("node-b", 4)]
+    state = AllocatedState()
+    first = Engine(load_classes(), "topology").decide([claim(count)], slices, 1, state)
+    second = Engine(load_classes(), "topology").decide([claim(count)], slices, 1, state)
+    assert first.allocated
+    assert (first.node, first.results) == (second.node, second.results)
+    assert state.devices == set(), "reserving is the reservation store's job"
+
+
+def test_unschedulable_reason_is_a_sentence() -> None:
+    decision = Engine(load_classes(), "topology").decide(
+        [claim(5)], [slice_("node-a", 2), slice_("node-b", 4)], 1, AllocatedState()
+    )
+    assert not decision.allocated
+    assert decision.reason.startswith("needs 5 GPUs"), decision.reason

@@ -47,6 +47,9 @@ class Settings:
         default=10.0,
         metadata=doc("how long a claim event may stay unacknowledged before redelivery", "seconds"),
     )
+    concurrency: int = field(
+        default=16, metadata=doc("claim events handled at once by this replica", "events")
+    )
     batch: int = field(default=64, metadata=doc("claim events fetched per pull", "messages"))
     retry_interval: float = field(
         default=5.0,
@@ -111,8 +114,8 @@ class Settings:
             raise SettingsError("no NATS URL given")
         if self.ack_wait <= 0 or self.retry_interval <= 0:
             raise SettingsError("ack wait and retry interval must be > 0 seconds")
-        if self.batch < 1 or self.max_waiting < 1:
-            raise SettingsError("batch and max waiting must be >= 1")
+        if self.batch < 1 or self.max_waiting < 1 or self.concurrency < 1:
+            raise SettingsError("batch, concurrency and max waiting must be >= 1")
         if not 0 <= self.health_port <= 65535:
             raise SettingsError(f"health port {self.health_port} is not a TCP port")
         if not self.consumer.replace("-", "").replace("_", "").isalnum():

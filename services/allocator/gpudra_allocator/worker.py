@@ -19,6 +19,7 @@ Promises (with `Reservations` for the multi-replica part):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -30,6 +31,7 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from gpudra_alloc import AllocationInputError
@@ -97,6 +99,9 @@ class Worker:
         self.decided = 0
         self.unschedulable = 0
         self.released = 0
+        self._decide_lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(settings.concurrency)
+        self._inflight: set[asyncio.Task[None]] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         js = self._nc.jetstream()
@@ -117,7 +122,7 @@ class Worker:
         try:
             while not stop.is_set():
                 try:
-                    msgs = await sub.fetch(self._settings.batch, timeout=0.25)
+                    msgs = await fetch_ready(sub, self._settings.batch, 0.25)
                 except (nats.errors.TimeoutError, TimeoutError):
                     msgs = []
                 except (nats.errors.Error, OSError) as exc:
@@ -125,11 +130,25 @@ class Worker:
                     await asyncio.sleep(0.5)
                     continue
                 for msg in msgs:
-                    await self._guarded(msg)
+                    # Claims are handled concurrently (their bus and KV round trips overlap);
+                    # only decide+reserve is serialised, under `_decide_lock`.
+                    await self._slots.acquire()
+                    task = asyncio.create_task(self._handle_in_slot(msg))
+                    self._inflight.add(task)
+                    task.add_done_callback(self._inflight.discard)
                 await self._retry_waiting()
         finally:
             self.ready = False
+            await asyncio.gather(*self._inflight, return_exceptions=True)
             await sub.unsubscribe()
+
+    async def _handle_in_slot(self, msg: Msg) -> None:
+        try:
+            await self._guarded(msg)
+        except Exception:
+            log.exception("claim event on %s failed; it will be redelivered", msg.subject)
+        finally:
+            self._slots.release()
 
     async def _guarded(self, msg: Msg) -> None:
         try:
@@ -199,26 +218,34 @@ class Worker:
         waiting.seen_version = (self._index.version, self._res.version)
         waiting.last_try = time.monotonic()
         for _ in range(_RESERVE_TRIES):
-            try:
-                decision = self._engine.decide(
-                    [claim], self._index.slices.values(), self._index.version, self._res.state
-                )
-            except AllocationInputError as exc:
-                await self._unschedulable(waiting, f"invalid claim: {exc}")
+            # Deciding and reserving is the one critical section of a replica: concurrent claims
+            # of this replica would otherwise all pick the same first free device and collide.
+            decision: Decision | None = None
+            invalid: AllocationInputError | None = None
+            async with self._decide_lock:
+                try:
+                    decision = self._engine.decide(
+                        [claim], self._index.slices.values(), self._index.version, self._res.state
+                    )
+                except AllocationInputError as exc:
+                    invalid = exc
+                token = f"{self.replica}-{uuid.uuid4().hex[:12]}"
+                if decision is not None and decision.allocated:
+                    try:
+                        await self._res.reserve(
+                            holdings_for(decision.results, uid, claim.key, token, time.time())
+                        )
+                    except ReservationConflict as exc:
+                        log.debug("claim %s: %s; deciding again", claim.key, exc)
+                        continue
+            if invalid is not None or decision is None:
+                await self._unschedulable(waiting, f"invalid claim: {invalid}")
                 await self._finish(uid, waiting.msg)
                 return
             if not decision.allocated:
                 await self._unschedulable(waiting, decision.reason)
                 self._hold(waiting)
                 return
-            token = f"{self.replica}-{uuid.uuid4().hex[:12]}"
-            try:
-                await self._res.reserve(
-                    holdings_for(decision.results, uid, claim.key, token, time.time())
-                )
-            except ReservationConflict as exc:
-                log.debug("claim %s: %s; deciding again", claim.key, exc)
-                continue
             await self._commit(waiting, decision, token)
             return
         self._hold(waiting)  # kept losing races; the next change retries it
@@ -350,17 +377,26 @@ class Worker:
             raise BadClaimError(f"claim {ref.namespace}/{ref.name} is not allocated")
         token = f"adopted-{self.replica}-{uuid.uuid4().hex[:12]}"
         by_pool = _holdings_from_json(allocation, ref.uid, f"{ref.namespace}/{ref.name}", token)
-        try:
-            await self._res.reserve(by_pool)
-        except ReservationConflict as exc:
-            log.error(
-                "claim %s/%s was allocated outside gpudra on devices already held: %s",
-                ref.namespace,
-                ref.name,
-                exc,
-            )
-            await self._finish(ref.uid, msg)
-            return
+        for _ in range(_RESERVE_TRIES):
+            try:
+                await self._res.reserve(by_pool)
+                break
+            except ReservationConflict as exc:
+                held = [
+                    c for (d, p), hs in by_pool.items() for c in self._res.pool(d, p).conflicts(hs)
+                ]
+                if held:
+                    log.error(
+                        "claim %s/%s was allocated outside gpudra on devices already held: %s",
+                        ref.namespace,
+                        ref.name,
+                        ", ".join(held),
+                    )
+                    await self._finish(ref.uid, msg)
+                    return
+                log.debug("adopting %s/%s: %s; trying again", ref.namespace, ref.name, exc)
+        else:
+            raise BusRetryableError(f"adopting {ref.namespace}/{ref.name}: pools keep changing")
         record = ClaimRecord(
             "allocated",
             claim=f"{ref.namespace}/{ref.name}",
@@ -419,3 +455,17 @@ async def _quietly(ack: Any) -> None:
         await ack
     except (nats.errors.Error, OSError, TimeoutError) as exc:
         log.debug("ack failed: %s", exc)
+
+
+async def fetch_ready(sub: JetStreamContext.PullSubscription, batch: int, idle: float) -> list[Msg]:
+    """The next message as soon as it arrives (waiting up to `idle` s), plus any already queued.
+
+    nats-py's `fetch(n)` keeps a lingering pull open until all `n` arrived or the timeout passed,
+    which would add up to `idle` seconds of latency to a trickle of messages; one message first,
+    then a short no-wait top-up, keeps both latency and per-message round trips low.
+    """
+    msgs = await sub.fetch(1, timeout=idle)
+    if batch > 1:
+        with contextlib.suppress(nats.errors.TimeoutError, TimeoutError):
+            msgs += await sub.fetch(batch - 1, timeout=0.005)
+    return msgs

@@ -4,8 +4,8 @@ kube-scheduler leaves a gated pod alone, so it cannot race the allocator; once t
 it schedules the pod where the claims' `allocation.nodeSelector` says (it honours existing
 allocations). Promises: the gate is lifted only when every claim the pod names exists and is
 allocated; other gates stay; a conflicting pod update re-reads and decides again. Both triggers
-are covered: a claim getting allocated (`claim_allocated`) and a gated pod appearing (`run`, a pod
-informer).
+are covered: a claim getting allocated (`claim_allocated`, which looks only at the gated pods the
+pod informer has seen) and a gated pod appearing (`run`).
 """
 
 from __future__ import annotations
@@ -31,23 +31,32 @@ class Gates:
         self._watch_timeout = watch_timeout
         self._namespace = namespace or None
         self.lifted = 0
+        self._gated: dict[tuple[str, str], set[str]] = {}
 
     async def run(self) -> None:
         events = informer(self._store, PODS, self._namespace, watch_timeout=self._watch_timeout)
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
-                if event.type in (EventType.ADDED, EventType.MODIFIED) and is_gated(event.object):
-                    await self.check_pod(event.object)
+                if event.type in (EventType.SYNCED, EventType.BOOKMARK):
+                    continue
+                key = _key(event.object)
+                if event.type is EventType.DELETED or not is_gated(event.object):
+                    self._gated.pop(key, None)
+                    continue
+                self._gated[key] = set(pod_claim_names(event.object) or ())
+                await self.check_pod(event.object)
 
     async def claim_allocated(self, namespace: str, name: str) -> None:
-        try:
-            pods = await self._store.list(PODS, namespace)
-        except KubeError as exc:
-            log.warning("listing pods of %s failed: %s", namespace, exc)
-            return
-        for pod in pods.items:
-            if is_gated(pod) and name in (pod_claim_names(pod) or ()):
-                await self.check_pod(pod)
+        """A claim got its allocation: look at the gated pods (known from the watch) using it."""
+        for (pod_ns, pod_name), claims in list(self._gated.items()):
+            if pod_ns != namespace or name not in claims:
+                continue
+            try:
+                pod = await self._store.get(PODS, pod_name, pod_ns)
+            except KubeError as exc:
+                log.warning("reading pod %s/%s failed: %s", pod_ns, pod_name, exc)
+                continue
+            await self.check_pod(pod)
 
     async def check_pod(self, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
@@ -82,3 +91,8 @@ class Gates:
         except KubeError:
             return False
         return state_of(claim) is ClaimState.ALLOCATED
+
+
+def _key(pod: dict[str, Any]) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")

@@ -57,6 +57,7 @@ class Intake:
         self._pending_sent: set[tuple[str, int]] = set()
         self._allocated: dict[str, dict[str, Any]] = {}
         self._gone: set[str] = set()
+        self._ours: set[str] = set()
         self.synced = asyncio.Event()
         self.published: Counter[str] = Counter()
 
@@ -127,20 +128,25 @@ class Intake:
             return
         first = ref.uid not in self._allocated
         self._allocated[ref.uid] = allocation
-        if first:
+        if first and ref.uid not in self._ours:
             # Ours or not, the allocator decides: a recorded decision makes this a no-op.
             await publish_event(
                 self._publisher, Kind.KIND_ALLOCATED_EXTERNALLY, claim, msg_id=f"{ref.uid}/external"
             )
             self.published["external"] += 1
 
-    def written(self, uid: str, allocation: dict[str, Any]) -> None:
-        """The write-back stored this allocation: seeing it in the watch is no news."""
-        self._allocated[uid] = allocation
+    def written(self, uid: str) -> None:
+        """The write-back stored this claim's allocation: seeing it in the watch is no news.
+
+        Only a flag: what the claim looked like is learned from the watch alone, in its order, so
+        an older event still on its way can never look like the allocation being cleared.
+        """
+        self._ours.add(uid)
 
     async def _deleted(self, claim: dict[str, Any]) -> None:
         ref = ref_of(claim)
         self._allocated.pop(ref.uid, None)
+        self._ours.discard(ref.uid)
         if ref.uid in self._gone:
             return
         await publish_event(

@@ -52,7 +52,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         gates = Gates(store, settings.namespace, settings.watch_timeout)
 
         async def on_allocated(uid: str, namespace: str, name: str, alloc: dict[str, Any]) -> None:
-            intake.written(uid, alloc)
+            intake.written(uid)
             if settings.gate_pods:
                 await gates.claim_allocated(namespace, name)
 
@@ -77,9 +77,11 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 if task is not stopper:
                     task.result()  # a loop ended: surface its error
         finally:
+            log.info("stopping")
             for task in [*tasks, stopper]:
                 task.cancel()
             await asyncio.gather(*tasks, stopper, return_exceptions=True)
+            log.info("loops stopped; draining NATS")
 
 
 async def main(argv: Sequence[str] | None = None) -> int:

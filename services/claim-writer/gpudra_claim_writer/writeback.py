@@ -18,6 +18,7 @@ Promises:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -28,6 +29,7 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
 
@@ -79,6 +81,7 @@ class Writeback:
         *,
         consumer: str,
         on_allocated: OnAllocated | None = None,
+        concurrency: int = 16,
     ) -> None:
         self._nc = nc
         self._store = store
@@ -88,6 +91,8 @@ class Writeback:
         self._dead = DeadLetters(publisher, service="claim-writer")
         self.counts: Counter[str] = Counter()
         self.ready = False
+        self._slots = asyncio.Semaphore(concurrency)
+        self._inflight: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         sub = await self._nc.jetstream().pull_subscribe(
@@ -105,18 +110,32 @@ class Writeback:
         try:
             while True:
                 try:
-                    msgs = await sub.fetch(64, timeout=1.0)
+                    msgs = await fetch_ready(sub, 64, 1.0)
                 except (nats.errors.TimeoutError, TimeoutError):
                     continue
                 except (nats.errors.Error, OSError) as exc:
                     log.warning("fetching decisions failed (%s); retrying", exc)
                     continue
                 for msg in msgs:
-                    await self._guarded(msg)
+                    # Decisions of different claims are independent; every write is checked
+                    # against the resourceVersion it read, so overlapping them is safe.
+                    await self._slots.acquire()
+                    task = asyncio.create_task(self._in_slot(msg))
+                    self._inflight.add(task)
+                    task.add_done_callback(self._inflight.discard)
         finally:
             self.ready = False
+            await asyncio.gather(*self._inflight, return_exceptions=True)
             with contextlib.suppress(*_NATS):
                 await sub.unsubscribe()
+
+    async def _in_slot(self, msg: Msg) -> None:
+        try:
+            await self._guarded(msg)
+        except Exception:
+            log.exception("decision on %s failed; it will be redelivered", msg.subject)
+        finally:
+            self._slots.release()
 
     async def _guarded(self, msg: Msg) -> None:
         try:
@@ -256,3 +275,17 @@ class Writeback:
             claim,
             msg_id=f"{ref.uid}/{ref.generation}/pending/{ref.resource_version}",
         )
+
+
+async def fetch_ready(sub: JetStreamContext.PullSubscription, batch: int, idle: float) -> list[Msg]:
+    """The next message as soon as it arrives (waiting up to `idle` s), plus any already queued.
+
+    nats-py's `fetch(n)` keeps a lingering pull open until all `n` arrived or the timeout passed,
+    which would add up to `idle` seconds of latency to a trickle of messages; one message first,
+    then a short no-wait top-up, keeps both latency and per-message round trips low.
+    """
+    msgs = await sub.fetch(1, timeout=idle)
+    if batch > 1:
+        with contextlib.suppress(nats.errors.TimeoutError, TimeoutError):
+            msgs += await sub.fetch(batch - 1, timeout=0.005)
+    return msgs
