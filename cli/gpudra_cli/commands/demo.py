@@ -50,8 +50,9 @@ async def _demo(args: argparse.Namespace) -> int:
                     "try `gpudra get claims`. Ctrl-C stops it.",
                     file=sys.stderr,
                 )
-                await session.hold(system, cliargs.state_path(args))
+                await session.hold(system, cliargs.state_path(args), result.samples)
         finally:
+            await result.samples.unsubscribe()
             await client.close()
     finally:
         await asyncio.to_thread(system.stop)

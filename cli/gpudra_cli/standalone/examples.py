@@ -1,6 +1,7 @@
-"""Where the demo finds the repository's `examples/`: `--examples`, else `$GPUDRA_EXAMPLES`, else
-`./examples` (how `./pants run //:gpudra -- demo` runs, from the repository root), else the folder
-beside this source tree (a checkout run with `python -m gpudra_cli`)."""
+"""Where the CLI finds repository files it reads at run time: the demo's `examples/` and the
+DeviceClasses `explain` uses. Order: the flag, else the environment variable, else `./<path>`
+(how `./pants run //:gpudra -- ...` runs, from the repository root), else the path beside this
+source tree (a checkout run with `python -m gpudra_cli`). A miss names every place tried."""
 
 from __future__ import annotations
 
@@ -10,17 +11,27 @@ from pathlib import Path
 from gpudra_cli.standalone.errors import ManifestError
 
 ENV = "GPUDRA_EXAMPLES"
+CLASSES_ENV = "GPUDRA_DEVICE_CLASSES"
+CLASSES = Path("deploy/kustomize/base/device-classes/deviceclasses.yaml")
+
+
+def _find(relative: Path, given: Path | None, env: str, what: str, flag: str) -> Path:
+    candidates: list[Path] = [given] if given else []
+    if not given:
+        if os.environ.get(env):
+            candidates.append(Path(os.environ[env]))
+        candidates.append(Path.cwd() / relative)
+        candidates.append(Path(__file__).resolve().parents[3] / relative)
+    for path in candidates:
+        if path.exists():
+            return path
+    tried = ", ".join(str(p) for p in candidates)
+    raise ManifestError(f"no {what} found (tried {tried}); pass {flag}")
 
 
 def find_examples(given: Path | None) -> Path:
-    candidates = [given] if given else []
-    if not given:
-        if os.environ.get(ENV):
-            candidates.append(Path(os.environ[ENV]))
-        candidates.append(Path.cwd() / "examples")
-        candidates.append(Path(__file__).resolve().parents[3] / "examples")
-    for path in candidates:
-        if path is not None and path.is_dir():
-            return path
-    tried = ", ".join(str(p) for p in candidates)
-    raise ManifestError(f"no examples folder found (tried {tried}); pass --examples DIR")
+    return _find(Path("examples"), given, ENV, "examples folder", "--examples DIR")
+
+
+def find_device_classes(given: Path | None) -> Path:
+    return _find(CLASSES, given, CLASSES_ENV, "DeviceClasses file", "--device-classes FILE")

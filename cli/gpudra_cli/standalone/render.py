@@ -173,3 +173,18 @@ def console() -> Console:
 
 def print_json(doc: Any) -> None:
     print(json.dumps(doc, indent=1, sort_keys=False))
+
+
+def rows_table(rows: Sequence[dict[str, str]], columns: Sequence[str], title: str = "") -> Table:
+    """A kubectl-like table of `columns` (missing cells are empty)."""
+    table = Table(title=title or None, box=box.SIMPLE, title_justify="left", pad_edge=False)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(row.get(c, "") for c in columns))
+    return table
+
+
+def as_list(items: Sequence[Any]) -> dict[str, Any]:
+    """Objects as a Kubernetes `List` (what `kubectl get -o json` prints for several)."""
+    return {"apiVersion": "v1", "kind": "List", "items": list(items)}

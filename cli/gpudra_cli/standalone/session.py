@@ -3,17 +3,22 @@
 `hold` writes the state file, then waits until Ctrl-C / SIGTERM (the caller's cancellation) or
 until a service process exits on its own, which is reported as a `StartError` naming it and its
 log — a half-dead system is never left looking alive. The state file is removed on the way out.
+While held, the inventory's latest drift summary is kept in `<run dir>/drift.json` for `gpudra
+drift`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 from gpudra_cli.standalone import state
 from gpudra_cli.standalone.errors import StartError
+from gpudra_cli.standalone.reports import Samples
 from gpudra_cli.standalone.system import System
 
 
@@ -29,13 +34,29 @@ def state_of(system: System) -> state.State:
     )
 
 
-async def hold(system: System, path: Path) -> None:
+DRIFT_FILE = "drift.json"
+
+
+def drift_path(run_dir: Path) -> Path:
+    """Where a held system keeps the inventory's last drift summary (published only on change,
+    so a command started later could not hear it)."""
+    return run_dir / DRIFT_FILE
+
+
+async def hold(system: System, path: Path, samples: Samples | None = None) -> None:
     state.save(state_of(system), path)
+    written: dict[str, Any] | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    # Ctrl-C and SIGTERM end the hold the same way (a background `up` may have SIGINT ignored,
+    # which would otherwise leave only SIGKILL, and that would orphan the services).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
         while not stop.is_set():
+            if samples is not None and samples.drift is not None and samples.drift != written:
+                written = samples.drift
+                drift_path(system.run_dir).write_text(json.dumps(written), encoding="utf-8")
             gone = system.exited()
             if gone:
                 name, code = gone[0]
@@ -47,5 +68,6 @@ async def hold(system: System, path: Path) -> None:
             except TimeoutError:
                 continue
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
         state.remove(path, os.getpid())

@@ -68,6 +68,7 @@ class TraceView:
 
 @dataclass
 class DemoResult:
+    samples: reports.Samples
     fleet: dict[str, str]
     rows: list[results.Row]
     skipped: list[str]
@@ -163,10 +164,10 @@ async def _run(
     if rest > 0:
         await asyncio.sleep(rest)
     trace = await _trace_view(system, rows, trace_file)
-    await samples.unsubscribe()
     use = reports.utilisation([claims[k] for k in keys if k in claims], index, samples)
     timings["total"] = time.monotonic() - t0
     return DemoResult(
+        samples=samples,
         fleet={n.name: n.profile for n in system.fleet.nodes},
         rows=rows,
         skipped=plan.skipped,

@@ -1,0 +1,61 @@
+"""`gpudra apply -f FILE|DIR`: create the ResourceClaims of manifests in the running system.
+
+ResourceClaimTemplates referenced by workloads become one claim per pod (see
+`gpudra_cli.standalone.manifests`); existing claims are left unchanged. `--wait` waits for
+gpudra's decisions and prints where each claim landed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from gpudra_cli.standalone import cliargs, render, results
+from gpudra_cli.standalone.apply import apply_claims, key_of, wait_decided
+from gpudra_cli.standalone.connect import connected
+from gpudra_cli.standalone.manifests import plan_files
+
+
+async def _apply(args: argparse.Namespace) -> int:
+    plan = plan_files(list(args.filename))
+    async with connected(args) as (_, client):
+        applied = await apply_claims(client, plan.claims)
+        for key in applied.created:
+            print(f"resourceclaim/{key.split('/', 1)[1]} created")
+        for key in applied.unchanged:
+            print(f"resourceclaim/{key.split('/', 1)[1]} unchanged")
+        for skipped in plan.skipped:
+            print(f"{skipped.lower()} skipped (standalone mode runs no pods)")
+        if args.wait:
+            keys = [key_of(c) for c in plan.claims]
+            claims, allocate_ms = await wait_decided(client, keys, applied, timeout=args.timeout)
+            index = results.device_index(await client.slices())
+            rows = [results.row_of(claims[k], index) for k in keys if k in claims]
+            for row in rows:
+                row.allocate_ms = allocate_ms.get(row.key)
+            render.console().print(render.claims_table(rows))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_apply(args))
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    parser = sub.add_parser("apply", help="create the ResourceClaims of manifests")
+    parser.add_argument(
+        "-f",
+        "--filename",
+        type=Path,
+        action="append",
+        required=True,
+        help="a YAML file or a folder of them (repeatable)",
+    )
+    parser.add_argument("--wait", action="store_true", help="wait for allocation and show it")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="how long --wait waits [seconds]"
+    )
+    cliargs.add_state_file(parser)
+    parser.set_defaults(func=run)

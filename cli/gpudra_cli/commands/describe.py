@@ -1,0 +1,41 @@
+"""`gpudra describe claim NAME`: a claim's request, allocation (devices with their attributes), the
+allocator's explanation when it cannot be placed, and its events on the bus."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from gpudra_cli.errors import CliError
+from gpudra_cli.standalone import cliargs, results
+from gpudra_cli.standalone.connect import connected
+from gpudra_cli.standalone.describe import describe_claim
+from gpudra_cli.standalone.events import claim_events
+
+
+async def _describe(args: argparse.Namespace) -> int:
+    if args.kind not in ("claim", "claims", "resourceclaim", "resourceclaims"):
+        raise CliError(f"cannot describe {args.kind!r}: only claims")
+    async with connected(args) as (_, client):
+        index = results.device_index(await client.slices())
+        for i, name in enumerate(args.names):
+            claim = await client.claim(name, args.namespace)
+            events = await claim_events(client.nc, args.namespace, name)
+            if i:
+                print()
+            print("\n".join(describe_claim(claim, index, events)))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_describe(args))
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    parser = sub.add_parser("describe", help="show one claim in detail, with its events")
+    parser.add_argument("kind", help="claim")
+    parser.add_argument("names", nargs="+", help="claim names")
+    parser.add_argument("-n", "--namespace", default="default", help="namespace of the claims")
+    cliargs.add_state_file(parser)
+    parser.set_defaults(func=run)
