@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudra_cli.standalone.errors import ManifestError
+from gpudra_cli.standalone.manifests import demo_scenarios, plan_files
+
+TEMPLATE = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu}
+spec:
+  metadata: {annotations: {gpudra.io/gang: g, gpudra.io/gang-size: "2"}}
+  spec:
+    devices:
+      requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]
+"""
+CLAIM = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: solo, namespace: team-a}
+spec:
+  devices:
+    requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com, count: 2}}]
+"""
+
+
+def workload(kind: str, spec: str) -> str:
+    return f"""
+apiVersion: apps/v1
+kind: {kind}
+metadata: {{name: w}}
+spec:
+  {spec}
+  template:
+    spec:
+      resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]
+      containers: [{{name: c, image: x}}]
+"""
+
+
+def write(tmp_path: Path, name: str, *docs: str) -> Path:
+    path = tmp_path / name
+    path.write_text("---".join(docs), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "claims"),
+    [
+        pytest.param("Deployment", "replicas: 3", 3, id="deployment-replicas"),
+        pytest.param("Deployment", "selector: {}", 1, id="deployment-default-one"),
+        pytest.param("Job", "parallelism: 2", 2, id="job-parallelism"),
+        pytest.param("StatefulSet", "replicas: 2", 2, id="statefulset"),
+    ],
+)
+def test_templates_become_one_claim_per_pod(
+    tmp_path: Path, kind: str, spec: str, claims: int
+) -> None:
+    plan = plan_files([write(tmp_path, "w.yaml", TEMPLATE, workload(kind, spec))])
+    assert [c["metadata"]["name"] for c in plan.claims] == [f"one-gpu-{i}" for i in range(claims)]
+    first = plan.claims[0]
+    assert first["metadata"]["namespace"] == "default"
+    assert first["metadata"]["annotations"]["gpudra.io/gang"] == "g"
+    assert first["spec"]["devices"]["requests"][0]["name"] == "gpu"
+    assert plan.skipped == [f"{kind}/w"]
+
+
+def test_a_folder_is_read_in_name_order_and_claims_keep_their_namespace(tmp_path: Path) -> None:
+    write(tmp_path, "b.yaml", TEMPLATE, workload("Deployment", "replicas: 1"))
+    write(tmp_path, "a.yaml", CLAIM)
+    (tmp_path / "notes.txt").write_text("not yaml: [", encoding="utf-8")
+    plan = plan_files([tmp_path])
+    assert [(c["metadata"]["namespace"], c["metadata"]["name"]) for c in plan.claims] == [
+        ("team-a", "solo"),
+        ("default", "one-gpu-0"),
+    ]
+    assert plan.sources == {"team-a/solo": "a", "default/one-gpu-0": "b"}
+
+
+@pytest.mark.parametrize(
+    ("docs", "message"),
+    [
+        pytest.param(["key: [unclosed"], "not YAML", id="not-yaml"),
+        pytest.param(["- a list"], "is not a Kubernetes object", id="not-an-object"),
+        pytest.param(
+            [workload("Deployment", "replicas: 1")],
+            "names ResourceClaimTemplate 'one-gpu', which is not in the file",
+            id="missing-template",
+        ),
+        pytest.param(
+            [CLAIM.replace("count: 2", "count: -1")], "ResourceClaim 'solo'", id="invalid-claim"
+        ),
+        pytest.param([CLAIM, CLAIM], "defined twice", id="duplicate"),
+        pytest.param(["kind: ConfigMap\nmetadata: {name: c}"], "no ResourceClaims", id="none"),
+    ],
+)
+def test_bad_manifests_are_clear_errors(tmp_path: Path, docs: list[str], message: str) -> None:
+    with pytest.raises(ManifestError, match=message):
+        plan_files([write(tmp_path, "m.yaml", *docs)])
+
+
+def test_missing_paths_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match="no such file or folder"):
+        plan_files([tmp_path / "nope.yaml"])
+    with pytest.raises(ManifestError, match="no .yaml files"):
+        plan_files([tmp_path])
+
+
+def test_the_demo_scenario_is_an_unschedulable_size() -> None:
+    plan = plan_files([demo_scenarios()])
+    (claim,) = plan.claims
+    assert claim["spec"]["devices"]["requests"][0]["exactly"]["count"] == 16
