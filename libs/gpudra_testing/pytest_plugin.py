@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
+
 from gpudra_standalone.nats_server import NatsServer
 
 
