@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from nats.aio.client import Client
+
 from control_plane.cluster import (
     UNSCHEDULABLE,
     Cluster,
@@ -25,9 +27,6 @@ from control_plane.cluster import (
     publish_nodes,
     wait_for,
 )
-from gpudra_standalone.nats_server import NatsServer
-from nats.aio.client import Client
-
 from gpudra_bus import (
     DEADLETTER_STREAM,
     RESERVATIONS_BUCKET,
@@ -39,6 +38,7 @@ from gpudra_bus import (
 from gpudra_kube.errors import KubeRetryableError
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
 
 pytestmark = pytest.mark.slow

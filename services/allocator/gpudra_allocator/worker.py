@@ -139,7 +139,11 @@ class Worker:
                 await self._retry_waiting()
         finally:
             self.ready = False
-            await asyncio.gather(*self._inflight, return_exceptions=True)
+            # In-flight work gets a grace period; what does not finish is redelivered later.
+            if self._inflight:
+                _, stuck = await asyncio.wait(set(self._inflight), timeout=5.0)
+                for task in stuck:
+                    task.cancel()
             await sub.unsubscribe()
 
     async def _handle_in_slot(self, msg: Msg) -> None:

@@ -80,7 +80,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             log.info("stopping")
             for task in [*tasks, stopper]:
                 task.cancel()
-            await asyncio.gather(*tasks, stopper, return_exceptions=True)
+            _, stuck = await asyncio.wait([*tasks, stopper], timeout=5.0)
+            for task in stuck:
+                # Nothing is lost by leaving (unacked work is redelivered); say where it hung.
+                log.error("loop %s did not stop within 5 s: %s", task.get_name(), task.get_stack())
             log.info("loops stopped; draining NATS")
 
 

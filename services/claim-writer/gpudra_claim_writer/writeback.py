@@ -125,7 +125,11 @@ class Writeback:
                     task.add_done_callback(self._inflight.discard)
         finally:
             self.ready = False
-            await asyncio.gather(*self._inflight, return_exceptions=True)
+            # In-flight work gets a grace period; what does not finish is redelivered later.
+            if self._inflight:
+                _, stuck = await asyncio.wait(set(self._inflight), timeout=5.0)
+                for task in stuck:
+                    task.cancel()
             with contextlib.suppress(*_NATS):
                 await sub.unsubscribe()
 

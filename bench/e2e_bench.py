@@ -1,0 +1,174 @@
+"""End-to-end latency of the control plane: a claim is created → its allocation is written back.
+
+Runs the real services as processes (inventory, allocator replica(s), claim-writer; standalone
+mode) against a private nats-server, with simulated node-agents publishing a fleet of DGX H100
+nodes (8 GPUs each). Claims (1 GPU each) are created at a fixed rate through the standalone claim
+store — what `gpudra apply` does — and each is deleted `--lifetime` seconds after its allocation
+appeared, so the fleet sees steady churn. Reported: p50/p90/p99/max of create → allocation written
+(seen by a watch on the claim bucket), sustained claims/s, and how many claims never got one.
+
+    python bench/e2e_bench.py --nodes 1000 --claims 2000 --rate 100
+
+The goal of issue 8 is p99 < 50 ms at 100 claims/s on 1,000 nodes. No GPU is involved; the nodes
+are simulator profiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+for _p in ("libs", "proto/gen", "tests"):
+    if str(_ROOT / _p) not in sys.path:
+        sys.path.insert(0, str(_ROOT / _p))
+
+from nats.aio.client import Client  # noqa: E402
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+
+from control_plane.cluster import Cluster, claim_manifest, devices_of, publish_nodes  # noqa: E402
+from gpudra_bus import SLICES_BUCKET, connect, ensure_buckets, ensure_streams  # noqa: E402
+from gpudra_kube.informer import informer  # noqa: E402
+from gpudra_kube.kv_backend import KvStore  # noqa: E402
+from gpudra_kube.resources import RESOURCE_CLAIMS  # noqa: E402
+from gpudra_kube.store import EventType  # noqa: E402
+from gpudra_standalone.nats_server import NatsServer  # noqa: E402
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+async def wait_slices(nc: Client, count: int, timeout: float) -> None:
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = await kv.status()
+        if status.values >= count:
+            return
+        await asyncio.sleep(0.2)
+    raise SystemExit(f"only {status.values} of {count} slices appeared within {timeout}s")
+
+
+async def run(args: argparse.Namespace) -> int:
+    server = NatsServer().start()
+    tmp = Path(tempfile.mkdtemp(prefix="gpudra-e2e-"))
+    cluster = Cluster(server.url, tmp)
+    try:
+        nc = await connect(server.url, name="e2e-bench", deadline=10)
+        await ensure_streams(nc.jetstream())
+        await ensure_buckets(nc.jetstream())
+        store = KvStore(nc)
+        nodes = [f"node-{i:04d}" for i in range(args.nodes)]
+        await publish_nodes(nc, nodes)
+        cluster.start_inventory()
+        for r in range(args.replicas):
+            cluster.start_allocator(f"allocator-{r + 1}", "--policy", args.policy)
+        cluster.start_claim_writer()
+        started = time.monotonic()
+        await wait_slices(nc, args.nodes, timeout=300)
+        print(f"{args.nodes} nodes published and sliced in {time.monotonic() - started:.1f}s")
+
+        created: dict[str, float] = {}
+        latency: dict[str, float] = {}
+        done = asyncio.Event()
+        later: set[asyncio.Task[None]] = set()
+
+        async def watch() -> None:
+            async for event in informer(store, RESOURCE_CLAIMS, "default", watch_timeout=5.0):
+                if event.type is EventType.SYNCED or event.type is EventType.DELETED:
+                    continue
+                name = event.object["metadata"]["name"]
+                if name in created and name not in latency and devices_of(event.object):
+                    latency[name] = time.monotonic() - created[name]
+                    later.add(asyncio.create_task(delete(name, args.lifetime)))
+                    if len(latency) == args.claims:
+                        done.set()
+
+        async def delete(name: str, after: float) -> None:
+            await asyncio.sleep(after)
+            try:
+                await store.delete(RESOURCE_CLAIMS, name, "default")
+            except Exception as exc:  # a failed delete only skews the churn; report and go on
+                print(f"delete {name}: {exc}", file=sys.stderr)
+
+        watcher = asyncio.create_task(watch())
+        await asyncio.sleep(1.0)
+        interval = 1.0 / args.rate
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+        ) as progress:
+            sent = progress.add_task("created  ", total=args.claims)
+            got = progress.add_task("allocated", total=args.claims)
+            t0 = time.monotonic()
+            for i in range(args.claims):
+                name = f"bench-{i:06d}"
+                target = t0 + i * interval
+                now = time.monotonic()
+                if target > now:
+                    await asyncio.sleep(target - now)
+                created[name] = time.monotonic()
+                await store.create(RESOURCE_CLAIMS, claim_manifest(name))
+                progress.update(sent, completed=i + 1)
+                progress.update(got, completed=len(latency))
+            send_time = time.monotonic() - t0
+            deadline = time.monotonic() + args.drain
+            while not done.is_set() and time.monotonic() < deadline:
+                progress.update(got, completed=len(latency))
+                await asyncio.sleep(0.2)
+            progress.update(got, completed=len(latency))
+            total_time = max(latency.values(), default=0.0) + (
+                max(created.values()) - t0 if created else 0.0
+            )
+        for task in [watcher, *later]:
+            task.cancel()
+        await asyncio.wait([watcher, *later], timeout=5.0)
+        values = [v * 1000 for v in latency.values()]
+        print(
+            f"\nclaims: {args.claims} at {args.rate}/s offered ({args.claims / send_time:.1f}/s "
+            f"achieved), {len(values)} allocated, {args.claims - len(values)} not allocated"
+        )
+        if values:
+            print(
+                f"create → allocation written: p50 {percentile(values, 50):.1f} ms, "
+                f"p90 {percentile(values, 90):.1f} ms, p99 {percentile(values, 99):.1f} ms, "
+                f"max {max(values):.1f} ms, mean {statistics.mean(values):.1f} ms"
+            )
+            print(f"sustained: {len(values) / max(total_time, 1e-9):.1f} claims/s end to end")
+        await nc.drain()
+        return 0 if len(values) == args.claims else 1
+    finally:
+        codes = cluster.stop_all()
+        if any(codes.values()):
+            print(f"service exit codes: {codes}; logs in {tmp}", file=sys.stderr)
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000, help="simulated DGX H100 nodes")
+    parser.add_argument("--claims", type=int, default=2000, help="1-GPU claims to create")
+    parser.add_argument("--rate", type=float, default=100.0, help="claims created per second")
+    parser.add_argument(
+        "--lifetime", type=float, default=5.0, help="seconds a claim lives after allocation"
+    )
+    parser.add_argument("--replicas", type=int, default=1, help="allocator replicas")
+    parser.add_argument("--policy", default="first-fit", choices=("first-fit", "topology"))
+    parser.add_argument("--drain", type=float, default=60.0, help="seconds to wait at the end")
+    args = parser.parse_args(argv)
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
