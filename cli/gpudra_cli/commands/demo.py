@@ -69,7 +69,8 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return asyncio.run(_demo(args))
+    with session.interrupts():
+        return asyncio.run(_demo(args))
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:

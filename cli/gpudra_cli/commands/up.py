@@ -66,7 +66,8 @@ async def _up(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return asyncio.run(_up(args))
+    with session.interrupts():
+        return asyncio.run(_up(args))
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:

@@ -61,6 +61,19 @@ def claims_table(rows: Sequence[Row], title: str = "Claims") -> Table:
     return table
 
 
+def compact_cdi(ids: Sequence[str]) -> str:
+    """`k8s.gpu.nvidia.com/claim=<uid>-{gpu-0,gpu-1}` for IDs that share everything up to the
+    device name (the plugin names claim devices `<uid>-<device>`); otherwise one ID a line."""
+    if len(ids) < 2:
+        return "\n".join(ids)
+    prefix = ids[0][: ids[0].index("=") + 1] if "=" in ids[0] else ""
+    uid = ids[0][len(prefix) : len(prefix) + 36]
+    head = f"{prefix}{uid}-"
+    if not prefix or not all(i.startswith(head) for i in ids):
+        return "\n".join(ids)
+    return head + "{" + ",".join(i[len(head) :] for i in ids) + "}"
+
+
 def prepared_table(rows: Sequence[Row]) -> Table:
     table = Table(
         title="Prepared through the kubelet plugins (NodePrepareResources over gRPC)",
@@ -72,7 +85,7 @@ def prepared_table(rows: Sequence[Row]) -> Table:
     table.add_column("CDI DEVICE IDS")
     for row in rows:
         if row.cdi_ids:
-            table.add_row(row.name, row.node, "\n".join(row.cdi_ids))
+            table.add_row(row.name, row.node, compact_cdi(row.cdi_ids))
         elif row.prepare_error:
             table.add_row(row.name, row.node, f"[red]error: {row.prepare_error}[/]")
     return table

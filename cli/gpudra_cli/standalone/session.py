@@ -10,9 +10,11 @@ drift`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,21 @@ from gpudra_cli.standalone import state
 from gpudra_cli.standalone.errors import StartError
 from gpudra_cli.standalone.reports import Samples
 from gpudra_cli.standalone.system import System
+
+
+@contextlib.contextmanager
+def interrupts() -> Iterator[None]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt while the system runs, so the caller's cleanup
+    stops every service (they run in sessions of their own and would not see the signal). SIGINT
+    is restored too because a shell starts background jobs with it ignored."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def state_of(system: System) -> state.State:

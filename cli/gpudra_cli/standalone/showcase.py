@@ -54,6 +54,9 @@ def demo_files(examples: Path) -> list[Path]:
 
 
 MIN_SAMPLES_WAIT = 3.0
+# An unschedulable claim is final for the demo once it stayed so for this long: the allocator
+# retries held claims every second (`--retry-interval 1`), so this covers two retries.
+SETTLE = 2.0
 
 
 @dataclass
@@ -140,7 +143,7 @@ async def _run(
     t_apply = time.monotonic()
     applied = await apply_claims(client, plan.claims)
     keys = [f"{c['metadata']['namespace']}/{c['metadata']['name']}" for c in plan.claims]
-    claims, allocate_ms = await wait_decided(client, keys, applied)
+    claims, allocate_ms = await wait_decided(client, keys, applied, settle=SETTLE)
     timings["decided"] = time.monotonic() - t_apply
     slices = await client.slices()
     index = results.device_index(slices)
