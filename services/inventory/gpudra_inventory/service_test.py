@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest_asyncio
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from gpudra_bus import (
+    DEADLETTER_STREAM,
+    SLICES_BUCKET,
+    Publisher,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+    subjects,
+)
+from gpudra_inventory.pools_test import inventory
+from gpudra_inventory.service import NODE_INVENTORY, InventoryService
+from gpudra_inventory.settings import Settings
+from gpudra_standalone.nats_server import NatsServer
+
+
+@pytest_asyncio.fixture
+async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
+    client = await connect(fresh_nats_server.url, name="inventory-test", deadline=10)
+    await ensure_streams(client.jetstream())
+    await ensure_buckets(client.jetstream())
+    yield client
+    await client.drain()
+
+
+async def slices(kv: KeyValue) -> dict[str, dict[str, Any]]:
+    out = {}
+    for key in await kv.keys():
+        entry = await kv.get(key)
+        if entry.value:
+            out[key] = json.loads(entry.value)
+    return out
+
+
+async def eventually(check: Any, timeout: float = 10.0) -> Any:
+    for _ in range(int(timeout / 0.05)):
+        value = await check()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+async def test_inventory_to_slices_taint_and_dead_letters(nc: Client) -> None:
+    now = [1_000_000.0]
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+    service = InventoryService(nc, kv, Settings(heartbeat_timeout=30.0), clock=lambda: now[0])
+    await service.load()
+    stop = asyncio.Event()
+    task = asyncio.create_task(service.run(stop))
+    try:
+        publisher = Publisher(nc)
+        inv = inventory("node-x")
+        await publisher.publish(subjects.inventory("node-x"), inv, NODE_INVENTORY)
+        # A payload that is not a NodeInventory, and one published for another node's subject.
+        await nc.jetstream().publish(subjects.inventory("node-y"), b"garbage")
+        await publisher.publish(subjects.inventory("node-z"), inv, NODE_INVENTORY)
+
+        async def one_slice() -> Any:
+            found = await slices(kv) if service.changes else {}
+            return found if len(found) == 1 else None
+
+        (only,) = (await eventually(one_slice)).values()
+        assert only["spec"]["pool"]["generation"] == 1
+        assert all("taints" not in d for d in only["spec"]["devices"])
+
+        async def dead_letters() -> bool:
+            info = await nc.jetstream().stream_info(DEADLETTER_STREAM)
+            return info.state.messages == 2
+
+        await eventually(dead_letters)
+
+        # The node falls silent: its devices stay, tainted.
+        now[0] = inv.observed_at.seconds + 3600.0
+
+        async def tainted() -> Any:
+            (s,) = (await slices(kv)).values()
+            return s if s["spec"]["pool"]["generation"] == 2 else None
+
+        s = await eventually(tainted)
+        assert len(s["spec"]["devices"]) == 8
+        assert all(
+            d["taints"][0]["key"] == "gpu.nvidia.com/unhealthy"
+            and d["taints"][0]["effect"] == "NoSchedule"
+            for d in s["spec"]["devices"]
+        )
+    finally:
+        stop.set()
+        await task
