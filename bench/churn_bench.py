@@ -1,6 +1,7 @@
 """Churn benchmark: the same day of arrivals and departures under `first-fit` and `topology`.
 
-    python bench/churn_bench.py [--seed 1] [--load 3.0] [--reserve 3] [--plot docs/churn.png]
+    python bench/churn_bench.py [--seed 1] [--load 3.0] [--reserve 6] [--floor 6]
+                                [--hold-mig-domains] [--plot docs/churn-free-capacity.png]
 
 Generates the seeded churn workload (`gpudra_alloc.workload`), replays it once per policy with
 pending pods retried as capacity frees (`gpudra_alloc.placement.replay`), and reports: claims
@@ -103,12 +104,14 @@ def run_policy(
     policy: str,
     reserve: int,
     floor: int,
+    hold_mig: bool,
     progress: Progress,
     task: Any,
 ) -> Run:
     replay = Replay.from_problem(
         problem, policy, *((reserve, floor) if policy == "topology" else (0, 0))
     )
+    replay.chooser.hold_mig_domains = hold_mig
     run = Run(policy, replay)
     next_sample = 0.0
     start = time.perf_counter()
@@ -239,10 +242,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load", type=float, default=3.0, help="offered GPU-time / capacity")
     parser.add_argument("--hours", type=float, default=24.0, help="length of the day, hours")
     parser.add_argument(
-        "--reserve", type=int, default=3, help="topology: intact 8-GPU NVLink domains kept whole"
+        "--reserve", type=int, default=6, help="topology: most 8-GPU NVLink domains held whole"
     )
     parser.add_argument(
-        "--floor", type=int, default=3, help="topology: domains held even when no big pod waits"
+        "--floor", type=int, default=6, help="topology: domains held even when no big pod waits"
+    )
+    parser.add_argument(
+        "--hold-mig-domains",
+        action="store_true",
+        help="topology: the reserve may hold A100 (MIG-capable) NVLink domains too",
     )
     parser.add_argument(
         "--policies", nargs="+", choices=POLICIES, default=list(POLICIES), help="policies to run"
@@ -260,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         f"fleet: {len(problem['nodes'])} nodes; {steps} steps; seed {args.seed}, "
         f"load {args.load:g}, node order {args.node_order}, "
-        f"topology reserve {args.reserve} (floor {args.floor})"
+        f"topology reserve {args.reserve} (floor {args.floor}"
+        f"{', MIG domains too' if args.hold_mig_domains else ''})"
     )
     runs: list[Run] = []
     with Progress(
@@ -273,7 +282,15 @@ def main(argv: list[str] | None = None) -> int:
         tasks = {p: progress.add_task(p, total=steps) for p in args.policies}
         for policy in args.policies:
             runs.append(
-                run_policy(problem, policy, args.reserve, args.floor, progress, tasks[policy])
+                run_policy(
+                    problem,
+                    policy,
+                    args.reserve,
+                    args.floor,
+                    args.hold_mig_domains,
+                    progress,
+                    tasks[policy],
+                )
             )
     day = args.hours * 60
     results = [figures(run, day) for run in runs]

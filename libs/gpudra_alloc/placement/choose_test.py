@@ -197,6 +197,19 @@ def test_reserve_holds_a_nearly_whole_domain_but_not_a_half_used_one() -> None:
     assert Chooser(half, reserve=1).choose(nodes, [claim("gpu-1")]) is not None
 
 
+@pytest.mark.parametrize(
+    ("hold_mig", "held"),
+    [
+        pytest.param(False, False, id="mig-domains-left-for-mig"),
+        pytest.param(True, True, id="mig-domains-held-on-request"),
+    ],
+)
+def test_reserve_and_mig_capable_domains(hold_mig: bool, held: bool) -> None:
+    allocator, nodes = cluster({"a100-mig": 1})
+    chooser = Chooser(allocator, reserve=1, hold_mig_domains=hold_mig)
+    assert (chooser.choose(nodes, [claim("gpu-1")]) is None) == held
+
+
 def test_same_input_same_choice() -> None:
     picks = []
     for _ in range(2):

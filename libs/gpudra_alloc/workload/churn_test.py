@@ -115,3 +115,15 @@ def test_load_scales_the_number_of_arrivals() -> None:
 def test_bad_config_is_a_clear_error(kwargs: dict[str, Any]) -> None:
     with pytest.raises(WorkloadError):
         ChurnConfig(**kwargs)
+
+
+def test_the_contract_runs_the_document() -> None:
+    from gpudra_alloc import solve
+
+    mix = {k: v for k, v in ChurnConfig().mix.items() if not k.startswith("gang")}
+    doc = churn_problem(ChurnConfig(seed=2, hours=3, load=0.3, fleet=SMALL, mix=mix))
+    doc["policy"] = "first-fit"
+    answer = solve(doc)
+    outcomes = {step["outcome"] for step in answer["steps"]}
+    assert outcomes == {"allocated", "released"}
+    assert len(answer["steps"]) == len(doc["steps"])
