@@ -9,8 +9,8 @@ Promises (with `Reservations` for the multi-replica part):
   recorded decision (same `Nats-Msg-Id`, so the stream drops it within its window).
 - An unschedulable claim gets an UNSCHEDULABLE decision with the core's explanation (again only
   when the reason changes) and is kept, unacknowledged, and retried whenever the slices or the
-  reservations change and at least every `retry_interval` seconds; if this replica dies, the event
-  is redelivered to another one after `ack_wait`.
+  reservations change (at most every half second per claim) and at least every `retry_interval`
+  seconds; if this replica dies, the event is redelivered to another one after `ack_wait`.
 - A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
   `Released`; a DELETED event that carries the claim is a cleared allocation of a claim that lives
   on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
@@ -61,6 +61,7 @@ from gpudrapb.v1 import claims_pb2
 log = logging.getLogger(__name__)
 
 _RESERVE_TRIES = 8
+_MIN_RETRY_GAP = 0.5  # seconds
 _EMPTY = ResourceClaim(name="", namespace="", uid="", requests=())
 
 
@@ -333,8 +334,12 @@ class Worker:
             if now - waiting.last_touch > self._settings.ack_wait / 3:
                 waiting.last_touch = now
                 await _quietly(waiting.msg.in_progress())
-            due = now - waiting.last_try >= self._settings.retry_interval
-            if waiting.seen_version == current and not due:
+            since = now - waiting.last_try
+            due = since >= self._settings.retry_interval
+            # A change triggers a retry, but at most every _MIN_RETRY_GAP seconds per claim:
+            # explaining an unschedulable claim walks every node, and a busy fleet changes often.
+            changed = waiting.seen_version != current and since >= _MIN_RETRY_GAP
+            if not (due or changed):
                 continue
             with tracing.process_span(
                 waiting.msg.subject, waiting.msg.headers, consumer=self._settings.consumer
