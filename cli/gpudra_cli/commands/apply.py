@@ -30,7 +30,9 @@ async def _apply(args: argparse.Namespace) -> int:
             print(f"{skipped.lower()} skipped (standalone mode runs no pods)")
         if args.wait:
             keys = [key_of(c) for c in plan.claims]
-            claims, allocate_ms = await wait_decided(client, keys, applied, timeout=args.timeout)
+            claims, allocate_ms = await wait_decided(
+                client, keys, applied, timeout=args.timeout, settle=1.5
+            )
             index = results.device_index(await client.slices())
             rows = [results.row_of(claims[k], index) for k in keys if k in claims]
             for row in rows:

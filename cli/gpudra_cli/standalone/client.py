@@ -17,15 +17,9 @@ from nats.aio.client import Client as Nats
 from gpudra_bus import BusError, connect
 from gpudra_cli.errors import CliError
 from gpudra_cli.standalone.errors import NotRunningError
-from gpudra_kube import (
-    RESOURCE_CLAIMS,
-    RESOURCE_SLICES,
-    AlreadyExistsError,
-    ConflictError,
-    KubeError,
-    KvStore,
-    NotFoundError,
-)
+from gpudra_kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from gpudra_kube.kv_backend import KvStore
+from gpudra_kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
 
 UNSCHEDULABLE = "gpudra.io/unschedulable"
 TRACEPARENT = "gpudra.io/traceparent"
