@@ -19,29 +19,33 @@ Promises (with `Reservations` for the multi-replica part):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from gpudra_alloc import AllocationInputError
 from gpudra_allocator.engine import Decision, Engine
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
-from gpudra_allocator.holdings import ClaimRecord, Holding, holdings_for
+from gpudra_allocator.events import (
+    claim_doc,
+    fetch_ready,
+    holdings_from_json,
+    parse_claim,
+    quietly,
+)
+from gpudra_allocator.holdings import ClaimRecord, holdings_for
 from gpudra_allocator.index import SliceIndex
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
-from gpudra_api import ApiError, ResourceClaim, parse_resource_claim
+from gpudra_api import ResourceClaim
 from gpudra_bus import (
     ALLOCATION_DECISION,
     CLAIM_EVENT,
@@ -160,10 +164,10 @@ class Worker:
             await self.handle(msg)
         except BusRetryableError as exc:
             log.warning("claim event on %s deferred: %s", msg.subject, exc)
-            await _quietly(msg.nak(delay=1.0))
+            await quietly(msg.nak(delay=1.0))
         except (BusPermanentError, BadClaimError) as exc:
             await self._dead.send(msg.subject, msg.data, msg.headers, exc)
-            await _quietly(msg.ack())
+            await quietly(msg.ack())
 
     async def handle(self, msg: Msg) -> None:
         event = await receive(msg, CLAIM_EVENT, self._dead)
@@ -192,7 +196,7 @@ class Worker:
         if await self._settled(msg, event):
             return
         try:
-            claim = _parse_claim(event)
+            claim = parse_claim(event)
         except BadClaimError as exc:
             # The person who wrote the claim must see why it will never be allocated.
             await self._unschedulable(Waiting(msg, event, _EMPTY), f"invalid claim: {exc}")
@@ -200,11 +204,11 @@ class Worker:
             return
         if not await self._res.drop_stale(uid, stale_after=self._settings.ack_wait):
             # A young attempt for the same claim is in flight elsewhere; look again shortly.
-            await _quietly(msg.nak(delay=1.0))
+            await quietly(msg.nak(delay=1.0))
             return
         old = self._waiting.get(uid)
         if old is not None and old.msg is not msg:
-            await _quietly(old.msg.ack())  # the newer delivery replaces the held one
+            await quietly(old.msg.ack())  # the newer delivery replaces the held one
         await self._attempt(Waiting(msg, event, claim, reason=old.reason if old else ""))
 
     async def _settled(self, msg: Msg, event: claims_pb2.ClaimEvent) -> bool:
@@ -320,8 +324,8 @@ class Worker:
     async def _finish(self, uid: str, msg: Msg) -> None:
         held = self._waiting.pop(uid, None)
         if held is not None and held.msg is not msg:
-            await _quietly(held.msg.ack())
-        await _quietly(msg.ack())
+            await quietly(held.msg.ack())
+        await quietly(msg.ack())
 
     async def _retry_waiting(self) -> None:
         if not self._waiting:
@@ -333,7 +337,7 @@ class Worker:
                 continue
             if now - waiting.last_touch > self._settings.ack_wait / 3:
                 waiting.last_touch = now
-                await _quietly(waiting.msg.in_progress())
+                await quietly(waiting.msg.in_progress())
             since = now - waiting.last_try
             due = since >= self._settings.retry_interval
             # A change triggers a retry, but at most every _MIN_RETRY_GAP seconds per claim:
@@ -380,12 +384,12 @@ class Worker:
         if await self._res.record(ref.uid) is not None:
             await self._finish(ref.uid, msg)  # ours (or adopted before): nothing new
             return
-        doc = _claim_doc(event)
+        doc = claim_doc(event)
         allocation = (doc.get("status") or {}).get("allocation")
         if not isinstance(allocation, dict):
             raise BadClaimError(f"claim {ref.namespace}/{ref.name} is not allocated")
         token = f"adopted-{self.replica}-{uuid.uuid4().hex[:12]}"
-        by_pool = _holdings_from_json(allocation, ref.uid, f"{ref.namespace}/{ref.name}", token)
+        by_pool = holdings_from_json(allocation, ref.uid, f"{ref.namespace}/{ref.name}", token)
         for _ in range(_RESERVE_TRIES):
             try:
                 await self._res.reserve(by_pool)
@@ -418,63 +422,3 @@ class Worker:
         if winner.token != token:
             await self._res.drop(ref.uid, token)
         await self._finish(ref.uid, msg)
-
-
-def _claim_doc(event: claims_pb2.ClaimEvent) -> dict[str, Any]:
-    try:
-        doc = json.loads(event.claim_json)
-    except ValueError as exc:
-        raise BadClaimError(f"claim JSON does not parse: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise BadClaimError("claim JSON is not an object")
-    return doc
-
-
-def _parse_claim(event: claims_pb2.ClaimEvent) -> ResourceClaim:
-    try:
-        claim = parse_resource_claim(_claim_doc(event))
-    except ApiError as exc:
-        raise BadClaimError(f"invalid ResourceClaim: {exc}") from exc
-    if claim.uid and claim.uid != event.claim.uid:
-        raise BadClaimError(f"claim UID {claim.uid} differs from the event's {event.claim.uid}")
-    return claim
-
-
-def _holdings_from_json(
-    allocation: dict[str, Any], uid: str, claim: str, token: str
-) -> dict[tuple[str, str], list[Holding]]:
-    out: dict[tuple[str, str], list[Holding]] = {}
-    now = time.time()
-    try:
-        for r in allocation["devices"]["results"]:
-            if r.get("adminAccess") and "shareID" not in r:
-                continue
-            capacity = {str(k): str(v) for k, v in (r.get("consumedCapacity") or {}).items()}
-            out.setdefault((str(r["driver"]), str(r["pool"])), []).append(
-                Holding(str(r["device"]), uid, claim, token, now, r.get("shareID"), capacity)
-            )
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise BadClaimError(f"malformed status.allocation: {exc}") from exc
-    return out
-
-
-async def _quietly(ack: Any) -> None:
-    """Acks are best effort: a lost ack means a redelivery, which the record makes harmless."""
-    try:
-        await ack
-    except (nats.errors.Error, OSError, TimeoutError) as exc:
-        log.debug("ack failed: %s", exc)
-
-
-async def fetch_ready(sub: JetStreamContext.PullSubscription, batch: int, idle: float) -> list[Msg]:
-    """The next message as soon as it arrives (waiting up to `idle` s), plus any already queued.
-
-    nats-py's `fetch(n)` keeps a lingering pull open until all `n` arrived or the timeout passed,
-    which would add up to `idle` seconds of latency to a trickle of messages; one message first,
-    then a short no-wait top-up, keeps both latency and per-message round trips low.
-    """
-    msgs = await sub.fetch(1, timeout=idle)
-    if batch > 1:
-        with contextlib.suppress(nats.errors.TimeoutError, TimeoutError):
-            msgs += await sub.fetch(batch - 1, timeout=0.005)
-    return msgs

@@ -1,0 +1,87 @@
+"""Reading claim events: the claim inside, an adopted allocation's holdings, and pulling messages.
+
+Promises: `parse_claim` returns a valid ResourceClaim whose UID matches the event, or raises
+`BadClaimError` naming what is wrong (never another exception); `holdings_from_json` turns a
+resource.k8s.io/v1 `status.allocation` into holdings (admin-access devices hold nothing), or raises
+`BadClaimError`; `quietly` awaits an ack/nak and only logs when the server is away (a lost ack means
+a redelivery, which the decision record makes harmless).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from typing import Any
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from gpudra_allocator.errors import BadClaimError
+from gpudra_allocator.holdings import Holding
+from gpudra_api import ApiError, ResourceClaim, parse_resource_claim
+from gpudrapb.v1 import claims_pb2
+
+log = logging.getLogger(__name__)
+
+
+def claim_doc(event: claims_pb2.ClaimEvent) -> dict[str, Any]:
+    try:
+        doc = json.loads(event.claim_json)
+    except ValueError as exc:
+        raise BadClaimError(f"claim JSON does not parse: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise BadClaimError("claim JSON is not an object")
+    return doc
+
+
+def parse_claim(event: claims_pb2.ClaimEvent) -> ResourceClaim:
+    try:
+        claim = parse_resource_claim(claim_doc(event))
+    except ApiError as exc:
+        raise BadClaimError(f"invalid ResourceClaim: {exc}") from exc
+    if claim.uid and claim.uid != event.claim.uid:
+        raise BadClaimError(f"claim UID {claim.uid} differs from the event's {event.claim.uid}")
+    return claim
+
+
+def holdings_from_json(
+    allocation: dict[str, Any], uid: str, claim: str, token: str
+) -> dict[tuple[str, str], list[Holding]]:
+    out: dict[tuple[str, str], list[Holding]] = {}
+    now = time.time()
+    try:
+        for r in allocation["devices"]["results"]:
+            if r.get("adminAccess") and "shareID" not in r:
+                continue
+            capacity = {str(k): str(v) for k, v in (r.get("consumedCapacity") or {}).items()}
+            out.setdefault((str(r["driver"]), str(r["pool"])), []).append(
+                Holding(str(r["device"]), uid, claim, token, now, r.get("shareID"), capacity)
+            )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BadClaimError(f"malformed status.allocation: {exc}") from exc
+    return out
+
+
+async def quietly(ack: Any) -> None:
+    """Acks are best effort: a lost ack means a redelivery, which the record makes harmless."""
+    try:
+        await ack
+    except (nats.errors.Error, OSError, TimeoutError) as exc:
+        log.debug("ack failed: %s", exc)
+
+
+async def fetch_ready(sub: JetStreamContext.PullSubscription, batch: int, idle: float) -> list[Msg]:
+    """The next message as soon as it arrives (waiting up to `idle` s), plus any already queued.
+
+    nats-py's `fetch(n)` keeps a lingering pull open until all `n` arrived or the timeout passed,
+    which would add up to `idle` seconds of latency to a trickle of messages; one message first,
+    then a short no-wait top-up, keeps both latency and per-message round trips low.
+    """
+    msgs = await sub.fetch(1, timeout=idle)
+    if batch > 1:
+        with contextlib.suppress(nats.errors.TimeoutError, TimeoutError):
+            msgs += await sub.fetch(batch - 1, timeout=0.005)
+    return msgs
