@@ -7,6 +7,7 @@ node-agents publish DGX H100 inventories, and the assertions read what the claim
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -319,6 +320,27 @@ async def test_kubernetes_mode_adopts_foreign_allocations_and_lifts_the_pod_gate
             "PUT",
             "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/mine/status",
         ) in (api.requests)
+
+        # kube-controller-manager clears the foreign claim's allocation (its pod finished): the
+        # devices are released, and the claim, still there, is allocated again — by gpudra now.
+        cleared = copy.deepcopy(find(RESOURCE_CLAIMS, "foreign"))
+        assert cleared is not None
+        cleared.pop("status")
+        await api.put(RESOURCE_CLAIMS, cleared)
+        uid = stored["metadata"]["uid"]
+
+        async def reallocated() -> bool:
+            claim = find(RESOURCE_CLAIMS, "foreign")
+            try:
+                record = json.loads((await kv.get(f"c.{uid}")).value or b"{}")
+            except Exception:  # - between release and the new decision
+                return False
+            return bool(claim and devices_of(claim)) and record.get("allocator") == "allocator"
+
+        await wait_for(reallocated, 30, "the deallocated claim released and decided again", cluster)
+        again = find(RESOURCE_CLAIMS, "foreign")
+        assert again is not None
+        assert sorted(d for _, _, d in devices_of(again)) == [f"gpu-{i}" for i in range(6)]
         cluster.stop_all()
 
 
