@@ -57,7 +57,7 @@ def child_env(nats_url: str, otlp_endpoint: str) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join(paths),
         "PYTHONWARNINGS": "ignore",
         "GPUDRA_NATS_URL": nats_url,
-        "GPUDRA_LOG_LEVEL": "INFO",
+        "GPUDRA_LOG_LEVEL": os.environ.get("GPUDRA_LOG_LEVEL", "INFO"),
     }
     if otlp_endpoint:
         env.update(
