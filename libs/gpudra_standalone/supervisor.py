@@ -4,7 +4,8 @@ Promises: every child gets its own log file (stdout and stderr, line-buffered) u
 `start` returns once the child printed its readiness line or fails with the last lines of its log
 (`launch` + `wait_ready` do the same in two steps, so many children can start side by side);
 `stop_all` stops children in reverse start order with SIGTERM, then SIGKILL after a grace period, so
-nothing outlives the supervisor; `stop_together` stops independent peers at once. A child that exits early is reported by `exited()` with its code.
+nothing outlives the supervisor; `stop_together` stops independent peers at once. A child that
+exits early is reported by `exited()` with its code.
 """
 
 from __future__ import annotations
