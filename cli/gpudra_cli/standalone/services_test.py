@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,12 +19,14 @@ from gpudra_cli.standalone.services import (
 )
 
 
-def test_node_dirs_refuse_paths_too_long_for_unix_sockets(tmp_path: Path) -> None:
-    dirs = NodeDirs.of(tmp_path, "n").create()
-    assert dirs.registry.is_dir()
-    assert dirs.plugins.is_dir()
+def test_node_dirs_refuse_paths_too_long_for_unix_sockets() -> None:
+    # A short directory of our own: pytest's tmp_path may itself be too deep for a socket.
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="g") as short:
+        dirs = NodeDirs.of(Path(short), "n").create()
+        assert dirs.registry.is_dir()
+        assert dirs.plugins.is_dir()
     with pytest.raises(StartError, match="too deep for Unix sockets"):
-        NodeDirs.of(tmp_path / ("x" * 120), "node-a")
+        NodeDirs.of(Path("/tmp") / ("x" * 120), "node-a")
 
 
 @pytest.mark.parametrize(
