@@ -9,10 +9,12 @@ reasons are in `docs/PLACEMENT.md`.
 
 from __future__ import annotations
 
+from gpudra_alloc.placement.accept import kubernetes_accepts
 from gpudra_alloc.placement.choose import ALTERNATIVE_PENALTY, Choice, Chooser, Score
 from gpudra_alloc.placement.errors import GangError
 from gpudra_alloc.placement.gang import Gang, GangPlacement, parse_gang, place_gang
 from gpudra_alloc.placement.policy import POLICIES, answer_gang, answer_pod, choose_node
+from gpudra_alloc.placement.replay import PodRecord, Replay
 from gpudra_alloc.placement.topology import FreeState, NodeView, result_devices
 from gpudra_alloc.placement.value import block_value, node_value
 from gpudra_alloc.placement.why import sentence, why_pending
@@ -27,11 +29,14 @@ __all__ = [
     "GangError",
     "GangPlacement",
     "NodeView",
+    "PodRecord",
+    "Replay",
     "Score",
     "answer_gang",
     "answer_pod",
     "block_value",
     "choose_node",
+    "kubernetes_accepts",
     "node_value",
     "parse_gang",
     "place_gang",
