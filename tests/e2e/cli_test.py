@@ -12,9 +12,11 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,8 +102,10 @@ def gpudra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gpudra]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     log = (tmp / "up.log").open("w")
+    # A short run directory: kubelet sockets below it must fit in sun_path (107 bytes).
+    run_dir = Path(tempfile.mkdtemp(prefix="gpudra-e2e-cli-", dir="/tmp"))
     process = subprocess.Popen(
-        g.up_argv("--fleet", "l4-pcie=1", "--store-dir", str(tmp / "run")),
+        g.up_argv("--fleet", "l4-pcie=1", "--store-dir", str(run_dir)),
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -125,9 +129,10 @@ def gpudra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gpudra]:
         assert code == 0, (tmp / "up.log").read_text()
         assert not g.state.exists()
         leftovers = subprocess.run(
-            ["pgrep", "-f", str(tmp / "run")], capture_output=True, text=True
+            ["pgrep", "-f", str(run_dir)], capture_output=True, text=True
         ).stdout
         assert leftovers == "", f"processes left behind: {leftovers}"
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def claims_json(gpudra: Gpudra) -> dict[str, dict[str, Any]]:

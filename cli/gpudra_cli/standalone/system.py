@@ -33,6 +33,7 @@ from gpudra_standalone import (
 
 Progress = Callable[[str], None]
 START_TIMEOUT = 90.0
+SHORT_TMP = 24  # longest temp dir used as is for the run directory
 
 
 def _quiet(_: str) -> None:
@@ -57,7 +58,11 @@ class System:
             self.store_dir.mkdir(parents=True, exist_ok=True)
             self.run_dir = self.store_dir.resolve()
         else:
-            self._tmp = tempfile.TemporaryDirectory(prefix="gpudra-")
+            # Kubelet sockets live below the run directory, and sun_path holds 107 bytes: a deep
+            # $TMPDIR (build sandboxes) would not leave room for them.
+            base = tempfile.gettempdir()
+            short = "/tmp" if len(base) > SHORT_TMP and Path("/tmp").is_dir() else None
+            self._tmp = tempfile.TemporaryDirectory(prefix="gpudra-", dir=short)
             self.run_dir = Path(self._tmp.name)
 
     @property
