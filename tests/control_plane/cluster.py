@@ -44,7 +44,9 @@ NODE_INVENTORY: Codec[pb.NodeInventory] = Codec(pb.NodeInventory)
 UNSCHEDULABLE = "gpudra.io/unschedulable"
 
 
-def claim_manifest(name: str, count: int = 1, namespace: str = "default") -> dict[str, Any]:
+def claim_manifest(
+    name: str, count: int = 1, namespace: str = "default", device_class: str = "gpu.nvidia.com"
+) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -54,7 +56,7 @@ def claim_manifest(name: str, count: int = 1, namespace: str = "default") -> dic
                 "requests": [
                     {
                         "name": "gpu",
-                        "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
+                        "exactly": {"deviceClassName": device_class, "count": count},
                     }
                 ]
             }

@@ -38,7 +38,7 @@ from gpudra_bus import (
 )
 from gpudra_kube.errors import KubeRetryableError
 from gpudra_kube.kv_backend import KvStore
-from gpudra_kube.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra_kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
 
@@ -93,6 +93,35 @@ async def test_claims_in_allocations_out_delete_releases_one_trace(
     cluster.start_claim_writer()
     await slices_ready(nc, cluster, 2)
 
+    # A claim of a class nobody applied yet waits (with a reason) until the class is applied.
+    await store.create(RESOURCE_CLAIMS, claim_manifest("custom", device_class="h100.example.com"))
+
+    async def custom_is(pred: Any) -> Any:
+        claim = await claim_or_none(store, "custom")
+        return claim if claim and pred(claim) else None
+
+    waiting = await wait_for(lambda: custom_is(_reason), 30, "a missing-class reason", cluster)
+    assert _reason(waiting) == "device class h100.example.com not found"
+    await store.create(
+        DEVICE_CLASSES,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "h100.example.com"},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": 'device.attributes["gpu.nvidia.com"].productName'
+                            ' == "NVIDIA H100 80GB HBM3"'
+                        }
+                    }
+                ]
+            },
+        },
+    )
+    await wait_for(lambda: custom_is(devices_of), 30, "the custom-class claim allocated", cluster)
+
     for i in range(7):
         await store.create(RESOURCE_CLAIMS, claim_manifest(f"pair-{i}", count=2))
     await store.create(RESOURCE_CLAIMS, claim_manifest("too-big", count=9))
@@ -107,7 +136,7 @@ async def test_claims_in_allocations_out_delete_releases_one_trace(
 
     objs = await wait_for(settled, 60, "7 allocations and one unschedulable reason", cluster)
     used = all_distinct(objs)
-    assert len(used) == 14
+    assert len(used) == 15
     assert all(FINALIZER in objs[f"pair-{i}"]["metadata"]["finalizers"] for i in range(7))
     assert "node" in _reason(objs["too-big"]), _reason(objs["too-big"])
     for i in range(7):
@@ -139,12 +168,13 @@ async def test_claims_in_allocations_out_delete_releases_one_trace(
 
     await wait_for(quad_allocated, 60, "deleted claims released and quad allocated", cluster)
     final = await claims(store)
-    assert len(all_distinct(final)) == 14 - 4 + 4
+    assert len(all_distinct(final)) == 15 - 4 + 4
     assert UNSCHEDULABLE not in final["quad"]["metadata"].get("annotations", {})
 
     codes = cluster.stop_all()
     assert codes == {"inventory": 0, "allocator": 0, "claim-writer": 0}, cluster.logs()
-    _assert_one_trace(cluster, final["pair-3"]["metadata"]["uid"])
+    survivor = next(f"pair-{i}" for i in range(7) if f"pair-{i}" not in victims)
+    _assert_one_trace(cluster, final[survivor]["metadata"]["uid"])
 
 
 def _reason(claim: dict[str, Any]) -> str:

@@ -93,13 +93,32 @@ class Engine:
     def __init__(
         self, classes: Iterable[DeviceClass], policy: str, features: Features | None = None
     ) -> None:
-        self.classes = list(classes)
+        self.builtin = list(classes)
+        self.classes = list(self.builtin)
         self.policy = policy
         self.features = features or Features()
         self._allocator: Allocator | None = None
         self._chooser: Chooser | None = None
         self._node_devices: dict[str, list[DeviceID]] = {}
         self._version = -1
+
+    def use_classes(self, applied: Iterable[DeviceClass]) -> None:
+        """Classes applied to the cluster, over the built-in ones (an applied class wins)."""
+        merged = {c.name: c for c in self.builtin}
+        merged.update({c.name: c for c in applied})
+        self.classes = [merged[name] for name in sorted(merged)]
+        self._allocator = None
+
+    def missing_classes(self, claims: Iterable[ResourceClaim]) -> list[str]:
+        """Device classes the claims name that nobody defined (yet): wait, do not fail."""
+        known = {c.name for c in self.classes}
+        named = {
+            sub.device_class_name
+            for claim in claims
+            for request in claim.requests
+            for sub in ((request.exactly,) if request.exactly else request.first_available)
+        }
+        return sorted(named - known)
 
     def _for(
         self, version: int, slices: Iterable[ResourceSlice], state: AllocatedState

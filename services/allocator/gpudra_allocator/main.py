@@ -1,8 +1,9 @@
 """`python -m gpudra_allocator`: settings, wiring and the loop, per the service skeleton.
 
 Start-up order: tracing, NATS (waits for a server), streams and buckets (idempotent), the
-reservation mirror and the slice index (both fully read before the first claim is decided), the
-health server, then the claim consumer. SIGTERM/SIGINT stop the loop; the exit stack then stops
+reservation mirror, the slice index and the applied DeviceClasses (all fully read before the first
+claim is decided; applied classes override the built-in ones of the same name), the health server,
+then the claim consumer. SIGTERM/SIGINT stop the loop; the exit stack then stops
 the watches and drains the NATS connection. Exit status: 0 after a signal, 2 for bad settings.
 """
 
@@ -18,12 +19,13 @@ from collections.abc import Sequence
 from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.errors import SettingsError
 from gpudra_allocator.health import HealthServer
-from gpudra_allocator.index import SliceIndex
+from gpudra_allocator.index import class_index, slice_index
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
 from gpudra_allocator.telemetry import setup_tracing
 from gpudra_allocator.worker import Worker
 from gpudra_bus import (
+    DEVICE_CLASSES_BUCKET,
     RESERVATIONS_BUCKET,
     SLICES_BUCKET,
     BusError,
@@ -46,10 +48,13 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         reservations = Reservations(buckets[RESERVATIONS_BUCKET])
         await reservations.start()
         stack.push_async_callback(reservations.stop)
-        index = SliceIndex(buckets[SLICES_BUCKET])
+        index = slice_index(buckets[SLICES_BUCKET])
         await index.start()
         stack.push_async_callback(index.stop)
-        worker = Worker(nc, settings, engine, index, reservations)
+        classes = class_index(buckets[DEVICE_CLASSES_BUCKET])
+        await classes.start()
+        stack.push_async_callback(classes.stop)
+        worker = Worker(nc, settings, engine, index, reservations, classes)
         health = await HealthServer(
             settings.health_host, settings.health_port, lambda: worker.ready
         ).start()

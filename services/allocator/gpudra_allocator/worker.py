@@ -42,10 +42,10 @@ from gpudra_allocator.events import (
     quietly,
 )
 from gpudra_allocator.holdings import ClaimRecord, holdings_for
-from gpudra_allocator.index import SliceIndex
+from gpudra_allocator.index import KvIndex
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
-from gpudra_api import ResourceClaim
+from gpudra_api import DeviceClass, ResourceClaim, ResourceSlice
 from gpudra_bus import (
     ALLOCATION_DECISION,
     CLAIM_EVENT,
@@ -77,7 +77,7 @@ class Waiting:
     event: claims_pb2.ClaimEvent
     claim: ResourceClaim
     reason: str = ""
-    seen_version: tuple[int, int] = (-1, -1)
+    seen_version: tuple[int, int, int] = (-1, -1, -1)
     last_try: float = 0.0
     last_touch: float = field(default_factory=time.monotonic)
 
@@ -88,13 +88,16 @@ class Worker:
         nc: Client,
         settings: Settings,
         engine: Engine,
-        index: SliceIndex,
+        index: KvIndex[ResourceSlice],
         reservations: Reservations,
+        classes: KvIndex[DeviceClass] | None = None,
     ) -> None:
         self._nc = nc
         self._settings = settings
         self._engine = engine
         self._index = index
+        self._classes = classes
+        self._classes_seen = -1
         self._res = reservations
         self._publisher = Publisher(nc)
         self._dead = DeadLetters(self._publisher, service="allocator")
@@ -224,8 +227,15 @@ class Worker:
     async def _attempt(self, waiting: Waiting) -> None:
         event, claim = waiting.event, waiting.claim
         uid = claim.uid or event.claim.uid
-        waiting.seen_version = (self._index.version, self._res.version)
+        waiting.seen_version = self._versions()
         waiting.last_try = time.monotonic()
+        self._refresh_classes()
+        missing = self._engine.missing_classes([claim])
+        if missing:
+            # Kubernetes waits for a missing class too; applying the class retries the claim.
+            await self._unschedulable(waiting, f"device class {', '.join(missing)} not found")
+            self._hold(waiting)
+            return
         for _ in range(_RESERVE_TRIES):
             # Deciding and reserving is the one critical section of a replica: concurrent claims
             # of this replica would otherwise all pick the same first free device and collide.
@@ -258,6 +268,15 @@ class Worker:
             await self._commit(waiting, decision, token)
             return
         self._hold(waiting)  # kept losing races; the next change retries it
+
+    def _versions(self) -> tuple[int, int, int]:
+        classes = self._classes.version if self._classes is not None else 0
+        return (self._index.version, self._res.version, classes)
+
+    def _refresh_classes(self) -> None:
+        if self._classes is not None and self._classes.version != self._classes_seen:
+            self._classes_seen = self._classes.version
+            self._engine.use_classes(self._classes.objects.values())
 
     async def _commit(self, waiting: Waiting, decision: Decision, token: str) -> None:
         event, uid = waiting.event, waiting.event.claim.uid
@@ -331,7 +350,7 @@ class Worker:
         if not self._waiting:
             return
         now = time.monotonic()
-        current = (self._index.version, self._res.version)
+        current = self._versions()
         for uid, waiting in list(self._waiting.items()):
             if self._waiting.get(uid) is not waiting:
                 continue
