@@ -256,7 +256,12 @@ def main(argv: list[str] | None = None) -> int:
         "--policies", nargs="+", choices=POLICIES, default=list(POLICIES), help="policies to run"
     )
     parser.add_argument("--node-order", choices=("shuffled", "sorted"), default="shuffled")
-    parser.add_argument("--plot", type=Path, default=Path("docs/churn-free-capacity.png"))
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent / "docs" / "churn-free-capacity.png",
+        help="where the PNG goes (the figures go beside it as .json)",
+    )
     args = parser.parse_args(argv)
 
     console = Console()
