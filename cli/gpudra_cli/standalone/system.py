@@ -1,12 +1,12 @@
 """The standalone system: embedded nats-server, trace collector and every service as a process.
 
 `System.start` brings the parts up in dependency order — NATS (JetStream store under the run
-directory), streams and buckets, the control plane (inventory, allocator, claim-writer) and one
-node-agent and one kubelet-plugin per simulated node — reporting each step to `progress`; the
-node processes start side by side, so start-up costs the slowest child, not the sum. `stop` ends
-everything in reverse order (SIGTERM, then SIGKILL after a grace period) and is safe to call twice
-or after a failed start; nothing outlives it. A child that fails to start is a `StartError` with
-the last lines of its log.
+directory), then streams and buckets, then the services: the control plane (inventory, allocator,
+claim-writer) and one node-agent and one kubelet-plugin per simulated node, launched side by side
+(start-up costs the slowest child, not the sum) — reporting each step to `progress`. `stop` ends
+the node processes, then the control plane, then NATS (SIGTERM, then SIGKILL after a grace
+period); it is safe to call twice or after a failed start, and nothing outlives it. A child that
+fails to start is a `StartError` with the last lines of its log.
 """
 
 from __future__ import annotations
@@ -143,13 +143,15 @@ class System:
 
     def stop(self) -> None:
         if self.supervisor is not None:
-            # Node processes first, side by side; then the control plane in reverse start order.
+            # Node processes first, side by side, then the control plane, side by side: no
+            # service waits for another on the way out (each drains its own NATS connection,
+            # and NATS stops last), so stopping costs the slowest of each group.
             control = {"inventory", "allocator", "claim-writer"}
             children = self.supervisor.children
             nodes = [c for c in children if c.spec.name not in control]
             self.exit_codes.update(self.supervisor.stop_together(nodes))
-            for child in reversed([c for c in children if c.spec.name in control]):
-                self.exit_codes[child.spec.name] = self.supervisor.stop(child)
+            rest = [c for c in reversed(children) if c.spec.name in control]
+            self.exit_codes.update(self.supervisor.stop_together(rest))
             self.supervisor = None
         if self.collector is not None:
             self.collector.stop()
