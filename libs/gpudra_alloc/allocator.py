@@ -107,10 +107,12 @@ class Allocator:
             self._pools[key] = pools
         return pools
 
-    def _search(self, node: Node, claims: list[ResourceClaim]) -> Search:
+    def _search(
+        self, node: Node, claims: list[ResourceClaim], state: AllocatedState | None
+    ) -> Search:
         search = Search(
             self.features,
-            self.state,
+            state if state is not None else self.state,
             self.selectors,
             node,
             self.pools_for(node),
@@ -120,11 +122,17 @@ class Allocator:
         search.prepare()
         return search
 
-    def allocate(self, node: Node, claims: list[ResourceClaim]) -> NodeOutcome:
-        """Kubernetes' Allocate for one node; raises AllocationInputError for invalid input."""
+    def allocate(
+        self, node: Node, claims: list[ResourceClaim], state: AllocatedState | None = None
+    ) -> NodeOutcome:
+        """Kubernetes' Allocate for one node; raises AllocationInputError for invalid input.
+
+        `state` is what is in use (None: the allocator's own `state`). A placement layer may pass
+        a stricter one (more devices in use) to steer the search: validity is monotone in the
+        in-use set, so a solution under it is valid under the real state too."""
         if not claims:
             return NodeOutcome(node, [])
-        search = self._search(node, claims)
+        search = self._search(node, claims, state)
         if self.timeout_s is not None:
             search.deadline = time.monotonic() + self.timeout_s
         try:
@@ -141,16 +149,21 @@ class Allocator:
         return NodeOutcome(node, None, reason, search.closest, search)
 
     def candidates(
-        self, node: Node, claims: list[ResourceClaim], limit: int = 16
+        self,
+        node: Node,
+        claims: list[ResourceClaim],
+        limit: int = 16,
+        state: AllocatedState | None = None,
     ) -> Iterator[list[AllocationResult]]:
-        """Up to `limit` solutions on `node`, in the order Kubernetes' search meets them."""
+        """Up to `limit` solutions on `node`, in the order Kubernetes' search meets them (the
+        first is `allocate`'s answer); `state` as for `allocate`."""
         found: list[list[AllocationResult]] = []
 
         def collect(results: list[AllocationResult]) -> bool:
             found.append(results)
             return len(found) >= limit
 
-        search = self._search(node, claims)
+        search = self._search(node, claims, state)
         search.on_solution = collect
         search.run()
         yield from found

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra_alloc import AllocatedState, Allocator, Features
+import pytest
+
+from gpudra_alloc import AllocatedState, Allocator, DeviceID, Features
 from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
 
 CLASS = parse_device_class(
@@ -122,3 +124,24 @@ def test_a_search_past_its_deadline_leaves_the_node_unschedulable() -> None:
     outcome = allocator.allocate(Node("n"), [_claim("c", 12)])
     assert outcome.results is None
     assert "timed out" in outcome.reason
+
+
+@pytest.mark.parametrize(
+    ("masked", "first", "count"),
+    [
+        pytest.param(set(), ["gpu-0", "gpu-1"], 3, id="own-state"),
+        pytest.param({"gpu-0"}, ["gpu-1", "gpu-2"], 1, id="stricter-state-steers"),
+        pytest.param({"gpu-0", "gpu-1"}, None, 0, id="stricter-state-too-full"),
+    ],
+)
+def test_a_given_state_is_searched_and_the_own_state_is_untouched(
+    masked: set[str], first: list[str] | None, count: int
+) -> None:
+    allocator = Allocator([CLASS], [_slice("a", 3)], Features())
+    state = AllocatedState(devices={DeviceID("gpu.nvidia.com", "a", d) for d in masked})
+    outcome = allocator.allocate(Node("a"), [_claim("x", 2)], state=state)
+    picked = None if outcome.results is None else [r.device for r in outcome.results[0].results]
+    assert picked == first
+    solutions = list(allocator.candidates(Node("a"), [_claim("x", 2)], limit=10, state=state))
+    assert len(solutions) == count
+    assert not allocator.state.devices  # the allocator's own state is never swapped

@@ -126,7 +126,7 @@ def _request_counts(
         for entries in pool.device_entries():
             for entry in entries:
                 total += 1
-                stage = _first_failing_stage(
+                stage = first_failing_stage(
                     allocator, node, pool, claim, request, device_class, entry
                 )
                 if stage:
@@ -145,7 +145,7 @@ def _request_counts(
     }
 
 
-def _first_failing_stage(
+def first_failing_stage(
     allocator: Allocator,
     node: Node,
     pool: Pool,
@@ -154,6 +154,9 @@ def _first_failing_stage(
     device_class: DeviceClass | None,
     entry: DeviceEntry,
 ) -> str:
+    """The first stage (`STAGES`) that removes `entry` for `request` on `node`, judged alone
+    against `allocator.state`; "" when the device is a candidate. Public: placement counts
+    usable devices per node with it."""
     device = entry.device
     features = allocator.features
     if entry.slice.per_device_node_selection and not node_matches(

@@ -13,7 +13,7 @@ goes through in the tests.
 from __future__ import annotations
 
 from gpudra_alloc.allocator import Allocator
-from gpudra_alloc.placement.search import masked, safe_mask, using_state
+from gpudra_alloc.placement.search import masked, safe_mask
 from gpudra_alloc.placement.topology import result_devices
 from gpudra_alloc.state import AllocatedState, DeviceID
 from gpudra_api import AllocationResult, Node, ResourceClaim
@@ -50,8 +50,7 @@ def kubernetes_accepts(
                 others.add(entry.id)
     mask = safe_mask(allocator, node, base, others)
     wanted = [r.to_json() for r in results]
-    with using_state(allocator, masked(base, mask)):
-        for solution in allocator.candidates(node, claims, MAX_SOLUTIONS):
-            if [r.to_json() for r in solution] == wanted:
-                return True
+    for solution in allocator.candidates(node, claims, MAX_SOLUTIONS, masked(base, mask)):
+        if [r.to_json() for r in solution] == wanted:
+            return True
     return False

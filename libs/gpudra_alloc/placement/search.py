@@ -9,9 +9,6 @@ ever shrink what fits), so every solution is one Kubernetes' allocator accepts o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from gpudra_alloc.allocator import Allocator
 from gpudra_alloc.state import AllocatedState, DeviceID
 from gpudra_api import AllocationResult, Node, ResourceClaim
@@ -69,17 +66,6 @@ def copy_state(state: AllocatedState) -> AllocatedState:
     return masked(state, set())
 
 
-@contextmanager
-def using_state(allocator: Allocator, state: AllocatedState) -> Iterator[None]:
-    """Run the allocator's search against `state` for the duration of the block."""
-    saved = allocator.state
-    allocator.state = state
-    try:
-        yield
-    finally:
-        allocator.state = saved
-
-
 def solutions(
     allocator: Allocator,
     node: Node,
@@ -88,8 +74,7 @@ def solutions(
     limit: int,
 ) -> list[list[AllocationResult]]:
     """Up to `limit` solutions on `node` under `state`, in Kubernetes' order."""
-    with using_state(allocator, state):
-        if limit <= 1:
-            outcome = allocator.allocate(node, claims)
-            return [outcome.results] if outcome.results is not None else []
-        return list(allocator.candidates(node, claims, limit))
+    if limit <= 1:
+        outcome = allocator.allocate(node, claims, state)
+        return [outcome.results] if outcome.results is not None else []
+    return list(allocator.candidates(node, claims, limit, state))

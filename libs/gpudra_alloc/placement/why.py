@@ -23,7 +23,7 @@ from typing import Any
 
 from gpudra_alloc.allocator import Allocator
 from gpudra_alloc.constraints import lookup_attribute
-from gpudra_alloc.explain import _first_failing_stage, explain
+from gpudra_alloc.explain import explain, first_failing_stage
 from gpudra_alloc.pools import Pool
 from gpudra_api import ExactDeviceRequest, Node, ResourceClaim
 
@@ -79,7 +79,7 @@ def _gap(
     for pool in pools:
         for entries in pool.device_entries():
             for entry in entries:
-                if _first_failing_stage(allocator, node, pool, claim, request, device_class, entry):
+                if first_failing_stage(allocator, node, pool, claim, request, device_class, entry):
                     continue
                 usable += 1
                 if attribute:
