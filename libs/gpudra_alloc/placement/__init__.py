@@ -9,7 +9,7 @@ reasons are in `docs/PLACEMENT.md`.
 
 from __future__ import annotations
 
-from gpudra_alloc.placement.accept import kubernetes_accepts
+from gpudra_alloc.placement.accept import kubernetes_accepts, validate_allocation
 from gpudra_alloc.placement.choose import ALTERNATIVE_PENALTY, Choice, Chooser, Score
 from gpudra_alloc.placement.errors import GangError
 from gpudra_alloc.placement.gang import Gang, GangPlacement, parse_gang, place_gang
@@ -42,5 +42,6 @@ __all__ = [
     "place_gang",
     "result_devices",
     "sentence",
+    "validate_allocation",
     "why_pending",
 ]

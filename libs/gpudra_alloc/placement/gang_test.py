@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
-from gpudra_alloc.placement import GangError, parse_gang, place_gang
-from gpudra_alloc.placement.accept import kubernetes_accepts
+from gpudra_alloc.placement import GangError, parse_gang, place_gang, validate_allocation
 from gpudra_alloc.placement.choose_test import cluster
+from gpudra_alloc.placement.search import copy_state
 from gpudra_alloc.workload import resource_claim
 
 CLIQUE = "gpu.nvidia.com/cliqueID"
@@ -40,9 +40,10 @@ def test_gang_lands_in_one_clique_all_pods_valid(policy: str) -> None:
     assert len(set(names)) == 3
     assert len({_clique_of(allocator, node) for node, _ in placed.pods}) == 1
     assert placed.group == _clique_of(allocator, placed.pods[0][0])
-    scratch = allocator.state
+    scratch = copy_state(allocator.state)
     for pod, (node, results) in zip(gang.pods, placed.pods, strict=True):
-        assert kubernetes_accepts(allocator, node, pod, results, scratch)
+        assert validate_allocation(allocator, node, pod, results, scratch) == []
+        scratch.apply(results)
 
 
 def test_gang_is_all_or_nothing() -> None:

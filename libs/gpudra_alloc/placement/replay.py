@@ -20,7 +20,7 @@ from typing import Any
 
 from gpudra_alloc.allocator import Allocator
 from gpudra_alloc.errors import ProblemError
-from gpudra_alloc.placement.accept import kubernetes_accepts
+from gpudra_alloc.placement.accept import validate_allocation
 from gpudra_alloc.placement.choose import LARGE_DOMAIN, NEAR_WHOLE, Chooser
 from gpudra_alloc.placement.gang import Gang, parse_gang, place_gang
 from gpudra_alloc.placement.topology import result_devices
@@ -63,7 +63,7 @@ class Replay:
     times: list[float]
     reserve: int = 0
     reserve_floor: int = 0
-    # check every placement with `kubernetes_accepts` before applying it (tests; slow)
+    # check every placement with `validate_allocation` before applying it (tests; slow)
     validate: bool = False
     chooser: Chooser = field(init=False)
     rejected: list[str] = field(default_factory=list)
@@ -144,8 +144,10 @@ class Replay:
         record.placed_step, record.placed_at = index, at
         pods = record.gang.pods if record.gang is not None else [record.claims]
         for (node, results), claims in zip(placed, pods, strict=True):
-            if self.validate and not kubernetes_accepts(self.allocator, node, claims, results):
-                self.rejected.append(f"{record.key} on {node.name}")
+            if self.validate:
+                problems = validate_allocation(self.allocator, node, claims, results)
+                if problems:
+                    self.rejected.append(f"{record.key} on {node.name}: {problems[0]}")
             self.allocator.state.apply(results)
             record.nodes.append(node.name)
             record.results.extend(results)
