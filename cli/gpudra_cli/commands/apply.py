@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ async def _apply(args: argparse.Namespace) -> int:
         for skipped in plan.skipped:
             print(f"{skipped.lower()} skipped (standalone mode runs no pods)")
         if args.wait:
+            print(f"waiting for gpudra's decisions on {len(plan.claims)} claims", file=sys.stderr)
             keys = [key_of(c) for c in plan.claims]
             claims, allocate_ms = await wait_decided(
                 client, keys, applied, timeout=args.timeout, settle=1.5
