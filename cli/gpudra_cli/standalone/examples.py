@@ -1,5 +1,4 @@
-"""Where the CLI finds repository files it reads at run time: the demo's `examples/` and the
-DeviceClasses `explain` uses. Order: the flag, else the environment variable, else `./<path>`
+"""Where the CLI finds the demo's `examples/` at run time. Order: the flag, else the environment variable, else `./<path>`
 (how `./pants run //:gpudra -- ...` runs, from the repository root), else the path beside this
 source tree (a checkout run with `python -m gpudra_cli`). A miss names every place tried."""
 
@@ -11,8 +10,6 @@ from pathlib import Path
 from gpudra_cli.standalone.errors import ManifestError
 
 ENV = "GPUDRA_EXAMPLES"
-CLASSES_ENV = "GPUDRA_DEVICE_CLASSES"
-CLASSES = Path("deploy/kustomize/base/device-classes/deviceclasses.yaml")
 
 
 def _find(relative: Path, given: Path | None, env: str, what: str, flag: str) -> Path:
@@ -31,7 +28,3 @@ def _find(relative: Path, given: Path | None, env: str, what: str, flag: str) ->
 
 def find_examples(given: Path | None) -> Path:
     return _find(Path("examples"), given, ENV, "examples folder", "--examples DIR")
-
-
-def find_device_classes(given: Path | None) -> Path:
-    return _find(CLASSES, given, CLASSES_ENV, "DeviceClasses file", "--device-classes FILE")

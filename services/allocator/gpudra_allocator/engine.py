@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpudra_alloc import AllocatedState, Allocator, DeviceID, Features
+from gpudra_alloc.builtin import builtin_class_documents
 from gpudra_alloc.placement import Chooser, choose_node, why_pending
 from gpudra_allocator.errors import SettingsError
 from gpudra_api import (
@@ -54,13 +54,10 @@ def load_classes(path: str = "") -> list[DeviceClass]:
     try:
         if path:
             text = Path(path).read_text(encoding="utf-8")
+            docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
         else:
-            text = (
-                resources.files("gpudra_allocator")
-                .joinpath("deviceclasses.yaml")
-                .read_text(encoding="utf-8")
-            )
-        return [parse_device_class(doc) for doc in yaml.safe_load_all(text) if doc is not None]
+            docs = builtin_class_documents()
+        return [parse_device_class(doc) for doc in docs]
     except (OSError, yaml.YAMLError, ApiError) as exc:
         raise SettingsError(f"device classes {path or '(built-in)'}: {exc}") from exc
 
