@@ -2,8 +2,9 @@
 
 `Allocator` runs Kubernetes' structured-allocator search per node (first-fit); `solve` and
 `run_lines` implement the allocation-problem contract (JSON Lines in and out, `claims` and
-`steps` problems) with an explanation for claims that do not fit. Imports `gpudra_api` and
-`gpudra_cel` only.
+`steps` problems, `gang` steps) with an explanation for claims that do not fit; the `topology`
+policy is answered by the placement layer (`gpudra_alloc.placement`, docs/PLACEMENT.md).
+Imports `gpudra_api` and `gpudra_cel` only.
 """
 
 from __future__ import annotations

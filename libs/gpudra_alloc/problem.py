@@ -30,6 +30,7 @@ POLICIES = ("first-fit", "topology")
 class Step:
     allocate: list[Any] | None = None  # ResourceClaim JSON, parsed when the step runs
     release: list[str] | None = None
+    gang: dict[str, Any] | None = None  # a gang (docs/PLACEMENT.md), parsed when the step runs
 
 
 @dataclass
@@ -44,6 +45,8 @@ class Problem:
     claims: list[ResourceClaim] | None
     steps: list[Step] | None
     state: AllocatedState = field(default_factory=AllocatedState)
+    # minutes since the start, one per step; benchmarks read it, the allocator ignores it
+    step_times: list[float] | None = None
 
 
 def _list(doc: dict[str, Any], key: str) -> list[Any]:
@@ -97,6 +100,7 @@ def parse_problem(doc: Any, default_policy: str) -> Problem:
         raise ProblemError("a problem carries exactly one of claims and steps")
     claims = [parse_resource_claim(c) for c in _list(doc, "claims")] if has_claims else None
     steps = _steps(_list(doc, "steps")) if has_steps else None
+    step_times = _step_times(doc, steps)
     state = AllocatedState()
     for i, d in enumerate(_list(doc, "allocatedDevices")):
         state.devices.add(_device_id(d, f"allocatedDevices[{i}]"))
@@ -116,15 +120,41 @@ def parse_problem(doc: Any, default_policy: str) -> Problem:
             raise ProblemError(f"allocatedCapacity[{i}]: {exc}") from exc
         state.add_capacity(device, consumed)
     return Problem(
-        doc.get("id"), policy, features, node, nodes, classes, slices, claims, steps, state
+        doc.get("id"),
+        policy,
+        features,
+        node,
+        nodes,
+        classes,
+        slices,
+        claims,
+        steps,
+        state,
+        step_times,
     )
+
+
+def _step_times(doc: dict[str, Any], steps: list[Step] | None) -> list[float] | None:
+    if doc.get("stepTimes") is None:
+        return None
+    if steps is None:
+        raise ProblemError("stepTimes: only a steps problem carries step times")
+    times = _list(doc, "stepTimes")
+    if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in times):
+        raise ProblemError("stepTimes: must be a list of numbers")
+    if len(times) != len(steps):
+        raise ProblemError(f"stepTimes: {len(times)} entries for {len(steps)} steps")
+    return [float(t) for t in times]
 
 
 def _steps(raw: list[Any]) -> list[Step]:
     steps = []
     for i, step in enumerate(raw):
         if not isinstance(step, dict) or len(step) != 1:
-            raise ProblemError(f'steps[{i}]: must be {{"allocate": [...]}} or {{"release": [...]}}')
+            raise ProblemError(
+                f'steps[{i}]: must be {{"allocate": [...]}}, {{"release": [...]}} '
+                'or {"gang": {...}}'
+            )
         if "allocate" in step:
             claims = step["allocate"]
             if not isinstance(claims, list):
@@ -135,6 +165,11 @@ def _steps(raw: list[Any]) -> list[Step]:
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 raise ProblemError(f"steps[{i}].release: must be a list of namespace/name")
             steps.append(Step(release=list(names)))
+        elif "gang" in step:
+            gang = step["gang"]
+            if not isinstance(gang, dict):
+                raise ProblemError(f"steps[{i}].gang: must be an object with name and pods")
+            steps.append(Step(gang=gang))
         else:
             raise ProblemError(f"steps[{i}]: unknown step {next(iter(step))!r}")
     return steps
