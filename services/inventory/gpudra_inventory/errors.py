@@ -1,6 +1,12 @@
-"""The inventory service's exceptions: one root, permanent and retryable kept apart."""
+"""The inventory service's exceptions: one root, permanent and retryable kept apart.
+
+Settings errors are the shared runtime's (`gpudra_service.errors.SettingsError`, a
+`ServiceError`), re-exported here so `except SettingsError` catches what the loader raises.
+"""
 
 from __future__ import annotations
+
+from gpudra_service.errors import SettingsError
 
 
 class InventoryError(Exception):
@@ -15,5 +21,4 @@ class InventoryRetryableError(InventoryError):
     """A transient condition; the same call may succeed later."""
 
 
-class SettingsError(InventoryPermanentError, ValueError):
-    """A setting (flag or environment variable) has a value the service cannot use."""
+__all__ = ["InventoryError", "InventoryPermanentError", "InventoryRetryableError", "SettingsError"]

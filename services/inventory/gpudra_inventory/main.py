@@ -1,10 +1,11 @@
 """`python -m gpudra_inventory`: settings, wiring and the loop, per the service skeleton.
 
-Start-up: tracing, NATS (waits for a server), streams and buckets (idempotent), the bucket's
+Start-up: tracing, NATS (waits for a server; credentials and TLS from the shared settings),
+streams and buckets (idempotent, created with `stream-replicas` replicas), the bucket's
 slices (generations continue), in Kubernetes mode the API client and a prune of stale slices, the
 health server, then the inventory consumer. SIGTERM/SIGINT stop the loop; the exit stack closes
 the API client and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for bad
-settings.
+settings (also those found while starting: unreadable NATS TLS files, a probe port in use).
 """
 
 from __future__ import annotations
@@ -18,23 +19,22 @@ from collections.abc import Sequence
 
 from gpudra_bus import SLICES_BUCKET, BusError, connect, ensure_buckets, ensure_streams
 from gpudra_inventory.errors import SettingsError
-from gpudra_inventory.health import HealthServer
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.service import InventoryService
 from gpudra_inventory.settings import Settings
-from gpudra_inventory.telemetry import setup_tracing
 from gpudra_kube.errors import KubeError
+from gpudra_service import HealthServer, nats_options, setup_tracing
 
 log = logging.getLogger("gpudra_inventory")
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        nc = await connect(settings.nats_servers, name="inventory")
+        nc = await connect(settings.nats_servers, name="inventory", **nats_options(settings))
         stack.push_async_callback(nc.drain)
         js = nc.jetstream()
-        await ensure_streams(js)
-        buckets = await ensure_buckets(js)
+        await ensure_streams(js, replicas=settings.stream_replicas)
+        buckets = await ensure_buckets(js, replicas=settings.stream_replicas)
         mirror: SliceMirror | None = None
         if settings.mode == "kubernetes":
             from gpudra_kube.api_backend import ApiStore
@@ -48,9 +48,14 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await service.load()
         if mirror is not None:
             log.info("removed %d stale slices from the API", await mirror.prune(service.book))
-        health = await HealthServer(
-            settings.health_host, settings.health_port, lambda: service.ready
-        ).start()
+        try:
+            health = await HealthServer(
+                settings.health_host, settings.health_port, ready=lambda: service.ready
+            ).start()
+        except OSError as exc:
+            raise SettingsError(
+                f"cannot serve probes on {settings.health_host}:{settings.health_port}: {exc}"
+            ) from exc
         stack.push_async_callback(health.stop)
         log.info("health server on port %d", health.port)
         await service.run(stop)
@@ -77,7 +82,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
         await serve(settings, stop)
     except (BusError, KubeError, SettingsError) as exc:
         log.error("inventory stopped: %s", exc)
-        return 1
+        return 2 if isinstance(exc, SettingsError) else 1
     finally:
         shutdown_tracing()
     return 0

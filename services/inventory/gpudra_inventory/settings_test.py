@@ -24,6 +24,34 @@ from gpudra_inventory.settings import Settings
         pytest.param(
             [], {"GPUDRA_NATS_URL": "nats://n:1"}, {"nats_url": "nats://n:1"}, id="shared"
         ),
+        pytest.param(
+            [],
+            {
+                "GPUDRA_NATS_TLS_CA": "/etc/gpudra/nats-tls/ca.crt",
+                "GPUDRA_NATS_TLS_CERT": "/etc/gpudra/nats-tls/tls.crt",
+                "GPUDRA_NATS_TLS_KEY": "/etc/gpudra/nats-tls/tls.key",
+                "GPUDRA_NATS_STREAM_REPLICAS": "3",
+                "GPUDRA_HEALTH_PORT": "9090",
+                "GPUDRA_LOG_LEVEL": "DEBUG",
+                "OTEL_TRACES_EXPORTER": "otlp",
+            },
+            {
+                "nats_tls_ca": "/etc/gpudra/nats-tls/ca.crt",
+                "nats_tls_cert": "/etc/gpudra/nats-tls/tls.crt",
+                "nats_tls_key": "/etc/gpudra/nats-tls/tls.key",
+                "stream_replicas": 3,
+                "health_port": 9090,
+                "log_level": "DEBUG",
+                "trace_exporter": "otlp",
+            },
+            id="shared-config-map",
+        ),
+        pytest.param(
+            [],
+            {"GPUDRA_NATS_STREAM_REPLICAS": "3", "GPUDRA_INVENTORY_STREAM_REPLICAS": "1"},
+            {"stream_replicas": 1},
+            id="own-beats-shared",
+        ),
     ],
 )
 def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) -> None:
@@ -38,6 +66,12 @@ def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) ->
         pytest.param(["--mode", "cloud"], {}, "mode", id="unknown-mode"),
         pytest.param(["--heartbeat-timeout", "0"], {}, "heartbeat", id="zero-timeout"),
         pytest.param([], {"GPUDRA_INVENTORY_DYNAMIC_MIG": "maybe"}, "DYNAMIC_MIG", id="bad-bool"),
+        pytest.param(
+            [], {"GPUDRA_NATS_STREAM_REPLICAS": "three"}, "invalid value 'three'", id="bad-int"
+        ),
+        pytest.param(["--stream-replicas", "0"], {}, "stream-replicas", id="zero-replicas"),
+        pytest.param(["--nats-tls-cert", "/c"], {}, "go together", id="cert-without-key"),
+        pytest.param(["--trace-exporter", "jaeger"], {}, "trace-exporter", id="exporter"),
     ],
 )
 def test_bad_values(argv: list[str], env: dict[str, str], message: str) -> None:
