@@ -293,11 +293,18 @@ async def test_process_stops_while_waiting_for_nats(short_root: Path) -> None:
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        for _ in range(400):  # the probe server answers first; NATS never will
+        # The probe server answers first; NATS never will. Wait for the probe (not a fixed time:
+        # a loaded CI machine can take many seconds to import), so that SIGTERM reaches a process
+        # whose signal handlers are installed.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 90
+        answered = False
+        while not answered and loop.time() < deadline and process.returncode is None:
             with contextlib.suppress(OSError):
-                if await http_get(settings.health_port, "/healthz") == "HTTP/1.1 200 OK":
-                    break
-            await asyncio.sleep(0.05)
+                answered = await http_get(settings.health_port, "/healthz") == "HTTP/1.1 200 OK"
+            if not answered:
+                await asyncio.sleep(0.05)
+        assert answered, "the probe server never answered"
         process.send_signal(signal.SIGTERM)
         _, err = await asyncio.wait_for(process.communicate(), 20)
     finally:
