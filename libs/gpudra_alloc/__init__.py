@@ -17,6 +17,7 @@ from gpudra_alloc.features import FEATURE_NAMES, Features
 from gpudra_alloc.pools import Pool, gather_pools
 from gpudra_alloc.selection import Selectors
 from gpudra_alloc.state import AllocatedState, DeviceID
+from gpudra_alloc.validate import validate_allocation
 
 __all__ = [
     "FEATURE_NAMES",
@@ -35,4 +36,5 @@ __all__ = [
     "gather_pools",
     "run_lines",
     "solve",
+    "validate_allocation",
 ]

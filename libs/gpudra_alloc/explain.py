@@ -28,7 +28,7 @@ from gpudra_alloc.constraints import Constraint
 from gpudra_alloc.errors import AllocationError
 from gpudra_alloc.pools import DeviceEntry, Pool, node_matches
 from gpudra_alloc.requests import claim_ref
-from gpudra_alloc.state import DeviceID
+from gpudra_alloc.state import AllocatedState, DeviceID
 from gpudra_alloc.taints import taint_prevents_allocation
 from gpudra_api import DeviceClass, ExactDeviceRequest, Node, Quantity, ResourceClaim
 
@@ -153,12 +153,14 @@ def first_failing_stage(
     request: ExactDeviceRequest,
     device_class: DeviceClass | None,
     entry: DeviceEntry,
+    state: AllocatedState | None = None,
 ) -> str:
     """The first stage (`STAGES`) that removes `entry` for `request` on `node`, judged alone
-    against `allocator.state`; "" when the device is a candidate. Public: placement counts
-    usable devices per node with it."""
+    against `state` (None: `allocator.state`); "" when the device is a candidate. Public:
+    placement counts usable devices per node with it, the validator checks devices with it."""
     device = entry.device
     features = allocator.features
+    in_use = state if state is not None else allocator.state
     if entry.slice.per_device_node_selection and not node_matches(
         node, device.node_name, device.all_nodes, device.node_selector
     ):
@@ -173,22 +175,24 @@ def first_failing_stage(
     except AllocationError:
         return "classSelector"
     multi = features.consumable_capacity and bool(device.allow_multiple_allocations)
-    if not request.admin_access and not multi and entry.id in allocator.state.devices:
+    if not request.admin_access and not multi and entry.id in in_use.devices:
         return "allocated"
     if device.binding_conditions and not features.device_binding_and_status:
         return "bindingConditions"
     if features.device_taints and taint_prevents_allocation(device, request):
         return "taint"
     if features.consumable_capacity and not request_fits(
-        allocator.state.capacity.get(entry.id), request.capacity, device.capacity, None
+        in_use.capacity.get(entry.id), request.capacity, device.capacity, None
     ):
         return "capacity"
-    if device.consumes_counters and not _counters_fit(allocator, pool, entry):
+    if device.consumes_counters and not _counters_fit(allocator, pool, entry, in_use):
         return "counters"
     return ""
 
 
-def _counters_fit(allocator: Allocator, pool: Pool, entry: DeviceEntry) -> bool:
+def _counters_fit(
+    allocator: Allocator, pool: Pool, entry: DeviceEntry, state: AllocatedState
+) -> bool:
     if not allocator.features.partitionable_devices:
         return False
     for consumption in entry.device.consumes_counters:
@@ -199,20 +203,19 @@ def _counters_fit(allocator: Allocator, pool: Pool, entry: DeviceEntry) -> bool:
             have = counter_set.counters.get(name)
             if have is None:
                 return False
-            used = _used(allocator, pool, consumption.counter_set, name)
+            used = counter_used(pool, consumption.counter_set, name, state)
             if have - used < want:
                 return False
     return True
 
 
-def _used(allocator: Allocator, pool: Pool, counter_set: str, counter: str) -> Quantity:
+def counter_used(pool: Pool, counter_set: str, counter: str, state: AllocatedState) -> Quantity:
+    """How much of one counter of `pool` the devices in use under `state` consume."""
     total = Quantity.of(0)
     for group in (pool.slices, pool.slices_not_targeting_node):
         for slice_ in group:
             for device in slice_.devices:
-                if not allocator.state.is_allocated(
-                    DeviceID(slice_.driver, slice_.pool.name, device.name)
-                ):
+                if not state.is_allocated(DeviceID(slice_.driver, slice_.pool.name, device.name)):
                     continue
                 for consumption in device.consumes_counters:
                     if consumption.counter_set == counter_set and counter in consumption.counters:

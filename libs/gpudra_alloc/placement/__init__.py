@@ -9,7 +9,7 @@ reasons are in `docs/PLACEMENT.md`.
 
 from __future__ import annotations
 
-from gpudra_alloc.placement.accept import kubernetes_accepts, validate_allocation
+from gpudra_alloc.placement.accept import kubernetes_accepts
 from gpudra_alloc.placement.choose import ALTERNATIVE_PENALTY, Choice, Chooser, Score
 from gpudra_alloc.placement.errors import GangError
 from gpudra_alloc.placement.gang import Gang, GangPlacement, parse_gang, place_gang
@@ -18,6 +18,7 @@ from gpudra_alloc.placement.replay import PodRecord, Replay
 from gpudra_alloc.placement.topology import FreeState, NodeView, result_devices
 from gpudra_alloc.placement.value import block_value, node_value
 from gpudra_alloc.placement.why import sentence, why_pending
+from gpudra_alloc.validate import validate_allocation
 
 __all__ = [
     "ALTERNATIVE_PENALTY",

@@ -20,11 +20,11 @@ from typing import Any
 
 from gpudra_alloc.allocator import Allocator
 from gpudra_alloc.errors import ProblemError
-from gpudra_alloc.placement.accept import validate_allocation
 from gpudra_alloc.placement.choose import LARGE_DOMAIN, NEAR_WHOLE, Chooser
 from gpudra_alloc.placement.gang import Gang, parse_gang, place_gang
 from gpudra_alloc.placement.topology import result_devices
 from gpudra_alloc.state import DeviceID
+from gpudra_alloc.validate import validate_allocation
 from gpudra_api import (
     AllocationResult,
     Node,
