@@ -1,6 +1,12 @@
-"""The claim-writer service's exceptions: one root, permanent and retryable kept apart."""
+"""The claim-writer service's exceptions: one root, permanent and retryable kept apart.
+
+Settings errors are the shared runtime's (`gpudra_service.errors.SettingsError`, a
+`ServiceError`), re-exported here so `except SettingsError` catches what the loader raises.
+"""
 
 from __future__ import annotations
+
+from gpudra_service.errors import SettingsError
 
 
 class ClaimWriterError(Exception):
@@ -15,5 +21,9 @@ class ClaimWriterRetryableError(ClaimWriterError):
     """A transient condition; the same call may succeed later."""
 
 
-class SettingsError(ClaimWriterPermanentError, ValueError):
-    """A setting (flag or environment variable) has a value the service cannot use."""
+__all__ = [
+    "ClaimWriterError",
+    "ClaimWriterPermanentError",
+    "ClaimWriterRetryableError",
+    "SettingsError",
+]

@@ -1,11 +1,12 @@
 """`python -m gpudra_claim_writer`: settings, wiring and the loops, per the service skeleton.
 
-Start-up: tracing, NATS (waits for a server), streams and buckets (idempotent), the claim store
+Start-up: tracing, NATS (waits for a server; credentials and TLS from the shared settings),
+streams and buckets (idempotent, created with `stream-replicas` replicas), the claim store
 (the API server in kubernetes mode, the KV buckets in standalone mode — the same `Store` interface,
 so both modes run the same code), the health server, then three loops: intake (claims → events),
 write-back (decisions → claim status) and pod gates. SIGTERM/SIGINT cancel the loops; the exit
 stack closes the store and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for
-bad settings.
+bad settings (also those found while starting: unreadable NATS TLS files, a probe port in use).
 """
 
 from __future__ import annotations
@@ -21,26 +22,25 @@ from typing import Any
 from gpudra_bus import BusError, Publisher, connect, ensure_buckets, ensure_streams
 from gpudra_claim_writer.errors import SettingsError
 from gpudra_claim_writer.gates import Gates
-from gpudra_claim_writer.health import HealthServer
 from gpudra_claim_writer.intake import Intake
 from gpudra_claim_writer.settings import Settings
-from gpudra_claim_writer.telemetry import setup_tracing
 from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.errors import KubeError
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.store import Store
+from gpudra_service import HealthServer, nats_options, setup_tracing
 
 log = logging.getLogger("gpudra_claim_writer")
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        nc = await connect(settings.nats_servers, name="claim-writer")
+        nc = await connect(settings.nats_servers, name="claim-writer", **nats_options(settings))
         stack.push_async_callback(nc.drain)
         js = nc.jetstream()
-        await ensure_streams(js)
-        await ensure_buckets(js)
+        await ensure_streams(js, replicas=settings.stream_replicas)
+        await ensure_buckets(js, replicas=settings.stream_replicas)
         store: Store
         if settings.mode == "kubernetes":
             store = await ApiStore.from_kubeconfig(settings.kubeconfig or None)
@@ -59,11 +59,16 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         writeback = Writeback(
             nc, store, publisher, consumer=settings.consumer, on_allocated=on_allocated
         )
-        health = await HealthServer(
-            settings.health_host,
-            settings.health_port,
-            lambda: intake.synced.is_set() and writeback.ready,
-        ).start()
+        try:
+            health = await HealthServer(
+                settings.health_host,
+                settings.health_port,
+                ready=lambda: intake.synced.is_set() and writeback.ready,
+            ).start()
+        except OSError as exc:
+            raise SettingsError(
+                f"cannot serve probes on {settings.health_host}:{settings.health_port}: {exc}"
+            ) from exc
         stack.push_async_callback(health.stop)
         log.info("health server on port %d", health.port)
         loops = [intake.run(), writeback.run()]
@@ -108,7 +113,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
         await serve(settings, stop)
     except (BusError, KubeError, SettingsError) as exc:
         log.error("claim-writer stopped: %s", exc)
-        return 1
+        return 2 if isinstance(exc, SettingsError) else 1
     finally:
         shutdown_tracing()
     return 0

@@ -21,6 +21,36 @@ from gpudra_claim_writer.settings import Settings
             {"namespace": "team-a", "watch_timeout": 3.0},
             id="flags",
         ),
+        pytest.param(
+            [],
+            {
+                "GPUDRA_NATS_URL": "tls://nats:4222",
+                "GPUDRA_NATS_TLS_CA": "/etc/gpudra/nats-tls/ca.crt",
+                "GPUDRA_NATS_TLS_CERT": "/etc/gpudra/nats-tls/tls.crt",
+                "GPUDRA_NATS_TLS_KEY": "/etc/gpudra/nats-tls/tls.key",
+                "GPUDRA_NATS_STREAM_REPLICAS": "3",
+                "GPUDRA_HEALTH_PORT": "9090",
+                "GPUDRA_LOG_LEVEL": "DEBUG",
+                "OTEL_TRACES_EXPORTER": "otlp",
+            },
+            {
+                "nats_url": "tls://nats:4222",
+                "nats_tls_ca": "/etc/gpudra/nats-tls/ca.crt",
+                "nats_tls_cert": "/etc/gpudra/nats-tls/tls.crt",
+                "nats_tls_key": "/etc/gpudra/nats-tls/tls.key",
+                "stream_replicas": 3,
+                "health_port": 9090,
+                "log_level": "DEBUG",
+                "trace_exporter": "otlp",
+            },
+            id="shared-config-map",
+        ),
+        pytest.param(
+            [],
+            {"GPUDRA_HEALTH_PORT": "9090", "GPUDRA_CLAIM_WRITER_HEALTH_PORT": "9191"},
+            {"health_port": 9191},
+            id="own-beats-shared",
+        ),
     ],
 )
 def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) -> None:
@@ -34,7 +64,10 @@ def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) ->
     [
         pytest.param(["--mode", "cloud"], "mode", id="unknown-mode"),
         pytest.param(["--watch-timeout", "-1"], "watch timeout", id="negative-timeout"),
-        pytest.param(["--health-port", "x"], "--health-port", id="not-a-port"),
+        pytest.param(["--health-port", "x"], "--health-port: invalid value 'x'", id="not-a-port"),
+        pytest.param(["--stream-replicas", "0"], "stream-replicas", id="zero-replicas"),
+        pytest.param(["--nats-tls-key", "/k"], "go together", id="key-without-cert"),
+        pytest.param(["--log-level", "loud"], "not a logging level", id="log-level"),
     ],
 )
 def test_bad_values(argv: list[str], message: str) -> None:
