@@ -66,5 +66,6 @@ async def test_bad_settings_exit_2(
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    assert await main(argv) == 2
+    # A setting ignored while starting would leave main waiting for NATS: fail instead.
+    assert await asyncio.wait_for(main(argv), 10) == 2
     assert message in capsys.readouterr().err + caplog.text
