@@ -6,6 +6,10 @@
 
 from __future__ import annotations
 
+# The shared runtime's settings error (a `gpudra_service.ServiceError`), re-exported as the
+# allocator's own so `except SettingsError` catches what the loader raises.
+from gpudra_service.errors import SettingsError
+
 
 class AllocatorError(Exception):
     """Root of every error the allocator service raises itself."""
@@ -19,13 +23,19 @@ class AllocatorRetryableError(AllocatorError):
     """A transient condition; the same call may succeed later."""
 
 
-class SettingsError(AllocatorPermanentError, ValueError):
-    """A setting (flag or environment variable) has a value the service cannot use."""
-
-
 class BadClaimError(AllocatorPermanentError):
     """A claim event carries a claim that cannot be allocated as given (invalid JSON or spec)."""
 
 
 class ReservationConflict(AllocatorRetryableError):
     """Another replica reserved or changed the same pool first; decide again on fresh state."""
+
+
+__all__ = [
+    "AllocatorError",
+    "AllocatorPermanentError",
+    "AllocatorRetryableError",
+    "BadClaimError",
+    "ReservationConflict",
+    "SettingsError",
+]

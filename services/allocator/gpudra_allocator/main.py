@@ -1,10 +1,13 @@
 """`python -m gpudra_allocator`: settings, wiring and the loop, per the service skeleton.
 
-Start-up order: tracing, NATS (waits for a server), streams and buckets (idempotent), the
+Start-up order: tracing, NATS (waits for a server; credentials and TLS from the shared settings),
+streams and buckets (idempotent, created with `stream-replicas` replicas), the
 reservation mirror, the slice index and the applied DeviceClasses (all fully read before the first
 claim is decided; applied classes override the built-in ones of the same name), the health server,
 then the claim consumer. SIGTERM/SIGINT stop the loop; the exit stack then stops
-the watches and drains the NATS connection. Exit status: 0 after a signal, 2 for bad settings.
+the watches and drains the NATS connection. Exit status: 0 after a signal, 1 on a fatal error, 2
+for bad settings (also those found while starting: DeviceClasses file, unreadable NATS TLS files,
+a probe port in use).
 """
 
 from __future__ import annotations
@@ -18,11 +21,9 @@ from collections.abc import Sequence
 
 from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.errors import SettingsError
-from gpudra_allocator.health import HealthServer
 from gpudra_allocator.index import class_index, slice_index
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
-from gpudra_allocator.telemetry import setup_tracing
 from gpudra_allocator.worker import Worker
 from gpudra_bus import (
     DEVICE_CLASSES_BUCKET,
@@ -33,6 +34,7 @@ from gpudra_bus import (
     ensure_buckets,
     ensure_streams,
 )
+from gpudra_service import HealthServer, nats_options, setup_tracing
 
 log = logging.getLogger("gpudra_allocator")
 
@@ -40,11 +42,13 @@ log = logging.getLogger("gpudra_allocator")
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     engine = Engine(load_classes(settings.device_classes), settings.policy)
     async with contextlib.AsyncExitStack() as stack:
-        nc = await connect(settings.nats_servers, name=f"allocator-{settings.replica}")
+        nc = await connect(
+            settings.nats_servers, name=f"allocator-{settings.replica}", **nats_options(settings)
+        )
         stack.push_async_callback(nc.drain)
         js = nc.jetstream()
-        await ensure_streams(js)
-        buckets = await ensure_buckets(js)
+        await ensure_streams(js, replicas=settings.stream_replicas)
+        buckets = await ensure_buckets(js, replicas=settings.stream_replicas)
         reservations = Reservations(buckets[RESERVATIONS_BUCKET])
         await reservations.start()
         stack.push_async_callback(reservations.stop)
@@ -55,9 +59,14 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await classes.start()
         stack.push_async_callback(classes.stop)
         worker = Worker(nc, settings, engine, index, reservations, classes)
-        health = await HealthServer(
-            settings.health_host, settings.health_port, lambda: worker.ready
-        ).start()
+        try:
+            health = await HealthServer(
+                settings.health_host, settings.health_port, ready=lambda: worker.ready
+            ).start()
+        except OSError as exc:
+            raise SettingsError(
+                f"cannot serve probes on {settings.health_host}:{settings.health_port}: {exc}"
+            ) from exc
         stack.push_async_callback(health.stop)
         log.info("health server on port %d", health.port)
         await worker.run(stop)
@@ -84,7 +93,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
         await serve(settings, stop)
     except (BusError, SettingsError) as exc:
         log.error("allocator stopped: %s", exc)
-        return 1
+        return 2 if isinstance(exc, SettingsError) else 1
     finally:
         shutdown_tracing()
     return 0

@@ -1,7 +1,12 @@
 """The allocator's settings: one frozen dataclass, every field a flag and an environment variable.
 
-Precedence: flag > `GPUDRA_ALLOCATOR_<NAME>` (and `GPUDRA_NATS_URL` for the NATS URL) > default.
-`Settings.load` validates what it read; a value no component could use is a `SettingsError`.
+The fields every gpudra service has (NATS connection, credentials and TLS, stream replicas, probes,
+tracing, logging) come from `gpudra_service.CommonSettings`; this module adds the allocator's own
+and checks them. Precedence: flag > `GPUDRA_ALLOCATOR_<NAME>` > the variable all services share for
+that field (`GPUDRA_NATS_URL`, `GPUDRA_NATS_TLS_*`, `GPUDRA_NATS_STREAM_REPLICAS`,
+`GPUDRA_HEALTH_PORT`, `GPUDRA_LOG_LEVEL`, `OTEL_TRACES_EXPORTER`; see `gpudra_service.SHARED_ENV`)
+> default. `Settings.load` validates what it read; a value no component could use is a
+`SettingsError`.
 """
 
 from __future__ import annotations
@@ -12,22 +17,17 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 
-from gpudra_allocator import _settings_loader as loader
-from gpudra_allocator._settings_loader import doc
 from gpudra_allocator.errors import SettingsError
+from gpudra_service import CommonSettings, doc, load
 
 ENV_PREFIX = "GPUDRA_ALLOCATOR_"
 POLICIES = ("topology", "first-fit")
-TRACE_EXPORTERS = ("none", "console", "otlp")
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class Settings(CommonSettings):
     """Everything the allocator can be told; `--help` shows each field's unit and default."""
 
-    nats_url: str = field(
-        default="nats://127.0.0.1:4222", metadata=doc("NATS server URL(s), comma-separated", "URL")
-    )
     replica_id: str = field(
         default="", metadata=doc("this replica's name in decisions; empty: <host>-<pid>")
     )
@@ -60,63 +60,35 @@ class Settings:
     max_waiting: int = field(
         default=10000, metadata=doc("unschedulable claims held for retry at most", "claims")
     )
-    health_port: int = field(
-        default=8080, metadata=doc("HTTP port of /healthz and /readyz; 0 picks a free one", "port")
-    )
-    health_host: str = field(
-        default="0.0.0.0", metadata=doc("address the health server binds", "address")
-    )
-    trace_exporter: str = field(
-        default="none", metadata=doc(f"trace exporter: {', '.join(TRACE_EXPORTERS)}", "choice")
-    )
-    trace_endpoint: str = field(
-        default="", metadata=doc("OTLP/HTTP traces endpoint; empty: the SDK default", "URL")
-    )
-    trace_file: str = field(
-        default="", metadata=doc("console exporter writes JSON lines here; empty: stdout", "path")
-    )
-    log_level: str = field(
-        default="INFO", metadata=doc("logging level (DEBUG, INFO, WARNING, ERROR)", "level")
-    )
 
     @property
     def replica(self) -> str:
         return self.replica_id or f"{socket.gethostname()}-{os.getpid()}"
 
-    @property
-    def nats_servers(self) -> list[str]:
-        return [u.strip() for u in self.nats_url.split(",") if u.strip()]
-
     @classmethod
     def load(
         cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
     ) -> Settings:
-        parser = loader.build_parser(
+        """Settings from flags, then the environment, then defaults; validated."""
+        settings = load(
             cls,
             ENV_PREFIX,
-            "python -m gpudra_allocator",
-            "gpudra allocator: turns claim events into reserved, announced allocations.",
-        )
-        settings = loader.load(
-            cls, ENV_PREFIX, parser, argv, os.environ if environ is None else environ
+            argv,
+            environ,
+            prog="python -m gpudra_allocator",
+            description="gpudra allocator: turns claim events into reserved, announced allocations.",
         )
         settings.validate()
         return settings
 
     def validate(self) -> None:
+        """Raise `SettingsError` for values no component could use (common fields first)."""
+        self.validate_common()
         if self.policy not in POLICIES:
             raise SettingsError(f"policy must be one of {POLICIES}, got {self.policy!r}")
-        if self.trace_exporter not in TRACE_EXPORTERS:
-            raise SettingsError(
-                f"trace exporter must be one of {TRACE_EXPORTERS}, got {self.trace_exporter!r}"
-            )
-        if not self.nats_servers:
-            raise SettingsError("no NATS URL given")
         if self.ack_wait <= 0 or self.retry_interval <= 0:
             raise SettingsError("ack wait and retry interval must be > 0 seconds")
         if self.batch < 1 or self.max_waiting < 1 or self.concurrency < 1:
             raise SettingsError("batch, concurrency and max waiting must be >= 1")
-        if not 0 <= self.health_port <= 65535:
-            raise SettingsError(f"health port {self.health_port} is not a TCP port")
         if not self.consumer.replace("-", "").replace("_", "").isalnum():
             raise SettingsError(f"consumer name {self.consumer!r} must be alphanumeric with - or _")

@@ -36,6 +36,28 @@ from gpudra_allocator.settings import Settings
         pytest.param(
             ["--ack-wait", "2.5", "--batch", "8"], {}, {"ack_wait": 2.5, "batch": 8}, id="numbers"
         ),
+        pytest.param(
+            [],
+            {
+                "GPUDRA_NATS_TLS_CA": "/etc/gpudra/nats-tls/ca.crt",
+                "GPUDRA_NATS_TLS_CERT": "/etc/gpudra/nats-tls/tls.crt",
+                "GPUDRA_NATS_TLS_KEY": "/etc/gpudra/nats-tls/tls.key",
+                "GPUDRA_NATS_STREAM_REPLICAS": "3",
+                "GPUDRA_HEALTH_PORT": "9090",
+                "GPUDRA_LOG_LEVEL": "DEBUG",
+                "OTEL_TRACES_EXPORTER": "otlp",
+            },
+            {
+                "nats_tls_ca": "/etc/gpudra/nats-tls/ca.crt",
+                "nats_tls_cert": "/etc/gpudra/nats-tls/tls.crt",
+                "nats_tls_key": "/etc/gpudra/nats-tls/tls.key",
+                "stream_replicas": 3,
+                "health_port": 9090,
+                "log_level": "DEBUG",
+                "trace_exporter": "otlp",
+            },
+            id="shared-config-map",
+        ),
     ],
 )
 def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) -> None:
@@ -48,10 +70,12 @@ def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) ->
     ("argv", "message"),
     [
         pytest.param(["--policy", "best"], "policy", id="unknown-policy"),
-        pytest.param(["--ack-wait", "soon"], "--ack-wait", id="not-a-number"),
+        pytest.param(["--ack-wait", "soon"], "--ack-wait: invalid value 'soon'", id="not-a-number"),
         pytest.param(["--ack-wait", "0"], "ack wait", id="zero-wait"),
         pytest.param(["--health-port", "70000"], "TCP port", id="bad-port"),
-        pytest.param(["--trace-exporter", "jaeger"], "trace exporter", id="bad-exporter"),
+        pytest.param(["--trace-exporter", "jaeger"], "trace-exporter", id="bad-exporter"),
+        pytest.param(["--stream-replicas", "0"], "stream-replicas", id="zero-replicas"),
+        pytest.param(["--nats-tls-cert", "/c"], "go together", id="cert-without-key"),
         pytest.param(["--consumer", "a b"], "consumer", id="bad-consumer"),
     ],
 )
