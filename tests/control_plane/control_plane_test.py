@@ -45,6 +45,7 @@ from gpudra_testing.kubeapi import FakeKubeApi
 pytestmark = pytest.mark.slow
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
+TRACEPARENT = "gpudra.io/traceparent"
 
 
 @pytest_asyncio.fixture
@@ -174,14 +175,15 @@ async def test_claims_in_allocations_out_delete_releases_one_trace(
     codes = cluster.stop_all()
     assert codes == {"inventory": 0, "allocator": 0, "claim-writer": 0}, cluster.logs()
     survivor = next(f"pair-{i}" for i in range(7) if f"pair-{i}" not in victims)
-    _assert_one_trace(cluster, final[survivor]["metadata"]["uid"])
+    status_span = _assert_one_trace(cluster, final[survivor]["metadata"]["uid"])
+    _assert_trace_annotation(final[survivor], status_span)
 
 
 def _reason(claim: dict[str, Any]) -> str:
     return str((claim["metadata"].get("annotations") or {}).get(UNSCHEDULABLE, ""))
 
 
-def _assert_one_trace(cluster: Cluster, uid: str) -> None:
+def _assert_one_trace(cluster: Cluster, uid: str) -> dict[str, Any]:
     spans = cluster.spans()
     by_id = {s["context"]["span_id"]: s for s in spans}
     intake = [
@@ -205,6 +207,16 @@ def _assert_one_trace(cluster: Cluster, uid: str) -> None:
     assert chain[-1] == ("gpudra-claim-writer", "intake claim"), chain
     assert ("gpudra-allocator", "process gpudra.claims.>") in chain, chain
     assert ("gpudra-allocator", "publish gpudra.allocations.>") in chain, chain
+    return status[0]
+
+
+def _assert_trace_annotation(claim: dict[str, Any], status_span: dict[str, Any]) -> None:
+    """The claim carries its trace on (for the kubelet plugin): child of the status write."""
+    traceparent = claim["metadata"]["annotations"][TRACEPARENT]
+    version, trace_id, parent_id, _flags = traceparent.split("-")
+    assert version == "00"
+    assert f"0x{trace_id}" == status_span["context"]["trace_id"]
+    assert f"0x{parent_id}" == status_span["context"]["span_id"]
 
 
 async def test_two_allocator_replicas_never_allocate_one_device_twice(
@@ -342,6 +354,32 @@ async def test_kubernetes_mode_adopts_foreign_allocations_and_lifts_the_pod_gate
             return bool(claim and devices_of(claim) and p and not p["spec"].get("schedulingGates"))
 
         await wait_for(ungated, 30, "mine allocated and the pod ungated", cluster)
+
+        # A pod whose only claim is another driver's: kube-scheduler allocates that claim, and only
+        # once the pod is ungated, so gpudra lets it go at once (the claim comes after the pod).
+        await api.put(
+            DEVICE_CLASSES,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": "nic.example.com"},
+                "spec": {"selectors": [{"cel": {"expression": 'device.driver == "nic.example"'}}]},
+            },
+        )
+        nic_pod = copy.deepcopy(pod)
+        nic_pod["metadata"]["name"] = "nic-user"
+        nic_pod["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimName": "nic"}]
+        await api.put(PODS, nic_pod)
+        await api.put(RESOURCE_CLAIMS, claim_manifest("nic", device_class="nic.example.com"))
+
+        async def nic_pod_ungated() -> bool:
+            p = find(PODS, "nic-user")
+            return bool(p and not p["spec"].get("schedulingGates"))
+
+        await wait_for(nic_pod_ungated, 30, "the other driver's pod ungated", cluster)
+        nic = find(RESOURCE_CLAIMS, "nic")
+        assert nic is not None
+        assert not devices_of(nic), "gpudra leaves another driver's claim alone"
         mine = find(RESOURCE_CLAIMS, "mine")
         assert mine is not None
         assert sorted(d for _, _, d in devices_of(mine)) == ["gpu-6", "gpu-7"]

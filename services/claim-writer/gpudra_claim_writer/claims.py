@@ -8,8 +8,14 @@ is as wanted — so the caller never writes (and never triggers a watch event) f
   protection` finalizer on the object first, then `status.allocation`.
 - An unschedulable reason is kept in the annotation `gpudra.io/unschedulable` (resource.k8s.io/v1
   has no claim conditions; the annotation is what `kubectl describe` and `gpudra get` show).
-- A pod's scheduling gate `gpudra.io/allocation` is lifted only when every claim the pod names is
-  known and allocated.
+- The allocation's trace: `status.allocation` is written together with the W3C trace context of
+  the write (annotations `gpudra.io/traceparent` and, when there is one, `gpudra.io/tracestate`),
+  so whoever acts on the allocation next (the kubelet plugin's prepare) continues the claim's trace.
+- A pod's scheduling gate `gpudra.io/allocation` is lifted once every claim the pod names is known
+  and each is either allocated or not gpudra's (`ungated`'s `ready`): a claim of another driver is
+  allocated by kube-scheduler, which never sees a gated pod, so waiting for it would deadlock.
+- Gangs: `gpudra.io/gang` names the gang a claim belongs to, `gpudra.io/gang-size` how many claims
+  it has in all (`gang_of`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,13 @@ from gpudrapb.v1 import claims_pb2
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
 UNSCHEDULABLE_ANNOTATION = "gpudra.io/unschedulable"
+# The kubelet plugin reads the same two annotations (gpudra_kubelet_plugin.traces).
+TRACEPARENT_ANNOTATION = "gpudra.io/traceparent"
+TRACESTATE_ANNOTATION = "gpudra.io/tracestate"
+TRACE_ANNOTATIONS = {"traceparent": TRACEPARENT_ANNOTATION, "tracestate": TRACESTATE_ANNOTATION}
+GANG_ANNOTATION = "gpudra.io/gang"
+GANG_SIZE_ANNOTATION = "gpudra.io/gang-size"
+MAX_GANG_SIZE = 10_000
 SCHEDULING_GATE = "gpudra.io/allocation"
 MAX_REASON = 4096
 
@@ -113,6 +126,76 @@ def with_reason(claim: KubeObject, reason: str | None) -> KubeObject | None:
     return _changed(claim, write)
 
 
+def with_trace(claim: KubeObject, carrier: Mapping[str, str]) -> KubeObject | None:
+    """The claim annotated with the W3C headers of `carrier` (`traceparent`, `tracestate`).
+
+    A header the carrier lacks removes its annotation: it would belong to an older trace.
+    """
+
+    def write(c: KubeObject) -> None:
+        annotations = c.setdefault("metadata", {}).setdefault("annotations", {})
+        for header, key in TRACE_ANNOTATIONS.items():
+            value = carrier.get(header)
+            if value:
+                annotations[key] = value
+            else:
+                annotations.pop(key, None)
+        if not annotations:
+            c["metadata"].pop("annotations")
+
+    return _changed(claim, write)
+
+
+def chained(
+    obj: KubeObject, *changes: Callable[[KubeObject], KubeObject | None]
+) -> KubeObject | None:
+    """`obj` after every change in turn (one write instead of several); None when none changed."""
+    current = obj
+    for change in changes:
+        current = change(current) or current
+    return None if current is obj else current
+
+
+def class_names(claim: KubeObject) -> set[str]:
+    """Every DeviceClass a claim's requests name (`exactly` and each `firstAvailable` entry)."""
+    devices = (claim.get("spec") or {}).get("devices") or {}
+    names: set[str] = set()
+    for request in devices.get("requests") or []:
+        if not isinstance(request, dict):
+            continue
+        subs = [request.get("exactly"), *(request.get("firstAvailable") or [])]
+        for sub in subs:
+            if isinstance(sub, dict) and isinstance(sub.get("deviceClassName"), str):
+                names.add(sub["deviceClassName"])
+    return names
+
+
+def gang_of(claim: KubeObject) -> tuple[str, int]:
+    """(gang name, gang size) from the claim's annotations; ("", 0) for a claim of no gang.
+
+    Raises ValueError (naming the annotation) for a gang without a size, a size that is not a
+    whole number from 1 to MAX_GANG_SIZE, or a size without a gang.
+    """
+    annotations = _meta(claim).get("annotations") or {}
+    if not isinstance(annotations, dict):
+        return "", 0
+    name = annotations.get(GANG_ANNOTATION)
+    size = annotations.get(GANG_SIZE_ANNOTATION)
+    if name is None and size is None:
+        return "", 0
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{GANG_SIZE_ANNOTATION} without a {GANG_ANNOTATION} annotation")
+    try:
+        count = int(str(size))
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_GANG_SIZE:
+        raise ValueError(
+            f"{GANG_SIZE_ANNOTATION} must be a whole number from 1 to {MAX_GANG_SIZE}, got {size!r}"
+        )
+    return name, count
+
+
 def pod_claim_names(pod: KubeObject) -> list[str] | None:
     """Names of the ResourceClaims a pod uses; None while a template's claim is not generated."""
     generated = {
@@ -139,12 +222,16 @@ def is_gated(pod: KubeObject) -> bool:
     return any(isinstance(g, dict) and g.get("name") == SCHEDULING_GATE for g in gates)
 
 
-def ungated(pod: KubeObject, allocated: Callable[[str], bool]) -> KubeObject | None:
-    """The pod without gpudra's scheduling gate, when all its claims are allocated; else None."""
+def ungated(pod: KubeObject, ready: Callable[[str], bool]) -> KubeObject | None:
+    """The pod without gpudra's scheduling gate, when `ready` holds for each claim it names.
+
+    `ready(name)`: the claim exists and is allocated, or is not gpudra's to allocate. A pod that
+    names no claim at all is ready at once; one whose template claims are not generated yet is not.
+    """
     if not is_gated(pod):
         return None
     names = pod_claim_names(pod)
-    if names is None or not all(allocated(n) for n in names):
+    if names is None or not all(ready(n) for n in names):
         return None
 
     def lift(p: KubeObject) -> None:

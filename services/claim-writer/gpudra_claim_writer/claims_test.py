@@ -7,8 +7,13 @@ import pytest
 from gpudra_claim_writer.claims import (
     FINALIZER,
     SCHEDULING_GATE,
+    TRACEPARENT_ANNOTATION,
+    TRACESTATE_ANNOTATION,
     UNSCHEDULABLE_ANNOTATION,
     ClaimState,
+    chained,
+    class_names,
+    gang_of,
     pod_claim_names,
     ref_of,
     state_of,
@@ -16,8 +21,10 @@ from gpudra_claim_writer.claims import (
     with_allocation,
     with_finalizer,
     with_reason,
+    with_trace,
     without_finalizer,
 )
+from gpudra_claim_writer.events import gang_fields
 
 ALLOC = {"devices": {"results": [{"request": "gpu", "driver": "d", "pool": "p", "device": "x"}]}}
 
@@ -135,3 +142,105 @@ def test_ungated(allocated: set[str], gates: bool, lifted: bool) -> None:
     assert (out is not None) == lifted
     if out is not None:
         assert out["spec"]["schedulingGates"] == [{"name": "other"}]
+
+
+def test_ungated_without_claims_lifts_at_once() -> None:
+    out = ungated(pod([]), lambda name: False)
+    assert out is not None
+    assert out["spec"]["schedulingGates"] == [{"name": "other"}]
+
+
+PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.mark.parametrize(
+    ("before", "carrier", "after"),
+    [
+        pytest.param({}, {"traceparent": PARENT}, {TRACEPARENT_ANNOTATION: PARENT}, id="parent"),
+        pytest.param(
+            {},
+            {"traceparent": PARENT, "tracestate": "k=v"},
+            {TRACEPARENT_ANNOTATION: PARENT, TRACESTATE_ANNOTATION: "k=v"},
+            id="parent-and-state",
+        ),
+        pytest.param(
+            {TRACEPARENT_ANNOTATION: "old", TRACESTATE_ANNOTATION: "old=1", "keep": "me"},
+            {"traceparent": PARENT},
+            {TRACEPARENT_ANNOTATION: PARENT, "keep": "me"},
+            id="older-trace-replaced",
+        ),
+        pytest.param({TRACEPARENT_ANNOTATION: "old"}, {}, None, id="untraced-clears"),
+    ],
+)
+def test_with_trace(
+    before: dict[str, str], carrier: dict[str, str], after: dict[str, str] | None
+) -> None:
+    c = claim(meta={"annotations": before}) if before else claim()
+    out = with_trace(c, carrier)
+    assert out is not None
+    assert out["metadata"].get("annotations") == after
+    assert with_trace(out, carrier) is None
+
+
+def test_chained_is_one_write() -> None:
+    c = claim()
+    out = chained(c, with_finalizer, lambda d: with_trace(d, {"traceparent": PARENT}))
+    assert out is not None
+    assert out["metadata"]["finalizers"] == [FINALIZER]
+    assert out["metadata"]["annotations"] == {TRACEPARENT_ANNOTATION: PARENT}
+    assert chained(out, with_finalizer) is None
+    assert c == claim()
+
+
+def test_class_names() -> None:
+    c = claim()
+    c["spec"]["devices"]["requests"] = [
+        {"name": "a", "exactly": {"deviceClassName": "gpu.nvidia.com"}},
+        {
+            "name": "b",
+            "firstAvailable": [
+                {"name": "x", "deviceClassName": "mig.nvidia.com"},
+                {"name": "y", "deviceClassName": "nic.example.com"},
+            ],
+        },
+        "garbage",
+    ]
+    assert class_names(c) == {"gpu.nvidia.com", "mig.nvidia.com", "nic.example.com"}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "gang", "fields"),
+    [
+        pytest.param({}, ("", 0), ("", 0), id="no-gang"),
+        pytest.param(
+            {"gpudra.io/gang": "g", "gpudra.io/gang-size": "4"},
+            ("g", 4),
+            ("ns/g", 4),
+            id="gang",
+        ),
+        pytest.param({"gpudra.io/gang": "g"}, ValueError, ("ns/g", 0), id="no-size"),
+        pytest.param(
+            {"gpudra.io/gang": "g", "gpudra.io/gang-size": "four"},
+            ValueError,
+            ("ns/g", 0),
+            id="size-not-a-number",
+        ),
+        pytest.param(
+            {"gpudra.io/gang": "g", "gpudra.io/gang-size": "0"},
+            ValueError,
+            ("ns/g", 0),
+            id="size-zero",
+        ),
+        pytest.param({"gpudra.io/gang-size": "2"}, ValueError, ("ns/?", 0), id="size-no-name"),
+    ],
+)
+def test_gang_of_and_event_fields(
+    annotations: dict[str, str], gang: Any, fields: tuple[str, int]
+) -> None:
+    c = claim(meta={"annotations": annotations})
+    if gang is ValueError:
+        with pytest.raises(ValueError, match="gpudra.io/gang"):
+            gang_of(c)
+    else:
+        assert gang_of(c) == gang
+    assert gang_fields(c, "ns") == fields

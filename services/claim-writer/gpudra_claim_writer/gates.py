@@ -1,11 +1,13 @@
-"""Pods' scheduling gate `gpudra.io/allocation`: lifted once all of a pod's claims are allocated.
+"""Pods' scheduling gate `gpudra.io/allocation`: lifted once all of gpudra's claims are allocated.
 
 kube-scheduler leaves a gated pod alone, so it cannot race the allocator; once the gate is lifted
 it schedules the pod where the claims' `allocation.nodeSelector` says (it honours existing
-allocations). Promises: the gate is lifted only when every claim the pod names exists and is
-allocated; other gates stay; a conflicting pod update re-reads and decides again. Both triggers
-are covered: a claim getting allocated (`claim_allocated`, which looks only at the gated pods the
-pod informer has seen) and a gated pod appearing (`run`).
+allocations). Promises: the gate is lifted once every claim the pod names exists and is either
+allocated or not gpudra's (`Ownership`) — a pod with no gpudra claim at all is let go at once, and
+another driver's claim, which kube-scheduler allocates only after the gate is gone, is never waited
+for (that would deadlock the pod). Other gates stay; a conflicting pod update re-reads and decides
+again. Triggers: a gated pod appearing or changing (`run`), and a claim appearing, changing or
+getting allocated (`claim_changed`, which looks only at the gated pods the pod informer has seen).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 from typing import Any
 
 from gpudra_claim_writer.claims import ClaimState, is_gated, pod_claim_names, state_of, ungated
+from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.errors import ConflictError, KubeError, NotFoundError
 from gpudra_kube.informer import informer
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
@@ -26,8 +29,15 @@ _MAX_TRIES = 10
 
 
 class Gates:
-    def __init__(self, store: Store, namespace: str = "", watch_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        namespace: str = "",
+        watch_timeout: float = 10.0,
+        ownership: Ownership | None = None,
+    ) -> None:
         self._store = store
+        self._ownership = ownership or Ownership(store)
         self._watch_timeout = watch_timeout
         self._namespace = namespace or None
         self.lifted = 0
@@ -39,15 +49,22 @@ class Gates:
             async for event in events:
                 if event.type in (EventType.SYNCED, EventType.BOOKMARK):
                     continue
-                key = _key(event.object)
-                if event.type is EventType.DELETED or not is_gated(event.object):
-                    self._gated.pop(key, None)
-                    continue
-                self._gated[key] = set(pod_claim_names(event.object) or ())
-                await self.check_pod(event.object)
+                if event.type is EventType.DELETED:
+                    self._gated.pop(_key(event.object), None)
+                elif self.seen(event.object):
+                    await self.check_pod(event.object)
 
-    async def claim_allocated(self, namespace: str, name: str) -> None:
-        """A claim got its allocation: look at the gated pods (known from the watch) using it."""
+    def seen(self, pod: dict[str, Any]) -> bool:
+        """Note a pod the watch reported (its claims, while gated); True when it is gated."""
+        key = _key(pod)
+        if not is_gated(pod):
+            self._gated.pop(key, None)
+            return False
+        self._gated[key] = set(pod_claim_names(pod) or ())
+        return True
+
+    async def claim_changed(self, namespace: str, name: str) -> None:
+        """A claim appeared, changed or got its allocation: look at the gated pods using it."""
         for (pod_ns, pod_name), claims in list(self._gated.items()):
             if pod_ns != namespace or name not in claims:
                 continue
@@ -63,10 +80,8 @@ class Gates:
         namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
         current = pod
         for _ in range(_MAX_TRIES):
-            allocated = {
-                n for n in pod_claim_names(current) or () if await self._allocated(namespace, n)
-            }
-            updated = ungated(current, allocated.__contains__)
+            ready = {n for n in pod_claim_names(current) or () if await self._ready(namespace, n)}
+            updated = ungated(current, ready.__contains__)
             if updated is None:
                 return
             try:
@@ -85,12 +100,16 @@ class Gates:
                 log.warning("lifting the gate of pod %s/%s failed: %s", namespace, name, exc)
                 return
 
-    async def _allocated(self, namespace: str, name: str) -> bool:
+    async def _ready(self, namespace: str, name: str) -> bool:
+        """The claim exists and is allocated, or is not gpudra's (kube-scheduler allocates it)."""
         try:
             claim = await self._store.get(RESOURCE_CLAIMS, name, namespace)
         except KubeError:
             return False
-        return state_of(claim) is ClaimState.ALLOCATED
+        state = state_of(claim)
+        if state is ClaimState.ALLOCATED:
+            return True
+        return state is ClaimState.PENDING and not await self._ownership.claim_is_ours(claim)
 
 
 def _key(pod: dict[str, Any]) -> tuple[str, str]:

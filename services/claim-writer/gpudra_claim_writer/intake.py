@@ -11,6 +11,8 @@ Promises:
   (kube-controller-manager deallocating) is published as a deallocation; the claim is offered for
   allocation again only after the allocator confirms the release (see `writeback`), so a new
   decision can never race the release of the old one.
+- Every claim seen (not deleted) is passed to `on_claim` (namespace, name): a gated pod waiting
+  for it may be ready now (see `gates`).
 - Each claim's intake opens a new trace (root span `intake claim`); the allocator and the status
   write continue it through the message headers.
 """
@@ -21,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from opentelemetry import trace
@@ -46,11 +49,20 @@ tracer = trace.get_tracer("gpudra_claim_writer")
 _MAX_TRIES = 10
 
 
+OnClaim = Callable[[str, str], Awaitable[None]]
+
+
 class Intake:
     def __init__(
-        self, store: Store, publisher: Publisher, namespace: str = "", watch_timeout: float = 10.0
+        self,
+        store: Store,
+        publisher: Publisher,
+        namespace: str = "",
+        watch_timeout: float = 10.0,
+        on_claim: OnClaim | None = None,
     ) -> None:
         self._store = store
+        self._on_claim = on_claim
         self._watch_timeout = watch_timeout
         self._publisher = publisher
         self._namespace = namespace or None
@@ -96,6 +108,8 @@ class Intake:
                 await self._allocated_seen(claim)
             else:
                 await self._pending(claim)
+        if self._on_claim is not None and event.type is not EventType.DELETED:
+            await self._on_claim(ref.namespace, ref.name)
 
     async def _pending(self, claim: dict[str, Any]) -> None:
         ref = ref_of(claim)

@@ -48,13 +48,18 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             store = KvStore(nc)
         stack.push_async_callback(store.close)
         publisher = Publisher(nc)
-        intake = Intake(store, publisher, settings.namespace, settings.watch_timeout)
         gates = Gates(store, settings.namespace, settings.watch_timeout)
+
+        async def on_claim(namespace: str, name: str) -> None:
+            if settings.gate_pods:
+                await gates.claim_changed(namespace, name)
+
+        intake = Intake(store, publisher, settings.namespace, settings.watch_timeout, on_claim)
 
         async def on_allocated(uid: str, namespace: str, name: str, alloc: dict[str, Any]) -> None:
             intake.written(uid)
             if settings.gate_pods:
-                await gates.claim_allocated(namespace, name)
+                await gates.claim_changed(namespace, name)
 
         writeback = Writeback(
             nc, store, publisher, consumer=settings.consumer, on_allocated=on_allocated

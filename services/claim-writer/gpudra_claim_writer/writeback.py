@@ -6,6 +6,10 @@ Promises:
   that is already there is left alone (decisions repeat after restarts). A claim that is gone, or
   was re-created under the same name with another UID, gets a DELETED event instead, so the
   allocator frees the devices it reserved for it.
+- The allocation carries the claim's trace on: the metadata write before it (the finalizer) also
+  sets the annotations `gpudra.io/traceparent` / `gpudra.io/tracestate` to the context of the
+  `write claim status` span, so the kubelet plugin's prepare span, which reads them, joins the
+  claim's trace in a real cluster too. Only a claim not yet carrying the allocation is annotated.
 - UNSCHEDULABLE: the reason lands in the claim's `gpudra.io/unschedulable` annotation (cleared on
   allocation).
 - Released after a deallocation: if the claim still exists and is pending, it is offered for
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from collections import Counter
@@ -49,13 +54,16 @@ from gpudra_bus import (
 )
 from gpudra_bus.subjects import Kind as SubjectKind
 from gpudra_claim_writer.claims import (
+    TRACE_ANNOTATIONS,
     ClaimState,
     allocation_of,
+    chained,
     ref_of,
     state_of,
     with_allocation,
     with_finalizer,
     with_reason,
+    with_trace,
 )
 from gpudra_claim_writer.events import Kind, publish_event
 from gpudra_kube.errors import ConflictError, KubePermanentError, KubeRetryableError, NotFoundError
@@ -207,6 +215,7 @@ class Writeback:
                 "gpudra.node": decision.node_name,
             },
         ):
+            carrier = {k: v for k, v in tracing.inject().items() if k in TRACE_ANNOTATIONS and v}
             for _ in range(_MAX_TRIES):
                 claim = await self._current(ref)
                 if claim is None or state_of(claim) is ClaimState.DELETING:
@@ -221,8 +230,12 @@ class Writeback:
                     )
                     self.counts["foreign"] += 1
                     return
+                # The trace goes with the first write of the allocation, never over a later one.
+                metadata = functools.partial(
+                    _metadata, carrier=carrier if existing is None else None
+                )
                 try:
-                    claim = await self._write(claim, with_finalizer, status=False)
+                    claim = await self._write(claim, metadata, status=False)
                     claim = await self._write(
                         claim, lambda c: with_allocation(c, allocation), status=True
                     )
@@ -279,6 +292,13 @@ class Writeback:
             claim,
             msg_id=f"{ref.uid}/{ref.generation}/pending/{ref.resource_version}",
         )
+
+
+def _metadata(claim: dict[str, Any], carrier: dict[str, str] | None) -> dict[str, Any] | None:
+    """The finalizer, plus the trace annotations when `carrier` is given: one metadata write."""
+    if carrier is None:
+        return with_finalizer(claim)
+    return chained(claim, with_finalizer, lambda c: with_trace(c, carrier))
 
 
 async def fetch_ready(sub: JetStreamContext.PullSubscription, batch: int, idle: float) -> list[Msg]:
