@@ -8,6 +8,7 @@ in Kubernetes' order so that a placement layer can score them.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -156,7 +157,8 @@ class Allocator:
         state: AllocatedState | None = None,
     ) -> Iterator[list[AllocationResult]]:
         """Up to `limit` solutions on `node`, in the order Kubernetes' search meets them (the
-        first is `allocate`'s answer); `state` as for `allocate`."""
+        first is `allocate`'s answer); `state` as for `allocate`. The search stops at the same
+        timeout as `allocate`, with the solutions found until then."""
         found: list[list[AllocationResult]] = []
 
         def collect(results: list[AllocationResult]) -> bool:
@@ -165,7 +167,10 @@ class Allocator:
 
         search = self._search(node, claims, state)
         search.on_solution = collect
-        search.run()
+        if self.timeout_s is not None:
+            search.deadline = time.monotonic() + self.timeout_s
+        with contextlib.suppress(SearchTimeout):  # what was found until then stays valid
+            search.run()
         yield from found
 
     def choose_node(self, nodes: list[Node], claims: list[ResourceClaim]) -> NodeOutcome | None:

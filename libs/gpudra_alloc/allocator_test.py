@@ -124,6 +124,8 @@ def test_a_search_past_its_deadline_leaves_the_node_unschedulable() -> None:
     outcome = allocator.allocate(Node("n"), [_claim("c", 12)])
     assert outcome.results is None
     assert "timed out" in outcome.reason
+    # candidates (placement's entry) stop at the same deadline instead of running for hours
+    assert list(allocator.candidates(Node("n"), [_claim("c", 12)], limit=5)) == []
 
 
 @pytest.mark.parametrize(
