@@ -22,7 +22,7 @@ import yaml
 
 from gpudra_alloc import AllocatedState, Allocator, DeviceID, Features
 from gpudra_alloc.builtin import builtin_class_documents
-from gpudra_alloc.placement import Chooser, choose_node, why_pending
+from gpudra_alloc.placement import Chooser, Gang, choose_node, place_gang, why_pending
 from gpudra_allocator.errors import SettingsError
 from gpudra_api import (
     AllocationResult,
@@ -47,6 +47,19 @@ class Decision:
     @property
     def allocated(self) -> bool:
         return bool(self.results)
+
+
+@dataclass(frozen=True)
+class GangDecision:
+    """Every member's node and result (in member order), or the reason the gang cannot be placed."""
+
+    placed: tuple[tuple[str, AllocationResult], ...] = ()
+    group: str | None = None
+    reason: str = ""
+
+    @property
+    def allocated(self) -> bool:
+        return bool(self.placed)
 
 
 def load_classes(path: str = "") -> list[DeviceClass]:
@@ -154,6 +167,42 @@ class Engine:
             if not all(d in taken for d in self._node_devices.get(n, ()))
             or not self._node_devices.get(n)
         ]
+
+    def decide_gang(
+        self,
+        name: str,
+        members: list[ResourceClaim],
+        match_attribute: str | None,
+        slices: Iterable[ResourceSlice],
+        version: int,
+        state: AllocatedState,
+    ) -> GangDecision:
+        """All members (one pod each) placed by the placement layer's gang step, or why not.
+
+        Nothing here reserves anything: the caller reserves every member's devices, or none.
+        """
+        allocator = self._for(version, slices, state)
+        nodes = [Node(n) for n in allocator.node_names()]
+        gang = Gang(name, [[claim] for claim in members], match_attribute)
+        chooser = self._chooser if self.policy == "topology" else None
+        placed = place_gang(allocator, nodes, gang, self.policy, chooser)
+        if placed.pods is not None:
+            return GangDecision(
+                placed=tuple((node.name, results[0]) for node, results in placed.pods),
+                group=placed.group,
+            )
+        failed = placed.failed_pod or 0
+        explanation = why_pending(allocator, nodes, gang.pods[failed])
+        reason = summary(explanation)
+        if explanation.get("sentence"):
+            reason = f"{explanation['sentence']} ({reason})"
+        where = f" in one {match_attribute}" if match_attribute else ""
+        return GangDecision(
+            reason=(
+                f"gang {name}: its {len(members)} claims do not fit together{where} "
+                f"(at most {failed} placed); {reason}"
+            )
+        )
 
     def decide(
         self,

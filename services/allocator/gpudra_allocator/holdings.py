@@ -5,7 +5,10 @@ Two kinds of keys:
   holds, as `Holding`s. One key per pool, so that reserving all devices of an allocation on one
   node is a single revision-checked write.
 - `c.<claim uid>`: the claim's `ClaimRecord` — the decision that won (allocated, with the token
-  of the attempt whose holdings are the real ones) or a tombstone once the claim was released.
+  of the attempt whose holdings are the real ones) or a tombstone once the claim was released;
+  a gang member's record names its gang.
+
+(Gangs add `m.<gang>` and `g.<gang>` keys to the same bucket: see `gangs`.)
 
 Decoding is strict: a value that is not what this module writes raises `BadReservationError`.
 """
@@ -203,6 +206,7 @@ class ClaimRecord:
     node: str = ""
     allocation: dict[str, Any] | None = field(default=None, hash=False)
     allocator: str = ""
+    gang: str = ""  # the gang id, for a member of a gang
 
     @property
     def released(self) -> bool:
@@ -210,6 +214,8 @@ class ClaimRecord:
 
     def encode(self) -> bytes:
         doc: dict[str, Any] = {"state": self.state, "claim": self.claim}
+        if self.gang:
+            doc["gang"] = self.gang
         if not self.released:
             doc.update(
                 generation=self.generation,
@@ -225,8 +231,11 @@ class ClaimRecord:
         try:
             doc = json.loads(data)
             state = _str(doc["state"])
+            gang = doc.get("gang", "")
+            if not isinstance(gang, str):
+                raise TypeError("gang must be a string")
             if state == "released":
-                return ClaimRecord("released", claim=str(doc.get("claim", "")))
+                return ClaimRecord("released", claim=str(doc.get("claim", "")), gang=gang)
             if state != "allocated":
                 raise ValueError(f"unknown state {state!r}")
             allocation = doc["allocation"]
@@ -240,6 +249,7 @@ class ClaimRecord:
                 node=_str(doc["node"]),
                 allocation=allocation,
                 allocator=_str(doc["allocator"]),
+                gang=gang,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise BadReservationError(f"malformed claim record: {exc}") from exc

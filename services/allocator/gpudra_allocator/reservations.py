@@ -63,6 +63,11 @@ class Reservations:
         self._watch_task: asyncio.Task[None] | None = None
         self._synced = asyncio.Event()
 
+    @property
+    def kv(self) -> KeyValue:
+        """The bucket itself (gang membership and decisions live there too: `gangs`)."""
+        return self._kv
+
     # -- mirror -------------------------------------------------------------------------------
 
     async def start(self) -> None:

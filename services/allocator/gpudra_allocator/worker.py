@@ -11,6 +11,14 @@ Promises (with `Reservations` for the multi-replica part):
   when the reason changes) and is kept, unacknowledged, and retried whenever the slices or the
   reservations change (at most every half second per claim) and at least every `retry_interval`
   seconds; if this replica dies, the event is redelivered to another one after `ack_wait`.
+- Gangs (events with `gang_id`): a member is held (unacknowledged) until all `gang_size` members
+  have arrived — at any replica: membership is kept in the reservations bucket (`gangs`). The
+  replica that sees the set complete places all members at once with the placement layer's gang
+  step, reserves every member's devices (one revision-checked write per pool, all or none),
+  then creates the gang's decision record `g.<gang>` (once: the loser drops its holdings) and
+  the members' `c.<uid>` records from it, and announces each member. Other replicas holding
+  members find those records on their next retry. A gang that does not fit reserves nothing;
+  every member gets the explanation, and the gang is retried on change like any waiting claim.
 - A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
   `Released`; a DELETED event that carries the claim is a cleared allocation of a claim that lives
   on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
@@ -24,7 +32,6 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
 
 import nats.errors
 from nats.aio.client import Client
@@ -41,11 +48,13 @@ from gpudra_allocator.events import (
     parse_claim,
     quietly,
 )
+from gpudra_allocator.gang_steps import EMPTY_CLAIM, RESERVE_TRIES, GangSteps, Waiting
+from gpudra_allocator.gangs import GangBook
 from gpudra_allocator.holdings import ClaimRecord, holdings_for
 from gpudra_allocator.index import KvIndex
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
-from gpudra_api import DeviceClass, ResourceClaim, ResourceSlice
+from gpudra_api import DeviceClass, ResourceSlice
 from gpudra_bus import (
     ALLOCATION_DECISION,
     CLAIM_EVENT,
@@ -64,25 +73,10 @@ from gpudrapb.v1 import claims_pb2
 
 log = logging.getLogger(__name__)
 
-_RESERVE_TRIES = 8
 _MIN_RETRY_GAP = 0.5  # seconds
-_EMPTY = ResourceClaim(name="", namespace="", uid="", requests=())
 
 
-@dataclass
-class Waiting:
-    """An unschedulable claim held (unacknowledged) for retry."""
-
-    msg: Msg
-    event: claims_pb2.ClaimEvent
-    claim: ResourceClaim
-    reason: str = ""
-    seen_version: tuple[int, int, int] = (-1, -1, -1)
-    last_try: float = 0.0
-    last_touch: float = field(default_factory=time.monotonic)
-
-
-class Worker:
+class Worker(GangSteps):
     def __init__(
         self,
         nc: Client,
@@ -99,6 +93,8 @@ class Worker:
         self._classes = classes
         self._classes_seen = -1
         self._res = reservations
+        self._gangs = GangBook(reservations.kv)
+        self._gang_reasons: dict[str, str] = {}
         self._publisher = Publisher(nc)
         self._dead = DeadLetters(self._publisher, service="allocator")
         self._waiting: dict[str, Waiting] = {}
@@ -198,11 +194,18 @@ class Worker:
             raise BadClaimError("claim event without a claim UID")
         if await self._settled(msg, event):
             return
+        if event.gang_id:
+            # A gang's holdings are judged by its decision record, never per member (gangs.py).
+            old = self._waiting.get(uid)
+            if old is not None and old.msg is not msg:
+                await quietly(old.msg.ack())  # the newer delivery replaces the held one
+            await self._attempt(Waiting(msg, event, EMPTY_CLAIM, reason=old.reason if old else ""))
+            return
         try:
             claim = parse_claim(event)
         except BadClaimError as exc:
             # The person who wrote the claim must see why it will never be allocated.
-            await self._unschedulable(Waiting(msg, event, _EMPTY), f"invalid claim: {exc}")
+            await self._unschedulable(Waiting(msg, event, EMPTY_CLAIM), f"invalid claim: {exc}")
             await self._finish(uid, msg)
             return
         if not await self._res.drop_stale(uid, stale_after=self._settings.ack_wait):
@@ -225,6 +228,9 @@ class Worker:
         return True
 
     async def _attempt(self, waiting: Waiting) -> None:
+        if waiting.event.gang_id:
+            await self._attempt_gang(waiting)
+            return
         event, claim = waiting.event, waiting.claim
         uid = claim.uid or event.claim.uid
         waiting.seen_version = self._versions()
@@ -236,7 +242,7 @@ class Worker:
             await self._unschedulable(waiting, f"device class {', '.join(missing)} not found")
             self._hold(waiting)
             return
-        for _ in range(_RESERVE_TRIES):
+        for _ in range(RESERVE_TRIES):
             # Deciding and reserving is the one critical section of a replica: concurrent claims
             # of this replica would otherwise all pick the same first free device and collide.
             decision: Decision | None = None
@@ -381,6 +387,9 @@ class Worker:
             raise BadClaimError("claim event without a claim UID")
         # A deletion carries no claim; a cleared allocation (the claim lives on) carries it.
         deallocated = bool(event.claim_json)
+        before = await self._res.record(ref.uid)
+        if before is not None and before.gang:
+            await self._gangs.leave(before.gang, ref.uid)
         if deallocated:
             await self._res.forget(ref.uid)
         else:
@@ -409,7 +418,7 @@ class Worker:
             raise BadClaimError(f"claim {ref.namespace}/{ref.name} is not allocated")
         token = f"adopted-{self.replica}-{uuid.uuid4().hex[:12]}"
         by_pool = holdings_from_json(allocation, ref.uid, f"{ref.namespace}/{ref.name}", token)
-        for _ in range(_RESERVE_TRIES):
+        for _ in range(RESERVE_TRIES):
             try:
                 await self._res.reserve(by_pool)
                 break

@@ -1,0 +1,242 @@
+"""Gangs in the reservations bucket: which members arrived, and the one decision for all of them.
+
+The durable consumer may hand a gang's claims to different replicas, so no replica can wait for
+"all members" in memory. Two more kinds of keys in `gpudra-reservations` (beside `p.` and `c.`):
+- `m.<gang>`: the members seen so far, `{"gang", "size", "members": {uid: ClaimEvent}}` (events
+  as base64 protobuf). Every replica that receives a member adds it with a revision-checked write,
+  so whichever replica completes the set sees every member's claim.
+- `g.<gang>`: the gang's decision, *created* once (`decide`): the token of the attempt whose
+  holdings stand and every member's node and allocation. A replica that loses the race uses the
+  winner's record and removes its own attempt's holdings.
+`<gang>` is a hash of the gang id (gang names are free text; keys are not).
+
+A member whose claim is deleted leaves the gang (`leave`); when the last one left, both keys are
+removed, so a gang re-created under the same name (a job run again) starts from nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import google.protobuf.message
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from gpudra_allocator.errors import ReservationConflict
+from gpudra_allocator.holdings import BadReservationError
+from gpudra_bus import translate
+from gpudrapb.v1 import claims_pb2
+
+_NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
+_MAX_CAS_TRIES = 50
+MATCH_ATTRIBUTE_ANNOTATION = "gpudra.io/gang-match-attribute"
+
+
+def gang_hash(gang: str) -> str:
+    return hashlib.sha256(gang.encode()).hexdigest()[:32]
+
+
+def members_key(gang: str) -> str:
+    return f"m.{gang_hash(gang)}"
+
+
+def decision_key(gang: str) -> str:
+    return f"g.{gang_hash(gang)}"
+
+
+@dataclass(frozen=True)
+class Members:
+    """The content of an `m.` key."""
+
+    gang: str
+    size: int
+    events: dict[str, claims_pb2.ClaimEvent] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        members = {
+            uid: base64.b64encode(e.SerializeToString()).decode()
+            for uid, e in sorted(self.events.items())
+        }
+        return json.dumps({"gang": self.gang, "size": self.size, "members": members}).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> Members:
+        try:
+            doc = json.loads(data)
+            events = {}
+            for uid, text in doc["members"].items():
+                event = claims_pb2.ClaimEvent()
+                event.ParseFromString(base64.b64decode(text, validate=True))
+                events[str(uid)] = event
+            return Members(str(doc["gang"]), int(doc["size"]), events)
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            binascii.Error,
+            google.protobuf.message.DecodeError,
+        ) as exc:
+            raise BadReservationError(f"malformed gang members: {exc}") from exc
+
+    def ordered(self) -> list[claims_pb2.ClaimEvent]:
+        """Members by claim (namespace/name, then UID): the gang's pod order, the same everywhere."""
+        return sorted(
+            self.events.values(), key=lambda e: (e.claim.namespace, e.claim.name, e.claim.uid)
+        )
+
+
+@dataclass(frozen=True)
+class GangRecord:
+    """The content of a `g.` key: the decision that stands for every member."""
+
+    gang: str
+    token: str
+    group: str | None = None
+    placed: dict[str, tuple[str, dict[str, Any]]] = field(
+        default_factory=dict
+    )  # uid -> node, alloc
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "gang": self.gang,
+                "token": self.token,
+                "group": self.group,
+                "members": {
+                    uid: {"node": node, "allocation": allocation}
+                    for uid, (node, allocation) in sorted(self.placed.items())
+                },
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        ).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> GangRecord:
+        try:
+            doc = json.loads(data)
+            placed = {}
+            for uid, member in doc["members"].items():
+                if not isinstance(member["allocation"], dict):
+                    raise TypeError("allocation must be an object")
+                placed[str(uid)] = (str(member["node"]), member["allocation"])
+            group = doc.get("group")
+            return GangRecord(
+                str(doc["gang"]), str(doc["token"]), None if group is None else str(group), placed
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BadReservationError(f"malformed gang record: {exc}") from exc
+
+
+class GangBook:
+    """Gang membership and decisions, shared by every replica through the reservations bucket."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+
+    async def _get(self, key: str) -> tuple[int, bytes | None]:
+        try:
+            entry = await self._kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return 0, None
+        except _NATS_ERRORS as exc:
+            raise translate(exc, f"reading {key}") from exc
+        return entry.revision or 0, entry.value or None
+
+    async def _write(self, key: str, revision: int, value: bytes) -> bool:
+        """A revision-checked write; False when someone else wrote first."""
+        try:
+            if revision == 0:
+                await self._kv.create(key, value)
+            else:
+                await self._kv.update(key, value, last=revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+        except _NATS_ERRORS as exc:
+            raise translate(exc, f"writing {key}") from exc
+        return True
+
+    async def members(self, gang: str) -> Members | None:
+        _, value = await self._get(members_key(gang))
+        return Members.decode(value) if value else None
+
+    async def join(self, event: claims_pb2.ClaimEvent) -> Members:
+        """Add the event's claim to its gang (no write when it is there already); all members."""
+        key, uid = members_key(event.gang_id), event.claim.uid
+        for _ in range(_MAX_CAS_TRIES):
+            revision, value = await self._get(key)
+            current = Members.decode(value) if value else Members(event.gang_id, event.gang_size)
+            known = current.events.get(uid)
+            if known is not None and known.claim.generation >= event.claim.generation:
+                return current
+            events = dict(current.events)
+            events[uid] = event
+            updated = Members(current.gang, max(current.size, event.gang_size), events)
+            if await self._write(key, revision, updated.encode()):
+                return updated
+        raise ReservationConflict(f"gang {event.gang_id}: members keep changing")
+
+    async def leave(self, gang: str, uid: str) -> None:
+        """The claim is gone (or its allocation cleared): out of the gang and of its decision, so
+        a claim coming back is never handed the devices it gave up. The last to leave removes the
+        gang's keys."""
+        await self._out_of_decision(gang, uid)
+        key = members_key(gang)
+        for _ in range(_MAX_CAS_TRIES):
+            revision, value = await self._get(key)
+            if not value:
+                return
+            current = Members.decode(value)
+            if uid not in current.events:
+                return
+            events = {u: e for u, e in current.events.items() if u != uid}
+            if events:
+                if await self._write(key, revision, Members(gang, current.size, events).encode()):
+                    return
+                continue
+            try:
+                await self._kv.delete(decision_key(gang))
+                await self._kv.delete(key, last=revision)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue
+            except _NATS_ERRORS as exc:
+                raise translate(exc, f"removing gang {gang}") from exc
+            return
+        raise ReservationConflict(f"gang {gang}: members keep changing")
+
+    async def _out_of_decision(self, gang: str, uid: str) -> None:
+        key = decision_key(gang)
+        for _ in range(_MAX_CAS_TRIES):
+            revision, value = await self._get(key)
+            if not value:
+                return
+            record = GangRecord.decode(value)
+            if uid not in record.placed:
+                return
+            placed = {u: p for u, p in record.placed.items() if u != uid}
+            updated = GangRecord(record.gang, record.token, record.group, placed)
+            if await self._write(key, revision, updated.encode()):
+                return
+        raise ReservationConflict(f"gang {gang}: decision keeps changing")
+
+    async def decision(self, gang: str) -> GangRecord | None:
+        _, value = await self._get(decision_key(gang))
+        return GangRecord.decode(value) if value else None
+
+    async def decide(self, record: GangRecord) -> GangRecord:
+        """Record `record` unless the gang has a decision already; returns the one that stands."""
+        key = decision_key(record.gang)
+        for _ in range(_MAX_CAS_TRIES):
+            if await self._write(key, 0, record.encode()):
+                return record
+            existing = await self.decision(record.gang)
+            if existing is not None:
+                return existing
+        raise ReservationConflict(f"gang {record.gang}: decision keeps changing")

@@ -1,0 +1,169 @@
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from gpudra_alloc import AllocatedState
+from gpudra_allocator.engine import Engine, load_classes
+from gpudra_allocator.gangs import GangBook, GangRecord, Members, decision_key, members_key
+from gpudra_allocator.holdings import BadReservationError
+from gpudra_api import parse_resource_claim, parse_resource_slice
+from gpudra_bus import BucketSpec, connect, ensure_bucket
+from gpudrapb.v1 import claims_pb2
+
+
+@pytest_asyncio.fixture
+async def kv(nats_url: str) -> AsyncIterator[KeyValue]:
+    client: Client = await connect(nats_url, name="gangs-test", deadline=5)
+    yield await ensure_bucket(client.jetstream(), BucketSpec(f"gang-{uuid.uuid4().hex[:10]}"))
+    await client.drain()
+
+
+def event(name: str, gang: str = "default/g", size: int = 2, generation: int = 1) -> Any:
+    return claims_pb2.ClaimEvent(
+        kind=claims_pb2.ClaimEvent.KIND_PENDING,
+        claim=claims_pb2.ClaimRef(
+            namespace="default", name=name, uid=f"uid-{name}", generation=generation
+        ),
+        gang_id=gang,
+        gang_size=size,
+    )
+
+
+def test_keys_are_valid_whatever_the_gang_name() -> None:
+    for key in (members_key("ns/a gang: with*odd>chars"), decision_key("ns/x")):
+        assert all(c.isalnum() or c == "." for c in key), key
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"not json", id="not-json"),
+        pytest.param(b'{"gang": "g", "size": 2}', id="no-members"),
+        pytest.param(b'{"gang": "g", "size": 2, "members": {"u": "%%%"}}', id="not-base64"),
+    ],
+)
+def test_members_decode_rejects_garbage(data: bytes) -> None:
+    with pytest.raises(BadReservationError):
+        Members.decode(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"[]", id="not-an-object"),
+        pytest.param(
+            b'{"gang": "g", "token": "t", "members": {"u": {"node": "n"}}}', id="no-alloc"
+        ),
+        pytest.param(
+            b'{"gang": "g", "token": "t", "members": {"u": {"node": "n", "allocation": 1}}}',
+            id="alloc-not-object",
+        ),
+    ],
+)
+def test_gang_record_decode_rejects_garbage(data: bytes) -> None:
+    with pytest.raises(BadReservationError):
+        GangRecord.decode(data)
+
+
+async def test_members_join_from_several_replicas_and_leave(kv: KeyValue) -> None:
+    books = [GangBook(kv) for _ in range(3)]
+    joined = await asyncio.gather(
+        *(book.join(event(f"m{i}", size=3)) for i, book in enumerate(books))
+    )
+    final = await books[0].members("default/g")
+    assert final is not None
+    assert sorted(final.events) == ["uid-m0", "uid-m1", "uid-m2"]
+    assert max(len(m.events) for m in joined) == 3
+    assert [e.claim.name for e in final.ordered()] == ["m0", "m1", "m2"]
+    again = await books[1].join(event("m1", size=3))
+    assert again.events.keys() == final.events.keys(), "a repeat joins once"
+
+    record = GangRecord("default/g", "tok", None, {"uid-m0": ("n", {"devices": {}})})
+    assert await books[0].decide(record) == record
+    other = GangRecord("default/g", "other", None, {})
+    assert await books[1].decide(other) == record, "the first decision stands"
+    await books[2].leave("default/g", "uid-m0")
+    left = await books[0].decision("default/g")
+    assert left is not None
+    assert left.placed == {}, "a member that left is out of the decision too"
+    for name in ("m1", "m2"):
+        await books[2].leave("default/g", f"uid-{name}")
+    assert await books[0].members("default/g") is None
+    assert await books[0].decision("default/g") is None, "the last to leave clears the gang"
+    fresh = await books[0].join(event("n0", size=1))
+    assert list(fresh.events) == ["uid-n0"]
+
+
+def tray(node: str, clique: str) -> Any:
+    return parse_resource_slice(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-slice"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {
+                        "name": f"gpu-{i}",
+                        "attributes": {"type": {"string": "gpu"}, "cliqueID": {"string": clique}},
+                    }
+                    for i in range(4)
+                ],
+            },
+        }
+    )
+
+
+def gpus(name: str, count: int) -> Any:
+    return parse_resource_claim(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
+                        }
+                    ]
+                }
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize("policy", ["first-fit", "topology"])
+@pytest.mark.parametrize(
+    ("members", "allocated"),
+    [
+        pytest.param(4, True, id="fits-only-in-the-large-clique"),
+        pytest.param(5, False, id="fits-in-no-clique"),
+    ],
+)
+def test_decide_gang(policy: str, members: int, allocated: bool) -> None:
+    slices = [tray(f"small-{i}", "small") for i in range(3)]
+    slices += [tray(f"large-{i}", "large") for i in range(4)]
+    engine = Engine(load_classes(), policy)
+    claims = [gpus(f"m{i}", 4) for i in range(members)]
+    decision = engine.decide_gang(
+        "default/g", claims, "gpu.nvidia.com/cliqueID", slices, 1, AllocatedState()
+    )
+    assert decision.allocated is allocated
+    if allocated:
+        assert decision.group == "large"
+        assert sorted(node for node, _ in decision.placed) == [f"large-{i}" for i in range(4)]
+    else:
+        assert decision.placed == ()
+        assert "do not fit together in one gpu.nvidia.com/cliqueID" in decision.reason

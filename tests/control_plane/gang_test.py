@@ -1,0 +1,187 @@
+"""Gangs across the three services: all members placed together, or none holds anything.
+
+Two allocator replicas share the claim stream, so a gang's members reach both: membership and the
+gang's one decision live in the reservations bucket. The fleet is GB200 NVL72 trays (4 GPUs each)
+in two fabric cliques, 3 trays in one and 4 in the other; a gang of 4 claims x 4 GPUs in one
+clique fits only in the larger clique, all together.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client
+
+from control_plane.cluster import (
+    NODE_INVENTORY,
+    UNSCHEDULABLE,
+    Cluster,
+    claim_manifest,
+    claims,
+    devices_of,
+    node_inventory,
+    wait_for,
+)
+from gpudra_allocator.gangs import decision_key, members_key
+from gpudra_bus import (
+    RESERVATIONS_BUCKET,
+    SLICES_BUCKET,
+    Publisher,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+    subjects,
+)
+from gpudra_kube.kv_backend import KvStore
+from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_standalone.nats_server import NatsServer
+from gpudrapb.v1 import inventory_pb2 as pb
+
+pytestmark = pytest.mark.slow
+
+CLIQUES = {"small": 3, "large": 4}  # clique -> trays of 4 GPUs
+CLIQUE_ATTRIBUTE = "gpu.nvidia.com/cliqueID"
+
+
+@pytest_asyncio.fixture
+async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
+    client = await connect(fresh_nats_server.url, name="gang-test", deadline=10)
+    js = client.jetstream()
+    await ensure_streams(js)
+    await ensure_buckets(js)
+    yield client
+    await client.drain()
+
+
+@pytest.fixture
+def cluster(fresh_nats_server: NatsServer, tmp_path: Path) -> Any:
+    c = Cluster(fresh_nats_server.url, tmp_path)
+    yield c
+    c.stop_all()
+
+
+async def publish_trays(nc: Client) -> dict[str, str]:
+    """One GB200 tray inventory per node, its GPUs in the node's clique; node -> clique."""
+    template = node_inventory("template", "gb200-nvl72-tray")
+    publisher = Publisher(nc)
+    placed = {}
+    for clique, trays in CLIQUES.items():
+        for i in range(trays):
+            node = f"tray-{clique}-{i}"
+            inventory = pb.NodeInventory()
+            inventory.CopyFrom(template)
+            inventory.node = node
+            for device in inventory.devices:
+                device.clique_id = f"cluster-1.{clique}"
+            await publisher.publish(subjects.inventory(node), inventory, NODE_INVENTORY)
+            placed[node] = clique
+    return placed
+
+
+def member(gang: str, i: int, size: int) -> dict[str, Any]:
+    claim = claim_manifest(f"{gang}-{i}", count=4)
+    claim["metadata"]["annotations"] = {
+        "gpudra.io/gang": gang,
+        "gpudra.io/gang-size": str(size),
+        "gpudra.io/gang-match-attribute": CLIQUE_ATTRIBUTE,
+    }
+    return claim
+
+
+def reason(claim: dict[str, Any]) -> str:
+    return str((claim["metadata"].get("annotations") or {}).get(UNSCHEDULABLE, ""))
+
+
+async def holders(nc: Client) -> set[str]:
+    """Claims (namespace/name) holding any device in the reservations bucket."""
+    kv = await nc.jetstream().key_value(RESERVATIONS_BUCKET)
+    out = set()
+    for key in await kv.keys():
+        if key.startswith("p."):
+            entry = await kv.get(key)
+            out |= {h["claim"] for h in json.loads(entry.value or b"{}").get("holdings", [])}
+    return out
+
+
+async def test_a_gang_is_placed_all_together_or_holds_nothing(nc: Client, cluster: Cluster) -> None:
+    store = KvStore(nc)
+    clique_of = await publish_trays(nc)
+    cluster.start_inventory()
+    cluster.start_allocator("allocator-1")
+    cluster.start_allocator("allocator-2")
+    cluster.start_claim_writer()
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+
+    async def slices() -> bool:
+        try:
+            return len(await kv.keys()) >= len(clique_of)
+        except Exception:  # - "no keys yet" is an exception in nats-py
+            return False
+
+    await wait_for(slices, 60, "every tray's slices", cluster)
+
+    # Three of four members: nobody holds anything, each says what it waits for.
+    for i in range(3):
+        await store.create(RESOURCE_CLAIMS, member("train", i, 4))
+
+    async def waiting() -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        found = [objs.get(f"train-{i}") for i in range(3)]
+        return objs if all(c and "3 of 4" in reason(c) for c in found) else None
+
+    await wait_for(waiting, 30, "three members waiting for the fourth", cluster)
+    assert await holders(nc) == set()
+
+    await store.create(RESOURCE_CLAIMS, member("train", 3, 4))
+
+    async def placed() -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        found = [objs.get(f"train-{i}") for i in range(4)]
+        return objs if all(c and devices_of(c) for c in found) else None
+
+    objs = await wait_for(placed, 60, "the whole gang allocated", cluster)
+    used = [d for i in range(4) for d in devices_of(objs[f"train-{i}"])]
+    assert len(used) == len(set(used)) == 16
+    pools = {pool for _, pool, _ in used}
+    assert {clique_of[p] for p in pools} == {"large"}, pools
+    for i in range(4):
+        assert not reason(objs[f"train-{i}"]), "the waiting reason is cleared on allocation"
+
+    # A second gang of the same shape fits in no clique now (the small one has 12 GPUs): it
+    # reserves nothing, and every member is told why.
+    for i in range(4):
+        await store.create(RESOURCE_CLAIMS, member("again", i, 4))
+
+    async def refused() -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        found = [objs.get(f"again-{i}") for i in range(4)]
+        return objs if all(c and "do not fit together" in reason(c) for c in found) else None
+
+    objs = await wait_for(refused, 60, "every member of the second gang explained", cluster)
+    assert all(not devices_of(objs[f"again-{i}"]) for i in range(4))
+    assert await holders(nc) == {f"default/train-{i}" for i in range(4)}
+
+    # Releasing the first gang lets the second one in, whole.
+    for i in range(4):
+        await store.delete(RESOURCE_CLAIMS, f"train-{i}", "default")
+
+    async def second_placed() -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        found = [objs.get(f"again-{i}") for i in range(4)]
+        return objs if all(c and devices_of(c) for c in found) else None
+
+    objs = await wait_for(second_placed, 60, "the second gang allocated after the release", cluster)
+    used = [d for i in range(4) for d in devices_of(objs[f"again-{i}"])]
+    assert len(set(used)) == 16
+    assert {clique_of[p] for _, p, _ in used} == {"large"}
+    # The first gang's members left it when deleted: its membership and decision keys are gone.
+    kv = await nc.jetstream().key_value(RESERVATIONS_BUCKET)
+    gang_keys = sorted(k for k in await kv.keys() if k[:2] in ("m.", "g."))
+    assert gang_keys == [decision_key("default/again"), members_key("default/again")], gang_keys
+    logs = cluster.logs()
+    assert "Traceback" not in logs, logs
