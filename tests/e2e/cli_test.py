@@ -182,4 +182,5 @@ def test_the_cli_session(gpudra: Gpudra, capsys: pytest.CaptureFixture[str]) -> 
     err = gpudra("describe", "claim", "nope", ok=False)
     assert err == "gpudra describe: claim default/nope not found\n"
     assert "already running" in gpudra("up", "--fleet", "small", ok=False)
-    assert "GPU %" in gpudra("top", "--seconds", "1.5")
+    # Node-agents sample every second; a loaded CI machine can delay a sample past a short window.
+    assert "GPU %" in gpudra("top", "--seconds", "5")
