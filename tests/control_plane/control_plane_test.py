@@ -380,6 +380,7 @@ async def test_kubernetes_mode_adopts_foreign_allocations_and_lifts_the_pod_gate
         nic = find(RESOURCE_CLAIMS, "nic")
         assert nic is not None
         assert not devices_of(nic), "gpudra leaves another driver's claim alone"
+        assert UNSCHEDULABLE not in (nic["metadata"].get("annotations") or {})
         mine = find(RESOURCE_CLAIMS, "mine")
         assert mine is not None
         assert sorted(d for _, _, d in devices_of(mine)) == ["gpu-6", "gpu-7"]

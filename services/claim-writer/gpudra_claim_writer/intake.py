@@ -11,6 +11,8 @@ Promises:
   (kube-controller-manager deallocating) is published as a deallocation; the claim is offered for
   allocation again only after the allocator confirms the release (see `writeback`), so a new
   decision can never race the release of the old one.
+- With an `Ownership`, a pending claim that is not gpudra's (see `ownership`) is not offered to
+  the allocator at all: another driver's claim gets no gpudra reason written into it.
 - Every claim seen (not deleted) is passed to `on_claim` (namespace, name): a gated pod waiting
   for it may be ready now (see `gates`).
 - Each claim's intake opens a new trace (root span `intake claim`); the allocator and the status
@@ -38,6 +40,7 @@ from gpudra_claim_writer.claims import (
     without_finalizer,
 )
 from gpudra_claim_writer.events import Kind, publish_event
+from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.errors import ConflictError, KubeRetryableError, NotFoundError
 from gpudra_kube.informer import informer
 from gpudra_kube.resources import RESOURCE_CLAIMS
@@ -60,9 +63,11 @@ class Intake:
         namespace: str = "",
         watch_timeout: float = 10.0,
         on_claim: OnClaim | None = None,
+        ownership: Ownership | None = None,
     ) -> None:
         self._store = store
         self._on_claim = on_claim
+        self._ownership = ownership
         self._watch_timeout = watch_timeout
         self._publisher = publisher
         self._namespace = namespace or None
@@ -124,6 +129,11 @@ class Intake:
             return
         key = (ref.uid, ref.generation)
         if key in self._pending_sent:
+            return
+        if self._ownership is not None and not await self._ownership.claim_is_ours(claim):
+            # Another driver's claim: kube-scheduler allocates it; gpudra stays out of its way.
+            self._pending_sent.add(key)
+            self.published["foreign"] += 1
             return
         await publish_event(
             self._publisher,

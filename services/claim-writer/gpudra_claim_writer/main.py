@@ -23,6 +23,7 @@ from gpudra_bus import BusError, Publisher, connect, ensure_buckets, ensure_stre
 from gpudra_claim_writer.errors import SettingsError
 from gpudra_claim_writer.gates import Gates
 from gpudra_claim_writer.intake import Intake
+from gpudra_claim_writer.ownership import Ownership
 from gpudra_claim_writer.settings import Settings
 from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.api_backend import ApiStore
@@ -48,13 +49,16 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             store = KvStore(nc)
         stack.push_async_callback(store.close)
         publisher = Publisher(nc)
-        gates = Gates(store, settings.namespace, settings.watch_timeout)
+        ownership = Ownership(store)
+        gates = Gates(store, settings.namespace, settings.watch_timeout, ownership)
 
         async def on_claim(namespace: str, name: str) -> None:
             if settings.gate_pods:
                 await gates.claim_changed(namespace, name)
 
-        intake = Intake(store, publisher, settings.namespace, settings.watch_timeout, on_claim)
+        intake = Intake(
+            store, publisher, settings.namespace, settings.watch_timeout, on_claim, ownership
+        )
 
         async def on_allocated(uid: str, namespace: str, name: str, alloc: dict[str, Any]) -> None:
             intake.written(uid)
