@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from gpudra_service.errors import SettingsError
+
 Check = Callable[[], bool]
 _REASONS = {
     200: "OK",
@@ -40,7 +42,12 @@ class HealthServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> HealthServer:
-        self._server = await asyncio.start_server(self._handle, self._host, self._port)
+        """Bind and serve; a port that cannot be bound (taken, privileged) is a `SettingsError`
+        naming it, not a traceback."""
+        try:
+            self._server = await asyncio.start_server(self._handle, self._host, self._port)
+        except OSError as exc:
+            raise SettingsError(f"cannot serve probes on {self._host}:{self._port}: {exc}") from exc
         return self
 
     async def stop(self) -> None:

@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from gpudra_service.errors import SettingsError
 from gpudra_service.health import HealthServer
 
 
@@ -44,3 +45,12 @@ async def test_liveness_check_is_used() -> None:
         assert response.startswith("HTTP/1.1 503")
     finally:
         await server.stop()
+
+
+async def test_taken_port_is_a_settings_error() -> None:
+    first = await HealthServer("127.0.0.1", 0, ready=lambda: True).start()
+    try:
+        with pytest.raises(SettingsError, match=f"cannot serve probes on 127.0.0.1:{first.port}"):
+            await HealthServer("127.0.0.1", first.port, ready=lambda: True).start()
+    finally:
+        await first.stop()

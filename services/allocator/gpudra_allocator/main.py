@@ -59,14 +59,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await classes.start()
         stack.push_async_callback(classes.stop)
         worker = Worker(nc, settings, engine, index, reservations, classes)
-        try:
-            health = await HealthServer(
-                settings.health_host, settings.health_port, ready=lambda: worker.ready
-            ).start()
-        except OSError as exc:
-            raise SettingsError(
-                f"cannot serve probes on {settings.health_host}:{settings.health_port}: {exc}"
-            ) from exc
+        health = await HealthServer(
+            settings.health_host, settings.health_port, ready=lambda: worker.ready
+        ).start()
         stack.push_async_callback(health.stop)
         log.info("health server on port %d", health.port)
         await worker.run(stop)

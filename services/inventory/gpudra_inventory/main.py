@@ -48,14 +48,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await service.load()
         if mirror is not None:
             log.info("removed %d stale slices from the API", await mirror.prune(service.book))
-        try:
-            health = await HealthServer(
-                settings.health_host, settings.health_port, ready=lambda: service.ready
-            ).start()
-        except OSError as exc:
-            raise SettingsError(
-                f"cannot serve probes on {settings.health_host}:{settings.health_port}: {exc}"
-            ) from exc
+        health = await HealthServer(
+            settings.health_host, settings.health_port, ready=lambda: service.ready
+        ).start()
         stack.push_async_callback(health.stop)
         log.info("health server on port %d", health.port)
         await service.run(stop)

@@ -43,14 +43,9 @@ log = logging.getLogger("gpudra_kubelet_plugin")
 
 
 async def start_probes(settings: Settings, ready: Callable[[], bool]) -> HealthServer:
-    """The `/healthz` (the loop turns) and `/readyz` server; a port that cannot be bound (taken,
-    privileged) is a `SettingsError` naming it, not a traceback."""
-    try:
-        return await HealthServer(settings.health_host, settings.health_port, ready=ready).start()
-    except OSError as exc:
-        raise SettingsError(
-            f"cannot serve probes on {settings.health_host}:{settings.health_port}: {exc}"
-        ) from exc
+    """The `/healthz` (the loop turns) and `/readyz` server (a port it cannot bind is a
+    `SettingsError` naming it)."""
+    return await HealthServer(settings.health_host, settings.health_port, ready=ready).start()
 
 
 async def serve(
