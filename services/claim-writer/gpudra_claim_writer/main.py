@@ -68,16 +68,11 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         writeback = Writeback(
             nc, store, publisher, consumer=settings.consumer, on_allocated=on_allocated
         )
-        try:
-            health = await HealthServer(
-                settings.health_host,
-                settings.health_port,
-                ready=lambda: intake.synced.is_set() and writeback.ready,
-            ).start()
-        except OSError as exc:
-            raise SettingsError(
-                f"cannot serve probes on {settings.health_host}:{settings.health_port}: {exc}"
-            ) from exc
+        health = await HealthServer(
+            settings.health_host,
+            settings.health_port,
+            ready=lambda: intake.synced.is_set() and writeback.ready,
+        ).start()
         stack.push_async_callback(health.stop)
         log.info("health server on port %d", health.port)
         loops = [intake.run(), writeback.run()]
