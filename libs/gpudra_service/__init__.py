@@ -1,11 +1,12 @@
 """What every gpudra service process shares: settings from flags and environment, the HTTP probe
-server, and OpenTelemetry setup. Services stay thin: their own fields, wiring and loop."""
+server, OpenTelemetry setup, and the skeleton that runs a service until SIGTERM. Services stay thin: their own fields, wiring and loop."""
 
 from __future__ import annotations
 
 from gpudra_service.errors import ServiceError, SettingsError
 from gpudra_service.health import HealthServer
 from gpudra_service.nats_options import nats_options
+from gpudra_service.runtime import run_service
 from gpudra_service.settings import (
     SHARED_ENV,
     TRACE_EXPORTERS,
@@ -31,5 +32,6 @@ __all__ = [
     "flag_name",
     "load",
     "nats_options",
+    "run_service",
     "setup_tracing",
 ]

@@ -15,12 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-import sys
 from collections.abc import Sequence
 
 from gpudra_allocator.engine import Engine, load_classes
-from gpudra_allocator.errors import SettingsError
 from gpudra_allocator.index import class_index, slice_index
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
@@ -34,7 +31,7 @@ from gpudra_bus import (
     ensure_buckets,
     ensure_streams,
 )
-from gpudra_service import HealthServer, nats_options, setup_tracing
+from gpudra_service import HealthServer, nats_options, run_service
 
 log = logging.getLogger("gpudra_allocator")
 
@@ -68,27 +65,4 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
 
 async def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = Settings.load(argv)
-    except SettingsError as exc:
-        print(f"gpudra-allocator: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    shutdown_tracing = setup_tracing(
-        "gpudra-allocator", settings.trace_exporter, settings.trace_endpoint, settings.trace_file
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await serve(settings, stop)
-    except (BusError, SettingsError) as exc:
-        log.error("allocator stopped: %s", exc)
-        return 2 if isinstance(exc, SettingsError) else 1
-    finally:
-        shutdown_tracing()
-    return 0
+    return await run_service("allocator", Settings.load, serve, argv, fatal=(BusError,))

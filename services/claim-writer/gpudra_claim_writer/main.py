@@ -14,13 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from gpudra_bus import BusError, Publisher, connect, ensure_buckets, ensure_streams
-from gpudra_claim_writer.errors import SettingsError
 from gpudra_claim_writer.gates import Gates
 from gpudra_claim_writer.intake import Intake
 from gpudra_claim_writer.ownership import Ownership
@@ -30,7 +27,7 @@ from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.errors import KubeError
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.store import Store
-from gpudra_service import HealthServer, nats_options, setup_tracing
+from gpudra_service import HealthServer, nats_options, run_service
 
 log = logging.getLogger("gpudra_claim_writer")
 
@@ -97,27 +94,6 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
 
 async def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = Settings.load(argv)
-    except SettingsError as exc:
-        print(f"gpudra-claim-writer: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    return await run_service(
+        "claim-writer", Settings.load, serve, argv, fatal=(BusError, KubeError)
     )
-    shutdown_tracing = setup_tracing(
-        "gpudra-claim-writer", settings.trace_exporter, settings.trace_endpoint, settings.trace_file
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await serve(settings, stop)
-    except (BusError, KubeError, SettingsError) as exc:
-        log.error("claim-writer stopped: %s", exc)
-        return 2 if isinstance(exc, SettingsError) else 1
-    finally:
-        shutdown_tracing()
-    return 0

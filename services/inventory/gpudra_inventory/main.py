@@ -13,17 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-import sys
 from collections.abc import Sequence
 
 from gpudra_bus import SLICES_BUCKET, BusError, connect, ensure_buckets, ensure_streams
-from gpudra_inventory.errors import SettingsError
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.service import InventoryService
 from gpudra_inventory.settings import Settings
 from gpudra_kube.errors import KubeError
-from gpudra_service import HealthServer, nats_options, setup_tracing
+from gpudra_service import HealthServer, nats_options, run_service
 
 log = logging.getLogger("gpudra_inventory")
 
@@ -57,27 +54,4 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
 
 async def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = Settings.load(argv)
-    except SettingsError as exc:
-        print(f"gpudra-inventory: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    shutdown_tracing = setup_tracing(
-        "gpudra-inventory", settings.trace_exporter, settings.trace_endpoint, settings.trace_file
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await serve(settings, stop)
-    except (BusError, KubeError, SettingsError) as exc:
-        log.error("inventory stopped: %s", exc)
-        return 2 if isinstance(exc, SettingsError) else 1
-    finally:
-        shutdown_tracing()
-    return 0
+    return await run_service("inventory", Settings.load, serve, argv, fatal=(BusError, KubeError))

@@ -1,0 +1,63 @@
+"""The service skeleton every control-plane service runs: one `main` for all of them.
+
+Promises: settings are loaded first (a `SettingsError` prints one line and exits 2 before anything
+starts); logging and tracing are set up from the common settings; SIGTERM and SIGINT set the stop
+`Event` that `serve` watches (no `run_forever`); a `SettingsError` raised while starting exits 2,
+one of the service's `fatal` errors exits 1 with one log line, a clean stop exits 0; tracing is
+flushed on every way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from gpudra_service.errors import SettingsError
+from gpudra_service.settings import CommonSettings
+from gpudra_service.telemetry import setup_tracing
+
+S = TypeVar("S", bound=CommonSettings)
+log = logging.getLogger("gpudra_service")
+
+
+async def run_service(
+    name: str,
+    load: Callable[[Sequence[str] | None], S],
+    serve: Callable[[S, asyncio.Event], Awaitable[None]],
+    argv: Sequence[str] | None = None,
+    fatal: tuple[type[Exception], ...] = (),
+) -> int:
+    """Run `serve(settings, stop)` for service `name` (e.g. "inventory"); returns the exit code."""
+    try:
+        settings = load(argv)
+    except SettingsError as exc:
+        print(f"gpudra-{name}: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    shutdown_tracing = setup_tracing(
+        f"gpudra-{name}", settings.trace_exporter, settings.trace_endpoint, settings.trace_file
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await serve(settings, stop)
+    except SettingsError as exc:
+        log.error("%s stopped: %s", name, exc)
+        return 2
+    except fatal as exc:
+        log.error("%s stopped: %s", name, exc)
+        return 1
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        shutdown_tracing()
+    return 0

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+from collections.abc import Sequence
+
+import pytest
+
+from gpudra_service.errors import SettingsError
+from gpudra_service.runtime import run_service
+from gpudra_service.settings import CommonSettings, load
+
+
+class Boom(Exception):
+    pass
+
+
+def _load(argv: Sequence[str] | None) -> CommonSettings:
+    return load(CommonSettings, "GPUDRA_T_", argv, {})
+
+
+async def _until_stopped(settings: CommonSettings, stop: asyncio.Event) -> None:
+    os.kill(os.getpid(), signal.SIGTERM)  # what a kubelet does to a pod
+    await asyncio.wait_for(stop.wait(), 5)
+
+
+async def _raise(exc: Exception) -> None:
+    raise exc
+
+
+@pytest.mark.parametrize(
+    ("argv", "serve", "code"),
+    [
+        pytest.param([], _until_stopped, 0, id="signal-stops-cleanly"),
+        pytest.param(["--health-port", "x"], _until_stopped, 2, id="bad-flag"),
+        pytest.param([], lambda s, e: _raise(SettingsError("tls files")), 2, id="bad-at-start"),
+        pytest.param([], lambda s, e: _raise(Boom("nats gone")), 1, id="fatal"),
+    ],
+)
+async def test_exit_codes(argv: list[str], serve: object, code: int) -> None:
+    assert await run_service("t", _load, serve, argv, fatal=(Boom,)) == code  # type: ignore[arg-type]
+
+
+async def test_other_errors_propagate() -> None:
+    with pytest.raises(KeyError):
+        await run_service("t", _load, lambda s, e: _raise(KeyError("bug")), [])
+
+
+def test_settings_type_is_kept() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Mine(CommonSettings):
+        extra: int = 1
+
+    seen: list[Mine] = []
+
+    async def serve(settings: Mine, stop: asyncio.Event) -> None:
+        seen.append(settings)
+
+    def loader(argv: Sequence[str] | None) -> Mine:
+        return load(Mine, "GPUDRA_T_", argv, {})
+
+    assert asyncio.run(run_service("t", loader, serve, ["--extra", "4"])) == 0
+    assert seen[0].extra == 4
