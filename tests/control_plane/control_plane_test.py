@@ -333,7 +333,7 @@ async def test_kubernetes_mode_adopts_foreign_allocations_and_lifts_the_pod_gate
 
         await wait_for(adopted, 30, "the foreign allocation adopted", cluster)
 
-        pod = {
+        pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "trainer", "namespace": "default"},
