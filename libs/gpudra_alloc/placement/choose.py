@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpudra_alloc.allocator import Allocator
+from gpudra_alloc.placement.memo import ScoreMemo, StateIndex, claims_shape
 from gpudra_alloc.placement.search import masked, safe_mask, solutions
 from gpudra_alloc.placement.topology import FreeState, NodeView, result_devices
 from gpudra_alloc.placement.value import node_value
@@ -66,6 +67,8 @@ class Chooser:
     # fewer MIG claims: measured in the churn benchmark).
     hold_mig_domains: bool = False
     views: dict[str, NodeView] = field(default_factory=dict)
+    # Best scores per node, reused while the node's state is unchanged (`memo.py`).
+    memo: ScoreMemo = field(default_factory=ScoreMemo)
 
     def view(self, node: Node) -> NodeView:
         view = self.views.get(node.name)
@@ -89,6 +92,52 @@ class Chooser:
         if self.waiting_large is not None:
             held = min(held, max(self.reserve_floor, self.waiting_large))
         protect = self.held_domains(base, held) if held > 0 else set()
+        shape = claims_shape(claims)
+        if shape is None:
+            return self._choose_all(nodes, claims, base, protect)
+        index_of_state = StateIndex.of(base)
+        held_on: dict[str, frozenset[str]] = {}
+        for name, domain in protect:
+            held_on[name] = held_on.get(name, frozenset()) | {domain}
+        best: Choice | None = None
+        best_score: Score | None = None
+        for index, node in enumerate(nodes):
+            pools = self.allocator.pools_for(node)
+            key = (index_of_state.node_key(pools), held_on.get(node.name, frozenset()))
+            found, remembered = self.memo.get(node, pools, key, shape)
+            if found:
+                if remembered is None:
+                    continue
+                score = Score(remembered[0], remembered[1], index, remembered[2])
+                if best_score is None or score < best_score:
+                    best, best_score = None, score
+                continue
+            choice = self._best_on_node(index, node, claims, base, protect)
+            self.memo.put(
+                node,
+                pools,
+                key,
+                shape,
+                None if choice is None else _remember(choice.score),
+            )
+            if choice is not None and (best_score is None or choice.score < best_score):
+                best, best_score = choice, choice.score
+        if best is None and best_score is not None:
+            # a remembered score won: the results come from the search for these claims
+            node = nodes[best_score.node_index]
+            best = self._best_on_node(best_score.node_index, node, claims, base, protect)
+            if best is None or best.score != best_score:
+                self.memo.clear()  # never expected; decide without the memo
+                return self._choose_all(nodes, claims, base, protect)
+        return best
+
+    def _choose_all(
+        self,
+        nodes: list[Node],
+        claims: list[ResourceClaim],
+        base: AllocatedState,
+        protect: set[tuple[str, str]],
+    ) -> Choice | None:
         best: Choice | None = None
         for index, node in enumerate(nodes):
             choice = self._best_on_node(index, node, claims, base, protect)
@@ -164,6 +213,10 @@ class Chooser:
                 if free.domains.get(domain):
                     masks.append({g.id for g in free.gpus if g.domain != domain})
         return masks
+
+
+def _remember(score: Score) -> tuple[float, int, int]:
+    return (score.cost, score.left, score.solution_index)
 
 
 def _splits_held(

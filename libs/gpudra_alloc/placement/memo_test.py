@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import pytest
+
+from gpudra_alloc import AllocatedState, Allocator, DeviceID
+from gpudra_alloc.placement import Chooser
+from gpudra_alloc.placement.memo import ScoreMemo, StateIndex, claims_shape
+from gpudra_alloc.workload import Fleet, build_fleet, device_classes, resource_claim
+from gpudra_api import (
+    AllocationResult,
+    Node,
+    ResourceClaim,
+    parse_device_class,
+    parse_resource_claim,
+    parse_resource_slice,
+)
+
+DRIVER = "gpu.nvidia.com"
+
+
+def cluster(counts: dict[str, int]) -> tuple[Allocator, list[Node]]:
+    objects = build_fleet(Fleet(counts=counts))
+    allocator = Allocator(
+        [parse_device_class(c) for c in device_classes()],
+        [parse_resource_slice(s) for s in objects.slices],
+        state=AllocatedState(),
+    )
+    return allocator, [Node(n["name"], n["labels"]) for n in objects.nodes]
+
+
+def claim(shape: str, name: str) -> ResourceClaim:
+    return parse_resource_claim(resource_claim(shape, name))
+
+
+def picked(node: Node, results: list[AllocationResult]) -> tuple[str, list[str]]:
+    return node.name, [f"{r.pool}/{r.device}" for result in results for r in result.results]
+
+
+FLEET = {"dgx-h100": 2, "a100-mig": 1, "l4-pcie": 1, "hgx-b200": 1}
+
+
+@pytest.mark.parametrize(
+    ("shapes", "release_every"),
+    [
+        pytest.param(["gpu-1"] * 12, 0, id="same-shape-fills-nodes"),
+        pytest.param(["gpu-1", "gpu-2", "gpu-8-nvl", "mig", "mig", "gpu-4-nvl"] * 2, 0, id="mixed"),
+        pytest.param(["mig", "gpu-1", "mig", "h100-plus", "gpu-2"] * 3, 3, id="with-releases"),
+    ],
+)
+def test_remembered_scores_choose_what_a_fresh_chooser_chooses(
+    shapes: list[str], release_every: int
+) -> None:
+    allocator, nodes = cluster(FLEET)
+    chooser = Chooser(allocator)
+    placed: list[list[AllocationResult]] = []
+    for n, shape in enumerate(shapes):
+        claims = [claim(shape, f"c{n}")]
+        fresh = Chooser(allocator).choose(nodes, claims)
+        remembered = chooser.choose(nodes, claims)
+        if fresh is None or remembered is None:
+            assert fresh is None
+            assert remembered is None
+            continue
+        assert picked(remembered.node, remembered.results) == picked(fresh.node, fresh.results)
+        assert remembered.score == fresh.score
+        allocator.state.apply(remembered.results)
+        placed.append(remembered.results)
+        if release_every and n % release_every == release_every - 1:
+            allocator.state.release(placed.pop(0))
+    assert chooser.memo.hits > 0
+
+
+def test_a_changed_node_is_searched_again() -> None:
+    allocator, nodes = cluster({"dgx-h100": 2})
+    chooser = Chooser(allocator)
+    first = chooser.choose(nodes, [claim("gpu-8-nvl", "a")])
+    assert first is not None
+    allocator.state.apply(first.results)
+    second = chooser.choose(nodes, [claim("gpu-8-nvl", "b")])
+    assert second is not None
+    assert second.node.name != first.node.name
+    allocator.state.apply(second.results)
+    assert chooser.choose(nodes, [claim("gpu-8-nvl", "c")]) is None
+
+
+@pytest.mark.parametrize(
+    ("busy_a", "busy_b", "same"),
+    [
+        pytest.param((), (), True, id="both-idle"),
+        pytest.param(("gpu-0",), ("gpu-0",), True, id="same-device-in-use"),
+        pytest.param(("gpu-0",), ("gpu-1",), False, id="different-device-in-use"),
+        pytest.param(("gpu-0",), (), False, id="one-idle"),
+    ],
+)
+def test_node_key_follows_the_in_use_devices(
+    busy_a: tuple[str, ...], busy_b: tuple[str, ...], same: bool
+) -> None:
+    allocator, nodes = cluster({"dgx-h100": 1})
+    pools = allocator.pools_for(nodes[0])
+    pool = pools[0].name
+    a = StateIndex.of(AllocatedState(devices={DeviceID(DRIVER, pool, d) for d in busy_a}))
+    b = StateIndex.of(AllocatedState(devices={DeviceID(DRIVER, pool, d) for d in busy_b}))
+    assert (a.node_key(pools) == b.node_key(pools)) is same
+
+
+def test_memo_misses_after_the_state_key_changes() -> None:
+    allocator, nodes = cluster({"dgx-h100": 1})
+    pools = allocator.pools_for(nodes[0])
+    memo = ScoreMemo()
+    shape = claims_shape([claim("gpu-1", "x")])
+    memo.put(nodes[0], pools, "k1", shape, (1.0, 7, 0))
+    assert memo.get(nodes[0], pools, "k1", claims_shape([claim("gpu-1", "y")])) == (
+        True,
+        (1.0, 7, 0),
+    )
+    assert memo.get(nodes[0], pools, "k2", shape) == (False, None)
+    assert memo.get(nodes[0], list(pools), "k1", shape) == (False, None)
