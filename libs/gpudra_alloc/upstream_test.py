@@ -30,9 +30,7 @@ def _cases() -> list[Any]:
                 if not isinstance(reason, str) or not reason:
                     raise ValueError(f"{item.name}: {case['name']}: xfail must give a reason")
                 marks.append(pytest.mark.xfail(reason=reason, strict=True))
-            params.append(
-                pytest.param(case, id=f"{item.name[:-5]}/{case['name']}", marks=marks)
-            )
+            params.append(pytest.param(case, id=f"{item.name[:-5]}/{case['name']}", marks=marks))
     return params
 
 
