@@ -12,7 +12,9 @@ state, and returns what breaks a rule (empty: none does). The rules, in order:
    allocations, binding conditions, taints against the request's tolerations, capacity,
    counters, each judged against the state);
 4. counts: `ExactCount` gets exactly `count` devices; `All` gets every device of the node that
-   the class and request selectors select; admin access in the result matches the request;
+   the class and request selectors select and, with consumable capacity, that has room for the
+   request's capacity under the state (Kubernetes leaves the others out of `All`); admin access
+   in the result matches the request;
 5. across the pod: no exclusive device twice; counters of every counter set and consumable
    capacity of every shared device stay within their totals once everything is applied;
    a shared device carries a share ID and the consumed capacity its request implies;
@@ -27,7 +29,7 @@ included, against Kubernetes' own search.
 from __future__ import annotations
 
 from gpudra_alloc.allocator import Allocator
-from gpudra_alloc.capacity import consumed_capacity
+from gpudra_alloc.capacity import consumed_capacity, request_fits
 from gpudra_alloc.constraints import Constraint
 from gpudra_alloc.errors import AllocationError
 from gpudra_alloc.explain import counter_used, first_failing_stage
@@ -82,15 +84,21 @@ def _selected(
     request: ExactDeviceRequest,
     state: AllocatedState,
 ) -> set[DeviceID]:
-    """Devices an `All` request must get: those its class and selectors select on the node."""
+    """Devices an `All` request must get: those its class and selectors select on the node,
+    less (with consumable capacity) those without room for the request's capacity."""
     device_class = allocator.classes.get(request.device_class_name)
     wanted = set()
     for device, (pool, entry) in index.items():
         stage = first_failing_stage(
             allocator, node, pool, claim, request, device_class, entry, state
         )
-        if stage not in ("node", "classSelector", "requestSelector"):
-            wanted.add(device)
+        if stage in ("node", "classSelector", "requestSelector"):
+            continue
+        if allocator.features.consumable_capacity and not request_fits(
+            state.capacity.get(entry.id), request.capacity, entry.device.capacity, None
+        ):
+            continue
+        wanted.add(device)
     return wanted
 
 
