@@ -99,3 +99,12 @@ def _invocations(problem: dict[str, Any]) -> int:
 )
 def test_search_visits_combinations_not_permutations(case: dict[str, Any]) -> None:
     assert _invocations(case["problem"]) == case["expect"]["expectInvocations"]
+
+
+def test_case_names_are_unique_and_answers_well_formed() -> None:
+    names = [c.values[0]["name"] for c in _cases()]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    for param in _cases():
+        expect = param.values[0]["expect"]
+        assert expect["outcome"] in ("allocated", "unschedulable", "error"), param.id
+        assert ("results" in expect) == (expect["outcome"] == "allocated"), param.id
