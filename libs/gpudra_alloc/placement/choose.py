@@ -95,6 +95,7 @@ class Chooser:
         shape = claims_shape(claims)
         if shape is None:
             return self._choose_all(nodes, claims, base, protect)
+        shape = self.memo.intern(shape)
         index_of_state = StateIndex.of(base)
         held_on: dict[str, frozenset[str]] = {}
         for name, domain in protect:

@@ -21,6 +21,7 @@ from gpudra_alloc.pools import Pool
 from gpudra_alloc.state import AllocatedState, DeviceID
 from gpudra_api import Node, ResourceClaim
 
+MAX_SHAPES = 1024  # distinct claim shapes interned at once
 MAX_SHAPES_PER_NODE = 64  # a node's memo is dropped when it holds more claim shapes than this
 
 PoolKey = tuple[str, str]  # (driver, pool)
@@ -28,14 +29,32 @@ PoolKey = tuple[str, str]  # (driver, pool)
 Remembered = tuple[float, int, int] | None
 
 
-def claims_shape(claims: Sequence[ResourceClaim]) -> Hashable | None:
+class Shape:
+    """What the search reads of some claims, hashed once (nested dataclasses hash slowly)."""
+
+    __slots__ = ("value", "digest")
+
+    def __init__(self, value: Hashable) -> None:
+        self.value = value
+        self.digest = hash(value)
+
+    def __hash__(self) -> int:
+        return self.digest
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Shape):
+            return NotImplemented
+        return self.digest == other.digest and self.value == other.value
+
+
+def claims_shape(claims: Sequence[ResourceClaim]) -> Shape | None:
     """What the search reads of the claims, as a dict key; None when it is not hashable."""
-    shape = tuple((c.requests, c.constraints, c.config) for c in claims)
     try:
-        hash(shape)
+        return Shape(tuple((c.requests, c.constraints, c.config) for c in claims))
     except TypeError:
         return None
-    return shape
 
 
 @dataclass
@@ -86,7 +105,7 @@ class _NodeEntry:
     pools: list[Pool]  # held so that the identity check below cannot match a reused id
     node: Node
     state_key: Hashable
-    scores: dict[Hashable, Remembered] = field(default_factory=dict)
+    scores: dict[Shape, Remembered] = field(default_factory=dict)
 
 
 @dataclass
@@ -94,18 +113,25 @@ class ScoreMemo:
     """Remembered best scores per node, valid while the node's pools and state are unchanged."""
 
     entries: dict[str, _NodeEntry] = field(default_factory=dict)
+    shapes: dict[Shape, Shape] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
 
+    def intern(self, shape: Shape) -> Shape:
+        """The remembered `Shape` equal to `shape` (later lookups then compare by identity)."""
+        if len(self.shapes) >= MAX_SHAPES:
+            self.shapes.clear()
+        return self.shapes.setdefault(shape, shape)
+
     def get(
-        self, node: Node, pools: list[Pool], state_key: Hashable, shape: Hashable
+        self, node: Node, pools: list[Pool], state_key: Hashable, shape: Shape
     ) -> tuple[bool, Remembered]:
         """(found, remembered score) for `shape` on `node` in this state."""
         entry = self.entries.get(node.name)
         if (
             entry is None
             or entry.pools is not pools
-            or entry.node != node
+            or (entry.node is not node and entry.node != node)
             or entry.state_key != state_key
             or shape not in entry.scores
         ):
@@ -119,14 +145,14 @@ class ScoreMemo:
         node: Node,
         pools: list[Pool],
         state_key: Hashable,
-        shape: Hashable,
+        shape: Shape,
         remembered: Remembered,
     ) -> None:
         entry = self.entries.get(node.name)
         if (
             entry is None
             or entry.pools is not pools
-            or entry.node != node
+            or (entry.node is not node and entry.node != node)
             or entry.state_key != state_key
             or len(entry.scores) >= MAX_SHAPES_PER_NODE
         ):

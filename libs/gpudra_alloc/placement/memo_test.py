@@ -108,10 +108,13 @@ def test_memo_misses_after_the_state_key_changes() -> None:
     pools = allocator.pools_for(nodes[0])
     memo = ScoreMemo()
     shape = claims_shape([claim("gpu-1", "x")])
+    same = claims_shape([claim("gpu-1", "y")])
+    other = claims_shape([claim("gpu-2", "x")])
+    assert shape is not None
+    assert same is not None
+    assert other is not None
     memo.put(nodes[0], pools, "k1", shape, (1.0, 7, 0))
-    assert memo.get(nodes[0], pools, "k1", claims_shape([claim("gpu-1", "y")])) == (
-        True,
-        (1.0, 7, 0),
-    )
+    assert memo.get(nodes[0], pools, "k1", same) == (True, (1.0, 7, 0))
+    assert memo.get(nodes[0], pools, "k1", other) == (False, None)
     assert memo.get(nodes[0], pools, "k2", shape) == (False, None)
     assert memo.get(nodes[0], list(pools), "k1", shape) == (False, None)
