@@ -10,10 +10,11 @@ fit), then to the earlier node, then to the earlier solution. Deterministic for 
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from gpudra_alloc.allocator import Allocator
-from gpudra_alloc.placement.memo import ScoreMemo, StateIndex, claims_shape
+from gpudra_alloc.placement.memo import PoolKey, ScoreMemo, StateIndex, claims_shape
 from gpudra_alloc.placement.search import masked, safe_mask, solutions
 from gpudra_alloc.placement.topology import FreeState, NodeView, result_devices
 from gpudra_alloc.placement.value import node_value
@@ -69,6 +70,8 @@ class Chooser:
     views: dict[str, NodeView] = field(default_factory=dict)
     # Best scores per node, reused while the node's state is unchanged (`memo.py`).
     memo: ScoreMemo = field(default_factory=ScoreMemo)
+    view_pools: dict[str, tuple[PoolKey, ...]] = field(default_factory=dict)
+    free_cache: dict[str, tuple[NodeView, Hashable, FreeState]] = field(default_factory=dict)
 
     def view(self, node: Node) -> NodeView:
         view = self.views.get(node.name)
@@ -91,12 +94,12 @@ class Chooser:
         held = self.reserve
         if self.waiting_large is not None:
             held = min(held, max(self.reserve_floor, self.waiting_large))
-        protect = self.held_domains(base, held) if held > 0 else set()
+        index_of_state = StateIndex.of(base)
+        protect = self.held_domains(base, held, index_of_state) if held > 0 else set()
         shape = claims_shape(claims)
         if shape is None:
             return self._choose_all(nodes, claims, base, protect)
         shape = self.memo.intern(shape)
-        index_of_state = StateIndex.of(base)
         held_on: dict[str, frozenset[str]] = {}
         for name, domain in protect:
             held_on[name] = held_on.get(name, frozenset()) | {domain}
@@ -146,14 +149,16 @@ class Chooser:
                 best = choice
         return best
 
-    def held_domains(self, state: AllocatedState, held: int) -> set[tuple[str, str]]:
+    def held_domains(
+        self, state: AllocatedState, held: int, index: StateIndex | None = None
+    ) -> set[tuple[str, str]]:
         """The `held` large NVLink domains closest to whole (at most NEAR_WHOLE GPUs in use),
         most free first, then by node name; domains of MIG-capable GPUs only when
         `hold_mig_domains` (MIG claims need those). Returns (node, domain) pairs."""
         ranked: list[tuple[int, str, str]] = []
         for name in self.allocator.node_names():
             view = self.view(Node(name))
-            free = view.free(state)
+            free = self._free(view, state, index)
             partitionable = {g.domain for g in view.gpus if g.counter_set is not None}
             for domain, size in view.domain_sizes.items():
                 count = free.domains.get(domain, 0)
@@ -165,6 +170,24 @@ class Chooser:
                     ranked.append((-count, name, domain))
         ranked.sort()
         return {(name, domain) for _, name, domain in ranked[:held]}
+
+    def _free(self, view: NodeView, state: AllocatedState, index: StateIndex | None) -> FreeState:
+        """`view.free(state)`, remembered while the in-use state (devices, shares, capacity) of
+        the view's pools is unchanged (it reads nothing else of the state)."""
+        if index is None:
+            return view.free(state)
+        name = view.node.name
+        pools = self.view_pools.get(name)
+        if pools is None:
+            pools = _view_pools(view)
+            self.view_pools[name] = pools
+        key = index.pools_key(pools)
+        cached = self.free_cache.get(name)
+        if cached is not None and cached[0] is view and cached[1] == key:
+            return cached[2]
+        free = view.free(state)
+        self.free_cache[name] = (view, key, free)
+        return free
 
     def _best_on_node(
         self,
@@ -214,6 +237,11 @@ class Chooser:
                 if free.domains.get(domain):
                     masks.append({g.id for g in free.gpus if g.domain != domain})
         return masks
+
+
+def _view_pools(view: NodeView) -> tuple[PoolKey, ...]:
+    ids = [g.id for g in view.gpus] + [p.id for p in view.partitions] + list(view.consumes)
+    return tuple(sorted({(d.driver, d.pool) for d in ids}))
 
 
 def _remember(score: Score) -> tuple[float, int, int]:

@@ -75,13 +75,25 @@ class StateIndex:
             shared.setdefault((item[0].driver, item[0].pool), set()).add(item)
         capacity: dict[PoolKey, list[tuple[DeviceID, tuple[tuple[str, object], ...]]]] = {}
         for device, amounts in state.capacity.items():
-            if amounts:
-                entry = tuple(sorted(amounts.items(), key=lambda item: item[0]))
-                capacity.setdefault((device.driver, device.pool), []).append((device, entry))
+            # present even when empty: `is_allocated` reads presence
+            entry = tuple(sorted(amounts.items(), key=lambda item: item[0]))
+            capacity.setdefault((device.driver, device.pool), []).append((device, entry))
         return cls(
             {k: frozenset(v) for k, v in devices.items()},
             {k: frozenset(v) for k, v in shared.items()},
             {k: tuple(sorted(v, key=lambda e: str(e[0]))) for k, v in capacity.items()},
+        )
+
+    def pools_key(self, pools: Sequence[PoolKey]) -> Hashable:
+        """The in-use state of `pools` (devices, shares, capacity): equal keys, equal state."""
+        empty: frozenset[DeviceID] = frozenset()
+        return tuple(
+            (
+                self.devices.get(key, empty),
+                self.shared.get(key, frozenset()),
+                self.capacity.get(key, ()),
+            )
+            for key in pools
         )
 
     def node_key(self, pools: Sequence[Pool]) -> Hashable:

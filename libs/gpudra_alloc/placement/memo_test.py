@@ -118,3 +118,28 @@ def test_memo_misses_after_the_state_key_changes() -> None:
     assert memo.get(nodes[0], pools, "k1", other) == (False, None)
     assert memo.get(nodes[0], pools, "k2", shape) == (False, None)
     assert memo.get(nodes[0], list(pools), "k1", shape) == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("busy", "freed"),
+    [
+        pytest.param(("gpu-0",), (), id="one-taken"),
+        pytest.param(("gpu-0", "gpu-1", "gpu-2"), ("gpu-1",), id="taken-then-one-freed"),
+        pytest.param(tuple(f"gpu-{i}" for i in range(8)), ("gpu-7",), id="full-then-one-freed"),
+    ],
+)
+def test_remembered_free_state_follows_the_state(
+    busy: tuple[str, ...], freed: tuple[str, ...]
+) -> None:
+    allocator, nodes = cluster({"dgx-h100": 1})
+    chooser = Chooser(allocator)
+    view = chooser.view(nodes[0])
+    pool = allocator.pools_for(nodes[0])[0].name
+    state = allocator.state
+    assert chooser._free(view, state, StateIndex.of(state)).free_gpus == 8
+    state.devices.update(DeviceID(DRIVER, pool, d) for d in busy)
+    after = chooser._free(view, state, StateIndex.of(state))
+    assert after.free_gpus == 8 - len(busy)
+    state.devices.difference_update(DeviceID(DRIVER, pool, d) for d in freed)
+    again = chooser._free(view, state, StateIndex.of(state))
+    assert again.free_gpus == view.free(state).free_gpus == 8 - len(busy) + len(freed)
