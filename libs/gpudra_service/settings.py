@@ -7,8 +7,9 @@ ConfigMap and the downward API set, e.g. `GPUDRA_NATS_URL`, `NODE_NAME`, `OTEL_T
 malformed value is a `SettingsError` naming the flag or variable, never a traceback. `--help`
 shows each field's help text, unit, variables and default.
 
-`CommonSettings` holds the fields every service has (NATS connection, probes, tracing, logging);
-a service's dataclass inherits it and adds its own.
+`CommonSettings` holds the fields every service has (NATS connection, probes, tracing, logging)
+and the one `load` classmethod; a service's dataclass inherits it, sets `ENV_PREFIX`, `PROG` and
+`DESCRIPTION`, adds its own fields and extends `validate` (calling `validate_common` first).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from gpudra_service.errors import SettingsError
 
@@ -53,6 +54,11 @@ def doc(help_text: str, unit: str = "") -> dict[str, str]:
 class CommonSettings:
     """The settings every gpudra service has."""
 
+    # Set by each service's subclass: its variables' prefix and its `--help` header.
+    ENV_PREFIX: ClassVar[str] = "GPUDRA_"
+    PROG: ClassVar[str] = ""
+    DESCRIPTION: ClassVar[str] = ""
+
     nats_url: str = field(
         default="nats://127.0.0.1:4222", metadata=doc("NATS server URL(s), comma-separated", "URL")
     )
@@ -84,6 +90,21 @@ class CommonSettings:
     @property
     def nats_servers(self) -> list[str]:
         return [u.strip() for u in self.nats_url.split(",") if u.strip()]
+
+    @classmethod
+    def load(
+        cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+    ) -> Self:
+        """Settings from flags, then the environment, then defaults; validated."""
+        settings = load(
+            cls, cls.ENV_PREFIX, argv, environ, prog=cls.PROG, description=cls.DESCRIPTION
+        )
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Raise `SettingsError` for values no component could use; services extend it."""
+        self.validate_common()
 
     def validate_common(self) -> None:
         """Checks of the common fields; a service's own `validate` calls it first."""

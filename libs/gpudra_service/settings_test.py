@@ -15,6 +15,8 @@ PREFIX = "GPUDRA_DEMO_"
 
 @dataclasses.dataclass(frozen=True)
 class DemoSettings(CommonSettings):
+    ENV_PREFIX = PREFIX
+    PROG = "demo"
     node_name: str = field(default="", metadata=doc("node", "name"))
     interval: float = field(default=2.0, metadata=doc("period", "seconds"))
     retries: int = field(default=3, metadata=doc("retries"))
@@ -94,3 +96,9 @@ def test_servers_split() -> None:
         "nats://a:1",
         "nats://b:2",
     ]
+
+
+def test_load_classmethod_reads_the_prefix_and_validates() -> None:
+    assert DemoSettings.load([], {"GPUDRA_DEMO_RETRIES": "7"}).retries == 7
+    with pytest.raises(SettingsError, match="not a TCP port"):
+        DemoSettings.load(["--health-port", "70000"], {})

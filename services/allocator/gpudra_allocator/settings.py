@@ -14,11 +14,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-from collections.abc import Mapping, Sequence
 from dataclasses import field
 
 from gpudra_allocator.errors import SettingsError
-from gpudra_service import CommonSettings, doc, load
+from gpudra_service import CommonSettings, doc
 
 ENV_PREFIX = "GPUDRA_ALLOCATOR_"
 POLICIES = ("topology", "first-fit")
@@ -27,6 +26,10 @@ POLICIES = ("topology", "first-fit")
 @dataclasses.dataclass(frozen=True)
 class Settings(CommonSettings):
     """Everything the allocator can be told; `--help` shows each field's unit and default."""
+
+    ENV_PREFIX = ENV_PREFIX
+    PROG = "python -m gpudra_allocator"
+    DESCRIPTION = "gpudra allocator: turns claim events into reserved, announced allocations."
 
     replica_id: str = field(
         default="", metadata=doc("this replica's name in decisions; empty: <host>-<pid>")
@@ -64,22 +67,6 @@ class Settings(CommonSettings):
     @property
     def replica(self) -> str:
         return self.replica_id or f"{socket.gethostname()}-{os.getpid()}"
-
-    @classmethod
-    def load(
-        cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
-    ) -> Settings:
-        """Settings from flags, then the environment, then defaults; validated."""
-        settings = load(
-            cls,
-            ENV_PREFIX,
-            argv,
-            environ,
-            prog="python -m gpudra_allocator",
-            description="gpudra allocator: turns claim events into reserved, announced allocations.",
-        )
-        settings.validate()
-        return settings
 
     def validate(self) -> None:
         """Raise `SettingsError` for values no component could use (common fields first)."""

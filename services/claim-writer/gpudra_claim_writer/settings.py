@@ -11,11 +11,10 @@ share for that field (`GPUDRA_NATS_URL`, `GPUDRA_NATS_TLS_*`, `GPUDRA_NATS_STREA
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
 from dataclasses import field
 
 from gpudra_claim_writer.errors import SettingsError
-from gpudra_service import CommonSettings, doc, load
+from gpudra_service import CommonSettings, doc
 
 ENV_PREFIX = "GPUDRA_CLAIM_WRITER_"
 MODES = ("standalone", "kubernetes")
@@ -24,6 +23,12 @@ MODES = ("standalone", "kubernetes")
 @dataclasses.dataclass(frozen=True)
 class Settings(CommonSettings):
     """Everything the claim-writer can be told; `--help` shows units and defaults."""
+
+    ENV_PREFIX = ENV_PREFIX
+    PROG = "python -m gpudra_claim_writer"
+    DESCRIPTION = (
+        "gpudra claim-writer: claims in, claim events out; decisions in, claim status out."
+    )
 
     mode: str = field(
         default="standalone",
@@ -49,24 +54,6 @@ class Settings(CommonSettings):
         default=True,
         metadata=doc("lift the gpudra.io/allocation scheduling gate of pods", "bool"),
     )
-
-    @classmethod
-    def load(
-        cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
-    ) -> Settings:
-        """Settings from flags, then the environment, then defaults; validated."""
-        settings = load(
-            cls,
-            ENV_PREFIX,
-            argv,
-            environ,
-            prog="python -m gpudra_claim_writer",
-            description=(
-                "gpudra claim-writer: claims in, claim events out; decisions in, claim status out."
-            ),
-        )
-        settings.validate()
-        return settings
 
     def validate(self) -> None:
         """Raise `SettingsError` for values the service cannot use (common fields first)."""

@@ -11,11 +11,10 @@ that field (`GPUDRA_NATS_URL`, `GPUDRA_NATS_TLS_*`, `GPUDRA_NATS_STREAM_REPLICAS
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
 from dataclasses import field
 
 from gpudra_inventory.errors import SettingsError
-from gpudra_service import CommonSettings, doc, load
+from gpudra_service import CommonSettings, doc
 
 ENV_PREFIX = "GPUDRA_INVENTORY_"
 MODES = ("standalone", "kubernetes")
@@ -24,6 +23,10 @@ MODES = ("standalone", "kubernetes")
 @dataclasses.dataclass(frozen=True)
 class Settings(CommonSettings):
     """Everything the inventory service can be told; `--help` shows units and defaults."""
+
+    ENV_PREFIX = ENV_PREFIX
+    PROG = "python -m gpudra_inventory"
+    DESCRIPTION = "gpudra inventory: node inventories in, ResourceSlices out."
 
     mode: str = field(
         default="standalone",
@@ -43,22 +46,6 @@ class Settings(CommonSettings):
     consumer: str = field(
         default="inventory", metadata=doc("durable JetStream consumer of inventories", "name")
     )
-
-    @classmethod
-    def load(
-        cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
-    ) -> Settings:
-        """Settings from flags, then the environment, then defaults; validated."""
-        settings = load(
-            cls,
-            ENV_PREFIX,
-            argv,
-            environ,
-            prog="python -m gpudra_inventory",
-            description="gpudra inventory: node inventories in, ResourceSlices out.",
-        )
-        settings.validate()
-        return settings
 
     def validate(self) -> None:
         """Raise `SettingsError` for values the service cannot use (common fields first)."""

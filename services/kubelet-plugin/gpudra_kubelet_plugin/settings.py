@@ -15,12 +15,11 @@ import dataclasses
 import hashlib
 import os
 import socket
-from collections.abc import Mapping, Sequence
 from dataclasses import field
 from pathlib import Path
 
 from gpudra_kubelet_plugin.errors import SettingsError
-from gpudra_service import CommonSettings, doc, load
+from gpudra_service import CommonSettings, doc
 
 ENV_PREFIX = "GPUDRA_KUBELET_PLUGIN_"
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes on Linux, NUL included
@@ -29,6 +28,10 @@ MAX_SOCKET_PATH = 107  # sun_path is 108 bytes on Linux, NUL included
 @dataclasses.dataclass(frozen=True)
 class Settings(CommonSettings):
     """Everything the kubelet plugin can be told; see `--help` for each field."""
+
+    ENV_PREFIX = ENV_PREFIX
+    PROG = "python -m gpudra_kubelet_plugin"
+    DESCRIPTION = "gpudra kubelet plugin: serves the kubelet's DRA gRPC API on this node."
 
     driver_name: str = field(
         default="gpu.nvidia.com", metadata=doc("DRA driver name served and registered")
@@ -165,22 +168,6 @@ class Settings(CommonSettings):
     @property
     def checkpoint_path(self) -> Path:
         return self.data_dir / self.checkpoint_file
-
-    @classmethod
-    def load(
-        cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
-    ) -> Settings:
-        """Settings from flags, then the environment, then defaults; validated."""
-        settings = load(
-            cls,
-            ENV_PREFIX,
-            argv,
-            environ,
-            prog="python -m gpudra_kubelet_plugin",
-            description="gpudra kubelet plugin: serves the kubelet's DRA gRPC API on this node.",
-        )
-        settings.validate()
-        return settings
 
     def validate(self) -> None:
         """Raise `SettingsError` for values no component could use (common fields first)."""

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from collections.abc import Mapping, Sequence
 from dataclasses import field
 
 from gpudra_node_agent.errors import SettingsError
-from gpudra_service import CommonSettings, doc, load
+from gpudra_service import CommonSettings, doc
 
 ENV_PREFIX = "GPUDRA_NODE_AGENT_"
 
@@ -21,6 +20,10 @@ ENV_PREFIX = "GPUDRA_NODE_AGENT_"
 @dataclasses.dataclass(frozen=True)
 class Settings(CommonSettings):
     """Everything the node-agent can be told; `--help` shows each field's unit and default."""
+
+    ENV_PREFIX = ENV_PREFIX
+    PROG = "python -m gpudra_node_agent"
+    DESCRIPTION = "gpudra node-agent: publishes this node's GPUs, their health and use."
 
     node_name: str = field(
         default="", metadata=doc("this node's name (DNS subdomain); empty: the host name", "name")
@@ -58,24 +61,10 @@ class Settings(CommonSettings):
     def node(self) -> str:
         return self.node_name or socket.gethostname().lower()
 
-    def validate(self) -> Settings:
+    def validate(self) -> None:
         self.validate_common()
         for name in ("poll_interval", "discovery_interval", "heartbeat_interval"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name.replace('_', '-')} must be > 0 seconds")
         if self.utilization_interval < 0 or self.xid_hold < 0:
             raise SettingsError("utilization-interval and xid-hold must not be negative")
-        return self
-
-    @classmethod
-    def load(
-        cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
-    ) -> Settings:
-        return load(
-            cls,
-            ENV_PREFIX,
-            argv,
-            environ,
-            prog="python -m gpudra_node_agent",
-            description="gpudra node-agent: publishes this node's GPUs, their health and use.",
-        ).validate()
