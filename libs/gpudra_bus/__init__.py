@@ -17,6 +17,7 @@ from gpudra_bus import subjects, tracing
 from gpudra_bus.codec import DEFAULT_MAX_BYTES, SCHEMA_HEADER, Codec, Schema, schema_of
 from gpudra_bus.codecs import ALLOCATION_DECISION, CLAIM_EVENT, RELEASED
 from gpudra_bus.connection import Backoff, connect, disconnect, translate
+from gpudra_bus.consume import fetch_ready
 from gpudra_bus.errors import (
     BusError,
     BusPermanentError,
@@ -98,6 +99,7 @@ __all__ = [
     "ensure_buckets",
     "ensure_stream",
     "ensure_streams",
+    "fetch_ready",
     "receive",
     "schema_of",
     "subjects",

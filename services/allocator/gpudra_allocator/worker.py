@@ -43,7 +43,6 @@ from gpudra_allocator.engine import Decision, Engine
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
 from gpudra_allocator.events import (
     claim_doc,
-    fetch_ready,
     holdings_from_json,
     parse_claim,
     quietly,
@@ -68,6 +67,7 @@ from gpudra_bus import (
     subjects,
     tracing,
 )
+from gpudra_bus.consume import fetch_ready
 from gpudra_bus.subjects import Kind
 from gpudrapb.v1 import claims_pb2
 

@@ -34,7 +34,6 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
 
@@ -52,6 +51,7 @@ from gpudra_bus import (
     subjects,
     tracing,
 )
+from gpudra_bus.consume import fetch_ready
 from gpudra_bus.subjects import Kind as SubjectKind
 from gpudra_claim_writer.claims import (
     TRACE_ANNOTATIONS,
@@ -299,17 +299,3 @@ def _metadata(claim: dict[str, Any], carrier: dict[str, str] | None) -> dict[str
     if carrier is None:
         return with_finalizer(claim)
     return chained(claim, with_finalizer, lambda c: with_trace(c, carrier))
-
-
-async def fetch_ready(sub: JetStreamContext.PullSubscription, batch: int, idle: float) -> list[Msg]:
-    """The next message as soon as it arrives (waiting up to `idle` s), plus any already queued.
-
-    nats-py's `fetch(n)` keeps a lingering pull open until all `n` arrived or the timeout passed,
-    which would add up to `idle` seconds of latency to a trickle of messages; one message first,
-    then a short no-wait top-up, keeps both latency and per-message round trips low.
-    """
-    msgs = await sub.fetch(1, timeout=idle)
-    if batch > 1:
-        with contextlib.suppress(nats.errors.TimeoutError, TimeoutError):
-            msgs += await sub.fetch(batch - 1, timeout=0.005)
-    return msgs

@@ -26,7 +26,6 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.kv import KeyValue
 
@@ -43,6 +42,7 @@ from gpudra_bus import (
     tracing,
     translate,
 )
+from gpudra_bus.consume import fetch_ready
 from gpudra_bus.subjects import Kind
 from gpudra_inventory.drift import DRIFT_SUMMARY, summarize, to_struct
 from gpudra_inventory.pools import Change, PoolBook
@@ -201,17 +201,3 @@ class InventoryService:
             log.warning("drift summary not published: %s", exc)
         except BusError as exc:
             log.warning("drift summary not published: %s", exc)
-
-
-async def fetch_ready(sub: JetStreamContext.PullSubscription, batch: int, idle: float) -> list[Msg]:
-    """The next message as soon as it arrives (waiting up to `idle` s), plus any already queued.
-
-    nats-py's `fetch(n)` keeps a lingering pull open until all `n` arrived or the timeout passed,
-    which would add up to `idle` seconds of latency to a trickle of messages; one message first,
-    then a short no-wait top-up, keeps both latency and per-message round trips low.
-    """
-    msgs = await sub.fetch(1, timeout=idle)
-    if batch > 1:
-        with contextlib.suppress(nats.errors.TimeoutError, TimeoutError):
-            msgs += await sub.fetch(batch - 1, timeout=0.005)
-    return msgs
