@@ -10,12 +10,10 @@ import asyncio
 import copy
 import json
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from nats.aio.client import Client
 
 from control_plane.cluster import (
@@ -32,9 +30,6 @@ from gpudra_bus import (
     DEADLETTER_STREAM,
     RESERVATIONS_BUCKET,
     SLICES_BUCKET,
-    connect,
-    ensure_buckets,
-    ensure_streams,
 )
 from gpudra_kube.errors import KubeRetryableError
 from gpudra_kube.kv_backend import KvStore
@@ -46,23 +41,6 @@ pytestmark = pytest.mark.slow
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
 TRACEPARENT = "gpudra.io/traceparent"
-
-
-@pytest_asyncio.fixture
-async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
-    client = await connect(fresh_nats_server.url, name="control-plane-test", deadline=10)
-    js = client.jetstream()
-    await ensure_streams(js)
-    await ensure_buckets(js)
-    yield client
-    await client.drain()
-
-
-@pytest.fixture
-def cluster(fresh_nats_server: NatsServer, tmp_path: Path) -> Any:
-    c = Cluster(fresh_nats_server.url, tmp_path)
-    yield c
-    c.stop_all()
 
 
 async def slices_ready(nc: Client, cluster: Cluster, count: int) -> None:

@@ -9,12 +9,9 @@ clique fits only in the larger clique, all together.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from nats.aio.client import Client
 
 from control_plane.cluster import (
@@ -32,37 +29,16 @@ from gpudra_bus import (
     RESERVATIONS_BUCKET,
     SLICES_BUCKET,
     Publisher,
-    connect,
-    ensure_buckets,
-    ensure_streams,
     subjects,
 )
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
-from gpudra_standalone.nats_server import NatsServer
 from gpudrapb.v1 import inventory_pb2 as pb
 
 pytestmark = pytest.mark.slow
 
 CLIQUES = {"small": 3, "large": 4}  # clique -> trays of 4 GPUs
 CLIQUE_ATTRIBUTE = "gpu.nvidia.com/cliqueID"
-
-
-@pytest_asyncio.fixture
-async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
-    client = await connect(fresh_nats_server.url, name="gang-test", deadline=10)
-    js = client.jetstream()
-    await ensure_streams(js)
-    await ensure_buckets(js)
-    yield client
-    await client.drain()
-
-
-@pytest.fixture
-def cluster(fresh_nats_server: NatsServer, tmp_path: Path) -> Any:
-    c = Cluster(fresh_nats_server.url, tmp_path)
-    yield c
-    c.stop_all()
 
 
 async def publish_trays(nc: Client) -> dict[str, str]:
