@@ -90,6 +90,9 @@ class ClaimEvent(google.protobuf.message.Message):
     GANG_SIZE_FIELD_NUMBER: builtins.int
     CONSUMERS_FIELD_NUMBER: builtins.int
     OBSERVED_AT_FIELD_NUMBER: builtins.int
+    POD_UID_FIELD_NUMBER: builtins.int
+    POD_NAME_FIELD_NUMBER: builtins.int
+    POD_CLAIMS_FIELD_NUMBER: builtins.int
     kind: global___ClaimEvent.Kind.ValueType
     claim_json: builtins.bytes
     """The full resource.k8s.io/v1 ResourceClaim as JSON (UTF-8)."""
@@ -97,6 +100,20 @@ class ClaimEvent(google.protobuf.message.Message):
     """Claims of one gang (all pods of a job) share a gang id and are allocated all-or-nothing."""
     gang_size: builtins.int
     """How many claims the gang has in total; 0 when the claim is not part of a gang."""
+    pod_uid: builtins.str
+    """The pod whose claims are allocated with this one as a unit: all on one node, all or none.
+    Empty: no pod is known to use the claim (an unconsumed claim, an older writer), and the claim
+    is allocated on its own, as before these fields existed.
+    Which pod, when several use the claim: the claim-writer names the oldest consumer whose
+    claims all exist (creationTimestamp, then name), and keeps that pod for the claim's
+    generation. The other consumers list the claim in their own `pod_claims`; it is not theirs
+    to place, but once allocated it pins their claims to its node.
+    A claim generated from a ResourceClaimTemplate (owned by its pod) is published only once its
+    pod is known, so it never goes out alone; a claim the pod names directly may have been
+    published (and allocated) alone before the pod appeared: it then pins the pod's other claims.
+    """
+    pod_name: builtins.str
+    """That pod as namespace/name (reasons and logs)."""
     @property
     def claim(self) -> global___ClaimRef: ...
     @property
@@ -105,6 +122,13 @@ class ClaimEvent(google.protobuf.message.Message):
 
     @property
     def observed_at(self) -> google.protobuf.timestamp_pb2.Timestamp: ...
+    @property
+    def pod_claims(self) -> google.protobuf.internal.containers.RepeatedScalarFieldContainer[builtins.str]:
+        """UIDs of every claim of that pod that gpudra allocates, this one included, sorted. The
+        allocator places the pod once each is either present (an event naming this pod) or already
+        allocated. Claims of other drivers are not listed: kube-scheduler allocates them.
+        """
+
     def __init__(
         self,
         *,
@@ -115,9 +139,12 @@ class ClaimEvent(google.protobuf.message.Message):
         gang_size: builtins.int = ...,
         consumers: collections.abc.Iterable[builtins.str] | None = ...,
         observed_at: google.protobuf.timestamp_pb2.Timestamp | None = ...,
+        pod_uid: builtins.str = ...,
+        pod_name: builtins.str = ...,
+        pod_claims: collections.abc.Iterable[builtins.str] | None = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["claim", b"claim", "observed_at", b"observed_at"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["claim", b"claim", "claim_json", b"claim_json", "consumers", b"consumers", "gang_id", b"gang_id", "gang_size", b"gang_size", "kind", b"kind", "observed_at", b"observed_at"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["claim", b"claim", "claim_json", b"claim_json", "consumers", b"consumers", "gang_id", b"gang_id", "gang_size", b"gang_size", "kind", b"kind", "observed_at", b"observed_at", "pod_claims", b"pod_claims", "pod_name", b"pod_name", "pod_uid", b"pod_uid"]) -> None: ...
 
 global___ClaimEvent = ClaimEvent
 
