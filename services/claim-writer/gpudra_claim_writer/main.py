@@ -3,8 +3,9 @@
 Start-up: tracing, NATS (waits for a server; credentials and TLS from the shared settings),
 streams and buckets (idempotent, created with `stream-replicas` replicas), the claim store
 (the API server in kubernetes mode, the KV buckets in standalone mode — the same `Store` interface,
-so both modes run the same code), the health server, then three loops: intake (claims → events),
-write-back (decisions → claim status) and pod gates. SIGTERM/SIGINT cancel the loops; the exit
+so both modes run the same code), the health server, then the loops: intake (claims → events),
+write-back (decisions → claim status), pod gates and, in kubernetes mode, the DeviceClass mirror
+(cluster classes → the allocator's KV bucket). SIGTERM/SIGINT cancel the loops; the exit
 stack closes the store and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for
 bad settings (also those found while starting: unreadable NATS TLS files, a probe port in use).
 """
@@ -17,7 +18,15 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from gpudra_bus import BusError, Publisher, connect, ensure_buckets, ensure_streams
+from gpudra_bus import (
+    DEVICE_CLASSES_BUCKET,
+    BusError,
+    Publisher,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+)
+from gpudra_claim_writer.classes import ClassMirror
 from gpudra_claim_writer.gates import Gates
 from gpudra_claim_writer.intake import Intake
 from gpudra_claim_writer.ownership import Ownership
@@ -38,7 +47,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         stack.push_async_callback(nc.drain)
         js = nc.jetstream()
         await ensure_streams(js, replicas=settings.stream_replicas)
-        await ensure_buckets(js, replicas=settings.stream_replicas)
+        buckets = await ensure_buckets(js, replicas=settings.stream_replicas)
         store: Store
         if settings.mode == "kubernetes":
             store = await ApiStore.from_kubeconfig(settings.kubeconfig or None)
@@ -75,6 +84,11 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         loops = [intake.run(), writeback.run()]
         if settings.gate_pods:
             loops.append(gates.run())
+        if settings.mode == "kubernetes" and settings.mirror_classes:
+            mirror = ClassMirror(
+                store, buckets[DEVICE_CLASSES_BUCKET], watch_timeout=settings.watch_timeout
+            )
+            loops.append(mirror.run())
         tasks = [asyncio.create_task(loop) for loop in loops]
         stopper = asyncio.create_task(stop.wait())
         try:

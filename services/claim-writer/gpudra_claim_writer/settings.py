@@ -54,6 +54,13 @@ class Settings(CommonSettings):
         default=True,
         metadata=doc("lift the gpudra.io/allocation scheduling gate of pods", "bool"),
     )
+    mirror_classes: bool = field(
+        default=True,
+        metadata=doc(
+            "kubernetes mode: mirror the cluster's DeviceClasses into the allocator's KV bucket",
+            "bool",
+        ),
+    )
 
     def validate(self) -> None:
         """Raise `SettingsError` for values the service cannot use (common fields first)."""

@@ -11,7 +11,12 @@ from gpudra_claim_writer.settings import Settings
 @pytest.mark.parametrize(
     ("argv", "env", "expected"),
     [
-        pytest.param([], {}, {"mode": "standalone", "gate_pods": True}, id="defaults"),
+        pytest.param(
+            [], {}, {"mode": "standalone", "gate_pods": True, "mirror_classes": True}, id="defaults"
+        ),
+        pytest.param(
+            ["--mirror-classes", "false"], {}, {"mirror_classes": False}, id="no-class-mirror"
+        ),
         pytest.param(
             [], {"GPUDRA_CLAIM_WRITER_GATE_PODS": "off"}, {"gate_pods": False}, id="env-bool"
         ),
