@@ -1,4 +1,10 @@
-"""Gangs in the reservations bucket: which members arrived, and the one decision for all of them.
+"""Units in the reservations bucket: which members arrived, and the one decision for all of them.
+
+A unit is what the allocator places all or none: a gang (events with `gang_id`; all pods of a job,
+`gang_size` claims in all) or a lone pod (events with `pod_uid` and no gang: the pod's claims,
+`pod_claims`, on one node). `unit_of` names it: the gang id, or `pod:<pod UID>` (gang ids always
+hold a `/`, so the two never meet). Inside a unit the members are grouped into pods by `pod_uid`
+(`Members.pods`); a member without one is a pod of its own, as gang members were before pods.
 
 The durable consumer may hand a gang's claims to different replicas, so no replica can wait for
 "all members" in memory. Two more kinds of keys in `gpudra-reservations` (beside `p.` and `c.`):
@@ -8,7 +14,7 @@ The durable consumer may hand a gang's claims to different replicas, so no repli
 - `g.<gang>`: the gang's decision, *created* once (`decide`): the token of the attempt whose
   holdings stand and every member's node and allocation. A replica that loses the race uses the
   winner's record and removes its own attempt's holdings.
-`<gang>` is a hash of the gang id (gang names are free text; keys are not).
+`<gang>` is a hash of the unit id (gang names are free text; keys are not).
 
 A member whose claim is deleted leaves the gang (`leave`); when the last one left, both keys are
 removed, so a gang re-created under the same name (a job run again) starts from nothing.
@@ -36,6 +42,28 @@ from gpudrapb.v1 import claims_pb2
 _NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
 _MAX_CAS_TRIES = 50
 MATCH_ATTRIBUTE_ANNOTATION = "gpudra.io/gang-match-attribute"
+POD_UNIT_PREFIX = "pod:"
+
+
+def unit_of(event: claims_pb2.ClaimEvent) -> str:
+    """The unit the event's claim is placed with: its gang, its pod, or "" (alone: no gang, and
+    no pod or a pod with no other gpudra claim — nothing to keep together)."""
+    if event.gang_id:
+        return event.gang_id
+    if event.pod_uid and unit_size(event) > 1:
+        return f"{POD_UNIT_PREFIX}{event.pod_uid}"
+    return ""
+
+
+def unit_size(event: claims_pb2.ClaimEvent) -> int:
+    """Claims the unit has in all, as the event says: `gang_size`, or the pod's claim count."""
+    if event.gang_id:
+        return event.gang_size
+    return len(set(event.pod_claims) | {event.claim.uid}) if event.pod_uid else 1
+
+
+def is_pod_unit(unit: str) -> bool:
+    return unit.startswith(POD_UNIT_PREFIX)
 
 
 def gang_hash(gang: str) -> str:
@@ -86,10 +114,22 @@ class Members:
             raise BadReservationError(f"malformed gang members: {exc}") from exc
 
     def ordered(self) -> list[claims_pb2.ClaimEvent]:
-        """Members by claim (namespace/name, then UID): the gang's pod order, the same everywhere."""
+        """Members by claim (namespace/name, then UID): the unit's order, the same everywhere."""
         return sorted(
             self.events.values(), key=lambda e: (e.claim.namespace, e.claim.name, e.claim.uid)
         )
+
+    def needed(self) -> set[str]:
+        """UIDs of every claim the members' pods name (`pod_claims`), the members' own included."""
+        return {u for e in self.events.values() for u in (*e.pod_claims, e.claim.uid)}
+
+
+def pods_of(events: list[claims_pb2.ClaimEvent]) -> list[list[claims_pb2.ClaimEvent]]:
+    """`events` grouped into pods by `pod_uid` (none: a pod of its own), in first-member order."""
+    pods: dict[str, list[claims_pb2.ClaimEvent]] = {}
+    for event in events:
+        pods.setdefault(event.pod_uid or f"claim:{event.claim.uid}", []).append(event)
+    return list(pods.values())
 
 
 @dataclass(frozen=True)
@@ -168,20 +208,21 @@ class GangBook:
         return Members.decode(value) if value else None
 
     async def join(self, event: claims_pb2.ClaimEvent) -> Members:
-        """Add the event's claim to its gang (no write when it is there already); all members."""
-        key, uid = members_key(event.gang_id), event.claim.uid
+        """Add the event's claim to its unit (no write when it is there already); all members."""
+        unit, size = unit_of(event), unit_size(event)
+        key, uid = members_key(unit), event.claim.uid
         for _ in range(_MAX_CAS_TRIES):
             revision, value = await self._get(key)
-            current = Members.decode(value) if value else Members(event.gang_id, event.gang_size)
+            current = Members.decode(value) if value else Members(unit, size)
             known = current.events.get(uid)
             if known is not None and known.claim.generation >= event.claim.generation:
                 return current
             events = dict(current.events)
             events[uid] = event
-            updated = Members(current.gang, max(current.size, event.gang_size), events)
+            updated = Members(current.gang, max(current.size, size), events)
             if await self._write(key, revision, updated.encode()):
                 return updated
-        raise ReservationConflict(f"gang {event.gang_id}: members keep changing")
+        raise ReservationConflict(f"unit {unit}: members keep changing")
 
     async def leave(self, gang: str, uid: str) -> None:
         """The claim is gone (or its allocation cleared): out of the gang and of its decision, so

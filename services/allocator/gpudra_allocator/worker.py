@@ -19,6 +19,11 @@ Promises (with `Reservations` for the multi-replica part):
   the members' `c.<uid>` records from it, and announces each member. Other replicas holding
   members find those records on their next retry. A gang that does not fit reserves nothing;
   every member gets the explanation, and the gang is retried on change like any waiting claim.
+- Pods (events with `pod_uid` naming a pod with several gpudra claims, `pod_claims`) are units the
+  same way, keyed by the pod: held until each of the pod's claims arrived or is allocated, then
+  placed on one node all or none (pinned to the node of those already allocated); gang members
+  are grouped into pods, each pod's claims on one node (`gang_steps`). Events without pod
+  information are placed claim by claim, as before.
 - A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
   `Released`; a DELETED event that carries the claim is a cleared allocation of a claim that lives
   on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
@@ -48,7 +53,7 @@ from gpudra_allocator.events import (
     quietly,
 )
 from gpudra_allocator.gang_steps import EMPTY_CLAIM, RESERVE_TRIES, GangSteps, Waiting
-from gpudra_allocator.gangs import GangBook
+from gpudra_allocator.gangs import GangBook, unit_of
 from gpudra_allocator.holdings import ClaimRecord, holdings_for
 from gpudra_allocator.index import KvIndex
 from gpudra_allocator.reservations import Reservations
@@ -194,8 +199,8 @@ class Worker(GangSteps):
             raise BadClaimError("claim event without a claim UID")
         if await self._settled(msg, event):
             return
-        if event.gang_id:
-            # A gang's holdings are judged by its decision record, never per member (gangs.py).
+        if unit_of(event):
+            # A unit's holdings are judged by its decision record, never per member (gangs.py).
             old = self._waiting.get(uid)
             if old is not None and old.msg is not msg:
                 await quietly(old.msg.ack())  # the newer delivery replaces the held one
@@ -228,7 +233,7 @@ class Worker(GangSteps):
         return True
 
     async def _attempt(self, waiting: Waiting) -> None:
-        if waiting.event.gang_id:
+        if unit_of(waiting.event):
             await self._attempt_gang(waiting)
             return
         event, claim = waiting.event, waiting.claim
