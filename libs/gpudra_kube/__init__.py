@@ -1,8 +1,8 @@
 """gpudra's Kubernetes adapter: one `Store` interface over resource.k8s.io/v1 and core/v1 objects,
 with two backends — `ApiStore` (a kube-apiserver via kubernetes-asyncio) and `KvStore` (standalone
 mode: the same JSON objects in NATS JetStream KV buckets) — plus `informer` (list + watch that
-resumes and relists) and `ClaimStore` (the claim, slice and pod operations services need, with
-conflict handling).
+resumes and relists), `ClaimStore` (the claim, slice and pod operations services need, with
+conflict handling) and `EventRecorder` (Kubernetes Events, deduplicated into series).
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ from gpudra_kube.errors import (
 )
 from gpudra_kube.informer import informer
 from gpudra_kube.kv_backend import BUCKETS, KvStore, object_key
+from gpudra_kube.recorder import EventRecorder
 from gpudra_kube.resources import (
     ALL_RESOURCES,
     DEVICE_CLASSES,
+    EVENTS,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
@@ -51,6 +53,8 @@ __all__ = [
     "ConflictError",
     "DELETE_PROTECTION_FINALIZER",
     "DEVICE_CLASSES",
+    "EVENTS",
+    "EventRecorder",
     "EventType",
     "ForbiddenError",
     "GoneError",

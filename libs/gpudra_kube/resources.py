@@ -64,6 +64,11 @@ DEVICE_CLASSES = Resource(
 PODS = Resource(
     "Pod", "v1", "pods", "pod", "CoreV1Api", namespaced=True, has_status=True,
 )  # fmt: skip
+# Written only in kubernetes mode (see `recorder`); standalone mode has no events bucket.
+EVENTS = Resource(
+    "Event", "events.k8s.io/v1", "events", "event", "EventsV1Api", namespaced=True,
+    has_status=False,
+)  # fmt: skip
 
 ALL_RESOURCES: tuple[Resource, ...] = (
     RESOURCE_CLAIMS,
@@ -71,6 +76,7 @@ ALL_RESOURCES: tuple[Resource, ...] = (
     RESOURCE_SLICES,
     DEVICE_CLASSES,
     PODS,
+    EVENTS,
 )
 
 
