@@ -21,4 +21,15 @@ class InventoryRetryableError(InventoryError):
     """A transient condition; the same call may succeed later."""
 
 
-__all__ = ["InventoryError", "InventoryPermanentError", "InventoryRetryableError", "SettingsError"]
+class NotLeaderError(InventoryRetryableError):
+    """This replica may not write now: its lease lapsed, or another process wrote a slice since
+    this one last read it (re-read the bucket under a valid lease, then write again)."""
+
+
+__all__ = [
+    "InventoryError",
+    "InventoryPermanentError",
+    "InventoryRetryableError",
+    "NotLeaderError",
+    "SettingsError",
+]

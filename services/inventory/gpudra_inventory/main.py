@@ -1,10 +1,11 @@
 """`python -m gpudra_inventory`: settings, wiring and the loop, per the service skeleton.
 
 Start-up: tracing, NATS (waits for a server; credentials and TLS from the shared settings),
-streams and buckets (idempotent, created with `stream-replicas` replicas), the bucket's
-slices (generations continue), in Kubernetes mode the API client and a prune of stale slices, the
-health server, then the inventory consumer. SIGTERM/SIGINT stop the loop; the exit stack closes
-the API client and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for bad
+streams and buckets (idempotent, created with `stream-replicas` replicas) and the lease bucket,
+the bucket's slices (generations continue), in Kubernetes mode the API client, the health server,
+then the loop: this replica's inventory consumer and its lease (the leader writes; on taking
+over it republishes and, in Kubernetes mode, prunes stale API slices). SIGTERM/SIGINT stop the
+loop, which releases the lease; the exit stack closes the API client and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for bad
 settings (also those found while starting: unreadable NATS TLS files, a probe port in use).
 """
 
@@ -13,9 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 from collections.abc import Sequence
 
 from gpudra_bus import SLICES_BUCKET, BusError, connect, ensure_buckets, ensure_streams
+from gpudra_inventory.lease import Lease, ensure_lease_bucket
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.service import InventoryService
 from gpudra_inventory.settings import Settings
@@ -32,6 +36,11 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         js = nc.jetstream()
         await ensure_streams(js, replicas=settings.stream_replicas)
         buckets = await ensure_buckets(js, replicas=settings.stream_replicas)
+        lease_kv = await ensure_lease_bucket(
+            js, settings.lease_ttl, replicas=settings.stream_replicas
+        )
+        holder = settings.lease_holder or f"{socket.gethostname()}:{os.getpid()}"
+        lease = Lease(lease_kv, holder, settings.lease_ttl)
         mirror: SliceMirror | None = None
         if settings.mode == "kubernetes":
             from gpudra_kube.api_backend import ApiStore
@@ -39,17 +48,13 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             store = await ApiStore.from_kubeconfig(settings.kubeconfig or None)
             stack.push_async_callback(store.close)
             mirror = SliceMirror(store, settings.driver)
-        service = InventoryService(
-            nc, buckets[SLICES_BUCKET], settings, mirror.apply if mirror else None
-        )
+        service = InventoryService(nc, buckets[SLICES_BUCKET], settings, mirror, lease=lease)
         await service.load()
-        if mirror is not None:
-            log.info("removed %d stale slices from the API", await mirror.prune(service.book))
         health = await HealthServer(
             settings.health_host, settings.health_port, ready=lambda: service.ready
         ).start()
         stack.push_async_callback(health.stop)
-        log.info("health server on port %d", health.port)
+        log.info("health server on port %d; lease holder %s", health.port, holder)
         await service.run(stop)
 
 

@@ -4,6 +4,8 @@ Promises: after `apply(change)` the API holds exactly the change's slices for th
 replaced with the resourceVersion last read; a 409 conflict re-reads and writes again, never
 blindly) and none of the slices the change removed. `prune(book)` removes slices of our driver
 that no pool of the book owns any more (left over from nodes that vanished while we were down).
+`may_write()` (the service installs its leader check) is asked before every API write; once it answers False (this replica's lease
+lapsed) the call stops with `NotLeaderError`, so a deposed leader never overwrites its successor.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+from collections.abc import Callable
 from typing import Any
 
+from gpudra_inventory.errors import NotLeaderError
 from gpudra_inventory.pools import Change, PoolBook
 from gpudra_kube.errors import AlreadyExistsError, ConflictError, NotFoundError
 from gpudra_kube.resources import RESOURCE_SLICES, name_of
@@ -23,16 +27,26 @@ log = logging.getLogger(__name__)
 _MAX_TRIES = 10
 
 
+def _always() -> bool:
+    return True
+
+
 class SliceMirror:
-    def __init__(self, store: Store, driver: str) -> None:
+    def __init__(self, store: Store, driver: str, may_write: Callable[[], bool] = _always) -> None:
         self._store = store
         self._driver = driver
+        self.may_write = may_write
         self.writes = 0
+
+    def _check(self, name: str) -> None:
+        if not self.may_write():
+            raise NotLeaderError(f"not the leader any more; slice {name} not mirrored")
 
     async def apply(self, change: Change) -> None:
         for s in change.write:
             await self._upsert(s)
         for name in change.delete:
+            self._check(name)
             with contextlib.suppress(NotFoundError):
                 await self._store.delete(RESOURCE_SLICES, name)
 
@@ -43,6 +57,7 @@ class SliceMirror:
         for obj in listed.items:
             if obj.get("spec", {}).get("driver") != self._driver or name_of(obj) in owned:
                 continue
+            self._check(name_of(obj))
             try:
                 await self._store.delete(RESOURCE_SLICES, name_of(obj))
                 removed += 1
@@ -56,6 +71,7 @@ class SliceMirror:
             try:
                 current = await self._store.get(RESOURCE_SLICES, name)
             except NotFoundError:
+                self._check(name)
                 try:
                     await self._store.create(RESOURCE_SLICES, copy.deepcopy(desired))
                     self.writes += 1
@@ -66,6 +82,7 @@ class SliceMirror:
                 return
             obj = copy.deepcopy(desired)
             obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            self._check(name)
             try:
                 await self._store.replace(RESOURCE_SLICES, obj)
                 self.writes += 1

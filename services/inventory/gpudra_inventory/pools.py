@@ -19,7 +19,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from gpudra_slices import SliceOptions, build_slices
+from gpudra_slices import SliceError, SliceOptions, build_slices
 from gpudrapb.v1 import inventory_pb2 as pb
 
 UNREACHABLE_MESSAGE = "node-agent heartbeat missed"
@@ -54,6 +54,22 @@ def _content(slices: dict[str, dict[str, Any]]) -> str:
     return json.dumps(stripped, sort_keys=True)
 
 
+def node_of(s: dict[str, Any]) -> str | None:
+    """The node whose pool a slice belongs to (None for what is not one of our slices)."""
+    spec = s.get("spec") if isinstance(s, dict) else None
+    if not isinstance(spec, dict) or not isinstance(s.get("metadata"), dict):
+        return None
+    pool = spec.get("pool")
+    node = spec.get("nodeName") or (pool.get("name") if isinstance(pool, dict) else None)
+    return node if isinstance(node, str) and node else None
+
+
+def _generation(named: dict[str, dict[str, Any]]) -> int:
+    return max(
+        (int(s["spec"].get("pool", {}).get("generation", 0)) for s in named.values()), default=0
+    )
+
+
 def _signature(inventory: pb.NodeInventory) -> bytes:
     copy_ = pb.NodeInventory()
     copy_.CopyFrom(inventory)
@@ -66,16 +82,43 @@ class PoolBook:
         self._options = options
         self.pools: dict[str, PoolState] = {}
 
+    def _ours(self, slices: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+        """Our driver's slices by node and name."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for s in slices:
+            node = node_of(s)
+            if node is None or s["spec"].get("driver") != self._options.driver:
+                continue
+            out.setdefault(node, {})[s["metadata"]["name"]] = s
+        return out
+
     def load(self, slices: list[dict[str, Any]]) -> None:
         """Adopt the slices a bucket (or the API) already holds, so generations continue."""
-        for s in slices:
-            spec = s.get("spec", {})
-            node = spec.get("nodeName") or spec.get("pool", {}).get("name")
-            if not isinstance(node, str) or spec.get("driver") != self._options.driver:
-                continue
+        for node, named in self._ours(slices).items():
             state = self.pools.setdefault(node, PoolState(node))
-            state.generation = max(state.generation, int(spec["pool"].get("generation", 0)))
-            state.slices[s["metadata"]["name"]] = s
+            state.generation = max(state.generation, _generation(named))
+            state.slices.update(named)
+
+    def adopt(self, written: list[dict[str, Any]]) -> list[Change]:
+        """Take over from another writer, whose slices (`written`) are what the bucket holds.
+
+        Every pool with an inventory is rebuilt with a generation above both its own and the
+        bucket's, so readers see the new writer's pools as newer than anything written before;
+        its change deletes the bucket's slices of that node it no longer has. Pools known only
+        from the bucket are adopted as they are (no change).
+        """
+        theirs = self._ours(written)
+        changes = []
+        for node in sorted(set(theirs) | set(self.pools)):
+            state = self.pools.setdefault(node, PoolState(node))
+            named = theirs.get(node, {})
+            state.generation = max(state.generation, _generation(named))
+            state.slices = dict(named)
+            if state.inventory is not None:
+                change = self._rebuild(state, force=True)
+                assert change is not None
+                changes.append(change)
+        return changes
 
     def is_heartbeat(self, inventory: pb.NodeInventory) -> bool:
         state = self.pools.get(inventory.node)
@@ -88,13 +131,21 @@ class PoolBook:
     def observe(self, inventory: pb.NodeInventory, seen_at: float) -> Change | None:
         """A snapshot or heartbeat arrived (published at `seen_at`, epoch seconds)."""
         state = self.pools.setdefault(inventory.node, PoolState(inventory.node))
-        state.last_seen = max(state.last_seen, seen_at)
         heartbeat = self.is_heartbeat(inventory)
-        state.inventory = inventory
         if heartbeat and not state.unreachable:
+            state.last_seen = max(state.last_seen, seen_at)
+            state.inventory = inventory
             return None
-        state.unreachable = False
-        return self._rebuild(state)
+        # An inventory that cannot be sliced (SliceError) leaves the pool as it was.
+        before = (state.inventory, state.unreachable)
+        state.inventory, state.unreachable = inventory, False
+        try:
+            change = self._rebuild(state)
+        except SliceError:
+            state.inventory, state.unreachable = before
+            raise
+        state.last_seen = max(state.last_seen, seen_at)
+        return change
 
     def expire(self, now: float, timeout: float) -> list[Change]:
         """Taint every node whose last inventory is older than `timeout`."""
@@ -109,14 +160,14 @@ class PoolBook:
                 changes.append(change)
         return changes
 
-    def _rebuild(self, state: PoolState) -> Change | None:
+    def _rebuild(self, state: PoolState, *, force: bool = False) -> Change | None:
         assert state.inventory is not None
         inventory = state.inventory
         if state.unreachable:
             inventory = _tainted(inventory, state.unreachable_since)
         built = build_slices(inventory, replace(self._options, generation=state.generation))
         fresh = {s["metadata"]["name"]: s for s in built}
-        if state.slices and _content(fresh) == _content(state.slices):
+        if not force and state.slices and _content(fresh) == _content(state.slices):
             return None
         state.generation += 1
         for s in built:

@@ -3,29 +3,40 @@
 Promises:
 - Each node's latest inventory (the stream keeps the last one per node) becomes that node's pool
   in the `gpudra-slices` bucket (key = slice name, value = v1 JSON); a change bumps the pool's
-  generation on every slice of it and removes slices that no longer exist. The event is
-  acknowledged only after the bucket was written, so a crash repeats the write, never skips it.
+  generation on every slice of it and removes slices that no longer exist. Every replica reads
+  every inventory through its own consumer, which starts at each node's latest message, so a
+  (re)started replica rebuilds all pools; a pool whose write failed is written again on the next
+  turn, so a change is never skipped.
+- Only the leader (the holder of the `lease`; without one, this process alone) writes: slices,
+  API mirror, drift summaries, dead letters. A standby keeps its pools warm from the same
+  inventories. On taking the lease over, the new leader re-reads the bucket and republishes every
+  pool it has an inventory for with a generation above anything in the bucket. Writes are fenced
+  twice: each one first checks that the lease is still held, and each bucket write is
+  revision-checked, so a write by another process since this one read the bucket stops it
+  (`NotLeaderError`) until it has re-read the bucket under a valid lease.
 - A node silent for `heartbeat_timeout` keeps its devices, tainted NoSchedule; its next inventory
   removes the taint. Silence is measured from the time JetStream stored the node's last message.
 - A malformed inventory (bad payload, schema, node name, or one that cannot be sliced) is
-  dead-lettered and acknowledged; it never blocks the stream.
-- After every change a drift summary (driver / CUDA versions per node, outliers) is published on
-  `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API (`mirror`).
+  dead-lettered by the leader (logged by a standby) and acknowledged; it never blocks the stream.
+- After every change the leader publishes a drift summary (driver / CUDA versions per node,
+  outliers) on `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API.
+- `ready`: the replica has caught up with the inventories and, when leader, has taken over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.kv import KeyValue
 
@@ -37,16 +48,18 @@ from gpudra_bus import (
     Codec,
     DeadLetters,
     Publisher,
-    receive,
     subjects,
     tracing,
-    translate,
 )
 from gpudra_bus.consume import fetch_ready
 from gpudra_bus.subjects import Kind
 from gpudra_inventory.drift import DRIFT_SUMMARY, summarize, to_struct
+from gpudra_inventory.errors import NotLeaderError
+from gpudra_inventory.lease import Lease
+from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.pools import Change, PoolBook
 from gpudra_inventory.settings import Settings
+from gpudra_inventory.writer import SliceWriter
 from gpudra_slices import SliceError, SliceOptions
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -55,7 +68,9 @@ log = logging.getLogger(__name__)
 NODE_INVENTORY: Codec[pb.NodeInventory] = Codec(pb.NodeInventory)
 _NATS = (nats.errors.Error, OSError, TimeoutError)
 
-MirrorFn = Callable[[Change], Awaitable[None]]
+_BATCH = 64
+# A replica's own consumer outlives a crash of the replica by this long (seconds).
+_CONSUMER_IDLE_LIMIT = 900.0
 
 
 class InventoryService:
@@ -64,61 +79,86 @@ class InventoryService:
         nc: Client,
         kv: KeyValue,
         settings: Settings,
-        mirror: MirrorFn | None = None,
+        mirror: SliceMirror | None = None,
         clock: Callable[[], float] = time.time,
+        lease: Lease | None = None,
     ) -> None:
         self._nc = nc
-        self._kv = kv
         self._settings = settings
         self._mirror = mirror
         self._clock = clock
+        self._lease = lease
         self._publisher = Publisher(nc)
         self._dead = DeadLetters(self._publisher, service="inventory")
+        self._writer = SliceWriter(kv, self.leading)
+        if mirror is not None:
+            mirror.may_write = self.leading
         self.book = PoolBook(SliceOptions(driver=settings.driver, dynamic_mig=settings.dynamic_mig))
-        self.ready = False
+        self.consumer = f"{settings.consumer}-{secrets.token_hex(4)}"
         self.changes = 0
+        self.takeovers = 0
+        self._subscribed = False
+        self._caught_up = False
+        # The lease epoch this replica has taken over in (0: none; without a lease, 1 once loaded).
+        self._term = 0
+        self._dirty: set[str] = set()
         self._last_drift: dict[str, Any] | None = None
+
+    def _epoch(self) -> int:
+        return self._lease.epoch if self._lease is not None else 1
+
+    def leading(self) -> bool:
+        """Whether this replica may write now (holds the lease and has taken over in its term)."""
+        held = self._lease is None or self._lease.held()
+        return held and self._term != 0 and self._term == self._epoch()
+
+    @property
+    def role(self) -> str:
+        return "leader" if self.leading() else "standby"
+
+    @property
+    def ready(self) -> bool:
+        """Caught up with the inventories; a lease holder also has taken over."""
+        if not (self._subscribed and self._caught_up):
+            return False
+        holds = self._lease is None or self._lease.held()
+        return self.leading() or not holds
 
     async def load(self) -> None:
         """Read the bucket's slices so generations continue where they were."""
-        slices: list[dict[str, Any]] = []
-        try:
-            watcher = await self._kv.watchall()
-            async for entry in watcher:
-                if entry is None:
-                    break
-                if entry.value:
-                    try:
-                        slices.append(json.loads(entry.value))
-                    except ValueError:
-                        log.error(
-                            "slice %s in the bucket is not JSON; it will be replaced", entry.key
-                        )
-            await watcher.stop()  # type: ignore[no-untyped-call]
-        except _NATS as exc:
-            raise translate(exc, "reading slices") from exc
+        slices = await self._writer.read()
         self.book.load(slices)
+        if self._lease is None:
+            self._term = 1
         log.info("loaded %d slices of %d pools", len(slices), len(self.book.pools))
 
-    async def run(self, stop: asyncio.Event) -> None:
-        js = self._nc.jetstream()
-        sub = await js.pull_subscribe(
+    async def _subscribe(self) -> JetStreamContext.PullSubscription:
+        # One consumer per process: replicas must each see every inventory, and a fresh consumer
+        # starts at every node's latest one. The server removes it once the process is gone.
+        return await self._nc.jetstream().pull_subscribe(
             subjects.all_of(Kind.INVENTORY),
-            durable=self._settings.consumer,
+            durable=self.consumer,
             stream=INVENTORY_STREAM,
             config=ConsumerConfig(
                 ack_policy=AckPolicy.EXPLICIT,
                 deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
                 ack_wait=30.0,
                 max_deliver=-1,
+                inactive_threshold=_CONSUMER_IDLE_LIMIT,
             ),
         )
-        self.ready = True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        sub = await self._subscribe()
+        self._subscribed = True
+        lease_task = None
+        if self._lease is not None:
+            lease_task = asyncio.create_task(self._lease.run(stop), name="inventory-lease")
         interval = min(1.0, self._settings.heartbeat_timeout / 4)
         try:
             while not stop.is_set():
                 try:
-                    msgs = await fetch_ready(sub, 64, interval)
+                    msgs = await fetch_ready(sub, _BATCH, interval)
                 except (nats.errors.TimeoutError, TimeoutError):
                     msgs = []
                 except (nats.errors.Error, OSError) as exc:
@@ -127,29 +167,113 @@ class InventoryService:
                     continue
                 for msg in msgs:
                     await self._guarded(msg)
+                if len(msgs) < _BATCH:
+                    self._caught_up = True
                 for change in self.book.expire(self._clock(), self._settings.heartbeat_timeout):
                     log.warning("node %s missed its heartbeats: devices tainted", change.node)
-                    await self._apply(change)
+                    self._dirty.add(change.node)
+                await self._lead()
         finally:
-            self.ready = False
-            await sub.unsubscribe()
+            self._subscribed = False
+            if lease_task is not None:
+                lease_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await lease_task
+            with contextlib.suppress(*_NATS):
+                await sub.unsubscribe()
+            with contextlib.suppress(*_NATS):
+                await self._nc.jetstream().delete_consumer(INVENTORY_STREAM, self.consumer)
+            if self._lease is not None:
+                await self._lease.release()
+
+    async def _lead(self) -> None:
+        """The leader's part of one turn: take over in a new term, write what changed."""
+        if self._lease is not None and not self._lease.held():
+            if self._term:
+                log.warning("lease lost: standby from now on")
+                self._term = 0
+            return
+        if self._term != self._epoch():
+            if not self._caught_up:
+                return  # take over with warm pools, not half-read ones
+            await self._takeover()
+            if not self.leading():
+                return
+        await self._flush()
+
+    async def _takeover(self) -> None:
+        epoch = self._epoch()
+        try:
+            written = await self._writer.read()
+        except BusError as exc:
+            log.warning("cannot read the slices to take over (%s); retrying", exc)
+            return
+        changes = self.book.adopt(written)
+        self._dirty = {c.node for c in changes}
+        self._term = epoch
+        self.takeovers += 1
+        log.info(
+            "leader (epoch %d): republishing %d of %d pools", epoch, len(changes), len(written)
+        )
+        await self._flush()
+        if self._mirror is not None and self.leading() and not self._dirty:
+            await self._mirror_prune()
+
+    async def _mirror_prune(self) -> None:
+        assert self._mirror is not None
+        removed = await self._mirror.prune(self.book)
+        log.info("removed %d stale slices from the API", removed)
+
+    async def _flush(self) -> None:
+        """Write every pool whose bucket copy is behind; failures stay for the next turn."""
+        if not self._dirty:
+            return
+        for node in sorted(self._dirty):
+            state = self.book.pools[node]
+            try:
+                deleted = await self._writer.sync(node, list(state.slices.values()))
+                self._dirty.discard(node)
+                self.changes += 1
+                log.info(
+                    "pool %s: generation %d, %d slice(s), %d removed",
+                    node,
+                    state.generation,
+                    len(state.slices),
+                    len(deleted),
+                )
+                if self._mirror is not None:
+                    await self._mirror.apply(
+                        Change(node, state.generation, list(state.slices.values()), deleted)
+                    )
+            except NotLeaderError as exc:
+                log.warning("writes stopped: %s", exc)
+                self._term = 0  # re-read under a valid lease before writing again
+                return
+            except BusRetryableError as exc:
+                log.warning("pool %s not written (%s); retrying", node, exc)
+                return
+        await self._publish_drift()
 
     async def _guarded(self, msg: Msg) -> None:
         try:
             await self.handle(msg)
-        except BusRetryableError as exc:
-            log.warning("inventory on %s deferred: %s", msg.subject, exc)
-            with contextlib.suppress(*_NATS):
-                await msg.nak(delay=1.0)
         except (BusPermanentError, SliceError) as exc:
-            await self._dead.send(msg.subject, msg.data, msg.headers, exc)
-            with contextlib.suppress(*_NATS):
-                await msg.ack()
+            if self.leading():
+                try:
+                    await self._dead.send(msg.subject, msg.data, msg.headers, exc)
+                except BusRetryableError as send_exc:
+                    log.warning("inventory on %s deferred: %s", msg.subject, send_exc)
+                    with contextlib.suppress(*_NATS):
+                        await msg.nak(delay=1.0)
+                    return
+            else:
+                log.warning("skipping inventory on %s: %s", msg.subject, exc)
+        with contextlib.suppress(*_NATS):
+            await msg.ack()
 
     async def handle(self, msg: Msg) -> None:
-        inventory = await receive(msg, NODE_INVENTORY, self._dead)
-        if inventory is None:
-            return
+        """Observe one inventory (the caller acknowledges it)."""
+        inventory = NODE_INVENTORY.decode(msg.data, msg.headers)
         with tracing.process_span(msg.subject, msg.headers, size=len(msg.data)):
             node = subjects.parse(msg.subject).node
             if inventory.node != node:
@@ -157,36 +281,12 @@ class InventoryService:
                     f"inventory of node {inventory.node!r} published on {msg.subject}"
                 )
             seen_at = msg.metadata.timestamp.timestamp() if msg.metadata else self._clock()
-            change = self.book.observe(inventory, seen_at)
-            if change is not None:
-                await self._apply(change)
-            await msg.ack()
-
-    async def _apply(self, change: Change) -> None:
-        for s in change.write:
-            data = json.dumps(s, separators=(",", ":"), sort_keys=True).encode()
-            try:
-                await self._kv.put(s["metadata"]["name"], data)
-            except _NATS as exc:
-                raise translate(exc, f"writing slice {s['metadata']['name']}") from exc
-        for name in change.delete:
-            try:
-                await self._kv.delete(name)
-            except _NATS as exc:
-                raise translate(exc, f"deleting slice {name}") from exc
-        self.changes += 1
-        log.info(
-            "pool %s: generation %d, %d slice(s), %d removed",
-            change.node,
-            change.generation,
-            len(change.write),
-            len(change.delete),
-        )
-        if self._mirror is not None:
-            await self._mirror(change)
-        await self._publish_drift()
+            if self.book.observe(inventory, seen_at) is not None:
+                self._dirty.add(node)
 
     async def _publish_drift(self) -> None:
+        if not self.leading():
+            return
         inventories = {n: s.inventory for n, s in self.book.pools.items() if s.inventory}
         summary = summarize(inventories)
         if summary == self._last_drift:

@@ -18,6 +18,10 @@ from gpudra_service import CommonSettings, doc
 
 ENV_PREFIX = "GPUDRA_INVENTORY_"
 MODES = ("standalone", "kubernetes")
+# Below half a second, renewals (every quarter TTL) compete with the loop on a busy machine;
+# above ten minutes a dead leader stalls every slice update for too long.
+MIN_LEASE_TTL = 0.5
+MAX_LEASE_TTL = 600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +48,29 @@ class Settings(CommonSettings):
         metadata=doc("a node silent this long gets its devices tainted NoSchedule", "seconds"),
     )
     consumer: str = field(
-        default="inventory", metadata=doc("durable JetStream consumer of inventories", "name")
+        default="inventory",
+        metadata=doc(
+            "prefix of this process's own JetStream consumer of inventories (each replica reads "
+            "all of them)",
+            "name",
+        ),
+    )
+    lease_ttl: float = field(
+        default=10.0,
+        metadata=doc(
+            "leader lease TTL: a leader that stops renewing loses the lease this long after its "
+            "last renewal, and a standby takes over about a quarter TTL later (same on every "
+            "replica)",
+            "seconds",
+        ),
+    )
+    lease_holder: str = field(
+        default="",
+        metadata=doc(
+            "this replica's name in the lease (empty: host:pid); a restarted replica with the "
+            "same name takes its lease back at once (use the pod name)",
+            "name",
+        ),
     )
 
     def validate(self) -> None:
@@ -54,3 +80,8 @@ class Settings(CommonSettings):
             raise SettingsError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.heartbeat_timeout <= 0:
             raise SettingsError("heartbeat timeout must be > 0 seconds")
+        if not MIN_LEASE_TTL <= self.lease_ttl <= MAX_LEASE_TTL:
+            raise SettingsError(
+                f"lease TTL must be between {MIN_LEASE_TTL} and {MAX_LEASE_TTL} seconds, "
+                f"got {self.lease_ttl}"
+            )
