@@ -5,8 +5,8 @@ streams and buckets (idempotent, created with `stream-replicas` replicas), the c
 (the API server in kubernetes mode, the KV buckets in standalone mode — the same `Store` interface,
 so both modes run the same code), the health server, then the loops: intake (claims → events),
 write-back (decisions → claim status), pod gates and, in kubernetes mode, the DeviceClass mirror
-(cluster classes → the allocator's KV bucket). SIGTERM/SIGINT cancel the loops; the exit
-stack closes the store and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for
+(cluster classes → the allocator's KV bucket) and the Events writer. SIGTERM/SIGINT cancel the
+loops; the exit stack closes the store and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for
 bad settings (also those found while starting: unreadable NATS TLS files, a probe port in use).
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,12 +30,14 @@ from gpudra_bus import (
 from gpudra_claim_writer.classes import ClassMirror
 from gpudra_claim_writer.gates import Gates
 from gpudra_claim_writer.intake import Intake
+from gpudra_claim_writer.kube_events import CONTROLLER, ClaimEvents
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_claim_writer.settings import Settings
 from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.errors import KubeError
 from gpudra_kube.kv_backend import KvStore
+from gpudra_kube.recorder import EventRecorder
 from gpudra_kube.store import Store
 from gpudra_service import HealthServer, nats_options, run_service
 
@@ -71,8 +74,18 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             if settings.gate_pods:
                 await gates.claim_changed(namespace, name)
 
+        events = ClaimEvents(
+            EventRecorder(store, controller=CONTROLLER, instance=socket.gethostname())
+            if settings.mode == "kubernetes" and settings.record_events
+            else None
+        )
         writeback = Writeback(
-            nc, store, publisher, consumer=settings.consumer, on_allocated=on_allocated
+            nc,
+            store,
+            publisher,
+            consumer=settings.consumer,
+            on_allocated=on_allocated,
+            events=events,
         )
         health = await HealthServer(
             settings.health_host,
@@ -84,6 +97,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         loops = [intake.run(), writeback.run()]
         if settings.gate_pods:
             loops.append(gates.run())
+        if events.recorder is not None:
+            loops.append(events.run())
         if settings.mode == "kubernetes" and settings.mirror_classes:
             mirror = ClassMirror(
                 store, buckets[DEVICE_CLASSES_BUCKET], watch_timeout=settings.watch_timeout

@@ -54,6 +54,12 @@ class Settings(CommonSettings):
         default=True,
         metadata=doc("lift the gpudra.io/allocation scheduling gate of pods", "bool"),
     )
+    record_events: bool = field(
+        default=True,
+        metadata=doc(
+            "kubernetes mode: record Events (FailedAllocation, Allocated) on claims", "bool"
+        ),
+    )
     mirror_classes: bool = field(
         default=True,
         metadata=doc(

@@ -11,7 +11,8 @@ Promises:
   `write claim status` span, so the kubelet plugin's prepare span, which reads them, joins the
   claim's trace in a real cluster too. Only a claim not yet carrying the allocation is annotated.
 - UNSCHEDULABLE: the reason lands in the claim's `gpudra.io/unschedulable` annotation (cleared on
-  allocation).
+  allocation) and, with an Events recorder (kubernetes mode), in a Warning `FailedAllocation`
+  Event; a newly written allocation gets a Normal `Allocated` Event (see `kube_events`).
 - Released after a deallocation: if the claim still exists and is pending, it is offered for
   allocation again.
 - The message is acknowledged after the write; a decision that cannot be written now (API away) is
@@ -66,6 +67,7 @@ from gpudra_claim_writer.claims import (
     with_trace,
 )
 from gpudra_claim_writer.events import Kind, publish_event
+from gpudra_claim_writer.kube_events import ClaimEvents
 from gpudra_kube.errors import ConflictError, KubePermanentError, KubeRetryableError, NotFoundError
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_kube.store import Store
@@ -90,12 +92,14 @@ class Writeback:
         consumer: str,
         on_allocated: OnAllocated | None = None,
         concurrency: int = 16,
+        events: ClaimEvents | None = None,
     ) -> None:
         self._nc = nc
         self._store = store
         self._publisher = publisher
         self._consumer = consumer
         self._on_allocated = on_allocated
+        self._events = events or ClaimEvents(None)
         self._dead = DeadLetters(publisher, service="claim-writer")
         self.counts: Counter[str] = Counter()
         self.ready = False
@@ -244,6 +248,8 @@ class Writeback:
                     log.info("claim %s/%s changed (%s); re-reading", ref.namespace, ref.name, exc)
                     continue
                 self.counts["allocated"] += 1
+                if existing is None:  # not a repeated decision: say so once
+                    self._events.allocated(claim, allocation)
                 break
             else:
                 raise KubeRetryableError(f"claim {ref.namespace}/{ref.name} keeps changing")
@@ -273,6 +279,7 @@ class Writeback:
             try:
                 await self._write(claim, lambda c: with_reason(c, decision.reason), status=False)
                 self.counts["unschedulable"] += 1
+                self._events.unschedulable(claim, decision.reason)
                 return
             except ConflictError:
                 continue
