@@ -3,8 +3,10 @@
 Promises: every identifier resolves (`device` or a macro/`cel.bind` variable), every function
 has at least one overload that the argument types could match, field selection happens only on
 `device` and maps, and the whole expression can yield a bool. Attribute values are `dyn`, so
-mistakes involving them surface at run time, exactly as in Kubernetes. The result records each
-node's type and each call's candidate overloads for the compiler.
+mistakes involving them surface at run time, exactly as in Kubernetes. Optionals are typed as
+cel-go types them: `x.?f` and `x[?k]` are `optional_type(T)`, selecting or indexing into an
+`optional_type(T)` stays optional, `[?e]` / `{?k: e}` need `e` to be optional. The result records
+each node's type and each call's candidate overloads for the compiler.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from gpudra_cel.syntax import (
     Literal,
     MapLit,
     Node,
+    OptIndex,
+    OptSelect,
     Select,
 )
 from gpudra_cel.types import (
@@ -44,6 +48,7 @@ from gpudra_cel.types import (
     join,
     list_of,
     map_of,
+    optional_of,
     substitute,
 )
 from gpudra_cel.values import CelUint
@@ -56,6 +61,7 @@ _ORDERING = frozenset({"_<_", "_<=_", "_>_", "_>=_"})
 _ARITH = frozenset({"_-_", "_*_", "_/_", "_%_"})
 _ORDERED_KINDS = frozenset({"string", "bool", "bytes"})
 _MAP_KEYS = frozenset({INT, UINT, STRING, BOOL, DYN})
+_OPTIONAL = "optional_type"
 
 
 @dataclass
@@ -120,17 +126,28 @@ class _Checker:
             return BOOL
         if isinstance(node, Index):
             return self.index(self.visit(node.operand, scope), self.visit(node.index, scope), node)
+        if isinstance(node, OptSelect):
+            return optional_of(
+                _unwrap(self.select(self.visit(node.operand, scope), node.field, node))
+            )
+        if isinstance(node, OptIndex):
+            operand, index = self.visit(node.operand, scope), self.visit(node.index, scope)
+            return optional_of(_unwrap(self.index(operand, index, node)))
         if isinstance(node, ListLit):
             elem: CelType | None = None
-            for item in node.items:
+            for i, item in enumerate(node.items):
                 t = self.visit(item, scope)
+                if i in node.optional:
+                    t = self.optional_entry(t, item)
                 elem = t if elem is None else join(elem, t)
             return list_of(elem or DYN)
         if isinstance(node, MapLit):
             key_t: CelType | None = None
             value_t: CelType | None = None
-            for key, value in node.entries:
+            for i, (key, value) in enumerate(node.entries):
                 kt, vt = self.visit(key, scope), self.visit(value, scope)
+                if i in node.optional:
+                    vt = self.optional_entry(vt, value)
                 if kt not in _MAP_KEYS:
                     raise self.error(f"unsupported map key type {kt}", key)
                 key_t = kt if key_t is None else join(key_t, kt)
@@ -145,7 +162,17 @@ class _Checker:
             return self.call(node, scope)
         raise self.error(f"unsupported expression {type(node).__name__}", node)
 
+    def optional_entry(self, t: CelType, node: Node) -> CelType:
+        """The element type of an optional list element / map entry `?e`."""
+        if t.name == _OPTIONAL:
+            return t.params[0]
+        if t == DYN:
+            return DYN
+        raise self.error(f"an optional entry '?e' needs an optional value, found {t}", node)
+
     def select(self, operand: CelType, name: str, node: Node) -> CelType:
+        if operand.name == _OPTIONAL:  # o.f on optional(T): optional(T.f)
+            return optional_of(_unwrap(self.select(operand.params[0], name, node)))
         if operand == DEVICE:
             if name not in DEVICE_FIELDS:
                 raise self.error(f"undefined field '{name}' of device", node)
@@ -159,6 +186,8 @@ class _Checker:
         raise self.error(f"type '{operand}' does not support field selection", node)
 
     def index(self, operand: CelType, index: CelType, node: Node) -> CelType:
+        if operand.name == _OPTIONAL:  # o[k] on optional(T): optional(T[k])
+            return optional_of(_unwrap(self.index(operand.params[0], index, node)))
         if operand == DYN:
             return DYN
         if operand.name == "list" and index in (INT, UINT, DYN):
@@ -173,6 +202,8 @@ class _Checker:
 
     def comprehension(self, node: Comprehension, scope: dict[str, CelType]) -> CelType:
         range_t = self.visit(node.range, scope)
+        if node.kind in ("optMap", "optFlatMap"):
+            return self.optional_macro(node, range_t, scope)
         if range_t.name == "list":
             elem, key, value = range_t.params[0], INT, range_t.params[0]
         elif range_t.name == "map":
@@ -208,6 +239,19 @@ class _Checker:
             return map_of(key, body)
         self.expect_bool(body, node.body, node.kind)
         return BOOL
+
+    def optional_macro(
+        self, node: Comprehension, range_t: CelType, scope: dict[str, CelType]
+    ) -> CelType:
+        if range_t.name != _OPTIONAL and range_t != DYN:
+            raise self.error(f"{node.kind}() needs an optional target, found {range_t}", node)
+        value_t = range_t.params[0] if range_t.params else DYN
+        body = self.visit(node.body, {**scope, node.var: value_t})
+        if node.kind == "optMap":
+            return optional_of(body)
+        if body.name != _OPTIONAL and body != DYN:
+            raise self.error(f"optFlatMap() must yield an optional, found {body}", node.body)
+        return body if body != DYN else optional_of(DYN)
 
     def expect_bool(self, t: CelType, node: Node, what: str) -> None:
         if t not in (BOOL, DYN):
@@ -298,3 +342,8 @@ class _Checker:
         shown = ", ".join(str(a) for a in args)
         where = f"{target}.({shown})" if target is not None else f"({shown})"
         return self.error(f"found no matching overload for '{fn}' applied to {where}", node)
+
+
+def _unwrap(t: CelType) -> CelType:
+    """`T` for `optional_type(T)`: chained optionals do not nest."""
+    return t.params[0] if t.name == _OPTIONAL else t

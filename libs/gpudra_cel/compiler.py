@@ -7,7 +7,10 @@ functions on literals (`quantity("40Gi")`) at compile time (a folding error is r
 evaluation, where Kubernetes reports it), generates `&&`/`||` chains as single functions (see
 `codegen`), and specializes comparisons against literals. Variables of macros and `cel.bind`
 live in numbered slots of the activation list; a bound value that failed is kept as `Failed`
-and raised where the variable is read.
+and raised where the variable is read. Optional chaining (`a.?b`, `m[?k]`, `[?x]`, `{?k: v}`,
+selection and indexing on optionals, `optMap`/`optFlatMap`) uses `lib_optional`; the optional-aware
+run-time checks are compiled in only where the checker saw an `optional_type` or `dyn` operand, so
+selectors without optionals run exactly the closures they ran before.
 """
 
 from __future__ import annotations
@@ -20,6 +23,15 @@ from gpudra_cel.checker import Checked
 from gpudra_cel.codegen import InlineCompare, SlotField, chain
 from gpudra_cel.dispatch import Constant, dispatch, receiver_dispatch
 from gpudra_cel.errors import CelCompileError, CelError, CelEvaluationError
+from gpudra_cel.lib_optional import (
+    entry_value,
+    has_any,
+    index_any,
+    index_optional,
+    optional_macro,
+    select_any,
+    select_optional,
+)
 from gpudra_cel.macros import comprehension, comprehension2
 from gpudra_cel.operators import (
     BINARY,
@@ -42,10 +54,12 @@ from gpudra_cel.syntax import (
     Literal,
     MapLit,
     Node,
+    OptIndex,
+    OptSelect,
     Select,
 )
 from gpudra_cel.types import DYN
-from gpudra_cel.values import CelUint, Failed, map_lookup, no_overload, type_name
+from gpudra_cel.values import CelOptional, CelUint, Failed, map_lookup, no_overload, type_name
 
 __all__ = ["Const", "compile_tree"]
 
@@ -105,8 +119,12 @@ class _Compiler:
         if isinstance(node, Select | Index):
             fused = self.device_path(node)
             return fused if fused is not None else self.access(node, scope)
+        if isinstance(node, OptSelect | OptIndex):
+            return self.optional_access(node, scope)
         if isinstance(node, Has):
             return self.has(node, scope)
+        if isinstance(node, ListLit) and node.optional:
+            return _optional_list(node.optional, [self.visit(i, scope) for i in node.items])
         if isinstance(node, ListLit):
             items = [self.visit(i, scope) for i in node.items]
             if all(isinstance(i, Const) for i in items):
@@ -120,6 +138,8 @@ class _Compiler:
             slot = self.slots
             rng = _fn(self.visit(node.range, scope))
             inner = {**scope, node.var: slot}
+            if node.kind in ("optMap", "optFlatMap"):
+                return optional_macro(node.kind, rng, slot, _fn(self.visit(node.body, inner)))
             if node.var2 is not None:
                 self.slots += 1
                 inner[node.var2] = self.slots
@@ -175,14 +195,21 @@ class _Compiler:
             return None
         return DevicePath(field, *keys[1:])
 
+    def may_be_optional(self, node: Node) -> bool:
+        """Could `node`'s value be an optional at run time? (static type optional or dyn)"""
+        t = self.checked.types.get(id(node), DYN)
+        return t == DYN or t.name == "optional_type"
+
     def access(self, node: Select | Index, scope: dict[str, int]) -> Compiled:
         operand = _fn(self.visit(node.operand, scope))
         device_map = self.is_device_map(node.operand)
+        optional = self.may_be_optional(node.operand)
         if isinstance(node, Select):
             name = node.field
             if device_map:
                 return lambda act: _device_map_get(operand(act), name)
             missing = f"no such key: {name}"
+            general = select_any if optional else select_value
 
             def select(act: list[object]) -> object:
                 value = operand(act)
@@ -191,13 +218,38 @@ class _Compiler:
                         return value[name]  # type: ignore[index]
                     except KeyError:
                         raise CelEvaluationError(missing) from None
-                return select_value(value, name)
+                return general(value, name)
 
             return select
         index = _fn(self.visit(node.index, scope))
         if device_map:
             return lambda act: _device_map_get(operand(act), index(act))
+        if optional:
+            return lambda act: index_any(operand(act), index(act))
         return lambda act: index_value(operand(act), index(act))
+
+    def optional_access(self, node: OptSelect | OptIndex, scope: dict[str, int]) -> Fn:
+        """`x.?f` / `x[?k]`; on DRA's attribute/capacity maps one fused lookup."""
+        plain: Select | Index = (
+            Select(node.line, node.column, node.operand, node.field)
+            if isinstance(node, OptSelect)
+            else Index(node.line, node.column, node.operand, node.index)
+        )
+        fused = self.device_path(plain)
+        if fused is not None and fused.name is not None:
+            return _optional_device_path(fused.field, fused.domain, fused.name)
+        operand = _fn(self.visit(node.operand, scope))
+        key: Fn
+        if isinstance(node, OptSelect):
+            name = node.field
+            key = lambda act: name  # noqa: E731
+        else:
+            key = _fn(self.visit(node.index, scope))
+        if self.is_device_map(node.operand):  # every domain is found (unknown: empty)
+            return lambda act: CelOptional(_device_map_get(operand(act), key(act)))
+        if isinstance(node, OptSelect):
+            return lambda act: select_optional(operand(act), name)
+        return lambda act: index_optional(operand(act), key(act))
 
     def is_device_map(self, node: Node) -> bool:
         # device.attributes / device.capacity: an unknown domain reads as an empty map.
@@ -216,27 +268,34 @@ class _Compiler:
             return lambda act: True
         operand = _fn(self.visit(node.operand, scope))
         name = node.field
+        general = has_any if self.may_be_optional(node.operand) else has_field
 
         def has(act: list[object]) -> object:
             value = operand(act)
             if value.__class__ is dict:
                 return name in value  # type: ignore[operator]
-            return has_field(value, name)
+            return general(value, name)
 
         return has
 
     def map_literal(self, node: MapLit, scope: dict[str, int]) -> Fn:
         pairs = [(_fn(self.visit(k, scope)), _fn(self.visit(v, scope))) for k, v in node.entries]
+        optional = frozenset(node.optional)
 
         def build(act: list[object]) -> object:
             result: dict[object, object] = {}
-            for kf, vf in pairs:
+            for i, (kf, vf) in enumerate(pairs):
                 key = kf(act)
                 if type(key) not in (str, int, CelUint, bool):
                     raise CelEvaluationError(f"unsupported map key type {type_name(key)}")
                 if map_lookup(result, key)[0]:
                     raise CelEvaluationError(f"Failed with repeated key: {key!r}")
-                result[key] = vf(act)
+                value = vf(act)
+                if i in optional:  # `?k: v`: the entry only when v has a value
+                    present, value = entry_value(value)
+                    if not present:
+                        continue
+                result[key] = value
             return result
 
         return build
@@ -300,6 +359,8 @@ class _Compiler:
         return InlineCompare(path, node.function, right.value)
 
     def slot_field(self, operand: Node, name: str, scope: dict[str, int]) -> SlotField | None:
+        if self.checked.types.get(id(operand), DYN).name == "optional_type":
+            return None  # o.f on an optional stays optional: not a plain inlined lookup
         if isinstance(operand, Ident) and operand.name in scope:
             return SlotField(scope[operand.name], name)
         return None
@@ -385,6 +446,47 @@ def _bound_variable(slot: int) -> Fn:
         return value
 
     return read
+
+
+def _optional_list(optional: tuple[int, ...], items: list[Compiled]) -> Compiled:
+    """`[a, ?b, ...]`: `?b` contributes its value, or nothing when it is none."""
+    marked = frozenset(optional)
+    fns = [_fn(i) for i in items]
+
+    def build(act: list[object]) -> object:
+        result: list[object] = []
+        for i, f in enumerate(fns):
+            value = f(act)
+            if i in marked:
+                present, value = entry_value(value)
+                if not present:
+                    continue
+            result.append(value)
+        return tuple(result)
+
+    return build
+
+
+def _optional_device_path(field: str, domain: str | None, name: str) -> Fn:
+    """`device.attributes["d"].?name` (or `capacity`) as one lookup."""
+    none = CelOptional.NONE
+    if field == "attributes":
+
+        def attribute(act: list[object]) -> object:
+            try:
+                return CelOptional(act[0].attributes[domain][name])  # type: ignore[attr-defined]
+            except KeyError:
+                return none
+
+        return attribute
+
+    def capacity(act: list[object]) -> object:
+        try:
+            return CelOptional(act[0].capacity[domain][name])  # type: ignore[attr-defined]
+        except KeyError:
+            return none
+
+    return capacity
 
 
 def _device_map_get(mapping: object, key: object) -> object:

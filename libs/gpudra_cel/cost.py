@@ -7,7 +7,9 @@ so iteration and string work are bounded; literals have their own size. Costs: o
 selection, index, variable, operator or call; string and list functions cost a tenth of a unit per
 character/element they may scan (cel-go's traversal factor), a regex that times a quarter per
 pattern character, `includes` the longest list attribute (48); a comprehension costs its range
-size times its body plus loop overhead. On Kubernetes' own test expressions the estimates land
+size times its body plus loop overhead; `optMap`/`optFlatMap` run their body at most once, and
+optional selection/indexing (`.?`, `[?]`) costs what plain selection/indexing costs, as in
+cel-go. On Kubernetes' own test expressions the estimates land
 within a few units of Kubernetes' figures. The estimate is an upper bound; an expression whose estimate exceeds
 the limit is rejected at compile time, so no run-time cost accounting is needed.
 """
@@ -31,6 +33,8 @@ from gpudra_cel.syntax import (
     Literal,
     MapLit,
     Node,
+    OptIndex,
+    OptSelect,
     Select,
 )
 
@@ -72,9 +76,9 @@ class _Estimator:
                 found = scope[node.name]
                 return _Est(1, found.size, found.elem)
             return _Est(1, 4)  # device: an object with four fields
-        if isinstance(node, Select | Has):
+        if isinstance(node, Select | Has | OptSelect):
             return self.select(node, scope)
-        if isinstance(node, Index):
+        if isinstance(node, Index | OptIndex):
             operand = self.visit(node.operand, scope)
             index = self.visit(node.index, scope)
             return _Est(operand.cost + index.cost + 1, operand.elem, _inner_elem(node))
@@ -91,6 +95,10 @@ class _Estimator:
             init = self.visit(node.init, scope)
             body = self.visit(node.body, {**scope, node.var: init})
             return _Est(init.cost + body.cost + 1, body.size, body.elem)
+        if isinstance(node, Comprehension) and node.kind in ("optMap", "optFlatMap"):
+            target = self.visit(node.range, scope)
+            body = self.visit(node.body, {**scope, node.var: _Est(0, target.size, target.elem)})
+            return _Est(target.cost + body.cost + 1, body.size, body.elem)
         if isinstance(node, Comprehension):
             rng = self.visit(node.range, scope)
             inner = {**scope, node.var: _Est(0, rng.elem, _UNBOUNDED)}
@@ -106,7 +114,7 @@ class _Estimator:
             return self.call(node, scope)
         return _Est(1, 1)
 
-    def select(self, node: Select | Has, scope: dict[str, _Est]) -> _Est:
+    def select(self, node: Select | Has | OptSelect, scope: dict[str, _Est]) -> _Est:
         operand = self.visit(node.operand, scope)
         if isinstance(node.operand, Ident) and node.operand.name == "device":
             sizes = {
@@ -155,8 +163,12 @@ class _Estimator:
             return subject.size, 1
         if fn in ("_?_:_",):
             return max(args[1].size, args[2].size), max(args[1].elem, args[2].elem)
-        if fn in ("dyn", "optional.of", "value", "orValue", "min", "max", "sum"):
-            return subject.size if fn != "orValue" else max(subject.size, args[0].size), 1
+        if fn in ("orValue", "or"):  # the optional's value or the alternative
+            return max(subject.size, args[0].size), max(subject.elem, args[0].elem)
+        if fn in ("optional.of", "optional.ofNonZeroValue", "value"):
+            return subject.size, subject.elem
+        if fn in ("dyn", "min", "max", "sum"):
+            return subject.size, 1
         if fn in ("string", "bytes"):
             return max(subject.size, 24), 1
         if fn in ("quantity", "add", "sub"):
@@ -164,10 +176,10 @@ class _Estimator:
         return 1, 1
 
 
-def _inner_elem(node: Select | Index) -> int:
+def _inner_elem(node: Select | Index | OptSelect | OptIndex) -> int:
     """Element size after one more level of map access below `device`."""
     depth, current = 0, node.operand
-    while isinstance(current, Select | Index):
+    while isinstance(current, Select | Index | OptSelect | OptIndex):
         depth, current = depth + 1, current.operand
     if isinstance(current, Ident) and current.name == "device" and depth == 1:
         # device.attributes[domain] -> a map of attributes, whose values are <= 64 long.

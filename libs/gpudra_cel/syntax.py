@@ -6,8 +6,11 @@ and the compiler never touch Lark. Macros (`has`, `all`, `exists`, `exists_one`,
 (`optional.of`, `sets.contains`) become plain calls of their full name; `&&`/`||` chains are
 balanced (they are associative), so a long chain of conditions is not deep nesting. Anything the
 grammar accepts but CEL does not give a meaning to (messages, `.ident` roots) is a
-`CelCompileError` with its position; so is nesting deeper than a selector needs. cel-python's
-grammar has no optional-chaining syntax (`a.?b`, `m[?k]`), so neither do we.
+`CelCompileError` with its position; so is nesting deeper than a selector needs. CEL's optional
+syntax, which cel-python's grammar lacks, is read with the help of `optional_syntax`: `a.?b` is
+`OptSelect`, `m[?k]` is `OptIndex`, `[?x]` and `{?k: v}` are list/map literals whose `optional`
+entries are dropped when their value is `optional.none()`; the `optMap`/`optFlatMap` macros are
+comprehensions of that kind.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import contextlib
 from dataclasses import dataclass
 
 import lark
-from celpy.celparser import CELParseError, CELParser
 from celpy.evaluation import celbytes, celstr
 
 from gpudra_cel.errors import CelCompileError
+from gpudra_cel.grammar import GrammarError, lexer, parse_tree
+from gpudra_cel.optional_syntax import Marks, blank_marks
 from gpudra_cel.values import CelUint
 
 __all__ = [
@@ -33,6 +37,8 @@ __all__ = [
     "Literal",
     "MapLit",
     "Node",
+    "OptIndex",
+    "OptSelect",
     "Select",
     "parse",
 ]
@@ -40,6 +46,7 @@ __all__ = [
 MAX_EXPRESSION_LENGTH = 10 * 1024
 _MAX_DEPTH = 64  # nesting beyond this is not a selector; it would only exhaust the stack
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_OPTIONAL_MACROS = frozenset({"optMap", "optFlatMap"})
 # cel-go's two-variable comprehensions: name -> (kind, argument counts)
 _TWO_VAR = {
     "all": ("all", (3,)),
@@ -83,6 +90,22 @@ class Index(Node):
 
 
 @dataclass(frozen=True, slots=True)
+class OptSelect(Node):
+    """`operand.?field`: `optional.of(operand.field)`, or `optional.none()` if it is absent."""
+
+    operand: Node
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class OptIndex(Node):
+    """`operand[?index]`: `optional.of(operand[index])`, or `optional.none()` if absent."""
+
+    operand: Node
+    index: Node
+
+
+@dataclass(frozen=True, slots=True)
 class Call(Node):
     """A function or operator call; operators use CEL's internal names (`_&&_`, `_+_`, `!_`)."""
 
@@ -94,11 +117,13 @@ class Call(Node):
 @dataclass(frozen=True, slots=True)
 class ListLit(Node):
     items: tuple[Node, ...]
+    optional: tuple[int, ...] = ()  # positions of `?x` items (dropped when x is none)
 
 
 @dataclass(frozen=True, slots=True)
 class MapLit(Node):
     entries: tuple[tuple[Node, Node], ...]
+    optional: tuple[int, ...] = ()  # positions of `?k: v` entries (dropped when v is none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,40 +170,40 @@ _OPERATORS = {
 _PASS_THROUGH = frozenset({"expr", "conditionalor", "conditionaland", "relation", "addition"})
 _PASS_THROUGH |= frozenset({"multiplication", "unary", "member", "primary", "paren_expr"})
 
-_PARSER: CELParser | None = None
-
 
 def parse(expression: str) -> Node:
     """Parse one CEL expression into our tree, or raise `CelCompileError`."""
-    global _PARSER
     if len(expression.encode()) > MAX_EXPRESSION_LENGTH:
         raise CelCompileError(
             f"expression is {len(expression.encode())} bytes, the limit is {MAX_EXPRESSION_LENGTH}"
         )
     if not expression.strip():
         raise CelCompileError("expression is empty")
-    if _PARSER is None:
-        _PARSER = CELParser()
+    text, marks = blank_marks(expression, lexer())
     try:
-        tree = _PARSER.parse(expression)
-    except CELParseError as exc:
+        tree = parse_tree(text)
+    except GrammarError as exc:
         raise CelCompileError(
-            _describe(exc.__context__),
-            expression=expression,
-            line=exc.line or 0,
-            column=exc.column or 0,
+            exc.reason, expression=expression, line=exc.line, column=exc.column
         ) from exc
-    except (lark.exceptions.LarkError, RecursionError) as exc:
-        raise CelCompileError(f"syntax error: {exc}".splitlines()[0]) from exc
+    except RecursionError as exc:
+        raise CelCompileError("syntax error: expression is nested too deeply") from exc
     try:
-        return _Builder(expression).build(tree, 0)
+        root = _Builder(expression, marks).build(tree, 0)
     except RecursionError as exc:
         raise CelCompileError("expression is nested too deeply") from exc
+    marks.check_all_taken(expression)
+    return root
 
 
 class _Builder:
-    def __init__(self, expression: str) -> None:
+    def __init__(self, expression: str, marks: Marks | None = None) -> None:
         self.expression = expression
+        self.marks = marks or Marks()
+
+    def marked(self, tree: lark.Tree[lark.Token] | lark.Token) -> bool:
+        """Did an optional mark (`.?`, `[?`, `{?`, `, ?`) stand right before `tree`?"""
+        return bool(self.marks) and self.marks.take(*_pos(tree))
 
     def error(self, message: str, tree: lark.Tree[lark.Token] | lark.Token) -> CelCompileError:
         line, column = _pos(tree)
@@ -227,17 +252,28 @@ class _Builder:
         if data == "member_dot":
             operand_tree, field_token = kids
             operand = self.build(operand_tree, d)
+            if self.marked(field_token):
+                return OptSelect(line, column, operand, str(field_token))
             return Select(line, column, operand, str(field_token))
         if data == "member_index":
             operand_tree, index_tree = kids
-            return Index(line, column, self.build(operand_tree, d), self.build(index_tree, d))
+            operand = self.build(operand_tree, d)
+            if self.marked(index_tree):
+                return OptIndex(line, column, operand, self.build(index_tree, d))
+            return Index(line, column, operand, self.build(index_tree, d))
         if data == "list_lit":
-            items = self.exprs(kids[0] if kids else None, d)
-            return ListLit(line, column, items)
+            item_trees = _children(kids[0] if kids else None)
+            optional = tuple(i for i, k in enumerate(item_trees) if self.marked(k))
+            items = tuple(self.build(k, d) for k in item_trees)
+            return ListLit(line, column, items, optional)
         if data == "map_lit":
-            parts = self.exprs(kids[0] if kids else None, d)
+            part_trees = _children(kids[0] if kids else None)
+            optional = tuple(
+                i // 2 for i, k in enumerate(part_trees) if i % 2 == 0 and self.marked(k)
+            )
+            parts = tuple(self.build(k, d) for k in part_trees)
             pairs = tuple(zip(parts[::2], parts[1::2], strict=True))
-            return MapLit(line, column, pairs)
+            return MapLit(line, column, pairs, optional)
         if data == "ident_arg":
             name = str(kids[0])
             args_tree = kids[1] if len(kids) > 1 else None
@@ -312,6 +348,10 @@ class _Builder:
             predicate = rest[0] if len(rest) == 2 else None
             kind = two_var[0]
             return Comprehension(line, column, kind, target, var, predicate, rest[-1], var2)
+        if name_token in _OPTIONAL_MACROS and len(arg_trees) == 2:
+            var = self.variable(arg_trees[0])
+            body = self.build(arg_trees[1], depth)
+            return Comprehension(line, column, name_token, target, var, None, body)
         if name_token in _MACROS and len(arg_trees) in (2, 3):
             if len(arg_trees) == 3 and name_token != "map":
                 raise self.error(f"{name_token}() takes a variable and one expression", tree)
@@ -375,6 +415,12 @@ class _Builder:
         raise self.error(f"unsupported literal {text}", token)
 
 
+def _children(
+    tree: lark.Tree[lark.Token] | lark.Token | None,
+) -> list[lark.Tree[lark.Token] | lark.Token]:
+    return list(tree.children) if isinstance(tree, lark.Tree) else []
+
+
 def _balanced(function: str, nodes: list[Node], line: int, column: int) -> Node:
     if len(nodes) == 1:
         return nodes[0]
@@ -382,17 +428,6 @@ def _balanced(function: str, nodes: list[Node], line: int, column: int) -> Node:
     left = _balanced(function, nodes[:middle], line, column)
     right = _balanced(function, nodes[middle:], nodes[middle].line, nodes[middle].column)
     return Call(line, column, function, None, (left, right))
-
-
-def _describe(cause: BaseException | None) -> str:
-    if isinstance(cause, lark.exceptions.UnexpectedToken):
-        token = cause.token
-        if token.type == "$END":
-            return "syntax error: unexpected end of expression"
-        return f"syntax error: unexpected {token.value!r}"
-    if isinstance(cause, lark.exceptions.UnexpectedCharacters):
-        return f"syntax error: unexpected character {cause.char!r}"
-    return "syntax error"
 
 
 def _int_text(text: str) -> int:
