@@ -12,18 +12,57 @@ A claim of a gang (annotations `gpudra.io/gang`, `gpudra.io/gang-size`) carries 
 gang's name, prefixed with the namespace: gangs never span namespaces) and `gang_size`. Annotations
 that do not make sense (a size that is no whole number in range, a size without a name) give
 `gang_id` with `gang_size` 0, which the allocator answers as an invalid claim.
+
+Pods (`PodUnits`, fed by the pod watch of `gates`): a pending claim that a known pod uses is
+published with that pod (`pod_uid`, `pod_name`, `pod_claims` = the UIDs of the pod's gpudra claims)
+so the allocator places the pod's claims together, on one node, all or none. Rules:
+- A pod is *complete* once every claim it names exists (a template's claim is named only once the
+  pod's `status.resourceClaimStatuses` says which claim was generated for it). Its claims go out
+  only then; until then they are held, so none is allocated alone.
+- A claim several pods use goes out once per generation, with its *home* pod: the oldest complete
+  consumer (creationTimestamp, then name). The other consumers still list it in `pod_claims`;
+  the allocator pins their claims to its node once it is allocated.
+- A claim owned by a pod (`ownerReferences`, kind Pod, controller: a template's claim) waits for
+  that pod; a claim no known pod uses goes out alone at once, as before pods were known (and
+  when a held claim's last pod is deleted, it goes out alone then).
+- Message ids: `<uid>/<generation>/pending/<pod uid>` for a claim sent with its pod.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from dataclasses import dataclass
 from typing import Any
 
 from gpudra_bus import CLAIM_EVENT, Publisher, subjects
-from gpudra_claim_writer.claims import GANG_ANNOTATION, gang_of, ref_of
+from gpudra_claim_writer.claims import (
+    GANG_ANNOTATION,
+    ClaimState,
+    gang_of,
+    pod_claim_names,
+    ref_of,
+    state_of,
+)
+from gpudra_claim_writer.ownership import Ownership
+from gpudra_kube.errors import KubeError, NotFoundError
+from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_kube.store import Store
 from gpudrapb.v1 import claims_pb2
 
+log = logging.getLogger(__name__)
+
 Kind = claims_pb2.ClaimEvent.Kind
+KubeObject = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PodUnit:
+    """The pod a claim is published with: its UID, `namespace/name` and gpudra claims' UIDs."""
+
+    uid: str
+    name: str
+    claims: tuple[str, ...]
 
 
 async def publish_event(
@@ -33,12 +72,16 @@ async def publish_event(
     *,
     ref: claims_pb2.ClaimRef | None = None,
     msg_id: str,
+    pod: PodUnit | None = None,
 ) -> None:
     ref = ref if ref is not None else ref_of(claim or {})
     event = claims_pb2.ClaimEvent(kind=kind, claim=ref)
     if claim is not None:
         event.claim_json = json.dumps(claim, separators=(",", ":"), sort_keys=True).encode()
         event.gang_id, event.gang_size = gang_fields(claim, ref.namespace)
+    if pod is not None:
+        event.pod_uid, event.pod_name = pod.uid, pod.name
+        event.pod_claims.extend(pod.claims)
     event.observed_at.GetCurrentTime()
     await publisher.publish(
         subjects.claims(ref.namespace, ref.name), event, CLAIM_EVENT, msg_id=msg_id
@@ -53,3 +96,159 @@ def gang_fields(claim: dict[str, Any], namespace: str) -> tuple[str, int]:
         annotations = (claim.get("metadata") or {}).get("annotations") or {}
         name, size = str(annotations.get(GANG_ANNOTATION) or "?"), 0
     return (f"{namespace}/{name}", size) if name else ("", 0)
+
+
+def owner_pod(claim: KubeObject) -> str:
+    """UID of the pod that owns the claim (a template's claim), or ""."""
+    for ref in (claim.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("kind") == "Pod" and ref.get("controller"):
+            return str(ref.get("uid") or "")
+    return ""
+
+
+@dataclass(frozen=True)
+class PodEntry:
+    """What the pod watch told about one pod that uses claims."""
+
+    namespace: str
+    name: str
+    uid: str
+    created: str
+    claims: tuple[str, ...] | None  # None while a template's claim is not generated yet
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @staticmethod
+    def of(pod: KubeObject) -> PodEntry | None:
+        """The entry of a pod that uses claims (None for one that uses none)."""
+        meta = pod.get("metadata") or {}
+        if not (pod.get("spec") or {}).get("resourceClaims"):
+            return None
+        names = pod_claim_names(pod)
+        return PodEntry(
+            str(meta.get("namespace") or "default"),
+            str(meta.get("name") or ""),
+            str(meta.get("uid") or ""),
+            str(meta.get("creationTimestamp") or ""),
+            None if names is None else tuple(dict.fromkeys(names)),
+        )
+
+
+class PodUnits:
+    """Publishes pending claims with their pod, per the rules of the module docstring."""
+
+    def __init__(self, store: Store, publisher: Publisher, ownership: Ownership) -> None:
+        self._store = store
+        self._publisher = publisher
+        self._ownership = ownership
+        self._pods: dict[str, PodEntry] = {}  # key -> entry
+        self._sent: dict[tuple[str, int], str] = {}  # (claim uid, generation) -> pod uid ("")
+        self.published = 0
+
+    def consumers(self, namespace: str, name: str) -> list[PodEntry]:
+        """Pods known to use the claim, oldest first (creationTimestamp, then name)."""
+        found = [
+            p
+            for p in self._pods.values()
+            if p.namespace == namespace and p.claims is not None and name in p.claims
+        ]
+        return sorted(found, key=lambda p: (p.created, p.name))
+
+    async def offer(self, claim: KubeObject) -> bool:
+        """A pending gpudra claim: True when it goes with a pod (published now with it, or held
+        until the pod is complete), False when no known pod uses it (publish it alone)."""
+        ref = ref_of(claim)
+        consumers = self.consumers(ref.namespace, ref.name)
+        owner = owner_pod(claim)
+        if not consumers:
+            return bool(owner)  # a template's claim waits for its pod to name it
+        for entry in consumers:
+            await self._publish_pod(entry)
+        return True
+
+    async def pod_changed(self, pod: KubeObject, deleted: bool = False) -> None:
+        """The pod watch saw `pod` change (or go): publish what became ready."""
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        before = self._pods.pop(key, None)
+        entry = None if deleted else PodEntry.of(pod)
+        if entry is not None:
+            self._pods[key] = entry
+            await self._publish_pod(entry)
+        if before is not None and (entry is None or entry.claims != before.claims):
+            gone = set(before.claims or ()) - set(entry.claims or () if entry else ())
+            for name in sorted(gone):
+                await self._orphaned(before, name)
+
+    async def _claims(self, entry: PodEntry) -> list[KubeObject] | None:
+        """Every claim the pod names, or None while one is missing (the pod is not complete)."""
+        if entry.claims is None:
+            return None
+        found = []
+        for name in entry.claims:
+            try:
+                found.append(await self._store.get(RESOURCE_CLAIMS, name, entry.namespace))
+            except NotFoundError:
+                return None
+            except KubeError as exc:
+                log.warning("reading claim %s/%s failed: %s", entry.namespace, name, exc)
+                return None
+        return found
+
+    async def _home(self, namespace: str, name: str) -> str:
+        """UID of the oldest complete pod that uses the claim ("" for none)."""
+        for entry in self.consumers(namespace, name):
+            if await self._claims(entry) is not None:
+                return entry.uid
+        return ""
+
+    async def _publish_pod(self, entry: PodEntry) -> None:
+        claims = await self._claims(entry)
+        if claims is None:
+            return
+        ours = [c for c in claims if await self._ownership.claim_is_ours(c)]
+        refs = [ref_of(c) for c in ours]
+        unit = PodUnit(entry.uid, entry.key, tuple(sorted({r.uid for r in refs if r.uid})))
+        for claim, ref in zip(ours, refs, strict=True):
+            key = (ref.uid, ref.generation)
+            if key in self._sent or state_of(claim) is not ClaimState.PENDING:
+                continue
+            shared = len(self.consumers(ref.namespace, ref.name)) > 1
+            if shared and await self._home(ref.namespace, ref.name) != entry.uid:
+                continue
+            await publish_event(
+                self._publisher,
+                Kind.KIND_PENDING,
+                claim,
+                msg_id=f"{ref.uid}/{ref.generation}/pending/{entry.uid}",
+                pod=unit,
+            )
+            self._sent[key] = entry.uid
+            self.published += 1
+
+    async def _orphaned(self, pod: PodEntry, name: str) -> None:
+        """`pod` no longer uses claim `name`: its other pods may take it, or it goes out alone."""
+        if self.consumers(pod.namespace, name):
+            for entry in self.consumers(pod.namespace, name):
+                await self._publish_pod(entry)
+            return
+        try:
+            claim = await self._store.get(RESOURCE_CLAIMS, name, pod.namespace)
+        except KubeError:
+            return  # gone: its deletion is the intake's news
+        ref = ref_of(claim)
+        key = (ref.uid, ref.generation)
+        if key in self._sent or state_of(claim) is not ClaimState.PENDING or owner_pod(claim):
+            return
+        if not await self._ownership.claim_is_ours(claim):
+            return
+        await publish_event(
+            self._publisher,
+            Kind.KIND_PENDING,
+            claim,
+            msg_id=f"{ref.uid}/{ref.generation}/pending",
+        )
+        self._sent[key] = ""
+        self.published += 1

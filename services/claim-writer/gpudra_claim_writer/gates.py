@@ -8,12 +8,15 @@ another driver's claim, which kube-scheduler allocates only after the gate is go
 for (that would deadlock the pod). Other gates stay; a conflicting pod update re-reads and decides
 again. Triggers: a gated pod appearing or changing (`run`), and a claim appearing, changing or
 getting allocated (`claim_changed`, which looks only at the gated pods the pod informer has seen).
+Every pod event (gated or not, deleted too) is also handed to `on_pod`: the pod watch is what tells
+`events.PodUnits` which claims belong together.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpudra_claim_writer.claims import ClaimState, is_gated, pod_claim_names, state_of, ungated
@@ -27,6 +30,8 @@ log = logging.getLogger(__name__)
 
 _MAX_TRIES = 10
 
+OnPod = Callable[[dict[str, Any], bool], Awaitable[None]]  # (pod, deleted)
+
 
 class Gates:
     def __init__(
@@ -35,8 +40,10 @@ class Gates:
         namespace: str = "",
         watch_timeout: float = 10.0,
         ownership: Ownership | None = None,
+        on_pod: OnPod | None = None,
     ) -> None:
         self._store = store
+        self._on_pod = on_pod
         self._ownership = ownership or Ownership(store)
         self._watch_timeout = watch_timeout
         self._namespace = namespace or None
@@ -49,6 +56,11 @@ class Gates:
             async for event in events:
                 if event.type in (EventType.SYNCED, EventType.BOOKMARK):
                     continue
+                if self._on_pod is not None:
+                    try:
+                        await self._on_pod(event.object, event.type is EventType.DELETED)
+                    except KubeError as exc:
+                        log.warning("pod %s: %s", _key(event.object), exc)
                 if event.type is EventType.DELETED:
                     self._gated.pop(_key(event.object), None)
                 elif self.seen(event.object):

@@ -15,6 +15,8 @@ Promises:
   the allocator at all: another driver's claim gets no gpudra reason written into it.
 - Every claim seen (not deleted) is passed to `on_claim` (namespace, name): a gated pod waiting
   for it may be ready now (see `gates`).
+- With `PodUnits`, a pending claim that a known pod uses goes out with its pod, once the pod's
+  claims all exist (`events.PodUnits` has the rules); one no known pod uses goes out alone.
 - Each claim's intake opens a new trace (root span `intake claim`); the allocator and the status
   write continue it through the message headers.
 """
@@ -39,7 +41,7 @@ from gpudra_claim_writer.claims import (
     state_of,
     without_finalizer,
 )
-from gpudra_claim_writer.events import Kind, publish_event
+from gpudra_claim_writer.events import Kind, PodUnits, publish_event
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.errors import ConflictError, KubeRetryableError, NotFoundError
 from gpudra_kube.informer import informer
@@ -64,8 +66,10 @@ class Intake:
         watch_timeout: float = 10.0,
         on_claim: OnClaim | None = None,
         ownership: Ownership | None = None,
+        pods: PodUnits | None = None,
     ) -> None:
         self._store = store
+        self._pods = pods
         self._on_claim = on_claim
         self._ownership = ownership
         self._watch_timeout = watch_timeout
@@ -134,6 +138,9 @@ class Intake:
             # Another driver's claim: kube-scheduler allocates it; gpudra stays out of its way.
             self._pending_sent.add(key)
             self.published["foreign"] += 1
+            return
+        if self._pods is not None and await self._pods.offer(claim):
+            self.published["with-pod"] += 1  # published with its pod, now or once it is complete
             return
         await publish_event(
             self._publisher,

@@ -1,0 +1,231 @@
+"""Pod units against the HTTP-level fake API and a real nats-server: which claims go out, when, and
+with which pod."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from gpudra_bus import Publisher, connect, ensure_streams, subjects
+from gpudra_bus.subjects import Kind as SubjectKind
+from gpudra_claim_writer.events import PodEntry, PodUnits, owner_pod
+from gpudra_claim_writer.ownership import Ownership
+from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
+from gpudra_testing.kubeapi import FakeKubeApi
+from gpudrapb.v1 import claims_pb2
+
+NIC_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "nic.example.com"},
+    "spec": {"selectors": [{"cel": {"expression": 'device.driver == "nic.example.com"'}}]},
+}
+
+
+def claim(name: str, device_class: str = "gpu.nvidia.com", owner: str = "") -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": device_class}}]}
+        },
+    }
+    if owner:
+        obj["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": owner,
+                "uid": f"pod-{owner}",
+                "controller": True,
+            }
+        ]
+    return obj
+
+
+def pod(
+    name: str,
+    claims: list[str],
+    templates: dict[str, str | None] | None = None,
+    created: str = "2026-01-01T00:00:00Z",
+) -> dict[str, Any]:
+    """A pod naming `claims` directly and, per template entry, a generated claim (None: not yet)."""
+    templates = templates or {}
+    refs: list[dict[str, Any]] = [
+        {"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)
+    ]
+    refs += [{"name": entry, "resourceClaimTemplateName": "tpl"} for entry in templates]
+    statuses = [{"name": e, "resourceClaimName": c} for e, c in templates.items() if c]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"pod-{name}",
+            "creationTimestamp": created,
+        },
+        "spec": {"containers": [{"name": "main", "image": "busybox"}], "resourceClaims": refs},
+        "status": {"resourceClaimStatuses": statuses} if statuses else {},
+    }
+
+
+class Env:
+    def __init__(self, fake: FakeKubeApi, units: PodUnits) -> None:
+        self.fake = fake
+        self.units = units
+        self.events: list[claims_pb2.ClaimEvent] = []
+
+    async def claims(self, *objs: dict[str, Any]) -> None:
+        for obj in objs:
+            await self.fake.put(RESOURCE_CLAIMS, obj)
+
+    async def sent(self) -> dict[str, tuple[str, list[str]]]:
+        """claim name -> (pod name, sorted pod claim names) of every event so far."""
+        await asyncio.sleep(0.1)
+        return {
+            e.claim.name: (e.pod_name, sorted(u.removeprefix("uid-") for u in e.pod_claims))
+            for e in self.events
+        }
+
+
+@pytest_asyncio.fixture
+async def env(nats_url: str, tmp_path: Any) -> AsyncIterator[Env]:
+    nc: Client = await connect(nats_url, name="events-test", deadline=10)
+    await ensure_streams(nc.jetstream())
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
+        client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
+        store = ApiStore(client)
+        await fake.put(DEVICE_CLASSES, NIC_CLASS)
+        units = PodUnits(store, Publisher(nc), Ownership(store))
+        found = Env(fake, units)
+
+        async def got(msg: Msg) -> None:
+            event = claims_pb2.ClaimEvent()
+            event.ParseFromString(msg.data)
+            found.events.append(event)
+
+        sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=got)
+        try:
+            yield found
+        finally:
+            await sub.unsubscribe()
+            await store.close()
+    await nc.drain()
+
+
+def test_owner_pod_is_the_controlling_pod_only() -> None:
+    assert owner_pod(claim("a", owner="p")) == "pod-p"
+    assert owner_pod(claim("a")) == ""
+    other = claim("a")
+    other["metadata"]["ownerReferences"] = [{"kind": "Pod", "uid": "x", "controller": False}]
+    assert owner_pod(other) == ""
+
+
+@pytest.mark.parametrize(
+    ("obj", "claims"),
+    [
+        pytest.param(pod("p", ["a", "b", "a"]), ("a", "b"), id="named-claims-once-each"),
+        pytest.param(pod("p", ["a"], {"t": "p-t"}), ("a", "p-t"), id="template-claim-generated"),
+        pytest.param(pod("p", ["a"], {"t": None}), None, id="template-claim-not-generated-yet"),
+        pytest.param(pod("p", []), None, id="no-claims-not-tracked"),
+    ],
+)
+def test_pod_entry(obj: dict[str, Any], claims: tuple[str, ...] | None) -> None:
+    entry = PodEntry.of(obj)
+    if not obj["spec"]["resourceClaims"]:
+        assert entry is None
+        return
+    assert entry is not None
+    assert entry.claims == claims
+    assert (entry.uid, entry.key) == ("pod-p", "default/p")
+
+
+async def test_pod_claims_go_out_together_once_all_exist(env: Env) -> None:
+    await env.units.pod_changed(pod("p", ["a", "b"]))
+    await env.claims(claim("a"))
+    assert await env.units.offer(claim("a")) is True, "a claim a known pod uses is the pod's"
+    assert await env.sent() == {}, "held: claim b does not exist yet"
+    await env.claims(claim("b"))
+    assert await env.units.offer(claim("b")) is True
+    assert await env.sent() == {
+        "a": ("default/p", ["a", "b"]),
+        "b": ("default/p", ["a", "b"]),
+    }
+    await env.units.offer(claim("a"))
+    await env.units.pod_changed(pod("p", ["a", "b"]))
+    assert len(env.events) == 2, "each claim goes out once per generation"
+
+
+async def test_claim_no_pod_uses_goes_alone_and_template_claim_waits_for_its_pod(
+    env: Env,
+) -> None:
+    assert await env.units.offer(claim("lone")) is False
+    generated = claim("p-t", owner="p")
+    await env.claims(generated, claim("a"))
+    assert await env.units.offer(generated) is True, "a template's claim waits for its pod"
+    await env.units.pod_changed(pod("p", ["a"], {"t": None}))
+    assert await env.sent() == {}, "the pod does not name its generated claim yet"
+    await env.units.pod_changed(pod("p", ["a"], {"t": "p-t"}))
+    assert await env.sent() == {
+        "a": ("default/p", ["a", "p-t"]),
+        "p-t": ("default/p", ["a", "p-t"]),
+    }
+
+
+async def test_other_drivers_claims_are_left_out_of_the_pod(env: Env) -> None:
+    await env.claims(claim("gpu"), claim("nic", "nic.example.com"))
+    await env.units.pod_changed(pod("p", ["gpu", "nic"]))
+    assert await env.sent() == {"gpu": ("default/p", ["gpu"])}
+
+
+async def test_shared_claim_goes_with_the_oldest_complete_pod(env: Env) -> None:
+    await env.claims(claim("shared"), claim("a"), claim("b"))
+    old = pod("old", ["shared", "missing"], created="2026-01-01T00:00:00Z")
+    young = pod("young", ["shared", "b"], created="2026-01-02T00:00:00Z")
+    oldest = pod("oldest", ["shared", "a"], created="2025-12-31T00:00:00Z")
+    await env.units.pod_changed(old)
+    await env.units.pod_changed(young)
+    assert await env.sent() == {
+        "shared": ("default/young", ["b", "shared"]),
+        "b": ("default/young", ["b", "shared"]),
+    }, "the old pod is not complete: the young one takes the shared claim"
+    await env.units.pod_changed(oldest)
+    assert (await env.sent())["a"] == ("default/oldest", ["a", "shared"])
+    assert [e.claim.name for e in env.events].count("shared") == 1, "sent once per generation"
+
+
+async def test_held_claim_goes_alone_when_its_pod_is_deleted(env: Env) -> None:
+    await env.claims(claim("a"))
+    await env.units.pod_changed(pod("p", ["a", "never"]))
+    assert await env.units.offer(claim("a")) is True
+    assert await env.sent() == {}
+    await env.units.pod_changed(pod("p", ["a", "never"]), deleted=True)
+    assert await env.sent() == {"a": ("", [])}, "no pod uses it any more: alone, as before"
+    assert await env.units.offer(claim("a")) is False
+
+
+async def test_allocated_claims_are_listed_not_sent(env: Env) -> None:
+    done = claim("done")
+    done["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "r", "driver": "gpu.nvidia.com", "pool": "n", "device": "d"}
+                ]
+            }
+        }
+    }
+    await env.claims(done, claim("new"))
+    await env.units.pod_changed(pod("p", ["done", "new"]))
+    assert await env.sent() == {"new": ("default/p", ["done", "new"])}
+    assert [e.pod_uid for e in env.events] == ["pod-p"]
+    assert env.fake.objects(PODS) == [], "the pod watch feeds the units; nothing is written"
