@@ -28,6 +28,7 @@ from gpudra_bus import (
     ensure_streams,
 )
 from gpudra_claim_writer.classes import ClassMirror
+from gpudra_claim_writer.events import PodUnits
 from gpudra_claim_writer.gates import Gates
 from gpudra_claim_writer.intake import Intake
 from gpudra_claim_writer.kube_events import CONTROLLER, ClaimEvents
@@ -59,14 +60,22 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         stack.push_async_callback(store.close)
         publisher = Publisher(nc)
         ownership = Ownership(store)
-        gates = Gates(store, settings.namespace, settings.watch_timeout, ownership)
+        # The pod watch (gates) tells which claims belong to one pod; without it, claim by claim.
+        pods = PodUnits(store, publisher, ownership) if settings.gate_pods else None
+        gates = Gates(
+            store,
+            settings.namespace,
+            settings.watch_timeout,
+            ownership,
+            on_pod=pods.pod_changed if pods is not None else None,
+        )
 
         async def on_claim(namespace: str, name: str) -> None:
             if settings.gate_pods:
                 await gates.claim_changed(namespace, name)
 
         intake = Intake(
-            store, publisher, settings.namespace, settings.watch_timeout, on_claim, ownership
+            store, publisher, settings.namespace, settings.watch_timeout, on_claim, ownership, pods
         )
 
         async def on_allocated(uid: str, namespace: str, name: str, alloc: dict[str, Any]) -> None:
