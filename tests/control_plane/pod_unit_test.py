@@ -1,0 +1,169 @@
+"""A pod's claims as one unit across the three services: on one node together, or none reserved.
+
+Three DGX H100 nodes (8 GPUs each), two allocator replicas, the claim-writer watching pods in the
+standalone store as it watches them in a cluster. Pods are written as Kubernetes writes them: the
+pod names ResourceClaimTemplates, its claims are created owned by the pod, then the pod's
+`status.resourceClaimStatuses` names them (the resourceclaim controller's order).
+- a pod with 4 + 4 GPUs lands on one node, both claims;
+- a pod with 5 + 5 GPUs would fit claim by claim (two free nodes) but never on one node: it stays
+  pending, both claims say why, and nothing is reserved for either;
+- a gang of 2 pods x (4 + 3) GPUs: each pod's claims on one node, the two pods on two nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+
+from control_plane.cluster import (
+    UNSCHEDULABLE,
+    Cluster,
+    claim_manifest,
+    claims,
+    devices_of,
+    publish_nodes,
+    wait_for,
+)
+from control_plane.gang_test import holders
+from gpudra_bus import SLICES_BUCKET
+from gpudra_kube.kv_backend import KvStore
+from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
+
+pytestmark = pytest.mark.slow
+
+NODES = ["node-1", "node-2", "node-3"]
+
+
+async def create_pod(
+    store: KvStore, name: str, gpus: list[int], annotations: dict[str, str] | None = None
+) -> None:
+    """A pod with one template claim per entry of `gpus` (that many GPUs each), as Kubernetes
+    creates it: pod, then its claims (owned by it), then the pod status naming them."""
+    entries = [f"gpu{i}" for i in range(len(gpus))]
+    pod = await store.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "schedulingGates": [{"name": "gpudra.io/allocation"}],
+                "containers": [{"name": "main", "image": "busybox"}],
+                "resourceClaims": [
+                    {"name": e, "resourceClaimTemplateName": f"tpl-{e}"} for e in entries
+                ],
+            },
+        },
+    )
+    for entry, count in zip(entries, gpus, strict=True):
+        claim = claim_manifest(f"{name}-{entry}", count=count)
+        claim["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": name,
+                "uid": pod["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+        if annotations:
+            claim["metadata"]["annotations"] = dict(annotations)
+        await store.create(RESOURCE_CLAIMS, claim)
+    pod["status"] = {
+        "resourceClaimStatuses": [{"name": e, "resourceClaimName": f"{name}-{e}"} for e in entries]
+    }
+    await store.replace_status(PODS, pod)
+
+
+def nodes_of(claim: dict[str, Any]) -> set[str]:
+    return {pool for _, pool, _ in devices_of(claim)}
+
+
+def reason(claim: dict[str, Any]) -> str:
+    return str((claim["metadata"].get("annotations") or {}).get(UNSCHEDULABLE, ""))
+
+
+async def test_a_pods_claims_land_on_one_node_or_hold_nothing(nc: Client, cluster: Cluster) -> None:
+    store = KvStore(nc)
+    await publish_nodes(nc, NODES)
+    cluster.start_inventory()
+    cluster.start_allocator("allocator-1")
+    cluster.start_allocator("allocator-2")
+    cluster.start_claim_writer()
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+
+    async def slices() -> bool:
+        try:
+            return len(await kv.keys()) >= len(NODES)
+        except Exception:  # - "no keys yet" is an exception in nats-py
+            return False
+
+    await wait_for(slices, 60, "every node's slices", cluster)
+
+    # 4 + 4 GPUs: both claims, one node (a whole one).
+    await create_pod(store, "fits", [4, 4])
+
+    async def fits() -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        found = [objs.get(f"fits-gpu{i}") for i in range(2)]
+        return objs if all(c and devices_of(c) for c in found) else None
+
+    objs = await wait_for(fits, 60, "the 4+4 pod allocated", cluster)
+    first = nodes_of(objs["fits-gpu0"]) | nodes_of(objs["fits-gpu1"])
+    assert len(first) == 1, f"one pod, one node: {first}"
+
+    # 5 + 5 GPUs: claim by claim they would take the two free nodes; as a pod, nothing.
+    await create_pod(store, "split", [5, 5])
+
+    async def refused() -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        found = [objs.get(f"split-gpu{i}") for i in range(2)]
+        return objs if all(c and "do not fit together" in reason(c) for c in found) else None
+
+    objs = await wait_for(refused, 60, "both claims of the 5+5 pod explained", cluster)
+    assert "pod default/split: its 2 claims do not fit together on one node" in reason(
+        objs["split-gpu0"]
+    ), reason(objs["split-gpu0"])
+    assert not devices_of(objs["split-gpu0"])
+    assert not devices_of(objs["split-gpu1"])
+    assert await holders(nc) == {"default/fits-gpu0", "default/fits-gpu1"}
+
+    # A gang of two pods, 4 + 3 GPUs each: each pod on one node, so the two free nodes.
+    gang = {"gpudra.io/gang": "train", "gpudra.io/gang-size": "4"}
+    await create_pod(store, "train-0", [4, 3], gang)
+    await create_pod(store, "train-1", [4, 3], gang)
+
+    async def gang_placed() -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        found = [objs.get(f"train-{p}-gpu{i}") for p in range(2) for i in range(2)]
+        return objs if all(c and devices_of(c) for c in found) else None
+
+    objs = await wait_for(gang_placed, 60, "the 2-pod gang allocated", cluster)
+    pod_nodes = []
+    for p in range(2):
+        node = nodes_of(objs[f"train-{p}-gpu0"]) | nodes_of(objs[f"train-{p}-gpu1"])
+        assert len(node) == 1, f"pod train-{p} split over {node}"
+        pod_nodes.append(node.pop())
+    assert len(set(pod_nodes)) == 2, pod_nodes
+    assert not set(pod_nodes) & first
+    used = [d for c in objs.values() for d in devices_of(c)]
+    assert len(used) == len(set(used)) == 4 + 4 + 2 * (4 + 3)
+    assert not devices_of(objs["split-gpu0"])
+    assert not devices_of(objs["split-gpu1"])
+
+    # The first pod goes: its claims are deleted; the 5+5 pod still never splits.
+    for i in range(2):
+        await store.delete(RESOURCE_CLAIMS, f"fits-gpu{i}", "default")
+
+    async def freed() -> bool:
+        return "default/fits-gpu0" not in await holders(nc)
+
+    await wait_for(freed, 60, "the first pod's devices released", cluster)
+    objs = await claims(store)
+    assert not devices_of(objs["split-gpu0"])
+    assert not devices_of(objs["split-gpu1"])
+    assert not {"default/split-gpu0", "default/split-gpu1"} & await holders(nc)
+    logs = cluster.logs()
+    assert "Traceback" not in logs, logs
