@@ -50,6 +50,8 @@ C = 'device.capacity["gpu.nvidia.com"]'
         # selection and indexing on the DRA maps
         pytest.param(f"{D}.?index.value() == 3", True, "error", id="value-or-error"),
         pytest.param(f"{D}.?index.orValue(7) == 3", True, False, id="int-or"),
+        # a dyn value's optional stays dyn with a default of another kind, as in cel-go
+        pytest.param(f'{D}.?index.orValue("none") == 3', True, False, id="dyn-or-string"),
         pytest.param(f'{D}["productName"].size() > 0 || {D}.?nope.hasValue()', True, "error"),
         pytest.param(f'{D}[?"index"].orValue(0) == 3', True, False, id="index-literal"),
         pytest.param(f'{D}[?"ind" + "ex"].orValue(0) == 3', True, False, id="index-computed"),

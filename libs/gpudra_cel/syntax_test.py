@@ -1,11 +1,27 @@
-"""Parsing into gpudra_cel's own tree: literals, macros, namespaces, positions."""
+"""Parsing into gpudra_cel's own tree: literals, macros, namespaces, positions, and CEL's optional
+syntax (`a.?b`, `m[?k]`, `[?x]`, `{?k: v}`) beside the conditional's `?` and inside strings."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpudra_cel.errors import CelCompileError
-from gpudra_cel.syntax import Bind, Call, Comprehension, Has, Literal, parse
+from gpudra_cel.syntax import (
+    Bind,
+    Call,
+    Comprehension,
+    Has,
+    Ident,
+    Index,
+    ListLit,
+    Literal,
+    MapLit,
+    Node,
+    OptIndex,
+    OptSelect,
+    Select,
+    parse,
+)
 from gpudra_cel.values import CelUint
 
 
@@ -68,3 +84,92 @@ def test_positions_point_into_the_source() -> None:
     assert isinstance(node, Call)
     right = node.args[1]
     assert (right.line, right.column) == (2, 3)
+
+
+@pytest.mark.parametrize(
+    ("text", "shape"),
+    [
+        pytest.param("a.?b", "OptSelect(a, b)", id="select"),
+        pytest.param("a. ?b", "OptSelect(a, b)", id="select-spaced"),
+        pytest.param("m[?k]", "OptIndex(m, k)", id="index"),
+        pytest.param("a.?b.c", "Select(OptSelect(a, b), c)", id="chain-select"),
+        pytest.param("a.?b[0]", "Index(OptSelect(a, b), 0)", id="chain-index"),
+        pytest.param("m[?k].?f", "OptSelect(OptIndex(m, k), f)", id="index-then-select"),
+        pytest.param("[?x, y]", "ListLit(x, y ?0)", id="list-first"),
+        pytest.param("[x, ?y, ?z]", "ListLit(x, y, z ?1,2)", id="list-later"),
+        pytest.param("{?k: v, 'a': 1}", "MapLit(k: v, 'a': 1 ?0)", id="map-first"),
+        pytest.param("{'a': 1, ?k: v}", "MapLit('a': 1, k: v ?1)", id="map-later"),
+        pytest.param("[?true]", "ListLit(True ?0)", id="bool-literal-marked"),
+        pytest.param("m[?false]", "OptIndex(m, False)", id="bool-index"),
+        pytest.param("a ? b : c", "Call(_?_:_, a, b, c)", id="ternary"),
+        pytest.param(
+            "a.?b ? [?c] : {?d: e}",
+            "Call(_?_:_, OptSelect(a, b), ListLit(c ?0), MapLit(d: e ?0))",
+            id="both",
+        ),
+        pytest.param("'a.?b' == \"[?x]\"", "Call(_==_, 'a.?b', '[?x]')", id="marks-in-strings"),
+        pytest.param("r'.?' == b'{?'", "Call(_==_, '.?', b'{?')", id="raw-and-bytes"),
+        pytest.param("'''a.?b, [?c]''' == a", "Call(_==_, 'a.?b, [?c]', a)", id="triple-quoted"),
+        pytest.param("a // what about [?this]\n.?b", "OptSelect(a, b)", id="comment"),
+        pytest.param("o.optMap(v, v + 1)", "optMap(o, v, Call(_+_, v, 1))", id="optMap"),
+    ],
+)
+def test_optional_syntax(text: str, shape: str) -> None:
+    assert _shape(parse(text)) == shape
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column"),
+    [
+        pytest.param("f(a, ?b)", 1, 6, id="argument"),
+        pytest.param("[?]", 1, 2, id="empty-list"),
+        pytest.param("{?}", 1, 2, id="empty-map"),
+        pytest.param("a.?b()", 1, 3, id="method"),
+        pytest.param("a.?", 1, 3, id="trailing"),
+        pytest.param("{'k': ?v}", 1, 7, id="map-value"),
+        pytest.param("true &&\n [?1, 2][0] == 1 && a.?", 2, 23, id="second-line"),
+        pytest.param("a.?b + 'unterminated", 1, 8, id="real-error-first"),
+        pytest.param("x == tru", 0, 0, id="no-mark-no-change"),
+    ],
+)
+def test_optional_syntax_errors(text: str, line: int, column: int) -> None:
+    try:
+        parse(text)
+    except CelCompileError as exc:
+        assert (exc.line, exc.column) == (line, column), str(exc)
+        assert exc.line == 0 or "^" in str(exc)
+    else:
+        assert (line, column) == (0, 0), "expected a syntax error"
+
+
+def test_boolean_literals_keep_their_position() -> None:
+    node = parse("x == [true,\n  false]")
+    assert isinstance(node, Call)
+    items = node.args[1]
+    assert isinstance(items, ListLit)
+    assert [(i.line, i.column) for i in items.items] == [(1, 7), (2, 3)]
+
+
+def _shape(node: Node) -> str:
+    """A compact rendering of a tree, for the tables above."""
+    if isinstance(node, Ident):
+        return node.name
+    if isinstance(node, Literal):
+        return repr(node.value)
+    if isinstance(node, Select | OptSelect):
+        return f"{type(node).__name__}({_shape(node.operand)}, {node.field})"
+    if isinstance(node, Index | OptIndex):
+        return f"{type(node).__name__}({_shape(node.operand)}, {_shape(node.index)})"
+    if isinstance(node, ListLit):
+        marks = f" ?{','.join(map(str, node.optional))}" if node.optional else ""
+        return f"ListLit({', '.join(_shape(i) for i in node.items)}{marks})"
+    if isinstance(node, MapLit):
+        entries = ", ".join(f"{_shape(k)}: {_shape(v)}" for k, v in node.entries)
+        marks = f" ?{','.join(map(str, node.optional))}" if node.optional else ""
+        return f"MapLit({entries}{marks})"
+    if isinstance(node, Comprehension):
+        return f"{node.kind}({_shape(node.range)}, {node.var}, {_shape(node.body)})"
+    if isinstance(node, Call):
+        args = [_shape(a) for a in ((node.target,) if node.target else ()) + node.args]
+        return f"Call({', '.join([node.function, *args])})"
+    return type(node).__name__

@@ -92,10 +92,10 @@ def assignable(param: CelType, arg: CelType, bindings: dict[str, CelType] | None
         bindings = {}
     if param.is_param:
         bound = bindings.get(param.name)
-        if bound is None or bound == DYN:
+        if bound is None:
             bindings[param.name] = arg
             return True
-        if arg == DYN:
+        if bound == DYN or arg == DYN:  # as cel-go: `optional(dyn).orValue(1)` stays dyn
             return True
         return assignable(bound, arg, bindings)
     if param == DYN or arg == DYN:
