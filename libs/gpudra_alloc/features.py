@@ -1,7 +1,9 @@
 """The optional allocator features, switched as Kubernetes' feature gates switch them.
 
 Names are spelled as Kubernetes' structured allocator spells them. Without an explicit list,
-Kubernetes 1.37's defaults apply: everything on except `ListTypeAttributes`.
+Kubernetes 1.37's defaults apply: everything on except `ListTypeAttributes`. `cel_options()` is
+the CEL environment the gates declare (`ConsumableCapacity`: `device.allowMultipleAllocations`;
+`ListTypeAttributes`: `includes()` and iterating attribute values).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 from gpudra_alloc.errors import ProblemError
+from gpudra_cel import CelOptions
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,13 @@ class Features:
 
     def names(self) -> list[str]:
         return [name for name, attr in FEATURE_NAMES.items() if getattr(self, attr)]
+
+    def cel_options(self) -> CelOptions:
+        """The CEL environment these gates declare for selectors."""
+        return CelOptions(
+            consumable_capacity=self.consumable_capacity,
+            list_type_attributes=self.list_type_attributes,
+        )
 
 
 FEATURE_NAMES: dict[str, str] = {

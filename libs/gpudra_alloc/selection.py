@@ -3,6 +3,14 @@
 A device entry lives as long as its slice object (one pool generation), so a cached result is
 never stale: a new generation brings new slice objects and empty caches. A run-time CEL error is
 cached too and raised again, so the same input always fails the same way.
+
+`Selectors(features)` compiles in the CEL environment the feature gates declare: with
+ConsumableCapacity or ListTypeAttributes off, a selector using what the gate adds is a compile
+error, which the allocator reports as an `error` result (Kubernetes' API server refuses such an
+object when it is written). Without features, every declaration is present, as in the stored
+expressions Kubernetes' allocator compiles. Device entries (and their cached results) are shared
+by every allocator; a gated environment only rejects expressions, never changes a result, so a
+gated `Selectors` re-checks that an expression compiles before it trusts a cached result.
 """
 
 from __future__ import annotations
@@ -10,10 +18,17 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra_alloc.errors import AllocationInputError
+from gpudra_alloc.features import Features
 from gpudra_alloc.pools import DeviceEntry
 from gpudra_api import DeviceAttribute, DeviceSelector, Semver
 from gpudra_api.names import split_qualified_name
-from gpudra_cel import CelCompileError, CelEvaluationError, DeviceView, compile_selector
+from gpudra_cel import (
+    ALL_FEATURES,
+    CelCompileError,
+    CelEvaluationError,
+    DeviceView,
+    compile_selector,
+)
 
 
 def _value(attr: DeviceAttribute) -> Any:
@@ -52,14 +67,16 @@ _MAX_PROGRAMS = 4096
 class Selectors:
     """Compiles each expression once and evaluates selectors against device entries."""
 
-    def __init__(self) -> None:
+    def __init__(self, features: Features | None = None) -> None:
         self._compiled: dict[str, Any] = {}
+        self.options = ALL_FEATURES if features is None else features.cel_options()
+        self._gated = not self.options.all_declared
 
     def compiled(self, expression: str) -> Any:
         program = self._compiled.get(expression)
         if program is None:
             try:
-                program = compile_selector(expression)
+                program = compile_selector(expression, options=self.options)
             except CelCompileError as exc:
                 program = exc
             if len(self._compiled) >= _MAX_PROGRAMS:
@@ -78,6 +95,12 @@ class Selectors:
                     f"{owner}: selector #{index}: CEL expression empty (unsupported selector type?)"
                 )
             cached = entry.matches.get(expression)
+            if (
+                cached is not None
+                and self._gated
+                and isinstance(self.compiled(expression), CelCompileError)
+            ):
+                cached = None  # computed under another environment; fail as this one does
             if cached is None:
                 cached = self._evaluate(expression, entry, owner, index)
                 entry.matches[expression] = cached

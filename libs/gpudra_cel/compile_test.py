@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudra_cel import CelCompileError, CelError, compile_selector
+from gpudra_cel import CelCompileError, CelError, CelOptions, compile_selector
 
 D = 'device.attributes["gpu.nvidia.com"]'
 
@@ -91,7 +91,9 @@ def test_accepts(expression: str) -> None:
 )
 def test_cost_limit(expression: str, limit: int) -> None:
     with pytest.raises(CelCompileError, match="estimated cost"):
-        compile_selector(expression, cost_limit=limit)
+        compile_selector(expression, cost_limit=limit, options=CelOptions(reject_costly=True))
+    # Without reject_costly (Kubernetes' allocator), the limit is enforced per evaluation.
+    assert compile_selector(expression, cost_limit=limit).counts_cost
 
 
 def test_cost_grows_with_iteration_and_is_reported() -> None:

@@ -1,7 +1,7 @@
 """String functions: CEL's built-ins (`contains`, `startsWith`, `endsWith`, `matches`) and the
 cel-go `strings` extension Kubernetes enables (`charAt`, `indexOf`, `lastIndexOf`, `lowerAscii`,
-`upperAscii`, `replace`, `split`, `substring`, `trim`, `join`), plus Kubernetes' regex library
-(`find`, `findAll`).
+`upperAscii`, `replace`, `split`, `substring`, `trim`, `join`, and from its version 1 `format` and
+`strings.quote`, see `lib_format`), plus Kubernetes' regex library (`find`, `findAll`).
 
 Indices count Unicode code points, as cel-go does. Regular expressions are RE2 (google-re2), and
 `matches` is a search (an unanchored match anywhere), as in CEL. Bad indices are errors.
@@ -13,8 +13,9 @@ import unicodedata
 
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.functions import Overload, overload
+from gpudra_cel.lib_format import format_string, quote
 from gpudra_cel.regex import compile_regex
-from gpudra_cel.types import BOOL, INT, STRING, list_of
+from gpudra_cel.types import BOOL, DYN, INT, STRING, list_of
 
 __all__ = ["STRING_OVERLOADS"]
 
@@ -139,4 +140,6 @@ STRING_OVERLOADS: tuple[Overload, ...] = (
     overload("trim", STRING, (), STRING, _trim, cost="linear"),
     overload("join", list_of(STRING), (), STRING, _join, cost="linear"),
     overload("join", list_of(STRING), (STRING,), STRING, _join, cost="linear"),
+    overload("format", STRING, (list_of(DYN),), STRING, format_string, cost="linear"),
+    overload("strings.quote", None, (STRING,), STRING, quote, cost="linear"),
 )

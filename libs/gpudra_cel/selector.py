@@ -3,9 +3,14 @@ evaluated per device as a Python closure.
 
 Promises: compiling either returns a `CompiledSelector` or raises `CelCompileError` (never
 another exception) whose message points at the expression; `matches` returns a bool or raises
-`CelEvaluationError` (a missing key, an overflow, a non-bool result), as Kubernetes'
-`DeviceMatches` does. A `CompiledSelector` holds no per-evaluation state, so one instance may be
-used from several threads.
+`CelEvaluationError` (a missing key, an overflow, a non-bool result, the cost limit), as
+Kubernetes' `DeviceMatches` does. The environment is chosen by `CelOptions` (feature gates; see
+`environment`). When the worst-case cost estimate stays under the limit the selector is the plain
+closure; otherwise it is the counting variant (`runtime_cost`), whose evaluation fails with
+"operation cancelled: actual cost limit exceeded" once the actual cost passes the limit, as in
+Kubernetes' allocator (or, with `CelOptions(reject_costly=True)`, the expression is refused at
+compile time, as Kubernetes' API validation refuses it). A `CompiledSelector` holds no
+per-evaluation state, so one instance may be used from several threads.
 """
 
 from __future__ import annotations
@@ -16,12 +21,15 @@ from gpudra_cel.checker import check
 from gpudra_cel.compiler import compile_tree
 from gpudra_cel.cost import estimate_cost
 from gpudra_cel.device import DeviceView
+from gpudra_cel.environment import ALL_FEATURES, CelOptions, check_environment
 from gpudra_cel.errors import CelCompileError, CelError, CelEvaluationError
+from gpudra_cel.lib_format import check_format_literals
 from gpudra_cel.operators import Fn
+from gpudra_cel.runtime_cost import compile_counting, cost_exceeded
 from gpudra_cel.syntax import parse
 from gpudra_cel.values import type_name
 
-__all__ = ["DEFAULT_COST_LIMIT", "CompiledSelector", "compile_selector"]
+__all__ = ["DEFAULT_COST_LIMIT", "CompiledSelector", "CountingSelector", "compile_selector"]
 
 DEFAULT_COST_LIMIT = 1_000_000  # resourceapi.CELSelectorExpressionMaxCost
 
@@ -30,10 +38,11 @@ class CompiledSelector:
     """One compiled selector expression."""
 
     __slots__ = ("_fn", "_pad", "expression", "max_cost")
+    counts_cost = False  # evaluations are not metered: the estimate stays under the limit
 
     def __init__(self, expression: str, fn: Fn, slots: int, max_cost: int) -> None:
         self.expression = expression
-        self.max_cost = max_cost
+        self.max_cost = max_cost  # the worst-case estimate, in cel-go's units
         self._fn = fn
         self._pad = (None,) * (slots - 1)  # activation slots for macro / cel.bind variables
 
@@ -51,30 +60,74 @@ class CompiledSelector:
         )
 
     def __repr__(self) -> str:
-        return f"CompiledSelector({self.expression!r})"
+        return f"{type(self).__name__}({self.expression!r})"
 
 
-def compile_selector(expression: str, *, cost_limit: int = DEFAULT_COST_LIMIT) -> CompiledSelector:
-    """Parse, type-check, cost-check and compile `expression` (memoized per expression)."""
+class CountingSelector(CompiledSelector):
+    """A selector whose evaluations are metered against `cost_limit` (see `runtime_cost`)."""
+
+    __slots__ = ("cost_limit",)
+    counts_cost = True
+
+    def __init__(self, expression: str, fn: Fn, slots: int, max_cost: int, limit: int) -> None:
+        super().__init__(expression, fn, slots, max_cost)
+        self.cost_limit = limit
+        self._pad = self._pad[1:]  # slot 1 is the meter, filled per evaluation
+
+    def matches(self, device: DeviceView) -> bool:
+        meter = [0]
+        try:
+            result = self._fn([device, meter, *self._pad])
+        except CelError as exc:
+            # a comprehension may have absorbed the limit error and failed on something else
+            if meter[0] > self.cost_limit:
+                raise cost_exceeded(meter[0], self.cost_limit) from exc
+            raise
+        except RecursionError as exc:
+            raise CelEvaluationError("expression is nested too deeply to evaluate") from exc
+        if meter[0] > self.cost_limit:  # `error || true` is true in CEL, but not past the limit
+            raise cost_exceeded(meter[0], self.cost_limit)
+        if result is True or result is False:
+            return result
+        raise CelEvaluationError(
+            f"selector must evaluate to bool, got {type_name(result)}: {self.expression!r}"
+        )
+
+
+def compile_selector(
+    expression: str,
+    *,
+    cost_limit: int = DEFAULT_COST_LIMIT,
+    options: CelOptions = ALL_FEATURES,
+) -> CompiledSelector:
+    """Parse, type-check, cost-check and compile `expression` in the environment `options`
+    describes (memoized per expression, limit and options)."""
     if not isinstance(expression, str):
         raise CelCompileError(f"expression must be a string, not {type(expression).__name__}")
-    return _compile(expression, cost_limit)
+    if not isinstance(options, CelOptions):
+        raise CelCompileError(f"options must be CelOptions, not {type(options).__name__}")
+    return _compile(expression, cost_limit, options)
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile(expression: str, cost_limit: int) -> CompiledSelector:
+def _compile(expression: str, cost_limit: int, options: CelOptions) -> CompiledSelector:
     try:
         tree = parse(expression)
         checked = check(tree, expression)
+        check_environment(tree, options, expression)
+        check_format_literals(tree, checked, expression)
         cost = estimate_cost(tree, checked)
-        if cost > cost_limit:
+        if cost <= cost_limit:
+            fn, slots = compile_tree(tree, checked, expression)
+            return CompiledSelector(expression, fn, slots, cost)
+        if options.reject_costly:
             raise CelCompileError(
                 f"estimated cost {cost} exceeds the limit of {cost_limit}; "
                 "reduce the work done per device (nested iteration, long strings)"
             )
-        fn, slots = compile_tree(tree, checked, expression)
+        fn, slots = compile_counting(tree, checked, expression, cost_limit)
+        return CountingSelector(expression, fn, slots, cost, cost_limit)
     except CelCompileError:
         raise
     except RecursionError as exc:
         raise CelCompileError("expression is nested too deeply") from exc
-    return CompiledSelector(expression, fn, slots, cost)

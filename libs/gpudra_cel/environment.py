@@ -1,0 +1,150 @@
+"""Which DRA CEL environment an expression is compiled in: `CelOptions`, and the check that an
+expression uses only what that environment declares.
+
+Kubernetes declares the `device` variable and DRA's functions per feature gate
+(k8s.io/dynamic-resource-allocation `cel/compile.go`, applied to new expressions):
+
+- `DRAConsumableCapacity` adds the field `device.allowMultipleAllocations`; without it the field
+  is unknown (`undefined field 'allowMultipleAllocations'`).
+- `DRAListTypeAttributes` declares attribute values as `dyn` (so a list-typed attribute can be
+  iterated by `all`/`exists`/...) and adds `includes()`; without it attribute values are typed
+  `google.protobuf.Any`, which a comprehension may not range over, and `includes` is undeclared.
+
+Kubernetes' allocator itself compiles stored expressions, where every declaration is present
+whatever the gates say; the default `CelOptions()` is that environment. With a gate off, gpudra
+rejects what Kubernetes' API validation would have rejected when the object was written.
+
+The check runs on the type-checked tree and only ever rejects: an expression it accepts means
+the same in every environment. The `Any` typing is followed through the shapes selectors use
+(`device.attributes[d].name`, `[d][name]`, `cel.bind` variables holding a domain or a value,
+a conditional whose branches are both attribute values); a value passed through `dyn()` or any
+function is `dyn`, as in cel-go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpudra_cel.errors import CelCompileError
+from gpudra_cel.syntax import Bind, Call, Comprehension, Has, Ident, Index, Node, Select
+from gpudra_cel.tree import children
+
+__all__ = ["ALL_FEATURES", "CelOptions", "check_environment"]
+
+_ATTRIBUTE = "any"  # an attribute value: google.protobuf.Any without list-type attributes
+_DOMAIN = "domain"  # device.attributes[<domain>]: a map of attribute values
+_DEVICE = "device"
+_DOMAIN_MAP = "attributes"  # device.attributes: domain -> attribute map
+_OTHER = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CelOptions:
+    """The environment a selector is compiled in (hashable: compiled selectors are cached per
+    expression and options).
+
+    `consumable_capacity` / `list_type_attributes`: Kubernetes' DRAConsumableCapacity and
+    DRAListTypeAttributes gates, as they shape the declarations (see the module docstring).
+    `reject_costly`: refuse at compile time an expression whose worst-case cost estimate exceeds
+    the limit, as Kubernetes' API validation does for new expressions. Off (the default, as in
+    Kubernetes' allocator), such an expression compiles with run-time cost accounting and an
+    evaluation that goes over the limit fails.
+    """
+
+    consumable_capacity: bool = True
+    list_type_attributes: bool = True
+    reject_costly: bool = False
+
+    @property
+    def all_declared(self) -> bool:
+        """Every gated declaration is present (nothing for `check_environment` to reject)."""
+        return self.consumable_capacity and self.list_type_attributes
+
+
+ALL_FEATURES = CelOptions()
+
+
+def check_environment(root: Node, options: CelOptions, expression: str) -> None:
+    """Raise `CelCompileError` at the first use of something `options` does not declare."""
+    if options.all_declared:
+        return
+    _Gate(options, expression).visit(root, {})
+
+
+class _Gate:
+    def __init__(self, options: CelOptions, expression: str) -> None:
+        self.options = options
+        self.expression = expression
+
+    def error(self, message: str, node: Node) -> CelCompileError:
+        return CelCompileError(
+            message, expression=self.expression, line=node.line, column=node.column
+        )
+
+    def visit(self, node: Node, scope: dict[str, str]) -> str:
+        """Check `node` and its children; return what kind of value it is (see `_ATTRIBUTE`)."""
+        if isinstance(node, Ident):
+            return scope.get(node.name, _DEVICE if node.name == "device" else _OTHER)
+        if isinstance(node, Select | Has) or type(node).__name__ == "OptSelect":
+            operand = self.visit(node.operand, scope)  # type: ignore[attr-defined]
+            field: str = node.field  # type: ignore[attr-defined]
+            gated = field == "allowMultipleAllocations" and not self.options.consumable_capacity
+            if operand == _DEVICE and gated:
+                raise self.error("undefined field 'allowMultipleAllocations'", node)
+            if isinstance(node, Select):
+                return self.member(operand, field)
+            return _OTHER
+        if isinstance(node, Index):
+            operand = self.visit(node.operand, scope)
+            self.visit(node.index, scope)
+            if operand == _DEVICE:
+                return _OTHER
+            return self.member(operand, None)
+        if isinstance(node, Comprehension):
+            if (
+                self.visit(node.range, scope) == _ATTRIBUTE
+                and not self.options.list_type_attributes
+            ):
+                raise self.error(
+                    "expression of type 'google.protobuf.Any' cannot be range of a comprehension "
+                    "(must be list, map, or dynamic); iterating an attribute value needs the "
+                    "DRAListTypeAttributes feature",
+                    node.range,
+                )
+            inner = {**scope, node.var: _OTHER}
+            if node.var2 is not None:
+                inner[node.var2] = _OTHER
+            if node.predicate is not None:
+                self.visit(node.predicate, inner)
+            self.visit(node.body, inner)
+            return _OTHER
+        if isinstance(node, Bind):
+            kind = self.visit(node.init, scope)
+            return self.visit(node.body, {**scope, node.var: kind})
+        if isinstance(node, Call):
+            return self.call(node, scope)
+        for child in children(node):
+            self.visit(child, scope)
+        return _OTHER
+
+    def member(self, operand: str, field: str | None) -> str:
+        if operand == _DEVICE:
+            return _DOMAIN_MAP if field == "attributes" else _OTHER
+        if operand == _DOMAIN_MAP:
+            return _DOMAIN
+        if operand == _DOMAIN:
+            return _ATTRIBUTE
+        return _OTHER
+
+    def call(self, node: Call, scope: dict[str, str]) -> str:
+        if node.function == "includes" and not self.options.list_type_attributes:
+            raise self.error(
+                "undeclared reference to 'includes' (it needs the DRAListTypeAttributes feature)",
+                node,
+            )
+        kinds = [self.visit(a, scope) for a in node.args]
+        if node.target is not None:
+            self.visit(node.target, scope)
+        if node.function == "_?_:_" and kinds[1] == kinds[2] == _ATTRIBUTE:
+            return _ATTRIBUTE
+        return _OTHER

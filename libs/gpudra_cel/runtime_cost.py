@@ -1,0 +1,225 @@
+"""Run-time cost accounting: the counting variant of a compiled selector, for the expressions
+whose worst-case estimate does not stay under the cost limit.
+
+Kubernetes evaluates DRA selectors with cel-go's cost tracker and cancels an evaluation once its
+actual cost passes the limit ("operation cancelled: actual cost limit exceeded"). gpudra compiles
+this variant only when the static estimate (`cost.estimate_cost`) cannot prove the limit out of
+reach, so ordinary selectors keep their uncounted closures.
+
+Units follow cel-go's tracker as far as a closure compiler can (the approximation, in short):
+1 per variable, field selection or index; 0 for literals and for calls folded at compile time
+(cel-go folds them too); 10 per list literal built, 30 per map literal; `&&`, `||`, `?:` cost
+nothing themselves; other calls 1, except the ones cel-go and Kubernetes price by the size of
+their arguments, which are priced the same way from the actual values (`==`/`!=`/ordering: a
+tenth of the shorter operand; `in` a list: its length; string concatenation; `contains`,
+`startsWith`, `endsWith`, `matches`/`find`/`findAll`, `lowerAscii`, `upperAscii`, `substring`,
+`trim`, `replace`, `split`, `join`, `indexOf`, `lastIndexOf`, `includes`, `quantity`,
+`semver`, `format`, `strings.quote`); each iteration of a comprehension adds 3 for the loop's
+condition and step (the estimator's figure). `has()` is free, as Kubernetes configures it.
+Where the compiler fuses several nodes into one closure (`device.attributes["d"].name`), the
+closure is charged the units of all of them. The counter lives in the activation list, so one
+compiled selector may still be evaluated from several threads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+from gpudra_cel.calls import raiser
+from gpudra_cel.checker import Checked
+from gpudra_cel.compiler import Compiled, Const, _Compiler, _fn
+from gpudra_cel.dispatch import dispatch
+from gpudra_cel.errors import CelError, CelEvaluationError
+from gpudra_cel.operators import BINARY, Fn
+from gpudra_cel.regex import compile_regex
+from gpudra_cel.syntax import (
+    Bind,
+    Call,
+    Comprehension,
+    Has,
+    Ident,
+    Index,
+    ListLit,
+    Literal,
+    MapLit,
+    Node,
+    Select,
+)
+from gpudra_cel.tree import children
+from gpudra_cel.values import CelOptional
+
+__all__ = ["COST_EXCEEDED", "METER_SLOT", "compile_counting", "cost_exceeded"]
+
+COST_EXCEEDED = "operation cancelled: actual cost limit exceeded"
+METER_SLOT = 1  # act[1]: a one-element list holding the evaluation's cost so far
+LOOP_STEP_COST = 3
+_FREE_CALLS = frozenset({"_&&_", "_||_", "_?_:_"})
+_REGEX_FUNCTIONS = frozenset({"matches", "find", "findAll"})
+
+
+def cost_exceeded(spent: int, limit: int) -> CelEvaluationError:
+    return CelEvaluationError(f"{COST_EXCEEDED} (cost {spent} > limit {limit})")
+
+
+def _size(value: object) -> int:
+    """cel-go's `actualSize`: the length of strings, bytes, lists and maps, else 1."""
+    if isinstance(value, str | bytes | tuple | list | Mapping):
+        return len(value)
+    if isinstance(value, CelOptional) and value.has_value:
+        return _size(value.value)
+    return 1
+
+
+def _tenth(n: int) -> int:
+    return math.ceil(n * 0.1)
+
+
+def _regex(values: list[object], result: object) -> int:
+    return _tenth(1 + _size(values[0])) * math.ceil(_size(values[1]) * 0.25)
+
+
+# function -> price from the actual operand values (receiver first) and the result
+_SIZED: dict[str, Callable[[list[object], object], int]] = {
+    "_==_": lambda v, r: _tenth(min(_size(v[0]), _size(v[1]))),
+    "_!=_": lambda v, r: _tenth(min(_size(v[0]), _size(v[1]))),
+    "_<_": lambda v, r: _tenth(min(_size(v[0]), _size(v[1]))),
+    "_<=_": lambda v, r: _tenth(min(_size(v[0]), _size(v[1]))),
+    "_>_": lambda v, r: _tenth(min(_size(v[0]), _size(v[1]))),
+    "_>=_": lambda v, r: _tenth(min(_size(v[0]), _size(v[1]))),
+    "@in": lambda v, r: _size(v[1]) if isinstance(v[1], tuple | list) else 1,
+    "_+_": lambda v, r: _tenth(_size(v[0]) + _size(v[1])) if isinstance(r, str | bytes) else 1,
+    "contains": lambda v, r: _tenth(_size(v[0])) * _tenth(_size(v[1])),
+    "startsWith": lambda v, r: _tenth(_size(v[0])),
+    "endsWith": lambda v, r: _tenth(_size(v[0])),
+    "matches": _regex,
+    "find": _regex,
+    "findAll": _regex,
+    "lowerAscii": lambda v, r: _tenth(_size(v[0])),
+    "upperAscii": lambda v, r: _tenth(_size(v[0])),
+    "substring": lambda v, r: _tenth(_size(v[0])),
+    "trim": lambda v, r: _tenth(_size(v[0])),
+    "replace": lambda v, r: _tenth(2 * _size(v[0])),
+    "split": lambda v, r: _tenth(2 * _size(v[0])),
+    "join": lambda v, r: _tenth(2 * _size(r)),
+    "indexOf": lambda v, r: _size(v[0]),
+    "lastIndexOf": lambda v, r: _size(v[0]),
+    "includes": lambda v, r: _size(v[0]),
+    "quantity": lambda v, r: _tenth(_size(v[0])),
+    "isQuantity": lambda v, r: _tenth(_size(v[0])),
+    "semver": lambda v, r: _tenth(_size(v[0])),
+    "isSemver": lambda v, r: _tenth(_size(v[0])),
+    "format": lambda v, r: _tenth(_size(v[0])),
+    "strings.quote": lambda v, r: _tenth(_size(v[0])),
+}
+
+
+def compile_counting(root: Node, checked: Checked, expression: str, limit: int) -> tuple[Fn, int]:
+    """Like `compiler.compile_tree`, but every closure adds its cost to `act[METER_SLOT]` and
+    raises once the total passes `limit`. Returns the closure and its number of slots."""
+    compiler = _Counting(checked, expression, limit)
+    return _fn(compiler.visit(root, {})), compiler.slots + 1
+
+
+def _unit(node: Node) -> int:
+    """The fixed part of a node's cost (what does not depend on run-time sizes)."""
+    if isinstance(node, Literal | Has | Comprehension):
+        return 0
+    if isinstance(node, Ident | Select | Index | Bind):
+        return 1
+    if isinstance(node, ListLit):
+        return 10
+    if isinstance(node, MapLit):
+        return 30
+    if isinstance(node, Call):
+        return 0 if node.function in _FREE_CALLS or node.function in _SIZED else 1
+    return 1  # optional selection/index and any later node kind: one step
+
+
+class _Counting(_Compiler):
+    def __init__(self, checked: Checked, expression: str, limit: int) -> None:
+        super().__init__(checked, expression)
+        self.slots = METER_SLOT  # macro and cel.bind variables start after the meter
+        self.limit = limit
+        self.visited: set[int] = set()
+        self.loop_steps: set[int] = set()
+
+    def inline_compare(self, node: Node, scope: dict[str, int]) -> None:
+        return None  # every operand of a chain becomes its own (counted) closure
+
+    def visit(self, node: Node, scope: dict[str, int]) -> Compiled:
+        self.visited.add(id(node))
+        if isinstance(node, Comprehension):
+            # the predicate (map with a filter) or else the body runs once per element
+            self.loop_steps.add(id(node.predicate if node.predicate is not None else node.body))
+        compiled = super().visit(node, scope)
+        step = LOOP_STEP_COST if id(node) in self.loop_steps else 0
+        if isinstance(compiled, Const):
+            if not step:
+                return compiled  # folded at compile time: free, as in cel-go
+            charge = step
+        else:
+            charge = step + _unit(node) + self.unvisited(node)
+        fn = _fn(compiled)
+        if charge == 0:
+            return fn
+        return _charged(fn, charge, self.limit)
+
+    def unvisited(self, node: Node) -> int:
+        """Units of the nodes below `node` that the compiler fused into its closure."""
+        total = 0
+        pending = children(node)
+        while pending:
+            child = pending.pop()
+            if id(child) in self.visited:
+                continue
+            total += _unit(child)
+            pending.extend(children(child))
+        return total
+
+    def call(self, node: Call, scope: dict[str, int]) -> Compiled:
+        price = _SIZED.get(node.function)
+        if price is None:
+            return super().call(node, scope)
+        operands = ([node.target] if node.target is not None else []) + list(node.args)
+        compiled = [self.visit(o, scope) for o in operands]
+        name = node.function
+        op = BINARY.get(name)
+        overloads = self.checked.overloads.get(id(node), ())
+        if all(isinstance(c, Const) for c in compiled):  # folded, as the plain compiler does
+            values = [c.value for c in compiled if isinstance(c, Const)]
+            try:
+                return Const(op(*values) if op is not None else dispatch(name, overloads, values))
+            except CelEvaluationError as exc:
+                return raiser(exc)
+        if name in _REGEX_FUNCTIONS and len(compiled) >= 2:
+            pattern = compiled[1]
+            if isinstance(pattern, Const) and isinstance(pattern.value, str):
+                try:  # a bad literal pattern is a compile error, with or without a meter
+                    compile_regex(pattern.value)
+                except CelError as exc:
+                    raise self.error(str(exc), node) from exc
+        fns = [_fn(c) for c in compiled]
+        limit = self.limit
+
+        def sized(act: list[object]) -> object:
+            values = [f(act) for f in fns]
+            result = op(*values) if op is not None else dispatch(name, overloads, values)
+            meter: list[int] = act[METER_SLOT]  # type: ignore[assignment]
+            meter[0] += price(values, result)
+            if meter[0] > limit:
+                raise cost_exceeded(meter[0], limit)
+            return result
+
+        return sized
+
+
+def _charged(fn: Fn, charge: int, limit: int) -> Fn:
+    def charged(act: list[object]) -> object:
+        meter: list[int] = act[METER_SLOT]  # type: ignore[assignment]
+        meter[0] += charge
+        if meter[0] > limit:
+            raise cost_exceeded(meter[0], limit)
+        return fn(act)
+
+    return charged
