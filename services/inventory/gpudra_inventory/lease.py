@@ -187,10 +187,12 @@ class Lease:
 
     async def release(self) -> None:
         """Give the lease up (delete the key at the held revision); harmless when not held."""
-        revision, held = self._revision, self.held()
+        revision = self._revision
         self._drop()
-        if revision is None or not held:
+        if revision is None:
             return
+        # Past the local deadline too: the delete is revision-checked, so it cannot remove a key
+        # someone else has written since.
         try:
             await self._kv.delete(self._key, last=revision)
             log.info("lease %s released by %s", self._key, self.holder)

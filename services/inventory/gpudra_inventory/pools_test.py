@@ -5,7 +5,7 @@ import pytest
 from gpudra_inventory.pools import PoolBook
 from gpudra_nvml.inventory import snapshot
 from gpudra_nvml.loader import open_simulator
-from gpudra_slices import SliceOptions
+from gpudra_slices import SliceError, SliceOptions
 from gpudrapb.v1 import inventory_pb2 as pb
 
 
@@ -108,3 +108,60 @@ def test_fewer_slices_delete_the_stale_ones() -> None:
     assert len(second.write) == 1
     assert len(second.delete) == 3
     assert all(s["spec"]["pool"]["resourceSliceCount"] == 1 for s in second.write)
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "expected"),
+    [
+        pytest.param(1, 5, 6, id="bucket-ahead"),
+        pytest.param(7, 5, 8, id="standby-ahead"),
+        pytest.param(3, 3, 4, id="equal-generations"),
+    ],
+)
+def test_adopt_republishes_above_both_generations(ours: int, theirs: int, expected: int) -> None:
+    old_leader = PoolBook(SliceOptions(max_devices=2))
+    old_leader.observe(inventory(), seen_at=1.0)
+    old_leader.pools["node-a"].generation = theirs - 1
+    old_leader.expire(now=100.0, timeout=30.0)  # a real change: generation `theirs`
+    written = list(old_leader.pools["node-a"].slices.values())
+    assert {s["spec"]["pool"]["generation"] for s in written} == {theirs}
+    standby = PoolBook(SliceOptions(max_devices=2))
+    smaller = inventory()
+    del smaller.devices[4:]
+    standby.observe(smaller, seen_at=1.0)
+    standby.pools["node-a"].generation = ours
+    (change,) = standby.adopt(written)
+    assert change.generation == expected
+    assert generations(standby, "node-a") == {expected}
+    # The bucket's slices the standby's smaller pool no longer has are deleted.
+    assert len(change.write) == 2
+    assert sorted(change.delete) == sorted(
+        {s["metadata"]["name"] for s in written} - {s["metadata"]["name"] for s in change.write}
+    )
+
+
+def test_adopt_keeps_pools_known_only_from_the_bucket() -> None:
+    other = PoolBook(SliceOptions())
+    change = other.observe(inventory("node-b"), seen_at=1.0)
+    assert change is not None
+    book = PoolBook(SliceOptions())
+    book.observe(inventory("node-a"), seen_at=1.0)
+    changes = book.adopt(change.write)
+    assert [c.node for c in changes] == ["node-a"]
+    assert book.pools["node-b"].slices == {s["metadata"]["name"]: s for s in change.write}
+    assert book.pools["node-b"].generation == 1
+
+
+def test_an_unsliceable_inventory_leaves_the_pool_as_it_was() -> None:
+    book = PoolBook(SliceOptions())
+    good = inventory()
+    book.observe(good, seen_at=1.0)
+    bad = pb.NodeInventory()
+    bad.CopyFrom(good)
+    bad.devices[1].name = bad.devices[0].name  # two devices with one name cannot be sliced
+    with pytest.raises(SliceError):
+        book.observe(bad, seen_at=2.0)
+    assert book.pools["node-a"].inventory == good
+    assert generations(book, "node-a") == {1}
+    assert book.expire(now=20.0, timeout=30.0) == []  # rebuilding does not trip over it later
+    assert book.is_heartbeat(good)

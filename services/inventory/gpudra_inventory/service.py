@@ -152,8 +152,9 @@ class InventoryService:
         sub = await self._subscribe()
         self._subscribed = True
         lease_task = None
+        lease_stop = asyncio.Event()  # the lease is renewed until the last write is done
         if self._lease is not None:
-            lease_task = asyncio.create_task(self._lease.run(stop), name="inventory-lease")
+            lease_task = asyncio.create_task(self._lease.run(lease_stop), name="inventory-lease")
         interval = min(1.0, self._settings.heartbeat_timeout / 4)
         try:
             while not stop.is_set():
@@ -176,9 +177,8 @@ class InventoryService:
         finally:
             self._subscribed = False
             if lease_task is not None:
-                lease_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await lease_task
+                lease_stop.set()
+                await lease_task
             with contextlib.suppress(*_NATS):
                 await sub.unsubscribe()
             with contextlib.suppress(*_NATS):

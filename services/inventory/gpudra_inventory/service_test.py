@@ -5,6 +5,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import nats.js.errors
 import pytest_asyncio
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
@@ -18,6 +19,7 @@ from gpudra_bus import (
     ensure_streams,
     subjects,
 )
+from gpudra_inventory.lease import Lease, ensure_lease_bucket
 from gpudra_inventory.pools_test import inventory
 from gpudra_inventory.service import NODE_INVENTORY, InventoryService
 from gpudra_inventory.settings import Settings
@@ -97,3 +99,57 @@ async def test_inventory_to_slices_taint_and_dead_letters(nc: Client) -> None:
     finally:
         stop.set()
         await task
+
+
+async def test_standby_stays_warm_and_takes_over_with_higher_generations(nc: Client) -> None:
+    ttl = 0.8
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+    lease_kv = await ensure_lease_bucket(nc.jetstream(), ttl)
+    services = {
+        name: InventoryService(nc, kv, Settings(), lease=Lease(lease_kv, name, ttl))
+        for name in ("a", "b")
+    }
+    stops = {name: asyncio.Event() for name in services}
+    tasks = {}
+    try:
+        for name in ("a", "b"):  # `a` first, so it is the one that leads
+            await services[name].load()
+            tasks[name] = asyncio.create_task(services[name].run(stops[name]))
+            await eventually(lambda s=services[name]: _true(s.ready))
+        a, b = services["a"], services["b"]
+        assert (a.role, b.role) == ("leader", "standby")
+        await Publisher(nc).publish(
+            subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
+        )
+
+        async def generation() -> int:
+            try:
+                found = await slices(kv)
+            except nats.js.errors.NoKeysError:
+                return 0
+            return min(s["spec"]["pool"]["generation"] for s in found.values()) if found else 0
+
+        await eventually(lambda: _ge(generation(), 1))
+        await eventually(lambda: _true("node-x" in b.book.pools))  # warm, but silent
+        assert b.changes == 0
+        assert b.takeovers == 0
+        before = await generation()
+
+        stops["a"].set()  # a graceful stop releases the lease: `b` takes over at once
+        await tasks.pop("a")
+        await eventually(lambda: _true(b.role == "leader"), timeout=5 * ttl)
+        await eventually(lambda: _ge(generation(), before + 1))
+        assert b.takeovers == 1
+        assert b.ready
+    finally:
+        for name, task in tasks.items():
+            stops[name].set()
+            await task
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _ge(value: Any, floor: int) -> bool:
+    return bool(await value >= floor)
