@@ -10,8 +10,9 @@ pattern character, `includes` the longest list attribute (48); a comprehension c
 size times its body plus loop overhead; `optMap`/`optFlatMap` run their body at most once, and
 optional selection/indexing (`.?`, `[?]`) costs what plain selection/indexing costs, as in
 cel-go. On Kubernetes' own test expressions the estimates land
-within a few units of Kubernetes' figures. The estimate is an upper bound; an expression whose estimate exceeds
-the limit is rejected at compile time, so no run-time cost accounting is needed.
+within a few units of Kubernetes' figures. The estimate is an upper bound: an expression whose
+estimate stays under the limit is evaluated without accounting; one whose estimate exceeds it is
+compiled with run-time accounting (`runtime_cost`), or refused (`CelOptions.reject_costly`).
 """
 
 from __future__ import annotations
@@ -173,6 +174,10 @@ class _Estimator:
             return max(subject.size, 24), 1
         if fn in ("quantity", "add", "sub"):
             return QUANTITY_SIZE, 1
+        if fn == "format":  # the text plus each argument printed (hex doubles, numbers ~32)
+            return subject.size + 2 * sum(a.size * max(a.elem, 32) for a in args), 1
+        if fn == "strings.quote":
+            return 2 * subject.size + 2, 1
         return 1, 1
 
 
