@@ -7,7 +7,8 @@ pod names ResourceClaimTemplates, its claims are created owned by the pod, then 
 - a pod with 4 + 4 GPUs lands on one node, both claims;
 - a pod with 5 + 5 GPUs would fit claim by claim (two free nodes) but never on one node: it stays
   pending, both claims say why, and nothing is reserved for either;
-- a gang of 2 pods x (4 + 3) GPUs: each pod's claims on one node, the two pods on two nodes.
+- a gang of 2 pods x (4 + 3) GPUs: each pod's claims on one node, the two pods on two nodes;
+- a claim allocated before its pod existed pins the pod's other claim to its node.
 """
 
 from __future__ import annotations
@@ -37,10 +38,15 @@ NODES = ["node-1", "node-2", "node-3"]
 
 
 async def create_pod(
-    store: KvStore, name: str, gpus: list[int], annotations: dict[str, str] | None = None
+    store: KvStore,
+    name: str,
+    gpus: list[int],
+    annotations: dict[str, str] | None = None,
+    named: tuple[str, ...] = (),
 ) -> None:
     """A pod with one template claim per entry of `gpus` (that many GPUs each), as Kubernetes
-    creates it: pod, then its claims (owned by it), then the pod status naming them."""
+    creates it: pod, then its claims (owned by it), then the pod status naming them; `named`:
+    existing claims the pod also uses (`resourceClaimName`)."""
     entries = [f"gpu{i}" for i in range(len(gpus))]
     pod = await store.create(
         PODS,
@@ -53,7 +59,8 @@ async def create_pod(
                 "containers": [{"name": "main", "image": "busybox"}],
                 "resourceClaims": [
                     {"name": e, "resourceClaimTemplateName": f"tpl-{e}"} for e in entries
-                ],
+                ]
+                + [{"name": f"named-{c}", "resourceClaimName": c} for c in named],
             },
         },
     )
@@ -165,5 +172,25 @@ async def test_a_pods_claims_land_on_one_node_or_hold_nothing(nc: Client, cluste
     assert not devices_of(objs["split-gpu0"])
     assert not devices_of(objs["split-gpu1"])
     assert not {"default/split-gpu0", "default/split-gpu1"} & await holders(nc)
+
+    # A claim allocated before any pod used it pins the claims of the pod that comes later: the
+    # 1-GPU claim joins it on node-1 although two nodes have exactly one GPU left (where a lone
+    # 1-GPU claim would go under the topology policy, which fills partly used nodes first).
+    await store.create(RESOURCE_CLAIMS, claim_manifest("early", count=2))
+
+    async def early() -> dict[str, Any] | None:
+        objs = await claims(store)
+        return objs if devices_of(objs.get("early") or {}) else None
+
+    objs = await wait_for(early, 60, "the early claim allocated", cluster)
+    (home,) = nodes_of(objs["early"])
+    await create_pod(store, "late", [1], named=("early",))
+
+    async def pinned() -> dict[str, Any] | None:
+        objs = await claims(store)
+        return objs if devices_of(objs.get("late-gpu0") or {}) else None
+
+    objs = await wait_for(pinned, 60, "the late pod's own claim allocated", cluster)
+    assert nodes_of(objs["late-gpu0"]) == {home}
     logs = cluster.logs()
     assert "Traceback" not in logs, logs
