@@ -1,5 +1,6 @@
 """Fuzzing: whatever text arrives, `compile_selector` answers with a selector or a `CelError`,
-and a compiled selector answers with a bool or a `CelEvaluationError` — never another exception."""
+and a compiled selector answers with a bool or a `CelEvaluationError` — never another exception.
+The token soup includes CEL's optional syntax (`.?`, `[?`, `?` entries) beside the conditional."""
 
 from __future__ import annotations
 
@@ -89,8 +90,19 @@ _TOKENS = st.sampled_from(
         "cel.bind",
         "optional.of",
         "optional.none",
+        "optional.ofNonZeroValue",
         ".orValue",
         ".hasValue",
+        ".value()",
+        ".or",
+        ".optMap",
+        ".optFlatMap",
+        ".?",
+        "[?",
+        ".?type",
+        ".?memory",
+        '[?"gpu.nvidia.com"]',
+        "?",
         ".isGreaterThan",
         ".compareTo",
         ".asInteger",

@@ -75,6 +75,7 @@ C = 'device.capacity["gpu.nvidia.com"]'
         ),
         pytest.param(f'{D}.?productName.or(optional.of("none")).value() != ""', True, True),
         pytest.param('device.?driver.value().endsWith(".com")', True, True, id="device-field"),
+        pytest.param("dyn(device).?nope.hasValue()", False, False, id="device-unknown-field"),
         pytest.param(
             f"cel.bind(g, {D}.?index, g.hasValue() && g.value() > 1)", True, False, id="bind"
         ),
