@@ -29,6 +29,7 @@ from nats.aio.client import Client
 from deploy import manifests, tls_certs
 from deploy.nats_subjects import allows
 from gpudra_bus import streams
+from gpudra_inventory.lease import Lease, ensure_lease_bucket
 from gpudra_testing import find_nats_server_binary
 
 SERVICES = ("node-agent", "inventory", "allocator", "claim-writer", "kubelet-plugin")
@@ -73,6 +74,8 @@ PUBLISH = [
     ("node-agent", "gpudra.drift", False),
     ("node-agent", "$KV.gpudra-slices.node-1", False),
     ("node-agent", "$JS.API.CONSUMER.CREATE.GPUDRA_INVENTORY", False),
+    ("node-agent", "$JS.API.STREAM.MSG.GET.GPUDRA_INVENTORY", True),
+    ("node-agent", "$JS.API.DIRECT.GET.GPUDRA_INVENTORY.gpudra.inventory.node-1", False),
     ("inventory", "$KV.gpudra-slices.node-1", True),
     ("inventory", "gpudra.drift", True),
     ("inventory", "$JS.API.CONSUMER.MSG.NEXT.GPUDRA_INVENTORY.inventory", True),
@@ -81,6 +84,9 @@ PUBLISH = [
     ("inventory", "gpudra.inventory.node-1", False),
     ("inventory", "$KV.gpudra-reservations.dev", False),
     ("inventory", "gpudra.allocations.ns.claim", False),
+    ("inventory", "$KV.gpudra-leases.inventory", True),
+    ("inventory", "$JS.API.STREAM.CREATE.KV_gpudra-leases", True),
+    ("inventory", "$KV.gpudra-leases.allocator", False),
     ("allocator", "gpudra.allocations.ns.claim", True),
     ("allocator", "$KV.gpudra-reservations.node-1.gpu-0", True),
     ("allocator", "$JS.API.DIRECT.GET.KV_gpudra-slices.$KV.gpudra-slices.node-1", True),
@@ -98,6 +104,9 @@ PUBLISH = [
     ("kubelet-plugin", "$KV.gpudra-claims.ns.claim", False),
     ("kubelet-plugin", "gpudra.claims.ns.claim", False),
     ("kubelet-plugin", "$JS.API.STREAM.CREATE.KV_gpudra-claims", False),
+    ("kubelet-plugin", "$JS.API.STREAM.MSG.GET.GPUDRA_INVENTORY", True),
+    ("kubelet-plugin", "$JS.API.DIRECT.GET.GPUDRA_INVENTORY.gpudra.inventory.node-1", False),
+    ("kubelet-plugin", "$JS.API.CONSUMER.CREATE.GPUDRA_INVENTORY", False),
 ]
 
 
@@ -360,6 +369,16 @@ async def test_claim_flow_with_per_service_users(sessions: dict[str, Session]) -
     (msg,) = await inbox.fetch(1, timeout=_TIMEOUT_S)
     assert msg.data == b"inventory"
     await msg.ack()
+    # The inventory's leader lease: its bucket ensured at start, its key created, renewed,
+    # read (the create of a held key re-reads it) and released.
+    lease_kv = await ensure_lease_bucket(inventory.js, 5.0)
+    lease = Lease(lease_kv, "inventory-0", 5.0)
+    assert await lease.attempt()
+    assert await lease.attempt()
+    assert not await Lease(lease_kv, "inventory-1", 5.0).attempt()
+    assert await lease.current_holder() == "inventory-0"
+    await lease.release()
+    await inventory.js.delete_consumer(streams.INVENTORY_STREAM, "inventory")
     slices = await inventory.js.key_value(streams.SLICES_BUCKET)
     await slices.put("node-1", b"slice")
     await inventory.nc.publish("gpudra.drift", b"drift")
@@ -394,6 +413,9 @@ async def test_claim_flow_with_per_service_users(sessions: dict[str, Session]) -
     await claims_kv.put("default.claim-a", b"{}")
     plugin_claims = await plugin.js.key_value(streams.CLAIMS_BUCKET)
     assert (await plugin_claims.get("default.claim-a")).value == b"{}"
+    # The plugin seeds device health from the node's last inventory (healthfeed.seed).
+    seed = await plugin.js.get_last_msg(streams.INVENTORY_STREAM, "gpudra.inventory.node-1")
+    assert seed.data == b"inventory"
     health = await plugin.nc.subscribe("gpudra.health.node-1")
     await plugin.nc.flush(timeout=_TIMEOUT_S)  # the subscription is live before the publish
     await agent.nc.publish("gpudra.health.node-1", b"xid")
