@@ -1,7 +1,8 @@
 """`gpudra apply -f FILE|DIR`: create the ResourceClaims of manifests in the running system.
 
-ResourceClaimTemplates referenced by workloads become one claim per pod (see
-`gpudra_cli.standalone.manifests`); existing claims are left unchanged. `--wait` waits for
+ResourceClaimTemplates referenced by workloads become one claim per pod, and the pods are recorded
+(not run) so a pod's claims are allocated together (see `gpudra_cli.standalone.manifests`);
+existing claims and pods are left unchanged. `--wait` waits for
 gpudra's decisions and prints where each claim landed.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudra_cli.standalone import cliargs, render, results
-from gpudra_cli.standalone.apply import apply_claims, key_of, wait_decided
+from gpudra_cli.standalone.apply import apply_plan, key_of, wait_decided
 from gpudra_cli.standalone.connect import connected
 from gpudra_cli.standalone.manifests import plan_files
 
@@ -22,7 +23,7 @@ from gpudra_cli.standalone.manifests import plan_files
 async def _apply(args: argparse.Namespace) -> int:
     plan = plan_files(list(args.filename))
     async with connected(args) as (_, client):
-        applied = await apply_claims(client, plan.claims)
+        applied = await apply_plan(client, plan)  # pods recorded, so their claims go together
         for key in applied.created:
             print(f"resourceclaim/{key.split('/', 1)[1]} created")
         for key in applied.unchanged:

@@ -1,7 +1,10 @@
 """Applying claims and waiting for gpudra's answer.
 
 `apply_claims` creates each claim (an existing one is left alone and reported as unchanged) and
-notes when its create returned; `wait_decided` then reads the claims until every one is allocated,
+notes when its create returned; `apply_plan` does the same for a manifest plan in Kubernetes'
+order: the pods first, then the claims (each claim generated for a pod owned by it), then each
+pod's `status.resourceClaimStatuses` naming them — so the claim-writer holds a pod's claims until
+all exist and the allocator places them together; `wait_decided` then reads the claims until every one is allocated,
 or no claim changed state for `settle` seconds while the rest are unschedulable (the allocator
 retries those, so a gang can turn allocated a moment later), or the deadline passed. The time to
 allocate is from the create to the first read that saw the allocation, measured by the CLI end to
@@ -12,12 +15,14 @@ as its resolution.
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra_cli.standalone.client import Client
+from gpudra_cli.standalone.manifests import Plan
 from gpudra_cli.standalone.results import allocation_results
 
 POLL = 0.05
@@ -41,6 +46,35 @@ async def apply_claims(client: Client, claims: Sequence[dict[str, Any]]) -> Appl
         key = key_of(claim)
         (applied.created if created else applied.unchanged).append(key)
         applied.created_at[key] = time.monotonic()
+    return applied
+
+
+async def apply_plan(client: Client, plan: Plan) -> Applied:
+    uids: dict[str, str] = {}
+    for pod in plan.pods:
+        stored, _ = await client.create_pod({k: v for k, v in pod.items() if k != "status"})
+        uids[key_of(pod)] = str(stored["metadata"]["uid"])
+    claims = []
+    for claim in plan.claims:
+        owner = plan.owners.get(key_of(claim))
+        if owner in uids:
+            claim = copy.deepcopy(claim)
+            claim["metadata"]["ownerReferences"] = [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": owner.split("/", 1)[1],
+                    "uid": uids[owner],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
+        claims.append(claim)
+    applied = await apply_claims(client, claims)
+    for pod in plan.pods:
+        if pod.get("status"):
+            meta = pod["metadata"]
+            await client.set_pod_status(meta["name"], meta["namespace"], pod["status"])
     return applied
 
 

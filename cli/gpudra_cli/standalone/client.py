@@ -19,7 +19,7 @@ from gpudra_cli.errors import CliError
 from gpudra_cli.standalone.errors import NotRunningError
 from gpudra_kube.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from gpudra_kube.kv_backend import KvStore
-from gpudra_kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra_kube.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
 UNSCHEDULABLE = "gpudra.io/unschedulable"
 TRACEPARENT = "gpudra.io/traceparent"
@@ -78,6 +78,38 @@ class Client:
         except KubeError as exc:
             where = f"{meta['namespace']}/{meta['name']}"
             raise CliError(f"cannot create claim {where}: {exc}") from exc
+
+    async def create_pod(self, pod: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """(the stored pod, created?): an existing pod is left as it is. Pods are records here
+        (which claims belong together), nothing runs them; the status is written separately."""
+        meta = pod["metadata"]
+        where = f"{meta['namespace']}/{meta['name']}"
+        try:
+            return await self.store.create(PODS, pod), True
+        except AlreadyExistsError:
+            try:
+                return await self.store.get(PODS, meta["name"], meta["namespace"]), False
+            except KubeError as exc:
+                raise CliError(f"cannot read pod {where}: {exc}") from exc
+        except KubeError as exc:
+            raise CliError(f"cannot create pod {where}: {exc}") from exc
+
+    async def set_pod_status(self, name: str, namespace: str, status: dict[str, Any]) -> None:
+        """Merge `status` into the pod's status (compare-and-set, retried on conflicts)."""
+        for _ in range(10):
+            try:
+                pod = await self.store.get(PODS, name, namespace)
+                wanted = {**(pod.get("status") or {}), **status}
+                if pod.get("status") == wanted:
+                    return
+                pod["status"] = wanted
+                await self.store.replace_status(PODS, pod)
+                return
+            except ConflictError:
+                continue
+            except KubeError as exc:
+                raise CliError(f"cannot write the status of pod {namespace}/{name}: {exc}") from exc
+        raise CliError(f"pod {namespace}/{name} kept changing; status not written")
 
     async def delete_claim(self, name: str, namespace: str) -> None:
         try:

@@ -8,11 +8,12 @@ import pytest_asyncio
 
 from gpudra_bus import ensure_buckets, ensure_streams
 from gpudra_cli.errors import CliError
-from gpudra_cli.standalone.apply import apply_claims, key_of, wait_decided
+from gpudra_cli.standalone.apply import apply_claims, apply_plan, key_of, wait_decided
 from gpudra_cli.standalone.client import TRACEPARENT, Client
 from gpudra_cli.standalone.errors import NotRunningError
+from gpudra_cli.standalone.manifests import Plan
 from gpudra_cli.standalone.testdata import claim
-from gpudra_kube import RESOURCE_CLAIMS
+from gpudra_kube import PODS, RESOURCE_CLAIMS
 
 
 @pytest_asyncio.fixture
@@ -66,3 +67,42 @@ async def test_wait_decided_sees_allocations_and_reasons(client: Client) -> None
 async def test_an_unreachable_system_is_not_running() -> None:
     with pytest.raises(NotRunningError, match="is `gpudra up` running"):
         await Client.open("nats://127.0.0.1:1", deadline=0.5)
+
+
+async def test_apply_plan_writes_pods_then_owned_claims_then_pod_status(client: Client) -> None:
+    pod_name, template, named = unique("pod"), unique("tpl"), unique("named")
+    generated = f"{template}-0"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod_name, "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x"}],
+            "resourceClaims": [
+                {"name": "gpu", "resourceClaimTemplateName": template},
+                {"name": "other", "resourceClaimName": named},
+            ],
+        },
+        "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": generated}]},
+    }
+    plan = Plan(
+        claims=[claim(generated), claim(named)],
+        pods=[pod],
+        owners={f"default/{generated}": f"default/{pod_name}"},
+    )
+    applied = await apply_plan(client, plan)
+    assert applied.created == [f"default/{generated}", f"default/{named}"]
+    stored = await client.store.get(PODS, pod_name, "default")
+    assert stored["status"]["resourceClaimStatuses"] == pod["status"]["resourceClaimStatuses"]
+    owned = await client.claim(generated, "default")
+    (owner,) = owned["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "Pod",
+        pod_name,
+        stored["metadata"]["uid"],
+        True,
+    )
+    assert "ownerReferences" not in (await client.claim(named, "default"))["metadata"]
+    again = await apply_plan(client, plan)
+    assert again.unchanged == applied.created, "a second apply changes nothing"
+    assert (await client.store.get(PODS, pod_name, "default"))["metadata"]["uid"] == owner["uid"]

@@ -8,6 +8,12 @@ StatefulSet; default 1), `parallelism` (Job; default 1), one for a Pod. Claims n
 `resourceClaimName` must be in the manifests themselves. Every claim is validated with gpudra's
 resource.k8s.io/v1 model before anything is written; a problem is a `ManifestError` naming the file
 and object. Other kinds (Pods, Jobs, ...) are reported as skipped, never silently dropped.
+
+Pods are not run, but recorded (`Plan.pods`) for every workload pod that uses claims: its
+`spec` as written, named as the workload's pod (a Pod's own name, else `<workload>-<i>`), with
+`status.resourceClaimStatuses` naming the claims generated for it, and each generated claim owned
+by it (`Plan.owners`). That is what tells the claim-writer which claims belong to one pod, so
+they are allocated together (on one node, all or none), as in a cluster.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ class Plan:
     claims: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)  # claim key -> file stem
+    pods: list[dict[str, Any]] = field(default_factory=list)  # with status.resourceClaimStatuses
+    owners: dict[str, str] = field(default_factory=dict)  # generated claim key -> pod key
 
 
 def files_of(path: Path) -> list[Path]:
@@ -151,9 +159,40 @@ def _plan_file(path: Path, plan: Plan) -> None:
                 for i in range(_pods(doc)):
                     claim = _from_template(template, f"{template_name}-{i}", ns)
                     _add(plan, _claim(claim, path), path)
+            _record_pods(plan, doc, ns, path)
             plan.skipped.append(f"{kind}/{_name(doc, path)}")
         elif kind != "ResourceClaimTemplate":
             plan.skipped.append(f"{kind}/{_name(doc, path)}")
+
+
+def _record_pods(plan: Plan, doc: dict[str, Any], namespace: str, path: Path) -> None:
+    """The workload's pods that use claims, each with the claims generated for it."""
+    spec = _pod_spec(doc)
+    refs = [r for r in spec.get("resourceClaims") or [] if isinstance(r, dict)]
+    if not refs:
+        return
+    name = _name(doc, path)
+    for i in range(_pods(doc)):
+        pod_name = name if doc["kind"] == "Pod" else f"{name}-{i}"
+        generated = [
+            {
+                "name": str(r.get("name")),
+                "resourceClaimName": f"{r['resourceClaimTemplateName']}-{i}",
+            }
+            for r in refs
+            if r.get("resourceClaimTemplateName")
+        ]
+        for status in generated:
+            plan.owners[f"{namespace}/{status['resourceClaimName']}"] = f"{namespace}/{pod_name}"
+        pod: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod_name, "namespace": namespace},
+            "spec": copy.deepcopy(spec),
+        }
+        if generated:
+            pod["status"] = {"resourceClaimStatuses": generated}
+        plan.pods.append(pod)
 
 
 def _add(plan: Plan, claim: dict[str, Any], path: Path) -> None:

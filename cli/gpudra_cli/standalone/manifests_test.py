@@ -113,3 +113,54 @@ def test_the_demo_scenario_is_an_unschedulable_size() -> None:
     plan = plan_files([demo_scenarios()])
     (claim,) = plan.claims
     assert claim["spec"]["devices"]["requests"][0]["exactly"]["count"] == 16
+
+
+POD_TWO_CLAIMS = """
+apiVersion: v1
+kind: Pod
+metadata: {name: trainer, namespace: team-a}
+spec:
+  resourceClaims:
+    - {name: gpus, resourceClaimTemplateName: one-gpu}
+    - {name: shared, resourceClaimName: solo}
+  containers: [{name: c, image: x}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("docs", "pods", "owners"),
+    [
+        pytest.param(
+            (TEMPLATE.replace("{name: one-gpu}", "{name: one-gpu, namespace: team-a}"),
+             CLAIM, POD_TWO_CLAIMS),
+            {"team-a/trainer": [("gpus", "one-gpu-0")]},
+            {"team-a/one-gpu-0": "team-a/trainer"},
+            id="pod-with-a-template-claim-and-a-named-claim",
+        ),
+        pytest.param(
+            (TEMPLATE, workload("Job", "parallelism: 2")),
+            {"default/w-0": [("gpu", "one-gpu-0")], "default/w-1": [("gpu", "one-gpu-1")]},
+            {"default/one-gpu-0": "default/w-0", "default/one-gpu-1": "default/w-1"},
+            id="one-pod-per-job-worker",
+        ),
+        pytest.param((CLAIM,), {}, {}, id="claims-alone-record-no-pod"),
+    ],
+)  # fmt: skip
+def test_workload_pods_are_recorded_with_their_generated_claims(
+    tmp_path: Path,
+    docs: tuple[str, ...],
+    pods: dict[str, list[tuple[str, str]]],
+    owners: dict[str, str],
+) -> None:
+    plan = plan_files([write(tmp_path, "p.yaml", *docs)])
+    recorded = {
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}": [
+            (s["name"], s["resourceClaimName"])
+            for s in p.get("status", {}).get("resourceClaimStatuses", [])
+        ]
+        for p in plan.pods
+    }
+    assert recorded == pods
+    assert plan.owners == owners
+    for pod in plan.pods:
+        assert pod["spec"]["resourceClaims"], "the pod's claims as written"
