@@ -1,8 +1,10 @@
 """CEL types for the static checker, and the declared type of DRA's `device` variable.
 
-Types are small immutable values: `int`, `list(string)`, `map(string, map(string, dyn))`.
-`dyn` is assignable to and from everything (attribute values are `dyn`, as in Kubernetes), and a
-single-letter name (`A`, `B`) is a type parameter that binds on first use in one overload.
+Types are small immutable values: `int`, `list(string)`, `map(string, map(string, dyn))`,
+`optional_type(T)` (what `a.?b`, `m[?k]` and `optional.of(x)` yield). `dyn` is assignable to and
+from everything (attribute values are `dyn`, as in Kubernetes), and a single-letter name (`A`,
+`B`) is a type parameter that binds on first use in one overload; once bound to `dyn` it stays
+`dyn` (`optional(dyn).orValue(1)` is `dyn`, as in cel-go).
 """
 
 from __future__ import annotations
