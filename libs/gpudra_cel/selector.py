@@ -93,6 +93,19 @@ class CountingSelector(CompiledSelector):
             f"selector must evaluate to bool, got {type_name(result)}: {self.expression!r}"
         )
 
+    def actual_cost(self, device: DeviceView) -> int:
+        """The cost of evaluating on `device` (cel-go's `ActualCost`); errors as `matches`."""
+        meter = [0]
+        try:
+            self._fn([device, meter, *self._pad])
+        except CelError as exc:
+            if meter[0] > self.cost_limit:
+                raise cost_exceeded(meter[0], self.cost_limit) from exc
+            raise
+        if meter[0] > self.cost_limit:
+            raise cost_exceeded(meter[0], self.cost_limit)
+        return meter[0]
+
 
 def compile_selector(
     expression: str,

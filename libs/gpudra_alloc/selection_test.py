@@ -1,0 +1,114 @@
+"""Selectors per feature gates: a selector using what a disabled gate declares is an allocation
+error (as Kubernetes' API server refuses it), a run-time cost overrun is an allocation error, and
+cached per-device results never let a gated allocator skip that check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpudra_alloc import AllocationInputError, Allocator, Features
+from gpudra_alloc.selection import Selectors
+from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
+from gpudra_cel import CelOptions
+
+DRV = "gpu.nvidia.com"
+A = f'device.attributes["{DRV}"]'
+NODE = Node("n1")
+SLICE = parse_resource_slice(
+    {
+        "metadata": {"name": "n1"},
+        "spec": {
+            "driver": DRV,
+            "nodeName": "n1",
+            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "allowMultipleAllocations": i == 0,
+                    "attributes": {
+                        "index": {"int": i},
+                        "cliques": {"strings": [f"c{i}", "shared"]},
+                        "lanes": {"ints": list(range(40))},
+                    },
+                }
+                for i in range(2)
+            ],
+        },
+    }
+)
+CLAIM = parse_resource_claim(
+    {
+        "metadata": {"name": "c"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}},
+    }
+)
+ON = Features.from_names(["ConsumableCapacity", "ListTypeAttributes"])
+OFF = Features.from_names([])
+
+
+def _class(expression: str) -> Any:
+    return parse_device_class(
+        {"metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+    )
+
+
+def _allocate(expression: str, features: Features | None, selectors: Selectors | None) -> Any:
+    chosen = selectors if selectors is not None else Selectors(features)
+    allocator = Allocator([_class(expression)], [SLICE], features, selectors=chosen)
+    outcome = allocator.allocate(NODE, [CLAIM])
+    assert outcome.results is not None
+    return [r.device for result in outcome.results for r in result.results]
+
+
+@pytest.mark.parametrize(
+    ("expression", "features", "expected"),
+    [
+        pytest.param("device.allowMultipleAllocations", ON, ["gpu-0"], id="consumable-on"),
+        pytest.param(
+            "device.allowMultipleAllocations", OFF, "undefined field", id="consumable-off"
+        ),
+        pytest.param(f'{A}.cliques.includes("c1")', ON, ["gpu-1"], id="includes-on"),
+        pytest.param(f'{A}.cliques.includes("c1")', OFF, "'includes'", id="includes-off"),
+        pytest.param(f'{A}.cliques.exists(c, c == "c1")', ON, ["gpu-1"], id="iterate-on"),
+        pytest.param(f'{A}.cliques.exists(c, c == "c1")', OFF, "cannot be range", id="iterate-off"),
+        pytest.param(f"{A}.index == 1", OFF, ["gpu-1"], id="ungated"),
+        pytest.param("device.allowMultipleAllocations", None, ["gpu-0"], id="stored-environment"),
+        pytest.param(
+            f"cel.bind(l, {A}.lanes, l.all(a, l.all(b, l.all(c, l.all(d, a + b + c + d >= 0)))))",
+            ON,
+            "actual cost limit exceeded",
+            id="cost-over-limit",
+        ),
+    ],
+)
+def test_selectors_follow_the_feature_gates(
+    expression: str, features: Features | None, expected: list[str] | str
+) -> None:
+    if isinstance(expected, list):
+        assert _allocate(expression, features, None) == expected
+    else:
+        with pytest.raises(AllocationInputError, match=expected):
+            _allocate(expression, features, None)
+
+
+def test_cached_results_do_not_bypass_a_gated_environment() -> None:
+    expression = "device.allowMultipleAllocations"
+    assert _allocate(expression, ON, None) == ["gpu-0"]  # caches per-device results
+    with pytest.raises(AllocationInputError, match="undefined field"):
+        _allocate(expression, OFF, None)
+    assert _allocate(expression, ON, None) == ["gpu-0"]
+
+
+@pytest.mark.parametrize(
+    ("features", "options"),
+    [
+        pytest.param(ON, CelOptions(), id="both-on"),
+        pytest.param(OFF, CelOptions(consumable_capacity=False, list_type_attributes=False)),
+        pytest.param(Features(), CelOptions(list_type_attributes=False), id="kubernetes-defaults"),
+    ],
+)
+def test_features_map_to_cel_options(features: Features, options: CelOptions) -> None:
+    assert features.cel_options() == options
+    assert Selectors(features).options == options

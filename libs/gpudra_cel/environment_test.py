@@ -1,0 +1,133 @@
+"""The DRA CEL environment per feature gate: what each gate declares, as Kubernetes'
+`TestCELFeatureCombinations` (k8s.io/dynamic-resource-allocation `cel/compile_test.go`) lays it
+out, plus the shapes through which an attribute value keeps its `google.protobuf.Any` type."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudra_cel import CelCompileError, CelOptions, DeviceView, compile_selector
+
+DRV = "dra.example.com"
+A = f'device.attributes["{DRV}"]'
+DEVICE = DeviceView(DRV, {DRV: {"ready": True, "ids": (1, 2), "name": "fish"}}, {}, True)
+
+NONE = CelOptions(consumable_capacity=False, list_type_attributes=False)
+CONSUMABLE = CelOptions(consumable_capacity=True, list_type_attributes=False)
+LISTS = CelOptions(consumable_capacity=False, list_type_attributes=True)
+ALL = CelOptions()
+
+# Kubernetes' feature-combination matrix: expression -> which environments compile it.
+MATRIX = {
+    "scalar-attribute": (f"{A}.ready", {NONE, CONSUMABLE, LISTS, ALL}),
+    "list-attribute": (f"{A}.ids.exists(id, id == 1)", {LISTS, ALL}),
+    "includes-function": (f"{A}.ids.includes(1)", {LISTS, ALL}),
+    "multiple-allocations": ("device.allowMultipleAllocations", {CONSUMABLE, ALL}),
+}
+
+
+@pytest.mark.parametrize(
+    ("expression", "options", "compiles"),
+    [
+        pytest.param(expr, opts, opts in allowed, id=f"{name}-{label}")
+        for name, (expr, allowed) in MATRIX.items()
+        for label, opts in (
+            ("none", NONE),
+            ("consumable", CONSUMABLE),
+            ("lists", LISTS),
+            ("all", ALL),
+        )
+    ],
+)
+def test_feature_matrix(expression: str, options: CelOptions, compiles: bool) -> None:
+    if compiles:
+        assert compile_selector(expression, options=options).matches(DEVICE) is True
+    else:
+        with pytest.raises(CelCompileError):
+            compile_selector(expression, options=options)
+
+
+@pytest.mark.parametrize(
+    ("expression", "options", "message"),
+    [
+        pytest.param(
+            "device.allowMultipleAllocations == false",
+            NONE,
+            "undefined field 'allowMultipleAllocations'",
+            id="upstream-allow-multiple-allocations-disabled",
+        ),
+        pytest.param(
+            f'{A}.attr.includes("fish")',
+            NONE,
+            "undeclared reference to 'includes'",
+            id="upstream-includes-disabled",
+        ),
+        pytest.param(
+            "has(device.allowMultipleAllocations)",
+            NONE,
+            "undefined field 'allowMultipleAllocations'",
+            id="has-gated-field",
+        ),
+        pytest.param(
+            f'{A}.ready && device.driver == "x" || device.allowMultipleAllocations',
+            LISTS,
+            "undefined field",
+            id="gated-field-deep-in-chain",
+        ),
+        pytest.param(
+            f"{A}.ids.all(x, x > 0)", CONSUMABLE, "google.protobuf.Any", id="all-over-attribute"
+        ),
+        pytest.param(f'{A}["ids"].exists_one(x, x == 1)', NONE, "cannot be range", id="index-form"),
+        pytest.param(
+            f"cel.bind(d, {A}, d.ids.exists(x, x == 1))", NONE, "cannot be range", id="bound-domain"
+        ),
+        pytest.param(
+            f"cel.bind(v, {A}.ids, v.map(x, x + 1).size() == 2)",
+            NONE,
+            "cannot be range",
+            id="bound-value",
+        ),
+        pytest.param(
+            f"(true ? {A}.ids : {A}.other).exists(x, x == 1)",
+            NONE,
+            "cannot be range",
+            id="conditional-of-attributes",
+        ),
+        pytest.param(
+            f"{A}.ids.all(i, v, v > 0)", NONE, "cannot be range", id="two-variable-comprehension"
+        ),
+    ],
+)
+def test_gated_use_is_a_compile_error(expression: str, options: CelOptions, message: str) -> None:
+    with pytest.raises(CelCompileError, match=message) as info:
+        compile_selector(expression, options=options)
+    assert "\n | " in str(info.value)  # the message shows the expression with a caret
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param(f"dyn({A}.ids).exists(x, x == 1)", id="dyn-is-iterable"),
+        pytest.param(f"{A}.exists(k, k == 'ids')", id="domain-map-is-iterable"),
+        pytest.param("device.attributes.exists(d, d == 'dra.example.com')", id="domains"),
+        pytest.param(f"[{A}.ids].exists(x, x.size() == 2)", id="list-literal-around-value"),
+        pytest.param(f"1 in {A}.ids && {A}.ids.size() == 2 && {A}.ids[0] == 1", id="no-iteration"),
+        pytest.param("[true].exists(device, device)", id="shadowed-device-variable"),
+        pytest.param("[1].all(x, x > 0)", id="literal-list"),
+    ],
+)
+def test_without_gates_other_iteration_compiles(expression: str) -> None:
+    assert compile_selector(expression, options=NONE).matches(DEVICE) is True
+
+
+def test_compiled_selectors_are_cached_per_options() -> None:
+    expression = "device.allowMultipleAllocations"
+    assert compile_selector(expression, options=ALL) is compile_selector(expression)
+    with pytest.raises(CelCompileError):
+        compile_selector(expression, options=NONE)
+    assert compile_selector(expression, options=CONSUMABLE).matches(DEVICE) is True
+
+
+def test_options_must_be_cel_options() -> None:
+    with pytest.raises(CelCompileError, match="CelOptions"):
+        compile_selector("true", options={"consumable_capacity": False})  # type: ignore[arg-type]

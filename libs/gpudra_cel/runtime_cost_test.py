@@ -1,0 +1,173 @@
+"""Run-time cost accounting: which selectors are metered, what the meter counts, and that a
+metered selector answers exactly as the plain one until the limit stops it."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudra_api.quantity import Quantity
+from gpudra_api.semver import Semver
+from gpudra_cel import (
+    COST_EXCEEDED,
+    CelCompileError,
+    CelError,
+    CelEvaluationError,
+    CountingSelector,
+    DeviceView,
+    compile_selector,
+)
+
+DRV = "dra.example.com"
+A = f'device.attributes["{DRV}"]'
+C = f'device.capacity["{DRV}"]'
+IDS = tuple(range(48))
+DEVICE = DeviceView(
+    DRV,
+    {
+        DRV: {
+            "model": "NVIDIA H100 80GB HBM3",
+            "index": 3,
+            "ids": IDS,
+            "names": tuple(f"gpu-{i}" for i in range(48)),
+            "version": Semver.parse("1.2.3"),
+            "flag": True,
+        },
+        "other.example.com": {"x": "y"},
+    },
+    {DRV: {"memory": Quantity.parse("80Gi")}},
+    True,
+)
+SMALL = DeviceView(DRV, {DRV: {"ids": (1, 2), "names": ("a",), "model": "A100"}}, {}, False)
+TEN = "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"
+
+EXPRESSIONS = [
+    f'device.driver == "{DRV}" && {A}.model.startsWith("NVIDIA")',
+    f"{A}.ids.exists(x, x == 47)",
+    f"{A}.ids.all(x, {A}.ids.exists(y, y == x))",
+    f'{A}.names.filter(n, n.endsWith("7")).size() == 5',
+    f'{A}.names.map(n, n.upperAscii()).exists(n, n == "GPU-3")',
+    f"{A}.ids.exists_one(x, x > 46) || {A}.flag",
+    f'{A}.model.matches("H1[0-9]+") && {A}.model.contains("80GB")',
+    f'{A}.version.isGreaterThan(semver("1.0.0")) && {C}.memory.compareTo(quantity("1Gi")) > 0',
+    f'cel.bind(n, {A}.names, n.exists(x, x.split("-")[1] == "5") && "gpu-1" in n)',
+    f'"%s-%d".format([{A}.model, {A}.index]).size() > 10',
+    f"{A}.ids.all(i, v, i == v)",
+    f'{A}.names.join(",").indexOf("gpu-9") >= 0',
+    f'{A}.model.replace("NVIDIA ", "").lowerAscii() == "h100 80gb hbm3"',
+    f"{A}.missing.exists(x, x == 1)",
+    f'{A}.model.substring(0, 6) + "!" == "NVIDIA!"',
+    f"{A}.ids.map(x, x * 2).filter(x, x > 90).size() == 2",
+    f'has({A}.model) && !has({A}.nothing) && "other.example.com" in device.attributes',
+    f"{TEN}.all(x, {TEN}.exists(y, y == x))",
+]
+
+
+def _metered(expression: str) -> CountingSelector:
+    """The metered variant of `expression`: compiled with a limit just under its estimate."""
+    plain = compile_selector(expression)
+    selector = compile_selector(expression, cost_limit=plain.max_cost - 1)
+    assert isinstance(selector, CountingSelector)
+    return selector
+
+
+def _outcome(selector: object, device: DeviceView) -> object:
+    try:
+        return selector.matches(device)  # type: ignore[attr-defined]
+    except CelError as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize(
+    "device", [pytest.param(DEVICE, id="big"), pytest.param(SMALL, id="small")]
+)
+@pytest.mark.parametrize(
+    "expression", [pytest.param(e, id=f"{i:02d}") for i, e in enumerate(EXPRESSIONS)]
+)
+def test_metered_answers_as_plain_and_stays_under_the_estimate(
+    expression: str, device: DeviceView
+) -> None:
+    plain = compile_selector(expression)
+    assert not plain.counts_cost
+    metered = _metered(expression)
+    assert _outcome(metered, device) == _outcome(plain, device)
+    if _outcome(plain, device) in (True, False):
+        # cel-go's invariant: the actual cost never exceeds the worst-case estimate
+        assert 0 < metered.actual_cost(device) <= plain.max_cost
+
+
+@pytest.mark.parametrize(
+    ("expression", "cost"),
+    [
+        # device, .driver (fused: 2) + `==` on strings (a tenth of the shorter, rounded up: 1)
+        pytest.param('device.driver == "gpu"', 3, id="driver"),
+        # literal list folded (0); 3 iterations x (loop step 3 + x 1 + `>` 1)
+        pytest.param("[1, 2, 3].all(x, x > 0)", 15, id="loop-over-literal"),
+        # the attribute path (4) + `in` a list costs the list's length (2)
+        pytest.param(f"1 in {A}.ids", 6, id="in-list"),
+        # matches: ceil((1 + 4) / 10) * ceil(len("A1.*") / 4) = 1 * 1, plus the path (4)
+        pytest.param(f'{A}.model.matches("A1.*")', 5, id="regex"),
+        # && costs nothing itself; the right side is skipped when the left is false
+        pytest.param(f'{A}.model == "x" && {A}.ids.size() > 100', 5, id="short-circuit"),
+    ],
+)
+def test_actual_cost_in_cel_go_units(expression: str, cost: int) -> None:
+    assert _metered(expression).actual_cost(SMALL) == cost
+
+
+def test_upstream_expensive_expression_is_cancelled_at_run_time() -> None:
+    # k8s.io/dynamic-resource-allocation cel/compile_test.go "expensive": 10^7 inner iterations
+    inner = "int('1'.find('[0-9]*')) < 100"
+    expression = inner
+    for var in ("z5", "z4", "z3", "z2", "z", "y", "x"):
+        expression = f"{TEN}.all({var}, {expression})"
+    selector = compile_selector(expression)
+    assert selector.counts_cost
+    assert selector.max_cost > 1_000_000
+    with pytest.raises(CelEvaluationError, match=COST_EXCEEDED):
+        selector.matches(SMALL)
+
+
+@pytest.mark.parametrize(
+    ("device", "outcome"),
+    [
+        pytest.param(SMALL, True, id="short-list-fits"),
+        pytest.param(DEVICE, CelEvaluationError, id="long-list-exceeds"),
+    ],
+)
+def test_limit_depends_on_the_actual_sizes(device: DeviceView, outcome: object) -> None:
+    selector = compile_selector(f"{A}.ids.all(x, x >= 0)", cost_limit=100)
+    assert selector.counts_cost
+    assert _outcome(selector, device) == outcome
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param(f"{A}.ids.exists(x, x == 99) || true", id="or-true-absorbs-no-limit"),
+        pytest.param(f"{A}.ids.all(x, x >= 0) || true", id="all-then-true"),
+        pytest.param(f"[1, 2].all(i, {A}.ids.exists(x, x == 99)) || true", id="nested"),
+        pytest.param(f"cel.bind(v, {A}.ids.exists(x, x == 99), true)", id="unused-binding"),
+        pytest.param(
+            f"[1, 2].all(i, i == 1 ? {A}.nothing : {A}.ids.exists(x, x == 99))",
+            id="earlier-error-absorbed-first",
+        ),
+    ],
+)
+def test_cost_error_is_not_absorbed(expression: str) -> None:
+    selector = compile_selector(expression, cost_limit=60)
+    assert selector.counts_cost
+    with pytest.raises(CelEvaluationError, match=COST_EXCEEDED):
+        selector.matches(DEVICE)
+
+
+def test_each_evaluation_has_its_own_meter() -> None:
+    selector = compile_selector(f"{A}.ids.all(x, x >= 0)", cost_limit=100)
+    for _ in range(5):  # 2 elements cost well under half the limit; nothing accumulates
+        assert selector.matches(SMALL) is True
+
+
+def test_compile_time_checks_hold_for_metered_selectors() -> None:
+    with pytest.raises(CelCompileError, match="missing"):
+        compile_selector(f'{A}.names.exists(n, n.matches("(unclosed"))', cost_limit=1)
+    with pytest.raises(CelCompileError, match="decimal clause"):
+        compile_selector(f'{A}.ids.exists(n, "%d".format([1.5]) == "")', cost_limit=1)
