@@ -144,17 +144,29 @@ class PodUnits:
         self._publisher = publisher
         self._ownership = ownership
         self._pods: dict[str, PodEntry] = {}  # key -> entry
+        self._users: dict[tuple[str, str], set[str]] = {}  # (namespace, claim) -> pod keys
         self._sent: dict[tuple[str, int], str] = {}  # (claim uid, generation) -> pod uid ("")
         self.published = 0
 
     def consumers(self, namespace: str, name: str) -> list[PodEntry]:
         """Pods known to use the claim, oldest first (creationTimestamp, then name)."""
-        found = [
-            p
-            for p in self._pods.values()
-            if p.namespace == namespace and p.claims is not None and name in p.claims
-        ]
+        found = [self._pods[key] for key in self._users.get((namespace, name), ())]
         return sorted(found, key=lambda p: (p.created, p.name))
+
+    def _track(self, key: str, entry: PodEntry | None) -> PodEntry | None:
+        """Remember `entry` under `key` (None: forget the pod); the entry it replaces."""
+        before = self._pods.pop(key, None)
+        if before is not None:
+            for name in before.claims or ():
+                users = self._users.get((before.namespace, name), set())
+                users.discard(key)
+                if not users:
+                    self._users.pop((before.namespace, name), None)
+        if entry is not None:
+            self._pods[key] = entry
+            for name in entry.claims or ():
+                self._users.setdefault((entry.namespace, name), set()).add(key)
+        return before
 
     async def offer(self, claim: KubeObject) -> bool:
         """A pending gpudra claim: True when it goes with a pod (published now with it, or held
@@ -172,10 +184,9 @@ class PodUnits:
         """The pod watch saw `pod` change (or go): publish what became ready."""
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
-        before = self._pods.pop(key, None)
         entry = None if deleted else PodEntry.of(pod)
+        before = self._track(key, entry)
         if entry is not None:
-            self._pods[key] = entry
             await self._publish_pod(entry)
         if before is not None and (entry is None or entry.claims != before.claims):
             gone = set(before.claims or ()) - set(entry.claims or () if entry else ())
