@@ -1,14 +1,22 @@
 from __future__ import annotations
 
+import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
 
 from gpudra_alloc import AllocatedState, DeviceID
 from gpudra_allocator.engine import Engine, load_classes
-from gpudra_allocator.gang_steps import place_unit
-from gpudra_allocator.gangs import Members, pods_of, unit_of, unit_size
+from gpudra_allocator.gang_steps import GangSteps, place_unit
+from gpudra_allocator.gangs import GangBook, Members, pods_of, unit_of, unit_size
+from gpudra_allocator.holdings import ClaimRecord
+from gpudra_allocator.reservations import Reservations
 from gpudra_api import parse_resource_claim, parse_resource_slice
+from gpudra_bus import BucketSpec, connect, ensure_bucket
 from gpudrapb.v1 import claims_pb2
 
 
@@ -191,3 +199,63 @@ def test_place_unit(
     devices = [d["device"] for _, r in decision.placed for d in r.to_json()["devices"]["results"]]
     pools = [d["pool"] for _, r in decision.placed for d in r.to_json()["devices"]["results"]]
     assert len(set(zip(pools, devices, strict=True))) == len(devices), "no device twice"
+
+
+@pytest_asyncio.fixture
+async def kv(nats_url: str) -> AsyncIterator[KeyValue]:
+    client: Client = await connect(nats_url, name="gang-steps-test", deadline=5)
+    yield await ensure_bucket(client.jetstream(), BucketSpec(f"units-{uuid.uuid4().hex[:10]}"))
+    await client.drain()
+
+
+class Planner(GangSteps):
+    """Only what `_plan` reads: the claim records and the unit book."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._res = Reservations(kv)
+        self._gangs = GangBook(kv)
+
+
+@pytest.mark.parametrize(
+    ("arrived", "records", "pinned", "why"),
+    [
+        pytest.param(["a"], {}, None, "pod default/p: 1 of 3 claims present", id="waits-for-rest"),
+        pytest.param(["a", "b", "c"], {}, "", "", id="complete-unpinned"),
+        pytest.param(["a", "b"], {"c": "node-2"}, "node-2", "", id="allocated-claim-pins"),
+        pytest.param(
+            ["a"],
+            {"b": "node-1", "c": "node-2"},
+            None,
+            "already allocated are on different nodes (node-1, node-2)",
+            id="allocated-on-two-nodes-waits",
+        ),
+        pytest.param(["a", "b"], {"c": ""}, "", "", id="network-attached-pins-nothing"),
+        pytest.param(
+            ["a", "b"], {"c": "released"}, None, "2 of 3 claims present", id="deleted-claim-missing"
+        ),
+    ],
+)
+async def test_plan_of_a_pod(
+    kv: KeyValue, arrived: list[str], records: dict[str, str], pinned: str | None, why: str
+) -> None:
+    planner = Planner(kv)
+    for name, node in records.items():
+        if node == "released":
+            await planner._res.release(f"uid-{name}", f"default/{name}")
+        else:
+            await planner._res.commit(
+                f"uid-{name}",
+                ClaimRecord("allocated", claim=f"default/{name}", node=node, allocation={}),
+            )
+    members = None
+    for name in arrived:
+        members = await planner._gangs.join(event(name, "p", ("a", "b", "c")))
+    assert members is not None
+    plan, reason = await planner._plan(members)
+    if pinned is None:
+        assert plan is None
+        assert why in reason
+        return
+    assert plan is not None, reason
+    assert plan.pinned == pinned
+    assert [e.claim.name for e in plan.events] == arrived
