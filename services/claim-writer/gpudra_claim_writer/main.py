@@ -5,7 +5,8 @@ streams and buckets (idempotent, created with `stream-replicas` replicas), the c
 (the API server in kubernetes mode, the KV buckets in standalone mode — the same `Store` interface,
 so both modes run the same code), the health server, then the loops: intake (claims → events),
 write-back (decisions → claim status), pod gates and, in kubernetes mode, the DeviceClass mirror
-(cluster classes → the allocator's KV bucket) and the Events writer. SIGTERM/SIGINT cancel the
+(cluster classes → the allocator's KV bucket) and the Events writer, in standalone mode the
+consumers (pods → claims' `reservedFor`, the last one leaving releases). SIGTERM/SIGINT cancel the
 loops; the exit stack closes the store and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for
 bad settings (also those found while starting: unreadable NATS TLS files, a probe port in use).
 """
@@ -28,6 +29,7 @@ from gpudra_bus import (
     ensure_streams,
 )
 from gpudra_claim_writer.classes import ClassMirror
+from gpudra_claim_writer.consumers import Consumers
 from gpudra_claim_writer.events import PodUnits
 from gpudra_claim_writer.gates import Gates
 from gpudra_claim_writer.intake import Intake
@@ -78,8 +80,17 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             store, publisher, settings.namespace, settings.watch_timeout, on_claim, ownership, pods
         )
 
+        # Standalone mode has no kube-scheduler/kube-controller-manager to keep reservedFor.
+        consumers = (
+            Consumers(store, settings.namespace, settings.watch_timeout)
+            if settings.mode == "standalone" and settings.record_consumers
+            else None
+        )
+
         async def on_allocated(uid: str, namespace: str, name: str, alloc: dict[str, Any]) -> None:
             intake.written(uid)
+            if consumers is not None:
+                await consumers.claim_allocated(namespace, name)
             if settings.gate_pods:
                 await gates.claim_changed(namespace, name)
 
@@ -108,6 +119,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             loops.append(gates.run())
         if events.recorder is not None:
             loops.append(events.run())
+        if consumers is not None:
+            loops.append(consumers.run())
         if settings.mode == "kubernetes" and settings.mirror_classes:
             mirror = ClassMirror(
                 store, buckets[DEVICE_CLASSES_BUCKET], watch_timeout=settings.watch_timeout

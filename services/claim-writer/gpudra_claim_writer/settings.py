@@ -60,6 +60,13 @@ class Settings(CommonSettings):
             "kubernetes mode: record Events (FailedAllocation, Allocated) on claims", "bool"
         ),
     )
+    record_consumers: bool = field(
+        default=True,
+        metadata=doc(
+            "standalone mode: add pods to their claims' reservedFor, release when the last goes",
+            "bool",
+        ),
+    )
     mirror_classes: bool = field(
         default=True,
         metadata=doc(

@@ -1,0 +1,155 @@
+"""Standalone mode: the claim-writer records claims' consumers itself, as kube-scheduler (which
+reserves a claim for the pod it binds) and kube-controller-manager (which removes pods that are
+gone and deallocates a claim nobody uses any more) do in a cluster.
+
+Promises (`Consumers`):
+- A pod that is running or may run (no `deletionTimestamp`, phase neither Succeeded nor Failed)
+  is added to `status.reservedFor` of each claim it names, once that claim is allocated — when the
+  pod appears (`run`, a pod informer) or when the claim gets its allocation (`claim_allocated`,
+  called by the write-back). At most 256 consumers per claim, as the API allows; a pod that does
+  not fit is logged and counted (`counts["full"]`).
+- A pod that is deleted or has finished is removed from the claims it names; the last consumer
+  leaving releases the claim (`gpudra_kube.consumers.unreserve`), which the intake then reports to
+  the allocator as a deallocation.
+- After every (re)list of pods, every claim's pod consumers that no longer exist (deleted while
+  nobody watched) are removed the same way, so a restart loses no release.
+- A claim-store error is logged and counted; the pod's next change, the claim's next allocation
+  or the next relist tries again. Never raises out of `run` except on cancellation.
+Not in kubernetes mode: there kube-scheduler and kube-controller-manager own `reservedFor`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import Counter
+from typing import Any
+
+from gpudra_claim_writer.claims import pod_claim_names
+from gpudra_kube.claims import ClaimStore
+from gpudra_kube.consumers import Outcome, pod_consumer_uids, reserve, unreserve
+from gpudra_kube.errors import KubeError
+from gpudra_kube.informer import informer
+from gpudra_kube.resources import PODS
+from gpudra_kube.store import EventType, Store
+
+log = logging.getLogger(__name__)
+
+_DONE_PHASES = ("Succeeded", "Failed")
+
+PodKey = tuple[str, str]
+
+
+def is_active(pod: dict[str, Any]) -> bool:
+    """The pod may still use its claims: not being deleted and not finished."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in _DONE_PHASES
+
+
+class Consumers:
+    """See the module docstring."""
+
+    def __init__(self, store: Store, namespace: str = "", watch_timeout: float = 10.0) -> None:
+        self._claims = ClaimStore(store)
+        self._store = store
+        self._namespace = namespace or None
+        self._watch_timeout = watch_timeout
+        self._active: dict[PodKey, dict[str, Any]] = {}  # active pods naming claims
+        # (pod uid, namespace, claim) reserved by this process: a pod's status updates need no
+        # claim read each.
+        self._reserved: set[tuple[str, str, str]] = set()
+        self.counts: Counter[str] = Counter()
+
+    async def run(self) -> None:
+        events = informer(self._store, PODS, self._namespace, watch_timeout=self._watch_timeout)
+        async with contextlib.aclosing(events):  # type: ignore[type-var]
+            async for event in events:
+                if event.type is EventType.SYNCED:
+                    await self.reconcile()
+                elif event.type is EventType.DELETED:
+                    await self._gone(event.object)
+                elif event.type in (EventType.ADDED, EventType.MODIFIED):
+                    await self.pod_changed(event.object)
+
+    async def pod_changed(self, pod: dict[str, Any]) -> None:
+        key = _key(pod)
+        if not is_active(pod):
+            await self._gone(pod)
+            return
+        if not _uid(pod) or not pod_claim_names(pod):
+            self._active.pop(key, None)
+            return
+        self._active[key] = pod
+        for name in pod_claim_names(pod) or ():
+            if (_uid(pod), key[0], name) not in self._reserved:
+                await self._reserve(key[0], name, pod)
+
+    async def claim_allocated(self, namespace: str, name: str) -> None:
+        """A claim got its allocation: reserve it for the active pods that name it."""
+        for (pod_ns, _), pod in list(self._active.items()):
+            if pod_ns == namespace and name in (pod_claim_names(pod) or ()):
+                await self._reserve(namespace, name, pod)
+
+    async def reconcile(self) -> None:
+        """Remove consumers whose pod no longer exists or has finished (see the docstring)."""
+        alive = {_uid(p) for p in self._active.values()}
+        try:
+            claims = (await self._claims.list_claims(self._namespace)).items
+        except KubeError as exc:
+            log.warning("listing claims to check their consumers failed: %s", exc)
+            self.counts["failed"] += 1
+            return
+        for claim in claims:
+            meta = claim.get("metadata") or {}
+            for uid in sorted(pod_consumer_uids(claim) - alive):
+                await self._unreserve(str(meta.get("namespace")), str(meta.get("name")), uid)
+
+    async def _gone(self, pod: dict[str, Any]) -> None:
+        self._active.pop(_key(pod), None)
+        uid = _uid(pod)
+        if not uid:
+            return
+        for name in pod_claim_names(pod) or ():
+            await self._unreserve(_key(pod)[0], name, uid)
+
+    async def _reserve(self, namespace: str, name: str, pod: dict[str, Any]) -> None:
+        try:
+            outcome = await reserve(self._claims, namespace, name, pod)
+        except KubeError as exc:
+            log.warning(
+                "reserving claim %s/%s for pod %s failed: %s", namespace, name, _key(pod), exc
+            )
+            self.counts["failed"] += 1
+            return
+        self.counts[outcome.value] += 1
+        if outcome in (Outcome.RESERVED, Outcome.ALREADY):
+            self._reserved.add((_uid(pod), namespace, name))
+        if outcome is Outcome.FULL:
+            log.warning(
+                "claim %s/%s already has 256 consumers; pod %s cannot use it",
+                namespace,
+                name,
+                _key(pod)[1],
+            )
+
+    async def _unreserve(self, namespace: str, name: str, uid: str) -> None:
+        try:
+            outcome = await unreserve(self._claims, namespace, name, uid)
+        except KubeError as exc:
+            log.warning("removing consumer %s of claim %s/%s failed: %s", uid, namespace, name, exc)
+            self.counts["failed"] += 1
+            return
+        self.counts[outcome.value] += 1
+        self._reserved.discard((uid, namespace, name))
+        if outcome is Outcome.RELEASED:
+            log.info("claim %s/%s: last consumer gone, allocation released", namespace, name)
+
+
+def _key(pod: dict[str, Any]) -> PodKey:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+def _uid(pod: dict[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")

@@ -1,0 +1,172 @@
+"""Standalone consumers against a real nats-server and the KV claim store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client
+
+from gpudra_bus.connection import connect, disconnect
+from gpudra_bus.streams import BucketSpec, ensure_bucket
+from gpudra_claim_writer.consumers import Consumers, is_active
+from gpudra_kube.claims import DELETE_PROTECTION_FINALIZER, ClaimStore
+from gpudra_kube.kv_backend import BUCKETS, KvStore
+from gpudra_kube.resources import PODS
+
+ALLOCATION: dict[str, Any] = {
+    "devices": {
+        "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
+    }
+}
+
+
+@pytest_asyncio.fixture
+async def store(nats_url: str) -> AsyncIterator[KvStore]:
+    nc: Client = await connect(nats_url, name="consumers-test", deadline=5)
+    try:
+        prefix = uuid.uuid4().hex[:8]
+        buckets = {r: f"t{prefix}-{b}" for r, b in BUCKETS.items()}
+        for name in buckets.values():
+            await ensure_bucket(nc.jetstream(), BucketSpec(name))
+        yield KvStore(nc, buckets=buckets)
+    finally:
+        await disconnect(nc)
+
+
+def claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+    }
+
+
+def pod(name: str, *claims: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox"}],
+            "resourceClaims": [
+                {"name": f"r{i}", "resourceClaimName": c} for i, c in enumerate(claims)
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("pod_json", "active"),
+    [
+        pytest.param({"metadata": {}}, True, id="new"),
+        pytest.param({"metadata": {}, "status": {"phase": "Running"}}, True, id="running"),
+        pytest.param({"metadata": {}, "status": {"phase": "Succeeded"}}, False, id="succeeded"),
+        pytest.param({"metadata": {}, "status": {"phase": "Failed"}}, False, id="failed"),
+        pytest.param(
+            {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}, False, id="deleting"
+        ),
+    ],
+)
+def test_is_active(pod_json: dict[str, Any], active: bool) -> None:
+    assert is_active(pod_json) is active
+
+
+@contextlib.asynccontextmanager
+async def running(consumers: Consumers) -> AsyncIterator[None]:
+    task = asyncio.create_task(consumers.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def until(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = await check()
+        if result:
+            return result
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def reserved(c: dict[str, Any]) -> list[str]:
+    return [r["name"] for r in (c.get("status") or {}).get("reservedFor") or []]
+
+
+async def test_pods_become_consumers_and_the_last_one_leaving_releases(store: KvStore) -> None:
+    claims = ClaimStore(store)
+    created = await claims.create_claim(claim("shared"))
+    await store.create(PODS, pod("p1", "shared"))
+    await store.create(PODS, pod("p2", "shared"))
+    await store.create(PODS, pod("other", "unrelated"))
+    consumers = Consumers(store, watch_timeout=1.0)
+    async with running(consumers):
+        await until(lambda: _count(consumers, "not-allocated", 2))
+        await claims.write_allocation(
+            "default", "shared", uid=created["metadata"]["uid"], allocation=ALLOCATION
+        )
+        await consumers.claim_allocated("default", "shared")
+        current = await claims.get_claim("default", "shared")
+        assert reserved(current) == ["p1", "p2"]
+
+        await store.delete(PODS, "p1", "default")
+
+        async def only_p2() -> bool:
+            return reserved(await claims.get_claim("default", "shared")) == ["p2"]
+
+        await until(only_p2)
+        p2 = await store.get(PODS, "p2", "default")
+        p2["status"] = {"phase": "Succeeded"}
+        await store.replace_status(PODS, p2)
+
+        async def released() -> dict[str, Any] | None:
+            c = await claims.get_claim("default", "shared")
+            return None if (c.get("status") or {}).get("allocation") else c
+
+        current = await until(released)
+        assert reserved(current) == []
+        assert DELETE_PROTECTION_FINALIZER not in (current["metadata"].get("finalizers") or [])
+    assert consumers.counts["released"] == 1
+
+
+async def test_consumers_gone_while_nobody_watched_are_removed_after_the_list(
+    store: KvStore,
+) -> None:
+    claims = ClaimStore(store)
+    created = await claims.create_claim(claim("c"))
+    await claims.write_allocation(
+        "default", "c", uid=created["metadata"]["uid"], allocation=ALLOCATION
+    )
+    alive = await store.create(PODS, pod("alive", "c"))
+    doomed = await store.create(PODS, pod("doomed", "c"))
+    await claims.add_consumer("default", "c", alive)
+    await claims.add_consumer("default", "c", doomed)
+    await store.delete(PODS, "doomed", "default")  # while no claim-writer was running
+    consumers = Consumers(store, watch_timeout=1.0)
+    async with running(consumers):
+
+        async def cleaned() -> bool:
+            return reserved(await claims.get_claim("default", "c")) == ["alive"]
+
+        await until(cleaned)
+        current = await claims.get_claim("default", "c")
+        assert current["status"]["allocation"] == ALLOCATION
+
+
+async def _count(consumers: Consumers, outcome: str, n: int) -> bool:
+    return consumers.counts[outcome] >= n
