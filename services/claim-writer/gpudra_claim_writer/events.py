@@ -23,8 +23,10 @@ so the allocator places the pod's claims together, on one node, all or none. Rul
   consumer (creationTimestamp, then name). The other consumers still list it in `pod_claims`;
   the allocator pins their claims to its node once it is allocated.
 - A claim owned by a pod (`ownerReferences`, kind Pod, controller: a template's claim) waits for
-  that pod; a claim no known pod uses goes out alone at once, as before pods were known (and
-  when a held claim's last pod is deleted, it goes out alone then).
+  that pod; a claim no known pod uses goes out alone, as before pods were known — at once once the
+  pod watch has listed every pod (`SYNCED`), and at that moment for a claim seen before (after a
+  restart the claims may be listed before the pods that use them); when a held claim's last pod
+  is deleted, it goes out alone then.
 - Message ids: `<uid>/<generation>/pending/<pod uid>` for a claim sent with its pod.
 """
 
@@ -47,7 +49,7 @@ from gpudra_claim_writer.claims import (
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.errors import KubeError, NotFoundError
 from gpudra_kube.resources import RESOURCE_CLAIMS
-from gpudra_kube.store import Store
+from gpudra_kube.store import EventType, Store, WatchEvent
 from gpudrapb.v1 import claims_pb2
 
 log = logging.getLogger(__name__)
@@ -146,6 +148,8 @@ class PodUnits:
         self._pods: dict[str, PodEntry] = {}  # key -> entry
         self._users: dict[tuple[str, str], set[str]] = {}  # (namespace, claim) -> pod keys
         self._sent: dict[tuple[str, int], str] = {}  # (claim uid, generation) -> pod uid ("")
+        self._early: dict[tuple[str, str], KubeObject] = {}  # offered before the pods were listed
+        self.synced = False
         self.published = 0
 
     def consumers(self, namespace: str, name: str) -> list[PodEntry]:
@@ -174,14 +178,21 @@ class PodUnits:
         ref = ref_of(claim)
         consumers = self.consumers(ref.namespace, ref.name)
         owner = owner_pod(claim)
+        if not consumers and not owner and not self.synced:
+            self._early[(ref.namespace, ref.name)] = claim  # a pod listed later may use it
+            return True
         if not consumers:
             return bool(owner)  # a template's claim waits for its pod to name it
         for entry in consumers:
             await self._publish_pod(entry)
         return True
 
-    async def pod_changed(self, pod: KubeObject, deleted: bool = False) -> None:
-        """The pod watch saw `pod` change (or go): publish what became ready."""
+    async def pod_changed(self, event: WatchEvent) -> None:
+        """The pod watch saw a pod change (or go), or listed them all: publish what is ready."""
+        if event.type is EventType.SYNCED:
+            await self._synced()
+            return
+        pod, deleted = event.object, event.type is EventType.DELETED
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
         entry = None if deleted else PodEntry.of(pod)
@@ -192,6 +203,20 @@ class PodUnits:
             gone = set(before.claims or ()) - set(entry.claims or () if entry else ())
             for name in sorted(gone):
                 await self._orphaned(before, name)
+
+    async def _synced(self) -> None:
+        """Every pod is known now: claims offered before that and used by none go out alone."""
+        self.synced = True
+        early, self._early = self._early, {}
+        for namespace, name in sorted(early):
+            if self.consumers(namespace, name):
+                continue  # its pod published it (or will, once complete)
+            try:
+                claim = await self._store.get(RESOURCE_CLAIMS, name, namespace)
+            except KubeError:
+                continue  # gone: its deletion is the intake's news
+            if not owner_pod(claim):
+                await self._alone(claim)
 
     async def _claims(self, entry: PodEntry) -> list[KubeObject] | None:
         """Every claim the pod names, or None while one is missing (the pod is not complete)."""
@@ -249,9 +274,14 @@ class PodUnits:
             claim = await self._store.get(RESOURCE_CLAIMS, name, pod.namespace)
         except KubeError:
             return  # gone: its deletion is the intake's news
+        if not owner_pod(claim):
+            await self._alone(claim)
+
+    async def _alone(self, claim: KubeObject) -> None:
+        """Publish a pending gpudra claim without a pod (once per generation)."""
         ref = ref_of(claim)
         key = (ref.uid, ref.generation)
-        if key in self._sent or state_of(claim) is not ClaimState.PENDING or owner_pod(claim):
+        if key in self._sent or state_of(claim) is not ClaimState.PENDING:
             return
         if not await self._ownership.claim_is_ours(claim):
             return

@@ -18,6 +18,7 @@ from gpudra_claim_writer.events import PodEntry, PodUnits, owner_pod
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.api_backend import ApiStore, load_api_client
 from gpudra_kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
+from gpudra_kube.store import EventType, WatchEvent
 from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import claims_pb2
 
@@ -84,6 +85,10 @@ class Env:
         self.units = units
         self.events: list[claims_pb2.ClaimEvent] = []
 
+    async def pod(self, obj: dict[str, Any], deleted: bool = False) -> None:
+        kind = EventType.DELETED if deleted else EventType.MODIFIED
+        await self.units.pod_changed(WatchEvent(kind, obj))
+
     async def claims(self, *objs: dict[str, Any]) -> None:
         for obj in objs:
             await self.fake.put(RESOURCE_CLAIMS, obj)
@@ -106,6 +111,7 @@ async def env(nats_url: str, tmp_path: Any) -> AsyncIterator[Env]:
         store = ApiStore(client)
         await fake.put(DEVICE_CLASSES, NIC_CLASS)
         units = PodUnits(store, Publisher(nc), Ownership(store))
+        await units.pod_changed(WatchEvent(EventType.SYNCED, {}))  # the pod list came back empty
         found = Env(fake, units)
 
         async def got(msg: Msg) -> None:
@@ -150,7 +156,7 @@ def test_pod_entry(obj: dict[str, Any], claims: tuple[str, ...] | None) -> None:
 
 
 async def test_pod_claims_go_out_together_once_all_exist(env: Env) -> None:
-    await env.units.pod_changed(pod("p", ["a", "b"]))
+    await env.pod(pod("p", ["a", "b"]))
     await env.claims(claim("a"))
     assert await env.units.offer(claim("a")) is True, "a claim a known pod uses is the pod's"
     assert await env.sent() == {}, "held: claim b does not exist yet"
@@ -161,7 +167,7 @@ async def test_pod_claims_go_out_together_once_all_exist(env: Env) -> None:
         "b": ("default/p", ["a", "b"]),
     }
     await env.units.offer(claim("a"))
-    await env.units.pod_changed(pod("p", ["a", "b"]))
+    await env.pod(pod("p", ["a", "b"]))
     assert len(env.events) == 2, "each claim goes out once per generation"
 
 
@@ -172,9 +178,9 @@ async def test_claim_no_pod_uses_goes_alone_and_template_claim_waits_for_its_pod
     generated = claim("p-t", owner="p")
     await env.claims(generated, claim("a"))
     assert await env.units.offer(generated) is True, "a template's claim waits for its pod"
-    await env.units.pod_changed(pod("p", ["a"], {"t": None}))
+    await env.pod(pod("p", ["a"], {"t": None}))
     assert await env.sent() == {}, "the pod does not name its generated claim yet"
-    await env.units.pod_changed(pod("p", ["a"], {"t": "p-t"}))
+    await env.pod(pod("p", ["a"], {"t": "p-t"}))
     assert await env.sent() == {
         "a": ("default/p", ["a", "p-t"]),
         "p-t": ("default/p", ["a", "p-t"]),
@@ -183,7 +189,7 @@ async def test_claim_no_pod_uses_goes_alone_and_template_claim_waits_for_its_pod
 
 async def test_other_drivers_claims_are_left_out_of_the_pod(env: Env) -> None:
     await env.claims(claim("gpu"), claim("nic", "nic.example.com"))
-    await env.units.pod_changed(pod("p", ["gpu", "nic"]))
+    await env.pod(pod("p", ["gpu", "nic"]))
     assert await env.sent() == {"gpu": ("default/p", ["gpu"])}
 
 
@@ -192,23 +198,23 @@ async def test_shared_claim_goes_with_the_oldest_complete_pod(env: Env) -> None:
     old = pod("old", ["shared", "missing"], created="2026-01-01T00:00:00Z")
     young = pod("young", ["shared", "b"], created="2026-01-02T00:00:00Z")
     oldest = pod("oldest", ["shared", "a"], created="2025-12-31T00:00:00Z")
-    await env.units.pod_changed(old)
-    await env.units.pod_changed(young)
+    await env.pod(old)
+    await env.pod(young)
     assert await env.sent() == {
         "shared": ("default/young", ["b", "shared"]),
         "b": ("default/young", ["b", "shared"]),
     }, "the old pod is not complete: the young one takes the shared claim"
-    await env.units.pod_changed(oldest)
+    await env.pod(oldest)
     assert (await env.sent())["a"] == ("default/oldest", ["a", "shared"])
     assert [e.claim.name for e in env.events].count("shared") == 1, "sent once per generation"
 
 
 async def test_held_claim_goes_alone_when_its_pod_is_deleted(env: Env) -> None:
     await env.claims(claim("a"))
-    await env.units.pod_changed(pod("p", ["a", "never"]))
+    await env.pod(pod("p", ["a", "never"]))
     assert await env.units.offer(claim("a")) is True
     assert await env.sent() == {}
-    await env.units.pod_changed(pod("p", ["a", "never"]), deleted=True)
+    await env.pod(pod("p", ["a", "never"]), deleted=True)
     assert await env.sent() == {"a": ("", [])}, "no pod uses it any more: alone, as before"
     assert await env.units.offer(claim("a")) is False
 
@@ -225,7 +231,42 @@ async def test_allocated_claims_are_listed_not_sent(env: Env) -> None:
         }
     }
     await env.claims(done, claim("new"))
-    await env.units.pod_changed(pod("p", ["done", "new"]))
+    await env.pod(pod("p", ["done", "new"]))
     assert await env.sent() == {"new": ("default/p", ["done", "new"])}
     assert [e.pod_uid for e in env.events] == ["pod-p"]
     assert env.fake.objects(PODS) == [], "the pod watch feeds the units; nothing is written"
+
+
+async def test_claims_seen_before_the_pods_were_listed_wait_for_the_list(
+    nats_url: str, tmp_path: Any
+) -> None:
+    nc: Client = await connect(nats_url, name="events-test-sync", deadline=10)
+    await ensure_streams(nc.jetstream())
+    sent: list[str] = []
+
+    async def got(msg: Msg) -> None:
+        event = claims_pb2.ClaimEvent()
+        event.ParseFromString(msg.data)
+        sent.append(f"{event.claim.name}:{event.pod_name}")
+
+    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=got)
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
+        client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
+        store = ApiStore(client)
+        try:
+            units = PodUnits(store, Publisher(nc), Ownership(store))
+            for name in ("a", "b", "lone", "gone"):
+                await fake.put(RESOURCE_CLAIMS, claim(name))
+                assert await units.offer(claim(name)) is True, "held until the pods are listed"
+            await units.pod_changed(WatchEvent(EventType.ADDED, pod("p", ["a", "b"])))
+            await store.delete(RESOURCE_CLAIMS, "gone", "default")
+            await asyncio.sleep(0.1)
+            assert sorted(sent) == ["a:default/p", "b:default/p"]
+            await units.pod_changed(WatchEvent(EventType.SYNCED, {}))
+            await asyncio.sleep(0.1)
+            assert sorted(sent) == ["a:default/p", "b:default/p", "lone:"]
+            assert await units.offer(claim("later")) is False, "listed: alone at once"
+        finally:
+            await sub.unsubscribe()
+            await store.close()
+    await nc.drain()

@@ -24,13 +24,13 @@ from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.errors import ConflictError, KubeError, NotFoundError
 from gpudra_kube.informer import informer
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
-from gpudra_kube.store import EventType, Store
+from gpudra_kube.store import EventType, Store, WatchEvent
 
 log = logging.getLogger(__name__)
 
 _MAX_TRIES = 10
 
-OnPod = Callable[[dict[str, Any], bool], Awaitable[None]]  # (pod, deleted)
+OnPod = Callable[[WatchEvent], Awaitable[None]]  # every pod event, SYNCED included
 
 
 class Gates:
@@ -54,13 +54,13 @@ class Gates:
         events = informer(self._store, PODS, self._namespace, watch_timeout=self._watch_timeout)
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
-                if event.type in (EventType.SYNCED, EventType.BOOKMARK):
-                    continue
-                if self._on_pod is not None:
+                if self._on_pod is not None and event.type is not EventType.BOOKMARK:
                     try:
-                        await self._on_pod(event.object, event.type is EventType.DELETED)
+                        await self._on_pod(event)
                     except KubeError as exc:
                         log.warning("pod %s: %s", _key(event.object), exc)
+                if event.type in (EventType.SYNCED, EventType.BOOKMARK):
+                    continue
                 if event.type is EventType.DELETED:
                     self._gated.pop(_key(event.object), None)
                 elif self.seen(event.object):
