@@ -71,6 +71,7 @@ class Selectors:
         self._compiled: dict[str, Any] = {}
         self.options = ALL_FEATURES if features is None else features.cel_options()
         self._gated = not self.options.all_declared
+        self._compiles: set[str] = set()  # expressions known to compile in this environment
 
     def compiled(self, expression: str) -> Any:
         program = self._compiled.get(expression)
@@ -81,7 +82,10 @@ class Selectors:
                 program = exc
             if len(self._compiled) >= _MAX_PROGRAMS:
                 self._compiled.clear()  # expressions come from users; keep memory bounded
+                self._compiles.clear()
             self._compiled[expression] = program
+            if not isinstance(program, CelCompileError):
+                self._compiles.add(expression)
         return program
 
     def all_match(
@@ -95,12 +99,8 @@ class Selectors:
                     f"{owner}: selector #{index}: CEL expression empty (unsupported selector type?)"
                 )
             cached = entry.matches.get(expression)
-            if (
-                cached is not None
-                and self._gated
-                and isinstance(self.compiled(expression), CelCompileError)
-            ):
-                cached = None  # computed under another environment; fail as this one does
+            if cached is not None and self._gated and expression not in self._compiles:
+                cached = None  # maybe computed under another environment: compile here first
             if cached is None:
                 cached = self._evaluate(expression, entry, owner, index)
                 entry.matches[expression] = cached
