@@ -13,6 +13,12 @@ from gpudra_api.allocation import (
     DeviceAllocationConfiguration,
     DeviceRequestAllocationResult,
 )
+from gpudra_api.annotations import (
+    TRACE_ANNOTATIONS,
+    TRACEPARENT_ANNOTATION,
+    TRACESTATE_ANNOTATION,
+    UNSCHEDULABLE_ANNOTATION,
+)
 from gpudra_api.device import (
     CapacityRequestPolicy,
     CapacityRequestPolicyRange,
@@ -84,6 +90,10 @@ __all__ = [
     "ResourceSlice",
     "Semver",
     "SemverParseError",
+    "TRACEPARENT_ANNOTATION",
+    "TRACESTATE_ANNOTATION",
+    "TRACE_ANNOTATIONS",
+    "UNSCHEDULABLE_ANNOTATION",
     "ValidationError",
     "parse_device_class",
     "parse_resource_claim",

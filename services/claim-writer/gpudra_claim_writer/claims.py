@@ -25,14 +25,15 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
+# The annotation names are gpudra_api's (the kubelet plugin reads the same trace annotations);
+# re-exported here for this service's modules.
+from gpudra_api import TRACE_ANNOTATIONS as TRACE_ANNOTATIONS
+from gpudra_api import TRACEPARENT_ANNOTATION as TRACEPARENT_ANNOTATION
+from gpudra_api import TRACESTATE_ANNOTATION as TRACESTATE_ANNOTATION
+from gpudra_api import UNSCHEDULABLE_ANNOTATION as UNSCHEDULABLE_ANNOTATION
 from gpudrapb.v1 import claims_pb2
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
-UNSCHEDULABLE_ANNOTATION = "gpudra.io/unschedulable"
-# The kubelet plugin reads the same two annotations (gpudra_kubelet_plugin.traces).
-TRACEPARENT_ANNOTATION = "gpudra.io/traceparent"
-TRACESTATE_ANNOTATION = "gpudra.io/tracestate"
-TRACE_ANNOTATIONS = {"traceparent": TRACEPARENT_ANNOTATION, "tracestate": TRACESTATE_ANNOTATION}
 GANG_ANNOTATION = "gpudra.io/gang"
 GANG_SIZE_ANNOTATION = "gpudra.io/gang-size"
 MAX_GANG_SIZE = 10_000

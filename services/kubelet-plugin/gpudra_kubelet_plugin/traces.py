@@ -15,11 +15,12 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Tracer
 
+# Written by the claim-writer with the allocation; the names live once in gpudra_api.
+from gpudra_api import TRACEPARENT_ANNOTATION as TRACEPARENT_ANNOTATION
+from gpudra_api import TRACESTATE_ANNOTATION as TRACESTATE_ANNOTATION
 from gpudra_bus import tracing
 
 TRACER_NAME = "gpudra_kubelet_plugin"
-TRACEPARENT_ANNOTATION = "gpudra.io/traceparent"
-TRACESTATE_ANNOTATION = "gpudra.io/tracestate"
 
 
 def claim_carrier(claim: Mapping[str, Any] | None) -> dict[str, str]:
