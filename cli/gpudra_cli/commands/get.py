@@ -28,7 +28,7 @@ KINDS = {
     "device": "devices",
 }
 CLAIM_COLUMNS = ["NAMESPACE", "NAME", "STATE", "NODE", "DEVICES"]
-CLAIM_WIDE = [*CLAIM_COLUMNS, "ASKS FOR", "NVLINK", "MIG", "REASON"]
+CLAIM_WIDE = [*CLAIM_COLUMNS, "ASKS FOR", "NVLINK", "MIG", "CONSUMERS", "REASON"]
 SLICE_COLUMNS = ["NAME", "NODE", "POOL", "GENERATION", "DEVICES"]
 NODE_COLUMNS = ["NODE", "PROFILE", "READY", "GPUS", "MIG DEVICES", "ALLOCATED"]
 DEVICE_COLUMNS = ["NODE", "DEVICE", "TYPE", "MEMORY", "NVLINK", "MIG PROFILE", "CLAIM"]
@@ -46,6 +46,12 @@ def claim_cells(row: results.Row) -> dict[str, str]:
         "MIG": ",".join(row.mig_profiles),
         "REASON": row.reason,
     }
+
+
+def consumers_cell(claim: dict[str, Any]) -> str:
+    """The claim's consumers (`status.reservedFor`) by name, as `kubectl describe` lists them."""
+    reserved = (claim.get("status") or {}).get("reservedFor") or []
+    return ",".join(str(r.get("name")) for r in reserved if isinstance(r, dict))
 
 
 def emit(output: str, objects: list[Any], rows: list[dict[str, str]], columns: list[str]) -> None:
@@ -73,7 +79,13 @@ async def _get(args: argparse.Namespace) -> int:
         claims = await client.claims(namespace if kind == "claims" else None)
         if kind == "claims":
             wanted = [c for c in claims if not args.names or c["metadata"]["name"] in args.names]
-            cells = [claim_cells(r) for r in results.rows(wanted, slices)]
+            by_key = {
+                f"{c['metadata'].get('namespace')}/{c['metadata']['name']}": c for c in wanted
+            }
+            cells = [
+                claim_cells(r) | {"CONSUMERS": consumers_cell(by_key.get(r.key, {}))}
+                for r in results.rows(wanted, slices)
+            ]
             emit(args.output, wanted, cells, CLAIM_WIDE if wide else CLAIM_COLUMNS)
         elif kind == "nodes":
             rows = listing.node_rows(slices, claims, running.nodes)

@@ -84,3 +84,23 @@ def test_claim_cells_and_json_output(capsys: pytest.CaptureFixture[str]) -> None
     assert json.loads(capsys.readouterr().out)["items"] == objs
     get.emit("table", [], [], get.CLAIM_COLUMNS)
     assert capsys.readouterr().out == "No resources found.\n"
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        pytest.param({}, "", id="no-consumers"),
+        pytest.param(
+            {
+                "reservedFor": [
+                    {"resource": "pods", "name": "p1", "uid": "u1"},
+                    {"resource": "pods", "name": "p2", "uid": "u2"},
+                ]
+            },
+            "p1,p2",
+            id="two-pods",
+        ),
+    ],
+)
+def test_consumers_cell(status: dict[str, Any], expected: str) -> None:
+    assert get.consumers_cell({"metadata": {"name": "c"}, "status": status}) == expected

@@ -31,6 +31,12 @@ def describe_claim(
         lines += [f"  {k}: {v}" for k, v in sorted(annotations.items())]
     if meta.get("finalizers"):
         lines.append(f"Finalizers:   {', '.join(meta['finalizers'])}")
+    consumers = [
+        f"{r.get('resource', '?')}/{r.get('name', '?')}"
+        for r in (claim.get("status") or {}).get("reservedFor") or []
+        if isinstance(r, dict)
+    ]
+    lines.append(f"Reserved for: {', '.join(consumers) if consumers else '<none>'}")
     results = allocation_results(claim)
     if results:
         lines.append(f"Allocation:   node {row.node}")
