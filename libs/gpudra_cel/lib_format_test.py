@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpudra_cel import CelCompileError, CelEvaluationError, DeviceView, compile_selector
 from gpudra_cel.lib_format import format_string, quote
@@ -187,3 +189,33 @@ def test_literal_format_is_checked_when_compiling(expression: str, message: str)
 )
 def test_strings_quote(text: str, expected: str) -> None:
     assert quote(text) == expected
+
+
+_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**63 - 1),
+        st.integers(0, 2**64 - 1).map(CelUint),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=8),
+        st.binary(max_size=8),
+        st.sampled_from(["NaN", "Infinity", "-Infinity"]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers(-5, 5)), inner, max_size=3),
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="%sdfeEbxXoq.0129 aé", max_size=12), st.lists(_VALUES, max_size=4))
+def test_any_format_and_arguments_give_text_or_a_cel_error(text: str, args: list[object]) -> None:
+    try:
+        result: object = format_string(text, args)
+    except CelEvaluationError as exc:  # the only failure there may be, with a message
+        result = str(exc)
+    assert isinstance(result, str)
+    assert result or not text or "%" in text

@@ -4,6 +4,8 @@ metered selector answers exactly as the plain one until the limit stops it."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
@@ -16,6 +18,8 @@ from gpudra_cel import (
     DeviceView,
     compile_selector,
 )
+from gpudra_cel.differential_expr_test import _selector as generated_selector
+from gpudra_cel.differential_test import devices
 
 DRV = "dra.example.com"
 A = f'device.attributes["{DRV}"]'
@@ -171,3 +175,22 @@ def test_compile_time_checks_hold_for_metered_selectors() -> None:
         compile_selector(f'{A}.names.exists(n, n.matches("(unclosed"))', cost_limit=1)
     with pytest.raises(CelCompileError, match="decimal clause"):
         compile_selector(f'{A}.ids.exists(n, "%d".format([1.5]) == "")', cost_limit=1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(generated_selector(), st.lists(devices(), min_size=1, max_size=4))
+def test_generated_selectors_metered_agree_and_stay_under_the_estimate(
+    expression: str, sample: list[DeviceView]
+) -> None:
+    try:
+        plain = compile_selector(expression)
+    except CelCompileError:
+        return
+    if plain.max_cost < 2:
+        return
+    metered = _metered(expression)
+    for device in sample:
+        outcome = _outcome(plain, device)
+        assert _outcome(metered, device) == outcome, (expression, device)
+        if outcome in (True, False):
+            assert metered.actual_cost(device) <= plain.max_cost, (expression, device)
