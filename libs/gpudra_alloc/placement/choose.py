@@ -14,6 +14,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from gpudra_alloc.allocator import Allocator
+from gpudra_alloc.placement.groups import NodeKeys
 from gpudra_alloc.placement.memo import PoolKey, ScoreMemo, StateIndex, claims_shape
 from gpudra_alloc.placement.search import masked, safe_mask, solutions
 from gpudra_alloc.placement.topology import FreeState, NodeView, result_devices
@@ -68,10 +69,16 @@ class Chooser:
     # fewer MIG claims: measured in the churn benchmark).
     hold_mig_domains: bool = False
     views: dict[str, NodeView] = field(default_factory=dict)
-    # Best scores per node, reused while the node's state is unchanged (`memo.py`).
+    # Best scores per node key, reused for every node with that key (`memo.py`, `groups.py`).
     memo: ScoreMemo = field(default_factory=ScoreMemo)
+    # False: search every node for every claim (the plain chooser the optimised one must equal).
+    optimise: bool = True
+    node_keys: NodeKeys = field(init=False)
     view_pools: dict[str, tuple[PoolKey, ...]] = field(default_factory=dict)
     free_cache: dict[str, tuple[NodeView, Hashable, FreeState]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.node_keys = NodeKeys(self.allocator)
 
     def view(self, node: Node) -> NodeView:
         view = self.views.get(node.name)
@@ -94,9 +101,9 @@ class Chooser:
         held = self.reserve
         if self.waiting_large is not None:
             held = min(held, max(self.reserve_floor, self.waiting_large))
-        index_of_state = StateIndex.of(base)
+        index_of_state = StateIndex.of(base) if held > 0 else None
         protect = self.held_domains(base, held, index_of_state) if held > 0 else set()
-        shape = claims_shape(claims)
+        shape = claims_shape(claims) if self.optimise else None
         if shape is None:
             return self._choose_all(nodes, claims, base, protect)
         shape = self.memo.intern(shape)
@@ -105,25 +112,24 @@ class Chooser:
             held_on[name] = held_on.get(name, frozenset()) | {domain}
         best: Choice | None = None
         best_score: Score | None = None
-        for index, node in enumerate(nodes):
-            pools = self.allocator.pools_for(node)
-            key = (index_of_state.node_key(pools), held_on.get(node.name, frozenset()))
-            found, remembered = self.memo.get(node, pools, key, shape)
-            if found:
-                if remembered is None:
+        seen: set[Hashable] = set()
+        keys = self.node_keys.keys(nodes, claims, shape, base, held_on)
+        for index, (node, key) in enumerate(zip(nodes, keys, strict=True)):
+            if key is not None:
+                if key in seen:
+                    continue  # an earlier node scores the same and wins the tie on node order
+                seen.add(key)
+                found, remembered = self.memo.get(key, shape)
+                if found:
+                    if remembered is None:
+                        continue
+                    score = Score(remembered[0], remembered[1], index, remembered[2])
+                    if best_score is None or score < best_score:
+                        best, best_score = None, score
                     continue
-                score = Score(remembered[0], remembered[1], index, remembered[2])
-                if best_score is None or score < best_score:
-                    best, best_score = None, score
-                continue
             choice = self._best_on_node(index, node, claims, base, protect)
-            self.memo.put(
-                node,
-                pools,
-                key,
-                shape,
-                None if choice is None else _remember(choice.score),
-            )
+            if key is not None:
+                self.memo.put(key, shape, None if choice is None else _remember(choice.score))
             if choice is not None and (best_score is None or choice.score < best_score):
                 best, best_score = choice, choice.score
         if best is None and best_score is not None:

@@ -1,14 +1,16 @@
-"""Per-node memo of topology scores: a node whose state did not change scores the same again.
+"""Memo of topology scores: a node in a state already scored scores the same again.
 
 The topology policy runs the allocator's search on every feasible node for every claim, but a
-claim changes one node, or a few. `ScoreMemo` remembers, per node, the best score the search's
-solutions gave for a claim *shape* (requests, constraints and configuration of each claim, not
-its name) under the node's in-use state (the exclusively used devices, shares and consumed
-capacity of the node's pools) and the pools the allocator sees from the node (the same objects
-until the slices change). A changed key misses; nothing is reused across a different state.
+claim changes one node, or a few, and a fleet is many copies of a few machine types.
+`ScoreMemo` remembers the best score the search's solutions gave for a claim *shape* (requests,
+constraints and configuration of each claim, not its name) on a node *key* (`groups.NodeKeys`:
+the node's pools up to names, the shape's selector outcomes on them, the in-use state of those
+pools by device name, the domains the reserve holds there). Equal keys score equally, so the
+score is reused for every node with that key, the same node later or its identical twin; a
+changed key misses. `StateIndex` groups an in-use state by pool for the whole-domain reserve.
 
-Only the score (cost, GPUs left, solution index) is reused, never devices or results: share IDs
-are derived from the claim itself, so the winner's results are always recomputed by the search
+Only the score (cost, GPUs left, solution index) is reused, never devices or results: names and
+share IDs differ, so the winner's results are always recomputed by the search on the real node
 for the real claims (`Chooser.choose` checks the recomputed score equals the remembered one).
 """
 
@@ -19,10 +21,10 @@ from dataclasses import dataclass, field
 
 from gpudra_alloc.pools import Pool
 from gpudra_alloc.state import AllocatedState, DeviceID
-from gpudra_api import Node, ResourceClaim
+from gpudra_api import ResourceClaim
 
 MAX_SHAPES = 1024  # distinct claim shapes interned at once
-MAX_SHAPES_PER_NODE = 64  # a node's memo is dropped when it holds more claim shapes than this
+MAX_SCORES = 200_000  # remembered (node key, shape) scores before they are all dropped
 
 PoolKey = tuple[str, str]  # (driver, pool)
 # (cost, GPUs left, solution index) of the node's best solution, or None: nothing fits
@@ -113,18 +115,10 @@ class StateIndex:
 
 
 @dataclass
-class _NodeEntry:
-    pools: list[Pool]  # held so that the identity check below cannot match a reused id
-    node: Node
-    state_key: Hashable
-    scores: dict[Shape, Remembered] = field(default_factory=dict)
-
-
-@dataclass
 class ScoreMemo:
-    """Remembered best scores per node, valid while the node's pools and state are unchanged."""
+    """Remembered best scores per (node key, claim shape); see the module docstring."""
 
-    entries: dict[str, _NodeEntry] = field(default_factory=dict)
+    scores: dict[tuple[Hashable, Shape], Remembered] = field(default_factory=dict)
     shapes: dict[Shape, Shape] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
@@ -135,42 +129,19 @@ class ScoreMemo:
             self.shapes.clear()
         return self.shapes.setdefault(shape, shape)
 
-    def get(
-        self, node: Node, pools: list[Pool], state_key: Hashable, shape: Shape
-    ) -> tuple[bool, Remembered]:
-        """(found, remembered score) for `shape` on `node` in this state."""
-        entry = self.entries.get(node.name)
-        if (
-            entry is None
-            or entry.pools is not pools
-            or (entry.node is not node and entry.node != node)
-            or entry.state_key != state_key
-            or shape not in entry.scores
-        ):
-            self.misses += 1
-            return False, None
-        self.hits += 1
-        return True, entry.scores[shape]
+    def get(self, key: Hashable, shape: Shape) -> tuple[bool, Remembered]:
+        """(found, remembered score) for `shape` on a node whose key is `key`."""
+        entry = (key, shape)
+        if entry in self.scores:
+            self.hits += 1
+            return True, self.scores[entry]
+        self.misses += 1
+        return False, None
 
-    def put(
-        self,
-        node: Node,
-        pools: list[Pool],
-        state_key: Hashable,
-        shape: Shape,
-        remembered: Remembered,
-    ) -> None:
-        entry = self.entries.get(node.name)
-        if (
-            entry is None
-            or entry.pools is not pools
-            or (entry.node is not node and entry.node != node)
-            or entry.state_key != state_key
-            or len(entry.scores) >= MAX_SHAPES_PER_NODE
-        ):
-            entry = _NodeEntry(pools, node, state_key)
-            self.entries[node.name] = entry
-        entry.scores[shape] = remembered
+    def put(self, key: Hashable, shape: Shape, remembered: Remembered) -> None:
+        if len(self.scores) >= MAX_SCORES:
+            self.scores.clear()  # states move on; old ones are rarely met again
+        self.scores[(key, shape)] = remembered
 
     def clear(self) -> None:
-        self.entries.clear()
+        self.scores.clear()

@@ -103,9 +103,7 @@ def test_node_key_follows_the_in_use_devices(
     assert (a.node_key(pools) == b.node_key(pools)) is same
 
 
-def test_memo_misses_after_the_state_key_changes() -> None:
-    allocator, nodes = cluster({"dgx-h100": 1})
-    pools = allocator.pools_for(nodes[0])
+def test_memo_misses_after_the_key_changes() -> None:
     memo = ScoreMemo()
     shape = claims_shape([claim("gpu-1", "x")])
     same = claims_shape([claim("gpu-1", "y")])
@@ -113,11 +111,10 @@ def test_memo_misses_after_the_state_key_changes() -> None:
     assert shape is not None
     assert same is not None
     assert other is not None
-    memo.put(nodes[0], pools, "k1", shape, (1.0, 7, 0))
-    assert memo.get(nodes[0], pools, "k1", same) == (True, (1.0, 7, 0))
-    assert memo.get(nodes[0], pools, "k1", other) == (False, None)
-    assert memo.get(nodes[0], pools, "k2", shape) == (False, None)
-    assert memo.get(nodes[0], list(pools), "k1", shape) == (False, None)
+    memo.put("k1", shape, (1.0, 7, 0))
+    assert memo.get("k1", same) == (True, (1.0, 7, 0))
+    assert memo.get("k1", other) == (False, None)
+    assert memo.get("k2", shape) == (False, None)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,365 @@
+"""Interchangeable nodes: one key per node that is equal only when the topology score must be.
+
+The topology policy scores every feasible node, yet a fleet is mostly many copies of a few
+machine types, and copies in the same state score the same. `NodeKeys.keys` gives each node a
+key such that two nodes with equal keys (for one claim shape) get the same score from
+`Chooser._best_on_node`, so the chooser searches one node per distinct key (the earliest in the
+given order, which is also the one the tie-break on node order would pick) and reuses that score
+for the others. The key is built from everything the search and the scoring read of a node,
+with names taken out:
+
+- the node's pools as the search walks them: per pool its driver, which earlier pool of the
+  node shares its name (the counter ledger is keyed by pool name), incomplete/invalid, counter
+  sets, and per slice in order whether it selects nodes per device, and per device its name,
+  attributes (all but `NODE_UNIQUE_ATTRIBUTES`), capacity (exact value and format), counters it
+  consumes, taints, binding conditions, multi-allocation and whether it is reachable from the
+  node; devices of the pool on slices that do not target the node (they take shared counters);
+- per claim shape: each device's selector outcome for every (class, request selectors) pair of
+  the shape (CEL may read any attribute, node-unique ones included, so the outcome is what
+  counts) and its values of the attributes the shape's constraints name;
+- the in-use state of those pools by device name: exclusively in use, allocated through a share
+  or consumed capacity, and the capacity consumed;
+- the NVLink domains of the node held by the whole-domain reserve (passed in by the chooser).
+
+A node whose selectors fail on some device (a CEL run-time error names the device) gets a key of
+its own. What is not in the key must not be read by the search or the score: the node name,
+pool names, slice names and node-unique attribute values. `groups_test.py` perturbs each device
+field and checks that the score changes only when the key does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from gpudra_alloc.allocator import Allocator
+from gpudra_alloc.constraints import lookup_attribute
+from gpudra_alloc.errors import AllocationError
+from gpudra_alloc.placement.memo import Shape
+from gpudra_alloc.pools import DeviceEntry, Pool, entries_of, node_matches
+from gpudra_alloc.state import AllocatedState, InUseDevices
+from gpudra_api import ApiError, Device, DeviceSelector, Node, Quantity, ResourceClaim
+
+# Attributes whose values name one physical device (they differ between otherwise identical
+# nodes). Left out of the node part of the key; a selector reading them is still honoured
+# through its outcome, and a constraint naming them through its values.
+# Names in the driver's domain may be written with or without it; others are qualified.
+NODE_UNIQUE_ATTRIBUTES = frozenset(
+    {"uuid", "parentUUID", "serial", "resource.kubernetes.io/pciBusID"}
+)
+
+# The (class selectors, request selectors) of one request or subrequest.
+Selection = tuple[tuple[DeviceSelector, ...], tuple[DeviceSelector, ...]]
+
+
+@dataclass(frozen=True)
+class ShapeReads:
+    """What a claim shape makes the search read of a device besides the node part."""
+
+    selections: tuple[Selection, ...]
+    constraint_attributes: tuple[str, ...]
+
+
+def shape_reads(allocator: Allocator, claims: Sequence[ResourceClaim]) -> ShapeReads | None:
+    """The selections and constraint attributes of `claims`; None when a request names a class
+    the allocator does not know (the search reports that; no key is needed)."""
+    selections: dict[Selection, None] = {}
+    attributes: dict[str, None] = {}
+    for claim in claims:
+        for request in claim.requests:
+            subs = (request.exactly,) if request.exactly is not None else request.first_available
+            for sub in subs:
+                device_class = allocator.classes.get(sub.device_class_name or "")
+                if device_class is None:
+                    return None
+                selections[(tuple(device_class.selectors), tuple(sub.selectors))] = None
+        for constraint in claim.constraints:
+            name = constraint.match_attribute or constraint.distinct_attribute
+            if name:
+                attributes[name] = None
+    return ShapeReads(tuple(selections), tuple(attributes))
+
+
+def _quantity(q: Quantity) -> tuple[object, object]:
+    return (q.value, q.format)
+
+
+def _device_part(node: Node, entry: DeviceEntry) -> Hashable:
+    device: Device = entry.device
+    driver = entry.id.driver
+    attributes = []
+    for name, attr in device.attributes.items():
+        ident = name[len(driver) + 1 :] if name.startswith(f"{driver}/") else name
+        if ident in NODE_UNIQUE_ATTRIBUTES or name in NODE_UNIQUE_ATTRIBUTES:
+            continue
+        attributes.append((name, attr.kind, attr.values, attr.is_list))
+    capacity = []
+    for name, cap in device.capacity.items():
+        policy = cap.request_policy
+        capacity.append((name, _quantity(cap.value), repr(policy) if policy is not None else None))
+    reachable = True
+    if entry.slice.per_device_node_selection:
+        reachable = node_matches(node, device.node_name, device.all_nodes, device.node_selector)
+    return (
+        device.name,
+        tuple(sorted(attributes, key=lambda a: a[0])),
+        tuple(sorted(capacity, key=lambda c: c[0])),
+        _consumption(device),
+        tuple((t.key, t.effect, t.value) for t in device.taints),
+        device.binding_conditions,
+        device.binding_failure_conditions,
+        device.binds_to_node,
+        device.allow_multiple_allocations,
+        bool(entry.slice.per_device_node_selection),
+        reachable,
+    )
+
+
+def _consumption(device: Device) -> Hashable:
+    return tuple(
+        (c.counter_set, tuple(sorted((n, _quantity(q)) for n, q in c.counters.items())))
+        for c in device.consumes_counters
+    )
+
+
+def node_part(node: Node, pools: Sequence[Pool]) -> Hashable:
+    """The node part of the key: the pools as the search and `NodeView` read them."""
+    names = [p.name for p in pools]
+    parts = []
+    for pool in pools:
+        counter_sets = tuple(
+            sorted(
+                (name, tuple(sorted((n, _quantity(q)) for n, q in cs.counters.items())))
+                for name, cs in pool.counter_sets.items()
+            )
+        )
+        slices = tuple(
+            tuple(_device_part(node, entry) for entry in entries)
+            for entries in pool.device_entries()
+        )
+        others = tuple(
+            (d.name, _consumption(d)) for s in pool.slices_not_targeting_node for d in s.devices
+        )
+        parts.append(
+            (
+                pool.driver,
+                names.index(pool.name),
+                pool.incomplete,
+                pool.invalid,
+                pool.invalid_reason,
+                counter_sets,
+                slices,
+                others,
+            )
+        )
+    return tuple(parts)
+
+
+def shape_part(allocator: Allocator, pools: Sequence[Pool], reads: ShapeReads) -> Hashable | None:
+    """Per device, each selection's outcome and the constraint attributes' values; None when a
+    selector fails on a device (its error names the device: no other node can share it)."""
+    out = []
+    for pool in pools:
+        for entries in pool.device_entries():
+            for entry in entries:
+                outcomes = []
+                for selection in reads.selections:
+                    outcome = _selected(allocator, entry, selection)
+                    if outcome is None:
+                        return None
+                    outcomes.append(outcome)
+                values = []
+                for name in reads.constraint_attributes:
+                    attr = lookup_attribute(entry.device, entry.id, name)
+                    values.append(None if attr is None else (attr.kind, attr.values, attr.is_list))
+                out.append((tuple(outcomes), tuple(values)))
+    return tuple(out)
+
+
+def _selected(allocator: Allocator, entry: DeviceEntry, selection: Selection) -> bool | None:
+    """The selection's outcome as the search computes it (class first, then the request,
+    stopping at the first false), or None when evaluating it fails."""
+    for selectors in selection:
+        try:
+            if not allocator.selectors.all_match(selectors, entry, "group"):
+                return False
+        except (AllocationError, ApiError):
+            return None
+    return True
+
+
+def state_part(pools: Sequence[Pool], state: AllocatedState) -> Hashable:
+    """The in-use state of `pools` by device name: what the search and `NodeView` read."""
+    devices = state.devices
+    capacity = state.capacity
+    plain = not capacity and not state.shared
+    parts: list[Hashable] = []
+    for pool in pools:
+        if pool.incomplete or pool.invalid:
+            parts.append(())
+            continue
+        used: list[Hashable] = []
+        for group in (pool.slices, pool.slices_not_targeting_node):
+            for s in group:
+                for entry in entries_of(s):
+                    device_id = entry.id
+                    if plain:
+                        if device_id in devices:
+                            used.append(entry.device.name)
+                        continue
+                    if not state.is_allocated(device_id):
+                        continue
+                    amounts = capacity.get(device_id)
+                    used.append(
+                        (
+                            entry.device.name,
+                            device_id in devices,
+                            (
+                                None
+                                if amounts is None
+                                else tuple(sorted((n, _quantity(q)) for n, q in amounts.items()))
+                            ),
+                        )
+                    )
+        parts.append(tuple(used))
+    return tuple(parts)
+
+
+MAX_LISTS = 256  # node lists whose per-node records are kept (a problem's, each gang group's)
+MAX_STATES = 200_000  # interned in-use states before the table is dropped (ids are never reused)
+
+PoolKey = tuple[str, str]
+
+
+@dataclass
+class _Node:
+    pools: list[Pool]  # held so that the identity check cannot match a reused id
+    node: Node
+    group: int  # interned node part
+    pool_keys: tuple[PoolKey, ...]
+    shapes: dict[ShapeReads | None, int | None] = field(default_factory=dict)
+    # the long-lived state's in-use set and this node's pool versions in it -> state id
+    devices: InUseDevices | None = None
+    versions: object = None
+    state: int = -1
+
+
+@dataclass
+class NodeKeys:
+    """Keys per node for one allocator. Node and shape parts are computed once per pools object;
+    the in-use part of a node is recomputed only when one of its pools changed in the
+    allocator's state (or differs from it in the state asked about)."""
+
+    allocator: Allocator
+    nodes: dict[str, _Node] = field(default_factory=dict)
+    reads: dict[Shape, ShapeReads | None] = field(default_factory=dict)
+    _parts: dict[Hashable, int] = field(default_factory=dict)
+    _states: dict[Hashable, int] = field(default_factory=dict)
+    _next_id: int = 0
+    _lists: dict[tuple[str, ...], tuple[list[Node], list[_Node]]] = field(default_factory=dict)
+    _slices: int = -1
+
+    def keys(
+        self,
+        nodes: Sequence[Node],
+        claims: Sequence[ResourceClaim],
+        shape: Shape,
+        state: AllocatedState,
+        held: dict[str, frozenset[str]],
+    ) -> list[Hashable | None]:
+        """One key per node of `nodes`: equal keys, equal topology score for `claims` under
+        `state` with `held` domains (node name -> held domains); None for a node that shares
+        its score with no other (search it)."""
+        if shape in self.reads:
+            reads = self.reads[shape]
+        else:
+            if len(self.reads) >= 1024:
+                self.reads.clear()
+            reads = self.reads[shape] = shape_reads(self.allocator, claims)
+        known_list = self._known(nodes)
+        ref = self.allocator.state
+        ref_devices = ref.devices
+        cached = isinstance(ref_devices, InUseDevices) and not ref.capacity and not ref.shared
+        dirty: set[PoolKey] | None = None  # pools whose in-use part differs from ref's
+        if cached and state is ref:
+            dirty = set()
+        elif cached and not state.capacity and not state.shared:
+            dirty = {(d.driver, d.pool) for d in state.devices ^ ref_devices}
+        versions = ref_devices.pool_version if isinstance(ref_devices, InUseDevices) else {}
+        empty: frozenset[str] = frozenset()
+        out: list[Hashable | None] = []
+        append = out.append
+        for known in known_list:
+            shape_id = known.shapes.get(reads, -1)
+            if shape_id == -1:
+                shape_id = self._shape_id(known, reads)
+            if shape_id is None:
+                append(None)
+                continue
+            keys = known.pool_keys
+            if dirty is None or (dirty and any(k in dirty for k in keys)):
+                in_use = self._state_id(state_part(known.pools, state))
+            else:
+                now: object = (
+                    versions.get(keys[0], 0)
+                    if len(keys) == 1
+                    else tuple(versions.get(k, 0) for k in keys)
+                )
+                if known.devices is not ref_devices or known.versions != now:
+                    known.devices = ref_devices  # type: ignore[assignment]
+                    known.versions = now
+                    known.state = self._state_id(state_part(known.pools, ref))
+                in_use = known.state
+            append((shape_id, in_use, held.get(known.node.name, empty)))
+        return out
+
+    def _known(self, nodes: Sequence[Node]) -> list[_Node]:
+        """The per-node records of `nodes`, kept per list of node names until slices change."""
+        generation = len(self.allocator.slices)
+        if generation != self._slices:
+            self._slices = generation
+            self._lists.clear()
+        names = tuple(n.name for n in nodes)
+        found = self._lists.get(names)
+        if found is not None and found[0] == nodes:
+            return found[1]
+        known = [self._node(n, self.allocator.pools_for(n)) for n in nodes]
+        if len(self._lists) >= MAX_LISTS:
+            self._lists.clear()
+        self._lists[names] = (list(nodes), known)
+        return known
+
+    def _node(self, node: Node, pools: list[Pool]) -> _Node:
+        known = self.nodes.get(node.name)
+        if (
+            known is None
+            or known.pools is not pools
+            or (known.node is not node and known.node != node)
+        ):
+            keys = tuple((p.driver, p.name) for p in pools)
+            known = _Node(pools, node, self._new_id(self._parts, node_part(node, pools)), keys)
+            self.nodes[node.name] = known
+        return known
+
+    def _shape_id(self, known: _Node, reads: ShapeReads | None) -> int | None:
+        shape_id: int | None = None
+        if reads is not None:
+            part = shape_part(self.allocator, known.pools, reads)
+            if part is not None:
+                shape_id = self._new_id(self._parts, (known.group, part))
+        known.shapes[reads] = shape_id
+        return shape_id
+
+    def _state_id(self, part: Hashable) -> int:
+        if len(self._states) >= MAX_STATES:
+            self._states.clear()
+        return self._new_id(self._states, part)
+
+    def _new_id(self, table: dict[Hashable, int], part: Hashable) -> int:
+        """The id of `part` in `table`; ids are never reused, so equal ids mean equal parts."""
+        found = table.get(part)
+        if found is None:
+            found = self._next_id
+            self._next_id += 1
+            table[part] = found
+        return found

@@ -1,0 +1,322 @@
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpudra_alloc import AllocatedState, AllocationError, Allocator, DeviceID
+from gpudra_alloc.placement import Choice, Chooser
+from gpudra_alloc.placement.memo import claims_shape
+from gpudra_alloc.placement.search import copy_state, safe_mask
+from gpudra_alloc.workload import SHAPES, Fleet, build_fleet, device_classes, resource_claim
+from gpudra_api import (
+    AllocationResult,
+    Node,
+    ResourceClaim,
+    parse_device_class,
+    parse_resource_claim,
+    parse_resource_slice,
+)
+
+DRIVER = "gpu.nvidia.com"
+Slices = list[dict[str, Any]]
+
+
+def fleet(counts: dict[str, int]) -> tuple[Slices, list[Node]]:
+    objects = build_fleet(Fleet(counts=counts))
+    return objects.slices, [Node(n["name"], n["labels"]) for n in objects.nodes]
+
+
+def allocator_of(slices: Slices, busy: set[DeviceID] | None = None) -> Allocator:
+    return Allocator(
+        [parse_device_class(c) for c in device_classes()],
+        [parse_resource_slice(s) for s in slices],
+        state=AllocatedState(devices=set(busy or ())),
+    )
+
+
+def claim(shape: str, name: str) -> ResourceClaim:
+    return parse_resource_claim(resource_claim(shape, name))
+
+
+def cel_claim(name: str, expression: str) -> ResourceClaim:
+    return parse_resource_claim(
+        {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpus",
+                            "exactly": {
+                                "deviceClassName": DRIVER,
+                                "selectors": [{"cel": {"expression": expression}}],
+                            },
+                        }
+                    ]
+                }
+            },
+        }
+    )
+
+
+def answer(choice: Choice | None) -> object:
+    """Everything a choice says: node, results as JSON, score, loss, alternatives."""
+    if choice is None:
+        return None
+    return (
+        choice.node.name,
+        [r.to_json() for r in choice.results],
+        choice.score,
+        choice.loss,
+        choice.alternatives,
+    )
+
+
+# ---------------------------------------------------------------- equivalence
+
+
+def random_counts(rng: random.Random) -> dict[str, int]:
+    return {
+        "dgx-h100": rng.randint(1, 4),
+        "a100-mig": rng.randint(0, 2),
+        "l4-pcie": rng.randint(0, 2),
+        "hgx-b200": rng.randint(0, 2),
+        "gb200-tray": rng.choice([0, 2, 3]),
+    }
+
+
+@pytest.mark.parametrize(
+    ("seed", "reserve", "masks"),
+    [
+        pytest.param(1, 0, False, id="seed1"),
+        pytest.param(2, 0, True, id="seed2-scratch-states"),
+        pytest.param(3, 1, False, id="seed3-reserve"),
+        pytest.param(4, 2, True, id="seed4-reserve-scratch-states"),
+        pytest.param(5, 0, False, id="seed5"),
+    ],
+)
+def test_optimised_chooser_answers_what_the_plain_one_answers(
+    seed: int, reserve: int, masks: bool
+) -> None:
+    """Random fleets (twins of each machine type, shuffled order) and random claim sequences
+    with releases: the optimised chooser (grouped nodes, remembered scores) and the plain one
+    (every node searched for every claim) give identical answers at every step."""
+    rng = random.Random(seed)
+    slices, nodes = fleet(random_counts(rng))
+    rng.shuffle(nodes)
+    allocator = allocator_of(slices)
+    fast = Chooser(allocator, reserve=reserve)
+    plain = Chooser(allocator, reserve=reserve, optimise=False)
+    shapes = sorted(SHAPES)
+    live: list[list[AllocationResult]] = []
+    for step in range(36):
+        if live and rng.random() < 0.3:
+            allocator.state.release(live.pop(rng.randrange(len(live))))
+        claims = [claim(rng.choice(shapes), f"c{step}")]
+        if rng.random() < 0.15:
+            claims.append(claim(rng.choice(["gpu-1", "mig"]), f"c{step}-b"))
+        if masks and rng.random() < 0.4:
+            # the gang path: a scratch state and a mask over one node's devices
+            scratch = copy_state(allocator.state)
+            node = rng.choice(nodes)
+            wanted = {
+                e.id
+                for p in allocator.pools_for(node)
+                for entries in p.device_entries()
+                for e in entries
+                if rng.random() < 0.5
+            }
+            mask = safe_mask(allocator, node, scratch, wanted)
+            got = fast.choose(nodes, claims, scratch, mask)
+            assert answer(got) == answer(plain.choose(nodes, claims, scratch, mask))
+            continue
+        got = fast.choose(nodes, claims)
+        assert answer(got) == answer(plain.choose(nodes, claims)), f"step {step}"
+        if got is not None:
+            allocator.state.apply(got.results)
+            live.append(got.results)
+    assert fast.memo.hits > 0
+
+
+def test_errors_are_the_plain_choosers_errors() -> None:
+    """A selector failing at run time names a device: the same device, both ways."""
+    slices, nodes = fleet({"dgx-h100": 3})
+    allocator = allocator_of(slices)
+    bad = cel_claim("bad", f'device.attributes["{DRIVER}"].nosuch == "x"')
+    messages = []
+    for chooser in (Chooser(allocator), Chooser(allocator, optimise=False)):
+        with pytest.raises(AllocationError) as caught:
+            chooser.choose(nodes, [bad])
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+
+
+def test_a_selector_on_a_node_unique_attribute_tells_twins_apart() -> None:
+    slices, nodes = fleet({"dgx-h100": 3})
+    uuid = slices[2]["spec"]["devices"][5]["attributes"]["uuid"]["string"]
+    allocator = allocator_of(slices)
+    wanted = cel_claim("one", f'device.attributes["{DRIVER}"].uuid == "{uuid}"')
+    fast = Chooser(allocator)
+    got = fast.choose(nodes, [wanted])
+    assert got is not None
+    assert (got.node.name, got.results[0].results[0].device) == (nodes[2].name, "gpu-5")
+    assert answer(got) == answer(Chooser(allocator, optimise=False).choose(nodes, [wanted]))
+
+
+# ---------------------------------------------------------------- key completeness
+
+
+def _bump(value: dict[str, Any]) -> dict[str, Any]:
+    kind, scalar = next(iter(value.items()))
+    if kind == "int":
+        return {kind: scalar + 1}
+    if kind == "bool":
+        return {kind: not scalar}
+    if kind == "version":
+        major, rest = scalar.split(".", 1)
+        return {kind: f"{int(major) + 1}.{rest}"}
+    if kind == "string":
+        return {kind: scalar + "-x"}
+    return {kind: [*scalar, scalar[0]] if scalar else ["x"]}
+
+
+def perturbations(device: dict[str, Any]) -> list[tuple[str, Callable[[dict[str, Any]], None]]]:
+    """One change per field of a device: each attribute's value changed or removed, each
+    capacity halved, each consumed counter doubled, a taint added."""
+    out: list[tuple[str, Callable[[dict[str, Any]], None]]] = []
+    for name in device.get("attributes", {}):
+
+        def change(d: dict[str, Any], name: str = name) -> None:
+            d["attributes"][name] = _bump(d["attributes"][name])
+
+        def drop(d: dict[str, Any], name: str = name) -> None:
+            del d["attributes"][name]
+
+        out += [(f"attribute {name}", change), (f"no attribute {name}", drop)]
+    for name in device.get("capacity", {}):
+
+        def halve(d: dict[str, Any], name: str = name) -> None:
+            value = d["capacity"][name]["value"]
+            d["capacity"][name]["value"] = "1Gi" if value != "1Gi" else "2Gi"
+
+        out.append((f"capacity {name}", halve))
+    for i, _ in enumerate(device.get("consumesCounters", [])):
+
+        def double(d: dict[str, Any], i: int = i) -> None:
+            counters = d["consumesCounters"][i]["counters"]
+            first = sorted(counters)[0]
+            counters[first] = {"value": "2"}
+
+        out.append((f"counters #{i}", double))
+
+    def taint(d: dict[str, Any]) -> None:
+        d["taints"] = [{"key": "gpudra.io/broken", "effect": "NoSchedule"}]
+
+    out.append(("taint", taint))
+    return out
+
+
+def _device(slices: Slices, node: str, name: str) -> dict[str, Any]:
+    for s in slices:
+        if s["spec"].get("nodeName") == node:
+            for d in s["spec"].get("devices", []):
+                if d["name"] == name:
+                    found: dict[str, Any] = d
+                    return found
+    raise AssertionError(f"{node}/{name} not found")
+
+
+def score(chooser: Chooser, node: Node, pod: list[ResourceClaim]) -> object:
+    """The plain score of `node` (as node 0), or the error its search raises."""
+    try:
+        choice = chooser._best_on_node(0, node, pod, chooser.allocator.state)
+    except AllocationError as exc:
+        return type(exc)
+    return None if choice is None else choice.score
+
+
+CASES = [
+    ("dgx-h100", "gpu-0"),
+    ("a100-mig", "gpu-0"),
+    ("a100-mig", "gpu-0-mig-1g-10gb-0"),
+    ("gb200-tray", "gpu-1"),
+]
+CASE_IDS = [f"{m}-{d}" for m, d in CASES]
+
+
+@pytest.mark.parametrize(("machine", "device"), CASES, ids=CASE_IDS)
+def test_equal_keys_mean_equal_scores_for_every_device_field(machine: str, device: str) -> None:
+    """Twins A and B, B with one field of one device changed: wherever their keys agree, the
+    plain scoring agrees too. Fails when the search or the score reads something the key
+    leaves out (a new scoring rule reading a node-unique attribute, say)."""
+    base, nodes = fleet({machine: 2})
+    a, b = nodes
+    claims = {shape: [claim(shape, "x")] for shape in sorted(SHAPES)}
+    grouped = 0
+    for what, change in perturbations(_device(base, b.name, device)):
+        slices = copy.deepcopy(base)
+        change(_device(slices, b.name, device))
+        allocator = allocator_of(slices)
+        chooser = Chooser(allocator)
+        for shape, pod in claims.items():
+            key = claims_shape(pod)
+            assert key is not None
+            keys = chooser.node_keys.keys([a, b], pod, key, allocator.state, {})
+            if keys[0] is not None and keys[0] == keys[1]:
+                grouped += 1
+                assert score(chooser, a, pod) == score(chooser, b, pod), (what, shape)
+    assert grouped > 0  # node-unique attributes (uuid, pciBusID) keep twins together
+
+
+@pytest.mark.parametrize(
+    ("busy_a", "busy_b", "same"),
+    [
+        pytest.param((), (), True, id="both-idle"),
+        pytest.param(("gpu-0",), ("gpu-0",), True, id="same-device-in-use"),
+        pytest.param(("gpu-0",), ("gpu-1",), False, id="different-device-in-use"),
+        pytest.param(("gpu-0", "gpu-1"), ("gpu-1", "gpu-0"), True, id="same-set"),
+        pytest.param(("gpu-0",), (), False, id="one-idle"),
+    ],
+)
+def test_in_use_state_is_compared_by_device_name(
+    busy_a: tuple[str, ...], busy_b: tuple[str, ...], same: bool
+) -> None:
+    slices, (a, b) = fleet({"dgx-h100": 2})
+    busy = {DeviceID(DRIVER, a.name, d) for d in busy_a}
+    busy |= {DeviceID(DRIVER, b.name, d) for d in busy_b}
+    allocator = allocator_of(slices, busy)
+    chooser = Chooser(allocator)
+    pod = [claim("gpu-1", "x")]
+    shape = claims_shape(pod)
+    assert shape is not None
+    keys = chooser.node_keys.keys([a, b], pod, shape, allocator.state, {})
+    assert (keys[0] == keys[1]) is same
+    # a scratch copy of the same state gives the same keys (the gang path)
+    assert chooser.node_keys.keys([a, b], pod, shape, copy_state(allocator.state), {}) == keys
+
+
+def test_keys_follow_changes_of_the_allocators_state() -> None:
+    slices, (a, b) = fleet({"dgx-h100": 2})
+    allocator = allocator_of(slices)
+    chooser = Chooser(allocator)
+    pod = [claim("gpu-1", "x")]
+    shape = claims_shape(pod)
+    assert shape is not None
+    first = chooser.node_keys.keys([a, b], pod, shape, allocator.state, {})
+    assert first[0] == first[1]
+    allocator.state.devices.add(DeviceID(DRIVER, b.name, "gpu-3"))
+    second = chooser.node_keys.keys([a, b], pod, shape, allocator.state, {})
+    assert second[0] == first[0]
+    assert second[1] != first[1]
+    allocator.state.devices.discard(DeviceID(DRIVER, b.name, "gpu-3"))
+    third = chooser.node_keys.keys([a, b], pod, shape, allocator.state, {})
+    assert third[1] == first[1]
+    held = chooser.node_keys.keys(
+        [a, b], pod, shape, allocator.state, {b.name: frozenset({"nvswitch-0"})}
+    )
+    assert held[0] == first[0]
+    assert held[1] != first[1]
