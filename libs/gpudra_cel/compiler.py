@@ -24,11 +24,14 @@ from gpudra_cel.codegen import InlineCompare, SlotField, chain
 from gpudra_cel.dispatch import Constant, dispatch, receiver_dispatch
 from gpudra_cel.errors import CelCompileError, CelError, CelEvaluationError
 from gpudra_cel.lib_optional import (
+    OPTIONAL_METHODS,
+    device_optional_method,
     entry_value,
     has_any,
     index_any,
     index_optional,
     optional_macro,
+    optional_method,
     select_any,
     select_optional,
 )
@@ -228,14 +231,21 @@ class _Compiler:
             return lambda act: index_any(operand(act), index(act))
         return lambda act: index_value(operand(act), index(act))
 
-    def optional_access(self, node: OptSelect | OptIndex, scope: dict[str, int]) -> Fn:
-        """`x.?f` / `x[?k]`; on DRA's attribute/capacity maps one fused lookup."""
+    def optional_device_path(self, node: Node) -> DevicePath | None:
+        """`device.{attributes,capacity}[<domain>].?<name>` (or `[?"<name>"]`) with literals."""
+        if not isinstance(node, OptSelect | OptIndex):
+            return None
         plain: Select | Index = (
             Select(node.line, node.column, node.operand, node.field)
             if isinstance(node, OptSelect)
             else Index(node.line, node.column, node.operand, node.index)
         )
-        fused = self.device_path(plain)
+        path = self.device_path(plain)
+        return path if path is not None and path.name is not None else None
+
+    def optional_access(self, node: OptSelect | OptIndex, scope: dict[str, int]) -> Fn:
+        """`x.?f` / `x[?k]`; on DRA's attribute/capacity maps one fused lookup."""
+        fused = self.optional_device_path(node)
         if fused is not None and fused.name is not None:
             return _optional_device_path(fused.field, fused.domain, fused.name)
         operand = _fn(self.visit(node.operand, scope))
@@ -413,6 +423,10 @@ class _Compiler:
                 # Kubernetes reports this per device at run time (`false && quantity("x")...`
                 # is simply false), so the folded error is raised when evaluated, not now.
                 return raiser(exc)
+        if node.function in OPTIONAL_METHODS and target is not None:
+            special = self.optional_method(node, target, args)
+            if special is not None:
+                return special
         if node.function in _REGEX_FUNCTIONS and len(operands) >= 2:
             pattern = operands[1]  # s.matches(p), matches(s, p), s.findAll(p, n)
             if isinstance(pattern, Const) and isinstance(pattern.value, str):
@@ -436,6 +450,28 @@ class _Compiler:
                 ]
                 return receiver_dispatch(name, overloads, fns[0], call_args)
         return lambda act: dispatch(name, overloads, [f(act) for f in fns])
+
+    def optional_method(self, node: Call, target: Compiled, args: list[Compiled]) -> Fn | None:
+        """`hasValue`/`value`/`orValue`/`or` on a statically optional target, without dispatch;
+        on `device.attributes["d"].?name` one map lookup (`hasValue` a membership test)."""
+        assert node.target is not None
+        if self.checked.types.get(id(node.target), DYN).name != "optional_type":
+            return None
+        arg = args[0] if args else None
+        path = self.optional_device_path(node.target)
+        if path is not None and path.domain is not None and path.name is not None:
+            literal = isinstance(arg, Const)
+            fused = device_optional_method(
+                node.function,
+                path.field,
+                path.domain,
+                path.name,
+                None if literal or arg is None else _fn(arg),
+                arg.value if isinstance(arg, Const) else None,
+            )
+            if fused is not None:
+                return fused
+        return optional_method(node.function, _fn(target), _fn(arg) if arg is not None else None)
 
 
 def _bound_variable(slot: int) -> Fn:

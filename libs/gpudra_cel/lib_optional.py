@@ -29,11 +29,14 @@ from gpudra_cel.values import CelOptional, CelUint, Failed, map_lookup, no_overl
 
 __all__ = [
     "NONE",
+    "OPTIONAL_METHODS",
+    "device_optional_method",
     "entry_value",
     "has_any",
     "index_any",
     "index_optional",
     "optional_macro",
+    "optional_method",
     "select_any",
     "select_optional",
 ]
@@ -139,3 +142,71 @@ def optional_macro(kind: str, target: Fn, slot: int, body: Fn) -> Fn:
         return result
 
     return run
+
+
+_DEREFERENCE = "optional.none() dereference"
+OPTIONAL_METHODS = frozenset({"hasValue", "value", "orValue", "or"})
+_EMPTY: Mapping[str, object] = {}
+
+
+def optional_method(name: str, target: Fn, arg: Fn | None) -> Fn:
+    """`o.hasValue()`, `o.value()`, `o.orValue(d)`, `o.or(p)` for a target the checker typed
+    `optional_type(T)` (so it is a `CelOptional` at run time): no overload dispatch."""
+    if name == "hasValue":
+        return lambda act: target(act).has_value  # type: ignore[attr-defined]
+    if name == "value":
+
+        def value(act: list[object]) -> object:
+            opt = target(act)
+            if opt.has_value:  # type: ignore[attr-defined]
+                return opt.value  # type: ignore[attr-defined]
+            raise CelEvaluationError(_DEREFERENCE)
+
+        return value
+    assert arg is not None
+    if name == "orValue":
+
+        def or_value(act: list[object]) -> object:
+            opt, default = target(act), arg(act)  # CEL evaluates both, errors included
+            return opt.value if opt.has_value else default  # type: ignore[attr-defined]
+
+        return or_value
+
+    def or_(act: list[object]) -> object:
+        opt, other = target(act), arg(act)
+        return opt if opt.has_value else other  # type: ignore[attr-defined]
+
+    return or_
+
+
+def device_optional_method(
+    name: str, field: str, domain: str, key: str, arg: Fn | None, default: object
+) -> Fn | None:
+    """`device.attributes["d"].?key.<method>(...)` (or `capacity`, or `[?"key"]`) as one map
+    lookup: `hasValue` is a membership test, `orValue(<literal>)` a `get`, `value` an index.
+    `arg` is None when the argument is the literal `default`. None: not fused."""
+    capacity = field == "capacity"
+
+    def table(act: list[object]) -> Mapping[str, object]:
+        device = act[0]
+        tables = device.capacity if capacity else device.attributes  # type: ignore[attr-defined]
+        return tables.get(domain, _EMPTY)  # type: ignore[no-any-return]
+
+    if name == "hasValue":
+        if capacity:
+            return lambda act: key in act[0].capacity.get(domain, _EMPTY)  # type: ignore[attr-defined]
+        return lambda act: key in act[0].attributes.get(domain, _EMPTY)  # type: ignore[attr-defined]
+    if name == "orValue" and arg is None:
+        if capacity:
+            return lambda act: act[0].capacity.get(domain, _EMPTY).get(key, default)  # type: ignore[attr-defined]
+        return lambda act: act[0].attributes.get(domain, _EMPTY).get(key, default)  # type: ignore[attr-defined]
+    if name == "value":
+
+        def value(act: list[object]) -> object:
+            try:
+                return table(act)[key]
+            except KeyError:
+                raise CelEvaluationError(_DEREFERENCE) from None
+
+        return value
+    return None
