@@ -110,8 +110,12 @@ def _trim(text: str) -> str:
 
 
 def _join(items: tuple[object, ...], sep: str = "") -> str:
-    if not all(isinstance(i, str) for i in items):
-        raise CelEvaluationError("join: every element must be a string")
+    for item in items:
+        if not isinstance(item, str):  # cel-go (strings v2) names the first element at fault
+            shown = (
+                "null" if item is None else str(item).lower() if isinstance(item, bool) else item
+            )
+            raise CelEvaluationError(f"join: invalid input: {shown}")
     return sep.join(items)  # type: ignore[arg-type]
 
 
