@@ -4,7 +4,7 @@ Three DGX H100 nodes (8 GPUs each), two allocator replicas, the claim-writer wat
 standalone store as it watches them in a cluster. Pods are written as Kubernetes writes them: the
 pod names ResourceClaimTemplates, its claims are created owned by the pod, then the pod's
 `status.resourceClaimStatuses` names them (the resourceclaim controller's order).
-- a pod with 4 + 4 GPUs lands on one node, both claims;
+- a pod with 4 + 4 GPUs, applied from a manifest as `gpudra apply` does, lands on one node;
 - a pod with 5 + 5 GPUs would fit claim by claim (two free nodes) but never on one node: it stays
   pending, both claims say why, and nothing is reserved for either;
 - a gang of 2 pods x (4 + 3) GPUs: each pod's claims on one node, the two pods on two nodes;
@@ -13,6 +13,7 @@ pod names ResourceClaimTemplates, its claims are created owned by the pod, then 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,12 +30,41 @@ from control_plane.cluster import (
 )
 from control_plane.gang_test import holders
 from gpudra_bus import SLICES_BUCKET
+from gpudra_cli.standalone.apply import apply_plan
+from gpudra_cli.standalone.client import Client as CliClient
+from gpudra_cli.standalone.manifests import plan_files
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
 
 pytestmark = pytest.mark.slow
 
 NODES = ["node-1", "node-2", "node-3"]
+FITS_MANIFEST = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: fits-gpu0}
+spec:
+  spec:
+    devices:
+      requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com, count: 4}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: fits-gpu1}
+spec:
+  spec:
+    devices:
+      requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com, count: 4}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: fits}
+spec:
+  resourceClaims:
+    - {name: a, resourceClaimTemplateName: fits-gpu0}
+    - {name: b, resourceClaimTemplateName: fits-gpu1}
+  containers: [{name: main, image: busybox}]
+"""
 
 
 async def create_pod(
@@ -92,7 +122,9 @@ def reason(claim: dict[str, Any]) -> str:
     return str((claim["metadata"].get("annotations") or {}).get(UNSCHEDULABLE, ""))
 
 
-async def test_a_pods_claims_land_on_one_node_or_hold_nothing(nc: Client, cluster: Cluster) -> None:
+async def test_a_pods_claims_land_on_one_node_or_hold_nothing(
+    nc: Client, cluster: Cluster, tmp_path: Path
+) -> None:
     store = KvStore(nc)
     await publish_nodes(nc, NODES)
     cluster.start_inventory()
@@ -109,16 +141,21 @@ async def test_a_pods_claims_land_on_one_node_or_hold_nothing(nc: Client, cluste
 
     await wait_for(slices, 60, "every node's slices", cluster)
 
-    # 4 + 4 GPUs: both claims, one node (a whole one).
-    await create_pod(store, "fits", [4, 4])
+    # 4 + 4 GPUs: both claims, one node (a whole one). Applied as `gpudra apply` applies a
+    # manifest: the pod recorded, its template claims generated and owned by it.
+    manifest = tmp_path / "fits.yaml"
+    manifest.write_text(FITS_MANIFEST, encoding="utf-8")
+    plan = plan_files([manifest])
+    assert [c["metadata"]["name"] for c in plan.claims] == ["fits-gpu0-0", "fits-gpu1-0"]
+    await apply_plan(CliClient(nc, store), plan)
 
     async def fits() -> dict[str, dict[str, Any]] | None:
         objs = await claims(store)
-        found = [objs.get(f"fits-gpu{i}") for i in range(2)]
+        found = [objs.get(f"fits-gpu{i}-0") for i in range(2)]
         return objs if all(c and devices_of(c) for c in found) else None
 
     objs = await wait_for(fits, 60, "the 4+4 pod allocated", cluster)
-    first = nodes_of(objs["fits-gpu0"]) | nodes_of(objs["fits-gpu1"])
+    first = nodes_of(objs["fits-gpu0-0"]) | nodes_of(objs["fits-gpu1-0"])
     assert len(first) == 1, f"one pod, one node: {first}"
 
     # 5 + 5 GPUs: claim by claim they would take the two free nodes; as a pod, nothing.
@@ -135,7 +172,7 @@ async def test_a_pods_claims_land_on_one_node_or_hold_nothing(nc: Client, cluste
     ), reason(objs["split-gpu0"])
     assert not devices_of(objs["split-gpu0"])
     assert not devices_of(objs["split-gpu1"])
-    assert await holders(nc) == {"default/fits-gpu0", "default/fits-gpu1"}
+    assert await holders(nc) == {"default/fits-gpu0-0", "default/fits-gpu1-0"}
 
     # A gang of two pods, 4 + 3 GPUs each: each pod on one node, so the two free nodes.
     gang = {"gpudra.io/gang": "train", "gpudra.io/gang-size": "4"}
@@ -162,10 +199,10 @@ async def test_a_pods_claims_land_on_one_node_or_hold_nothing(nc: Client, cluste
 
     # The first pod goes: its claims are deleted; the 5+5 pod still never splits.
     for i in range(2):
-        await store.delete(RESOURCE_CLAIMS, f"fits-gpu{i}", "default")
+        await store.delete(RESOURCE_CLAIMS, f"fits-gpu{i}-0", "default")
 
     async def freed() -> bool:
-        return "default/fits-gpu0" not in await holders(nc)
+        return "default/fits-gpu0-0" not in await holders(nc)
 
     await wait_for(freed, 60, "the first pod's devices released", cluster)
     objs = await claims(store)
