@@ -1,8 +1,11 @@
 """Entry point: builds the argument parser from the command modules and runs one subcommand.
 
 Each module in `gpudra_cli.commands` contributes one subcommand through
-`register(subparsers) -> None`, which sets `func=<callable(args) -> int>` on its parser. Errors a
-person can act on are `CliError`: one readable line on stderr and exit code 1, never a traceback.
+`register(subparsers) -> None`, which sets `func=<callable(args) -> int>` on its parser. When the
+first argument names a command, only that command's module is imported and registered (start-up
+cost is that command's own); otherwise (no command, `--help`, a typo) the full parser is built.
+Errors a person can act on are `CliError`: one readable line on stderr and exit code 1, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -20,20 +23,24 @@ Structured GPU devices (MIG, NVLink, fabric cliques) published as ResourceSlices
 CEL, allocation that is Kubernetes-exact and topology-aware."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of command `only` alone."""
     parser = argparse.ArgumentParser(
         prog="gpudra",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="<command>")
-    for register in commands.REGISTRY:
-        register(sub)
+    for name in (only,) if only is not None else commands.NAMES:
+        commands.load(name)(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
-    parser = parser or build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if parser is None:
+        named = argv[0] if argv and argv[0] in commands.NAMES else None
+        parser = build_parser(named)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

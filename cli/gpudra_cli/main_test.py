@@ -4,8 +4,9 @@ import argparse
 
 import pytest
 
+from gpudra_cli import commands
 from gpudra_cli.errors import CliError
-from gpudra_cli.main import main
+from gpudra_cli.main import build_parser, main
 
 
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -34,3 +35,27 @@ def test_unknown_command_exits_2() -> None:
     with pytest.raises(SystemExit) as info:
         main(["no-such-command"])
     assert info.value.code == 2
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(sub.choices)
+
+
+@pytest.mark.parametrize(
+    ("only", "expected"),
+    [
+        pytest.param(None, sorted(commands.NAMES), id="all"),
+        pytest.param("version", ["version"], id="one"),
+    ],
+)
+def test_each_module_registers_the_command_it_is_named_after(
+    only: str | None, expected: list[str]
+) -> None:
+    """main imports only the module named by the first argument: the names must agree."""
+    assert _commands(build_parser(only)) == expected
+
+
+def test_loading_an_unknown_command_is_refused() -> None:
+    with pytest.raises(ValueError, match="no command"):
+        commands.load("os")

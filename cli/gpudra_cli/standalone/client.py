@@ -14,6 +14,7 @@ from typing import Any
 
 from nats.aio.client import Client as Nats
 
+from gpudra_api import TRACEPARENT_ANNOTATION, UNSCHEDULABLE_ANNOTATION
 from gpudra_bus import BusError, connect
 from gpudra_cli.errors import CliError
 from gpudra_cli.standalone.errors import NotRunningError
@@ -21,8 +22,8 @@ from gpudra_kube.errors import AlreadyExistsError, ConflictError, KubeError, Not
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 
-UNSCHEDULABLE = "gpudra.io/unschedulable"
-TRACEPARENT = "gpudra.io/traceparent"
+UNSCHEDULABLE = UNSCHEDULABLE_ANNOTATION
+TRACEPARENT = TRACEPARENT_ANNOTATION
 
 
 @dataclass

@@ -13,7 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpudra_cli.standalone.client import UNSCHEDULABLE
+# Not from the client module: that one imports the Kubernetes adapter, which commands reading
+# only files (`gpudra drift`) should not pay for at start-up.
+from gpudra_api import UNSCHEDULABLE_ANNOTATION as UNSCHEDULABLE
 
 DeviceKey = tuple[str, str, str]  # driver, pool, device
 
