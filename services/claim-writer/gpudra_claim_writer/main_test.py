@@ -1,0 +1,195 @@
+"""The claim-writer process wiring (`serve`), per mode, against a real nats-server and (kubernetes
+mode) the HTTP-level fake API: the DeviceClass mirror and the Events writer run in kubernetes mode,
+the consumers loop in standalone mode — each reached through the service, not built by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import nats.js.errors
+from nats.aio.client import Client
+
+from gpudra_bus import (
+    ALLOCATION_DECISION,
+    DEVICE_CLASSES_BUCKET,
+    Publisher,
+    connect,
+    subjects,
+)
+from gpudra_claim_writer.main import serve
+from gpudra_claim_writer.settings import Settings
+from gpudra_kube.api_backend import ApiStore
+from gpudra_kube.errors import InvalidObjectError
+from gpudra_kube.kv_backend import KvStore
+from gpudra_kube.resources import DEVICE_CLASSES, EVENTS, PODS, RESOURCE_CLAIMS
+from gpudra_kube.store import Store
+from gpudra_standalone.nats_server import NatsServer
+from gpudra_testing.kubeapi import FakeKubeApi
+from gpudrapb.v1 import claims_pb2
+
+ALLOCATION: dict[str, Any] = {
+    "devices": {
+        "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
+    },
+    "nodeSelector": {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+        ]
+    },
+}
+
+
+def claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+    }
+
+
+@contextlib.asynccontextmanager
+async def service(settings: Settings) -> AsyncIterator[Client]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(settings, stop))
+    nc = await connect(settings.nats_url, name="main-test", deadline=10)
+    try:
+        yield nc
+    finally:
+        await nc.drain()
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+async def until(check: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        with contextlib.suppress(nats.js.errors.Error, KeyError):
+            result = await check()
+            if result:
+                return result
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def decide(nc: Client, created: dict[str, Any], *, reason: str = "") -> None:
+    meta = created["metadata"]
+    ref = claims_pb2.ClaimRef(namespace="default", name=meta["name"], uid=meta["uid"])
+    decision = claims_pb2.AllocationDecision(claim=ref)
+    if reason:
+        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_UNSCHEDULABLE
+        decision.reason = reason
+    else:
+        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_ALLOCATED
+        decision.allocation_json = json.dumps(ALLOCATION).encode()
+        decision.node_name = "n1"
+    await Publisher(nc).publish(
+        subjects.allocations("default", meta["name"]),
+        decision,
+        ALLOCATION_DECISION,
+        msg_id=f"{meta['uid']}/{reason or 'allocated'}",
+    )
+
+
+async def test_kubernetes_mode_mirrors_classes_and_records_events(
+    fresh_nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
+        settings = Settings(
+            nats_url=fresh_nats_server.url,
+            health_host="127.0.0.1",
+            health_port=0,
+            mode="kubernetes",
+            kubeconfig=str(fake.write_kubeconfig(tmp_path / "kubeconfig")),
+            watch_timeout=1.0,
+            gate_pods=False,
+        )
+        api: Store = await ApiStore.from_kubeconfig(settings.kubeconfig)
+        try:
+            async with service(settings) as nc:
+                await api.create(
+                    DEVICE_CLASSES,
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "DeviceClass",
+                        "metadata": {"name": "cluster.example.com"},
+                        "spec": {},
+                    },
+                )
+
+                async def mirrored() -> bool:
+                    kv = await nc.jetstream().key_value(DEVICE_CLASSES_BUCKET)
+                    return (await kv.get("cluster.example.com")).value is not None
+
+                await until(mirrored)
+                created = await api.create(RESOURCE_CLAIMS, claim("big"))
+                await decide(nc, created, reason="needs 8 GPUs in one NVLink domain")
+
+                async def warned() -> list[dict[str, Any]]:
+                    return [e for e in fake.objects(EVENTS) if e["reason"] == "FailedAllocation"]
+
+                [event] = await until(warned)
+                assert event["regarding"]["uid"] == created["metadata"]["uid"]
+                assert event["note"] == "needs 8 GPUs in one NVLink domain"
+        finally:
+            await api.close()
+
+
+async def test_standalone_mode_records_consumers_and_releases_after_the_last(
+    fresh_nats_server: NatsServer,
+) -> None:
+    settings = Settings(
+        nats_url=fresh_nats_server.url,
+        health_host="127.0.0.1",
+        health_port=0,
+        watch_timeout=1.0,
+        gate_pods=False,
+    )
+    async with service(settings) as nc:
+        store = KvStore(nc)
+
+        async def buckets_ready() -> bool:
+            try:
+                await store.list(PODS)
+            except InvalidObjectError:  # the service has not created the buckets yet
+                return False
+            return True
+
+        await until(buckets_ready)
+        created = await store.create(RESOURCE_CLAIMS, claim("shared"))
+        await store.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "trainer", "namespace": "default"},
+                "spec": {
+                    "containers": [{"name": "main", "image": "busybox"}],
+                    "resourceClaims": [{"name": "gpus", "resourceClaimName": "shared"}],
+                },
+            },
+        )
+        await decide(nc, created)
+
+        async def reserved() -> list[str]:
+            current = await store.get(RESOURCE_CLAIMS, "shared", "default")
+            return [r["name"] for r in (current.get("status") or {}).get("reservedFor") or []]
+
+        assert await until(reserved) == ["trainer"]
+        await store.delete(PODS, "trainer", "default")
+
+        async def released() -> bool:
+            status = (await store.get(RESOURCE_CLAIMS, "shared", "default")).get("status") or {}
+            return "reservedFor" not in status and "allocation" not in status
+
+        await until(released)
