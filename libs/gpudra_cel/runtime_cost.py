@@ -17,8 +17,10 @@ tenth of the shorter operand; `in` a list: its length; string concatenation; `co
 `semver`, `format`, `strings.quote`); each iteration of a comprehension adds 3 for the loop's
 condition and step (the estimator's figure). `has()` is free, as Kubernetes configures it.
 Where the compiler fuses several nodes into one closure (`device.attributes["d"].name`), the
-closure is charged the units of all of them. The counter lives in the activation list, so one
-compiled selector may still be evaluated from several threads.
+closure is charged the units of all of them. Fixed units are added once per charge point (see
+`_Counting`), before the point runs: an error part-way through may have been charged for the
+rest of its point (an over-count, never an under-count). The counter lives in the activation
+list, so one compiled selector may still be evaluated from several threads.
 """
 
 from __future__ import annotations
@@ -64,10 +66,15 @@ def cost_exceeded(spent: int, limit: int) -> CelEvaluationError:
 
 def _size(value: object) -> int:
     """cel-go's `actualSize`: the length of strings, bytes, lists and maps, else 1."""
-    if isinstance(value, str | bytes | tuple | list | Mapping):
+    cls = value.__class__
+    if cls is str or cls is tuple or cls is dict or cls is bytes or cls is list:
+        return len(value)  # type: ignore[arg-type]
+    if cls is int or cls is bool or cls is float:
+        return 1
+    if isinstance(value, Mapping):
         return len(value)
-    if isinstance(value, CelOptional) and value.has_value:
-        return _size(value.value)
+    if cls is CelOptional and value.has_value:  # type: ignore[attr-defined]
+        return _size(value.value)  # type: ignore[attr-defined]
     return 1
 
 
@@ -118,6 +125,7 @@ def compile_counting(root: Node, checked: Checked, expression: str, limit: int) 
     """Like `compiler.compile_tree`, but every closure adds its cost to `act[METER_SLOT]` and
     raises once the total passes `limit`. Returns the closure and its number of slots."""
     compiler = _Counting(checked, expression, limit)
+    compiler.points.add(id(root))
     return _fn(compiler.visit(root, {})), compiler.slots + 1
 
 
@@ -137,33 +145,58 @@ def _unit(node: Node) -> int:
 
 
 class _Counting(_Compiler):
+    """Charges are summed per *charge point* (the root, each `&&`/`||` operand after the first,
+    each `?:` branch, each comprehension body or filter): one closure per point adds the fixed
+    units of everything evaluated unconditionally below it, so the meter costs one call per
+    point, not per node. Size-dependent calls add their part themselves, after running."""
+
     def __init__(self, checked: Checked, expression: str, limit: int) -> None:
         super().__init__(checked, expression)
         self.slots = METER_SLOT  # macro and cel.bind variables start after the meter
         self.limit = limit
         self.visited: set[int] = set()
+        self.points: set[int] = set()
         self.loop_steps: set[int] = set()
+        self.pending: list[int] = [0]  # fixed units of the open charge points (innermost last)
 
     def inline_compare(self, node: Node, scope: dict[str, int]) -> None:
-        return None  # every operand of a chain becomes its own (counted) closure
+        return None  # every operand of a chain is its own charge point
 
     def visit(self, node: Node, scope: dict[str, int]) -> Compiled:
         self.visited.add(id(node))
-        if isinstance(node, Comprehension):
-            # the predicate (map with a filter) or else the body runs once per element
-            self.loop_steps.add(id(node.predicate if node.predicate is not None else node.body))
+        point = id(node) in self.points
+        if point:
+            self.pending.append(0)
+        self.mark_points(node)
         compiled = super().visit(node, scope)
-        step = LOOP_STEP_COST if id(node) in self.loop_steps else 0
-        if isinstance(compiled, Const):
-            if not step:
-                return compiled  # folded at compile time: free, as in cel-go
-            charge = step
-        else:
-            charge = step + _unit(node) + self.unvisited(node)
-        fn = _fn(compiled)
-        if charge == 0:
-            return fn
-        return _charged(fn, charge, self.limit)
+        if not isinstance(compiled, Const):  # a folded value is free, as in cel-go
+            self.pending[-1] += _unit(node) + self.unvisited(node)
+        if not point:
+            return compiled
+        charge = self.pending.pop() + (LOOP_STEP_COST if id(node) in self.loop_steps else 0)
+        return _charged(_fn(compiled), charge, self.limit) if charge else compiled
+
+    def mark_points(self, node: Node) -> None:
+        """Mark the children of `node` that are evaluated conditionally or repeatedly."""
+        if isinstance(node, Comprehension):
+            # the filter (map with a predicate) or else the body runs once per element
+            step = node.predicate if node.predicate is not None else node.body
+            self.loop_steps.add(id(step))
+            self.points.update((id(step), id(node.body)))
+        elif isinstance(node, Bind):
+            self.mark_points(node.body)  # a chain body is compiled without visiting its node
+        elif isinstance(node, Call) and node.function in ("_&&_", "_||_"):
+            operands: list[Node] = []
+            pending: list[Node] = [node]
+            while pending:  # the compiler's left-to-right flattening of one operator
+                current = pending.pop()
+                if isinstance(current, Call) and current.function == node.function:
+                    pending += reversed(current.args)
+                else:
+                    operands.append(current)
+            self.points.update(id(o) for o in operands[1:])
+        elif isinstance(node, Call) and node.function == "_?_:_":
+            self.points.update((id(node.args[1]), id(node.args[2])))
 
     def unvisited(self, node: Node) -> int:
         """Units of the nodes below `node` that the compiler fused into its closure."""
