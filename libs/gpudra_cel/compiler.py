@@ -30,6 +30,8 @@ from gpudra_cel.lib_optional import (
     has_any,
     index_any,
     index_optional,
+    optional_device_path,
+    optional_list,
     optional_macro,
     optional_method,
     select_any,
@@ -127,7 +129,7 @@ class _Compiler:
         if isinstance(node, Has):
             return self.has(node, scope)
         if isinstance(node, ListLit) and node.optional:
-            return _optional_list(node.optional, [self.visit(i, scope) for i in node.items])
+            return optional_list(node.optional, [_fn(self.visit(i, scope)) for i in node.items])
         if isinstance(node, ListLit):
             items = [self.visit(i, scope) for i in node.items]
             if all(isinstance(i, Const) for i in items):
@@ -247,7 +249,7 @@ class _Compiler:
         """`x.?f` / `x[?k]`; on DRA's attribute/capacity maps one fused lookup."""
         fused = self.optional_device_path(node)
         if fused is not None and fused.name is not None:
-            return _optional_device_path(fused.field, fused.domain, fused.name)
+            return optional_device_path(fused.field, fused.domain, fused.name)
         operand = _fn(self.visit(node.operand, scope))
         key: Fn
         if isinstance(node, OptSelect):
@@ -482,47 +484,6 @@ def _bound_variable(slot: int) -> Fn:
         return value
 
     return read
-
-
-def _optional_list(optional: tuple[int, ...], items: list[Compiled]) -> Compiled:
-    """`[a, ?b, ...]`: `?b` contributes its value, or nothing when it is none."""
-    marked = frozenset(optional)
-    fns = [_fn(i) for i in items]
-
-    def build(act: list[object]) -> object:
-        result: list[object] = []
-        for i, f in enumerate(fns):
-            value = f(act)
-            if i in marked:
-                present, value = entry_value(value)
-                if not present:
-                    continue
-            result.append(value)
-        return tuple(result)
-
-    return build
-
-
-def _optional_device_path(field: str, domain: str | None, name: str) -> Fn:
-    """`device.attributes["d"].?name` (or `capacity`) as one lookup."""
-    none = CelOptional.NONE
-    if field == "attributes":
-
-        def attribute(act: list[object]) -> object:
-            try:
-                return CelOptional(act[0].attributes[domain][name])  # type: ignore[attr-defined]
-            except KeyError:
-                return none
-
-        return attribute
-
-    def capacity(act: list[object]) -> object:
-        try:
-            return CelOptional(act[0].capacity[domain][name])  # type: ignore[attr-defined]
-        except KeyError:
-            return none
-
-    return capacity
 
 
 def _device_map_get(mapping: object, key: object) -> object:

@@ -35,6 +35,8 @@ __all__ = [
     "has_any",
     "index_any",
     "index_optional",
+    "optional_device_path",
+    "optional_list",
     "optional_macro",
     "optional_method",
     "select_any",
@@ -210,3 +212,42 @@ def device_optional_method(
 
         return value
     return None
+
+
+def optional_list(optional: tuple[int, ...], items: list[Fn]) -> Fn:
+    """`[a, ?b, ...]`: `?b` contributes its value, or nothing when it is none."""
+    marked = frozenset(optional)
+
+    def build(act: list[object]) -> object:
+        result: list[object] = []
+        for i, item in enumerate(items):
+            value = item(act)
+            if i in marked:
+                present, value = entry_value(value)
+                if not present:
+                    continue
+            result.append(value)
+        return tuple(result)
+
+    return build
+
+
+def optional_device_path(field: str, domain: str | None, name: str) -> Fn:
+    """`device.attributes["d"].?name` (or `capacity`) as one lookup."""
+    if field == "attributes":
+
+        def attribute(act: list[object]) -> object:
+            try:
+                return CelOptional(act[0].attributes[domain][name])  # type: ignore[attr-defined]
+            except KeyError:
+                return NONE
+
+        return attribute
+
+    def capacity(act: list[object]) -> object:
+        try:
+            return CelOptional(act[0].capacity[domain][name])  # type: ignore[attr-defined]
+        except KeyError:
+            return NONE
+
+    return capacity
