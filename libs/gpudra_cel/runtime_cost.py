@@ -26,7 +26,7 @@ list, so one compiled selector may still be evaluated from several threads.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from gpudra_cel.calls import raiser
 from gpudra_cel.checker import Checked
@@ -82,12 +82,12 @@ def _tenth(n: int) -> int:
     return math.ceil(n * 0.1)
 
 
-def _regex(values: list[object], result: object) -> int:
+def _regex(values: Sequence[object], result: object) -> int:
     return _tenth(1 + _size(values[0])) * math.ceil(_size(values[1]) * 0.25)
 
 
 # function -> price from the actual operand values (receiver first) and the result
-_SIZED: dict[str, Callable[[list[object], object], int]] = {
+_SIZED: dict[str, Callable[[Sequence[object], object], int]] = {
     "_==_": lambda v, r: _tenth(min(_size(v[0]), _size(v[1]))),
     "_!=_": lambda v, r: _tenth(min(_size(v[0]), _size(v[1]))),
     "_<_": lambda v, r: _tenth(min(_size(v[0]), _size(v[1]))),
@@ -234,6 +234,21 @@ class _Counting(_Compiler):
                     raise self.error(str(exc), node) from exc
         fns = [_fn(c) for c in compiled]
         limit = self.limit
+        if op is not None and len(fns) == 2:  # operators: no argument list to build
+            first, second = fns
+            binary = op
+
+            def sized_operator(act: list[object]) -> object:
+                a = first(act)
+                b = second(act)
+                result = binary(a, b)
+                meter: list[int] = act[METER_SLOT]  # type: ignore[assignment]
+                meter[0] += price((a, b), result)
+                if meter[0] > limit:
+                    raise cost_exceeded(meter[0], limit)
+                return result
+
+            return sized_operator
 
         def sized(act: list[object]) -> object:
             values = [f(act) for f in fns]
