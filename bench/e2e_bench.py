@@ -9,6 +9,12 @@ appeared, so the fleet sees steady churn. Reported: p50/p90/p99/max of create â†
 
     python bench/e2e_bench.py --nodes 1000 --claims 2000 --rate 100
 
+`--profile DIR` runs every service under cProfile (a `sitecustomize` hook put on the services'
+PYTHONPATH; the bench's own process is profiled too) and writes `<service>-<pid>.prof` plus a
+`.txt` summary (top functions by own time and by cumulative time) per process into DIR, so the
+question "where do a claim's milliseconds go, per process" has an answer. Profiling slows every
+process down; compare profiles with profiles, never with unprofiled latencies.
+
 The goal of issue 8 is p99 < 50 ms at 100 claims/s on 1,000 nodes. No GPU is involved; the nodes
 are simulator profiles.
 """
@@ -17,6 +23,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import io
+import os
+import pstats
+import signal
 import statistics
 import sys
 import tempfile
@@ -38,6 +49,65 @@ from gpudra_kube.kv_backend import KvStore  # noqa: E402
 from gpudra_kube.resources import RESOURCE_CLAIMS  # noqa: E402
 from gpudra_kube.store import EventType  # noqa: E402
 from gpudra_standalone.nats_server import NatsServer  # noqa: E402
+
+_PROFILE_HOOK = """\
+import cProfile, os, signal, sys
+_dir = os.environ.get("GPUDRA_BENCH_PROFILE_DIR")
+if _dir:
+    _argv = list(getattr(sys, "orig_argv", sys.argv))
+    _name = _argv[_argv.index("-m") + 1] if "-m" in _argv[:-1] else "python"
+    if "--replica-id" in _argv[:-1]:
+        _name += "-" + _argv[_argv.index("--replica-id") + 1]
+    _prof = cProfile.Profile()
+
+    def _start(signum, frame):
+        _prof.enable()
+
+    def _stop(signum, frame):
+        _prof.disable()
+        _prof.dump_stats(os.path.join(_dir, f"{_name}-{os.getpid()}.prof"))
+
+    signal.signal(signal.SIGUSR1, _start)
+    signal.signal(signal.SIGUSR2, _stop)
+"""
+
+
+class ProfiledCluster(Cluster):
+    """The bench's cluster; with a profile directory every service runs under cProfile."""
+
+    def __init__(self, nats_url: str, tmp: Path, profile_dir: Path | None) -> None:
+        super().__init__(nats_url, tmp)
+        self.profile_dir = profile_dir
+        if profile_dir is not None:
+            hook = tmp / "profile-hook"
+            hook.mkdir(parents=True, exist_ok=True)
+            (hook / "sitecustomize.py").write_text(_PROFILE_HOOK)
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        if self.profile_dir is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(self.tmp / "profile-hook"), env["PYTHONPATH"]])
+            env["GPUDRA_BENCH_PROFILE_DIR"] = str(self.profile_dir)
+        return env
+
+    def profile(self, on: bool) -> None:
+        """Start (or stop and write) every service's profile: only the claims phase is measured."""
+        if self.profile_dir is None:
+            return
+        for service in self.services.values():
+            if service.proc.poll() is None:
+                service.proc.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2)
+
+
+def summarise_profiles(directory: Path, top: int = 30) -> None:
+    """Write `<name>.txt` beside every `<name>.prof`: top functions by own and cumulative time."""
+    for prof in sorted(directory.glob("*.prof")):
+        out = io.StringIO()
+        stats = pstats.Stats(str(prof), stream=out)
+        stats.sort_stats("tottime").print_stats(top)
+        stats.sort_stats("cumulative").print_stats(top)
+        prof.with_suffix(".txt").write_text(out.getvalue())
+        print(f"profile: {prof.with_suffix('.txt')}")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -61,7 +131,10 @@ async def wait_slices(nc: Client, count: int, timeout: float) -> None:
 async def run(args: argparse.Namespace) -> int:
     server = NatsServer().start()
     tmp = Path(tempfile.mkdtemp(prefix="gpudra-e2e-"))
-    cluster = Cluster(server.url, tmp)
+    profile_dir = Path(args.profile).resolve() if args.profile else None
+    if profile_dir is not None:
+        profile_dir.mkdir(parents=True, exist_ok=True)
+    cluster = ProfiledCluster(server.url, tmp, profile_dir)
     try:
         nc = await connect(server.url, name="e2e-bench", deadline=10)
         await ensure_streams(nc.jetstream())
@@ -103,6 +176,10 @@ async def run(args: argparse.Namespace) -> int:
         watcher = asyncio.create_task(watch())
         await asyncio.sleep(1.0)
         interval = 1.0 / args.rate
+        bench_profile = cProfile.Profile() if profile_dir is not None else None
+        cluster.profile(True)
+        if bench_profile is not None:
+            bench_profile.enable()
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -128,12 +205,20 @@ async def run(args: argparse.Namespace) -> int:
                 progress.update(got, completed=len(latency))
                 await asyncio.sleep(0.2)
             progress.update(got, completed=len(latency))
+            if bench_profile is not None:
+                bench_profile.disable()
+                bench_profile.dump_stats(str(profile_dir / f"bench-{os.getpid()}.prof"))
+            cluster.profile(False)
             total_time = max(latency.values(), default=0.0) + (
                 max(created.values()) - t0 if created else 0.0
             )
-        for task in [watcher, *later]:
-            task.cancel()
-        await asyncio.wait([watcher, *later], timeout=5.0)
+        # nats-py turns a cancellation that lands while the connection closes into a connection
+        # error, which the informer retries: cancel until every task is really gone.
+        tasks = [watcher, *later]
+        while not all(task.done() for task in tasks):
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks, timeout=1.0)
         values = [v * 1000 for v in latency.values()]
         print(
             f"\nclaims: {args.claims} at {args.rate}/s offered ({args.claims / send_time:.1f}/s "
@@ -166,8 +251,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=1, help="allocator replicas")
     parser.add_argument("--policy", default="first-fit", choices=("first-fit", "topology"))
     parser.add_argument("--drain", type=float, default=60.0, help="seconds to wait at the end")
+    parser.add_argument(
+        "--profile", default="", help="directory for per-process cProfile output (slows all)"
+    )
     args = parser.parse_args(argv)
-    return asyncio.run(run(args))
+    code = asyncio.run(run(args))
+    if args.profile:
+        time.sleep(1.0)  # the services write their profiles on SIGUSR2, asynchronously
+        summarise_profiles(Path(args.profile))
+    return code
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ pool cache stays valid until the slices change) and reads the live `AllocatedSta
 reservation mirror maintains. `first-fit` takes the first node (by name) where Kubernetes' search
 succeeds; `topology` (the default) lets the placement layer score the solutions of every node
 (NVLink domains kept whole, fragmentation low) — both bounded by Kubernetes' rules. Nodes whose
-every device is taken are skipped before searching. An unschedulable decision carries the
+every device is taken are skipped before searching; which nodes those are is kept up to date per
+decision from the pools whose in-use devices changed (`InUseDevices.pool_version`), so a decision
+does not walk every device of the fleet, and the candidate list stays the same object while no
+node fills up or frees (the core's own "known full" memo is keyed on it). An unschedulable decision carries the
 placement layer's explanation and its one-line sentence. The same inputs always give the same
 decision. Invalid input raises `AllocationInputError`.
 """
@@ -23,6 +26,7 @@ import yaml
 from gpudra_alloc import AllocatedState, Allocator, DeviceID, Features
 from gpudra_alloc.builtin import builtin_class_documents
 from gpudra_alloc.placement import Chooser, Gang, choose_node, place_gang, why_pending
+from gpudra_alloc.state import InUseDevices
 from gpudra_allocator.errors import SettingsError
 from gpudra_api import (
     AllocationResult,
@@ -111,6 +115,11 @@ class Engine:
         self._chooser: Chooser | None = None
         self._node_devices: dict[str, list[DeviceID]] = {}
         self._version = -1
+        # The incremental "which nodes are full" view (reset with the allocator).
+        self._pool_nodes: dict[tuple[str, str], list[str]] = {}
+        self._pools_seen: dict[tuple[str, str], int] = {}
+        self._full: set[str] = set()
+        self._open: list[Node] | None = None
 
     def use_classes(self, applied: Iterable[DeviceClass]) -> None:
         """Classes applied to the cluster, over the built-in ones (an applied class wins)."""
@@ -144,8 +153,48 @@ class Engine:
                 node: [DeviceID(s.driver, s.pool.name, d.name) for s in owned for d in s.devices]
                 for node, owned in self._allocator.by_node.items()
             }
+            self._pool_nodes = {}
+            for node, devices in self._node_devices.items():
+                for key in {(d.driver, d.pool) for d in devices}:
+                    self._pool_nodes.setdefault(key, []).append(node)
+            self._pools_seen = {}
+            self._full = set()
+            self._open = None
             self._version = version
         return self._allocator
+
+    def _is_full(self, node: str, taken: set[DeviceID]) -> bool:
+        devices = self._node_devices.get(node)
+        return devices is not None and bool(devices) and all(d in taken for d in devices)
+
+    def _open_nodes(self, allocator: Allocator) -> list[Node]:
+        """Nodes in name order without the full ones; the same list object while that holds."""
+        taken = allocator.state.devices
+        if not isinstance(taken, InUseDevices):
+            # No change counters: look at every node (correct, only slower).
+            self._open = None
+            return [
+                n for n in map(Node, allocator.node_names()) if not self._is_full(n.name, taken)
+            ]
+        changed: set[str] = set()
+        if self._open is None:
+            changed.update(self._node_devices)
+        for key, seen in taken.pool_version.items():
+            if self._pools_seen.get(key) != seen:
+                self._pools_seen[key] = seen
+                changed.update(self._pool_nodes.get(key, ()))
+        flipped = False
+        for node in changed:
+            full = self._is_full(node, taken)
+            if full != (node in self._full):
+                flipped = True
+                if full:
+                    self._full.add(node)
+                else:
+                    self._full.discard(node)
+        if self._open is None or flipped:
+            self._open = [Node(n) for n in allocator.node_names() if n not in self._full]
+        return self._open
 
     def _candidates(self, allocator: Allocator, claims: list[ResourceClaim]) -> list[Node]:
         """Nodes in name order, without those whose every device is taken exclusively.
@@ -160,13 +209,17 @@ class Engine:
         )
         if allocator.shared or admin:
             return [Node(n) for n in names]
-        taken = allocator.state.devices
-        return [
-            Node(n)
-            for n in names
-            if not all(d in taken for d in self._node_devices.get(n, ()))
-            or not self._node_devices.get(n)
-        ]
+        return self._open_nodes(allocator)
+
+    def candidates(
+        self,
+        claims: list[ResourceClaim],
+        slices: Iterable[ResourceSlice],
+        version: int,
+        state: AllocatedState,
+    ) -> list[Node]:
+        """The nodes `decide` would search for `claims`, in order (full nodes left out)."""
+        return self._candidates(self._for(version, slices, state), claims)
 
     def decide_gang(
         self,

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from gpudra_alloc import AllocatedState
+from gpudra_alloc import AllocatedState, DeviceID
 from gpudra_allocator.engine import Engine, load_classes, summary
 from gpudra_allocator.errors import SettingsError
 from gpudra_api import parse_resource_claim, parse_resource_slice
@@ -113,3 +113,60 @@ def test_unschedulable_reason_is_a_sentence() -> None:
     )
     assert not decision.allocated
     assert decision.reason.startswith("needs 5 GPUs"), decision.reason
+
+
+def _brute_open(state: AllocatedState, nodes: dict[str, int]) -> list[str]:
+    """The nodes with a free device, the slow way (every device looked at)."""
+    return [
+        n
+        for n, gpus in sorted(nodes.items())
+        if not all(DeviceID("gpu.nvidia.com", n, f"gpu-{i}") in state.devices for i in range(gpus))
+    ]
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        pytest.param([("+", "node-a", 0), ("+", "node-a", 1)], id="first-node-fills"),
+        pytest.param(
+            [("+", "node-a", 0), ("+", "node-a", 1), ("-", "node-a", 0)], id="full-node-frees"
+        ),
+        pytest.param(
+            [("+", "node-b", i) for i in range(4)] + [("+", "node-a", 0), ("+", "node-a", 1)],
+            id="every-node-fills",
+        ),
+        pytest.param(
+            [("+", "node-a", 0), ("+", "node-a", 1), ("-", "node-a", 1), ("+", "node-a", 1)],
+            id="fills-frees-fills",
+        ),
+    ],
+)
+def test_open_nodes_follow_every_change(steps: list[tuple[str, str, int]]) -> None:
+    """The incremental full-node view equals looking at every device, after each change."""
+    nodes = {"node-a": 2, "node-b": 4, "node-c": 1}
+    slices = [slice_(n, g) for n, g in nodes.items()]
+    state = AllocatedState()
+    engine = Engine(load_classes(), "first-fit")
+    engine.decide([claim(1)], slices, 1, state)  # builds the view
+    for op, node, index in steps:
+        device = DeviceID("gpu.nvidia.com", node, f"gpu-{index}")
+        if op == "+":
+            state.devices.add(device)
+        else:
+            state.devices.discard(device)
+        decision = engine.decide([claim(1)], slices, 1, state)
+        open_nodes = _brute_open(state, nodes)
+        assert [n.name for n in engine.candidates([claim(1)], slices, 1, state)] == open_nodes
+        assert decision.node == (open_nodes[0] if open_nodes else "")
+
+
+def test_candidate_list_is_stable_while_nothing_fills() -> None:
+    slices = [slice_("node-a", 2), slice_("node-b", 4)]
+    state = AllocatedState()
+    engine = Engine(load_classes(), "first-fit")
+    first = engine.candidates([claim(1)], slices, 1, state)
+    state.devices.add(DeviceID("gpu.nvidia.com", "node-b", "gpu-0"))
+    assert engine.candidates([claim(1)], slices, 1, state) is first
+    state.devices.add(DeviceID("gpu.nvidia.com", "node-a", "gpu-0"))
+    state.devices.add(DeviceID("gpu.nvidia.com", "node-a", "gpu-1"))
+    assert [n.name for n in engine.candidates([claim(1)], slices, 1, state)] == ["node-b"]

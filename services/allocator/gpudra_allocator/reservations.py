@@ -57,6 +57,9 @@ class Reservations:
         self._kv = kv
         self._clock = clock
         self._pools: dict[str, tuple[int, PoolHoldings]] = {}
+        # claim UID -> keys of the pools holding something of it (so a claim's lookup does not
+        # walk every holding of the fleet)
+        self._uid_pools: dict[str, set[str]] = {}
         self.state = AllocatedState()
         self.changed = asyncio.Event()
         self.version = 0
@@ -109,18 +112,30 @@ class Reservations:
             return  # our own write, seen again (or an older one arriving late)
         if current is not None:
             apply_holdings(self.state, current[1], -1)
+            for h in current[1].holdings:
+                keys = self._uid_pools.get(h.uid)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._uid_pools[h.uid]
         if value is None:
             self._pools.pop(key, None)
         else:
             self._pools[key] = (revision, value)
             apply_holdings(self.state, value, +1)
+            for h in value.holdings:
+                self._uid_pools.setdefault(h.uid, set()).add(key)
         self.version += 1
         self.changed.set()
 
     def holdings_of(self, uid: str) -> list[tuple[PoolHoldings, Holding]]:
         """Every holding of `uid` the mirror knows, with the pool it is in."""
         return [
-            (pool, h) for _, pool in self._pools.values() for h in pool.holdings if h.uid == uid
+            (pool, h)
+            for key in sorted(self._uid_pools.get(uid, ()))
+            for pool in (self._pools[key][1],)
+            for h in pool.holdings
+            if h.uid == uid
         ]
 
     def pool(self, driver: str, pool: str) -> PoolHoldings:
