@@ -11,7 +11,8 @@ Promises, as in cel-go and the cel-spec conformance file `optionals.textproto`:
 - `[?e]` / `{?k: e}` keep the element / entry only when `e` has a value; an `e` that is not an
   optional is an error;
 - `o.optMap(v, e)` is none on none, else `optional.of(e)` with `v` bound to the value;
-  `optFlatMap` is the same but `e` must itself be an optional.
+  `optFlatMap` is the same but `e` must itself be an optional;
+- `o.orValue(d)` / `o.or(p)` evaluate `d` / `p` only when `o` is none (they short-circuit).
 The DRA `device.attributes` / `.capacity` maps find every domain (an unknown one is empty), so
 `device.attributes.?d` and `device.attributes[?d]` always have a value, as in Kubernetes.
 """
@@ -166,17 +167,21 @@ def optional_method(name: str, target: Fn, arg: Fn | None) -> Fn:
 
         return value
     assert arg is not None
+    # cel-go short-circuits both: the alternative is evaluated only for a none target, so
+    # `o.orValue(1 / 0)` is o's value when it has one.
     if name == "orValue":
 
         def or_value(act: list[object]) -> object:
-            opt, default = target(act), arg(act)  # CEL evaluates both, errors included
-            return opt.value if opt.has_value else default  # type: ignore[attr-defined]
+            opt = target(act)
+            if opt.has_value:  # type: ignore[attr-defined]
+                return opt.value  # type: ignore[attr-defined]
+            return arg(act)
 
         return or_value
 
     def or_(act: list[object]) -> object:
-        opt, other = target(act), arg(act)
-        return opt if opt.has_value else other  # type: ignore[attr-defined]
+        opt = target(act)
+        return opt if opt.has_value else arg(act)  # type: ignore[attr-defined]
 
     return or_
 

@@ -54,8 +54,12 @@ C = 'device.capacity["gpu.nvidia.com"]'
         pytest.param(f'{D}.?index.orValue("none") == 3', True, False, id="dyn-or-string"),
         pytest.param(f'{D}["productName"].size() > 0 || {D}.?nope.hasValue()', True, "error"),
         pytest.param(f'{D}[?"index"].orValue(0) == 3', True, False, id="index-literal"),
-        # the fused DRA-map forms and the general ones must agree; arguments are strict
-        pytest.param(f"{D}.?index.orValue({D}.index) == 3", True, "error", id="strict-default"),
+        # the fused DRA-map forms and the general ones must agree; or/orValue short-circuit
+        pytest.param(f"{D}.?index.orValue({D}.index) == 3", True, "error", id="lazy-default"),
+        pytest.param(f"{D}.?index.orValue(1 / 0) == 3", True, "error", id="lazy-error"),
+        pytest.param(
+            f"{D}.?index.or(optional.of(1 / 0)).value() == 3", True, "error", id="lazy-or"
+        ),
         pytest.param(f"{D}.?index.or({D}.?index).value() == 3", True, "error", id="or-value"),
         pytest.param(f'{C}[?"memory"].hasValue()', True, False, id="capacity-has"),
         pytest.param(f'{C}.?memory.value().isGreaterThan(quantity("1"))', True, "error"),
