@@ -6,7 +6,8 @@ The oracle is therefore cel-python evaluating the same selector *desugared by ha
 CEL, by the definitions cel-go implements (and the cel-spec conformance file pins down):
 
 - `m.?f.hasValue()` is `has(m.f)`, `m[?"f"].hasValue()` is `"f" in m`;
-- `m.?f.orValue(d)` is `(has(m.f) ? m.f : d)`, `m.?f.value()` is `m.f` (an error when absent);
+- `m.?f.orValue(d)` is `(has(m.f) ? m.f : d)` (`d` is evaluated only when `f` is absent),
+  `m.?f.value()` is `m.f` (an error when absent);
 - `m.?f.optMap(v, e).orValue(d)` is `(has(m.f) ? e[v := m.f] : d)`;
 - `[?m.?f, ...]` has the element only when `has(m.f)`; `{?k: m.?f}` likewise.
 
@@ -80,6 +81,10 @@ PAIRS: list[tuple[str, str]] = [
     (
         f'{D}.?tags[0].orValue("") == "nvlink"',
         f'(has({D}.tags) && size({D}.tags) > 0 ? {D}.tags[0] : "") == "nvlink"',
+    ),
+    (  # orValue short-circuits: the failing default matters only when the value is absent
+        f"{D}.?index.orValue({D}.numaNode / 0) >= 2",
+        f"(has({D}.index) ? {D}.index : {D}.numaNode / 0) >= 2",
     ),
     (
         f'{D}.?type.orValue("") == "gpu" && {D}.index < 4',
