@@ -60,8 +60,8 @@ class Marks:
 
 
 def blank_marks(expression: str, lexer: lark.Lark) -> tuple[str, Marks]:
-    """The expression with every optional mark blanked, and the marks (`lexer`: cel-python's
-    Lark instance, whose terminals decide what is a string or a comment)."""
+    """The expression with every optional mark blanked, and the marks (`lexer`: the parser of
+    `grammar`, whose terminals decide what is a string or a comment)."""
     if "?" not in expression:  # the common case costs one scan of the text
         return expression, Marks()
     pending: dict[tuple[int, int], tuple[int, int]] = {}
