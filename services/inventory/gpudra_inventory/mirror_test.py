@@ -1,17 +1,25 @@
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import pytest_asyncio
 
+from gpudra_bus import SLICES_BUCKET, Publisher, connect, ensure_buckets, ensure_streams, subjects
+from gpudra_inventory.errors import NotLeaderError
+from gpudra_inventory.lease import Lease, ensure_lease_bucket
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.pools import Change, PoolBook
 from gpudra_inventory.pools_test import inventory
+from gpudra_inventory.service import NODE_INVENTORY, InventoryService
+from gpudra_inventory.settings import Settings
 from gpudra_kube.api_backend import ApiStore, load_api_client
 from gpudra_kube.resources import RESOURCE_SLICES
-from gpudra_slices import SliceOptions
+from gpudra_slices import SliceOptions, build_slices
+from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
 
 
@@ -78,3 +86,58 @@ def _bumped(slice_: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(slice_)
     out["spec"]["pool"]["generation"] = 2
     return out
+
+
+async def test_a_deposed_leader_writes_nothing_more(api: tuple[FakeKubeApi, ApiStore]) -> None:
+    fake, store = api
+    leading = [True]
+    mirror = SliceMirror(store, "gpu.nvidia.com", lambda: leading[0])
+    book = PoolBook(SliceOptions(max_devices=2))
+    first = book.observe(inventory(), seen_at=1.0)
+    assert first is not None
+    await mirror.apply(first)
+    before = sorted((m, p) for m, p in fake.requests if m != "GET")
+    leading[0] = False
+    with pytest.raises(NotLeaderError):
+        await mirror.apply(Change("node-a", 2, [_bumped(s) for s in first.write], []))
+    with pytest.raises(NotLeaderError):
+        await mirror.prune(PoolBook(SliceOptions()))
+    assert sorted((m, p) for m, p in fake.requests if m != "GET") == before
+    assert {o["spec"]["pool"]["generation"] for o in fake.objects(RESOURCE_SLICES)} == {1}
+
+
+async def test_a_new_leader_mirrors_its_pools_then_prunes_strangers(
+    api: tuple[FakeKubeApi, ApiStore], fresh_nats_server: NatsServer
+) -> None:
+    fake, store = api
+    nc = await connect(fresh_nats_server.url, name="mirror-test", deadline=10)
+    stop = asyncio.Event()
+    task = None
+    try:
+        await ensure_streams(nc.jetstream())
+        kv = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
+        template = build_slices(inventory("gone-node"), SliceOptions())[0]
+        await fake.put(RESOURCE_SLICES, template)  # a node that vanished while nobody led
+        await Publisher(nc).publish(
+            subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
+        )
+        service = InventoryService(
+            nc,
+            kv,
+            Settings(mode="kubernetes"),
+            SliceMirror(store, "gpu.nvidia.com"),
+            lease=Lease(await ensure_lease_bucket(nc.jetstream(), 2.0), "leader", 2.0),
+        )
+        await service.load()
+        task = asyncio.create_task(service.run(stop))
+        for _ in range(200):
+            if names(fake) == ["node-x-gpu.nvidia.com-0"]:
+                break
+            await asyncio.sleep(0.05)
+        assert names(fake) == ["node-x-gpu.nvidia.com-0"]
+        assert service.role == "leader"
+    finally:
+        stop.set()
+        if task is not None:
+            await task
+        await nc.drain()

@@ -102,6 +102,7 @@ class InventoryService:
         # The lease epoch this replica has taken over in (0: none; without a lease, 1 once loaded).
         self._term = 0
         self._dirty: set[str] = set()
+        self._prune_pending = False
         self._last_drift: dict[str, Any] | None = None
 
     def _epoch(self) -> int:
@@ -196,32 +197,43 @@ class InventoryService:
         if self._term != self._epoch():
             if not self._caught_up:
                 return  # take over with warm pools, not half-read ones
-            await self._takeover()
-            if not self.leading():
+            if not await self._takeover():
                 return
         await self._flush()
+        if self._prune_pending and not self._dirty and self.leading():
+            await self._mirror_prune()
 
-    async def _takeover(self) -> None:
+    async def _takeover(self) -> bool:
+        """Re-read the bucket and mark every pool for republishing; whether that worked."""
         epoch = self._epoch()
         try:
             written = await self._writer.read()
         except BusError as exc:
             log.warning("cannot read the slices to take over (%s); retrying", exc)
-            return
+            return False
         changes = self.book.adopt(written)
         self._dirty = {c.node for c in changes}
         self._term = epoch
+        self._prune_pending = self._mirror is not None
         self.takeovers += 1
         log.info(
-            "leader (epoch %d): republishing %d of %d pools", epoch, len(changes), len(written)
+            "leader (epoch %d): republishing %d of %d pools",
+            epoch,
+            len(changes),
+            len(self.book.pools),
         )
-        await self._flush()
-        if self._mirror is not None and self.leading() and not self._dirty:
-            await self._mirror_prune()
+        return True
 
     async def _mirror_prune(self) -> None:
+        """Once all pools are written after a takeover: remove API slices no pool owns."""
         assert self._mirror is not None
-        removed = await self._mirror.prune(self.book)
+        try:
+            removed = await self._mirror.prune(self.book)
+        except NotLeaderError as exc:
+            log.warning("pruning stopped: %s", exc)
+            self._term = 0
+            return
+        self._prune_pending = False
         log.info("removed %d stale slices from the API", removed)
 
     async def _flush(self) -> None:

@@ -24,6 +24,7 @@ from gpudra_inventory.pools_test import inventory
 from gpudra_inventory.service import NODE_INVENTORY, InventoryService
 from gpudra_inventory.settings import Settings
 from gpudra_standalone.nats_server import NatsServer
+from gpudrapb.v1 import inventory_pb2 as pb
 
 
 @pytest_asyncio.fixture
@@ -153,3 +154,65 @@ async def _true(value: bool) -> bool:
 
 async def _ge(value: Any, floor: int) -> bool:
     return bool(await value >= floor)
+
+
+async def test_a_leader_cut_off_from_its_lease_stops_writing_before_the_standby_starts(
+    nc: Client, fresh_nats_server: NatsServer
+) -> None:
+    ttl = 0.8
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+    # The leader renews its lease over a connection of its own, which the test then cuts.
+    lease_nc = await connect(fresh_nats_server.url, name="inventory-test-lease", deadline=10)
+    a = InventoryService(
+        nc,
+        kv,
+        Settings(),
+        lease=Lease(await ensure_lease_bucket(lease_nc.jetstream(), ttl), "a", ttl),
+    )
+    b = InventoryService(
+        nc, kv, Settings(), lease=Lease(await ensure_lease_bucket(nc.jetstream(), ttl), "b", ttl)
+    )
+    stop = asyncio.Event()
+    tasks = []
+    try:
+        for service in (a, b):
+            await service.load()
+            tasks.append(asyncio.create_task(service.run(stop)))
+            await eventually(lambda s=service: _true(s.ready))
+        assert (a.role, b.role) == ("leader", "standby")
+        publisher = Publisher(nc)
+        inv = inventory("node-x")
+        await publisher.publish(subjects.inventory("node-x"), inv, NODE_INVENTORY)
+        await eventually(lambda: _true(a.changes == 1))
+
+        await lease_nc.close()
+        loop = asyncio.get_running_loop()
+        a_stopped: float | None = None
+        b_started: float | None = None
+        while b_started is None:
+            if a_stopped is None and not a.leading():
+                a_stopped = loop.time()
+            if b.leading():
+                b_started = loop.time()
+            await asyncio.sleep(0.005)
+        assert a_stopped is not None, "both led at once"
+        assert b_started - a_stopped >= ttl * 0.1
+
+        # A change after the handover is written by the new leader only.
+        smaller = pb.NodeInventory()
+        smaller.CopyFrom(inv)
+        del smaller.devices[4:]
+        await publisher.publish(subjects.inventory("node-x"), smaller, NODE_INVENTORY)
+
+        async def four_devices() -> bool:
+            (s,) = (await slices(kv)).values()
+            return len(s["spec"]["devices"]) == 4
+
+        await eventually(four_devices)
+        assert a.changes == 1
+        assert b.changes == 2  # the takeover's republish, then the change
+        (s,) = (await slices(kv)).values()
+        assert s["spec"]["pool"]["generation"] == 3
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
