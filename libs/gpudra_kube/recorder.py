@@ -16,7 +16,7 @@ Promises:
 - Creates pass a token bucket (`burst` at once, `qps` per second after that); what exceeds it is
   dropped and counted, as client-go's spam filter drops it.
 - A series update that meets a 409 re-reads the Event and writes again; one whose Event is gone
-  (the API server's event TTL) forgets the series, so the next occurrence creates a new Event.
+  (the API server's event TTL) creates a new Event for the latest occurrence, a new series.
 - The remembered series are bounded (`max_series`, the oldest forgotten first) and forgotten once
   `window` has passed without an occurrence.
 - Every Event written carries `reportingController`, `reportingInstance`, `eventTime` (RFC 3339
@@ -208,6 +208,9 @@ class EventRecorder:
             if series.written_count == 1 or item.at - series.written_at >= self._interval:
                 await self._update(item.key, series, item.at)
             return
+        await self._create(item)
+
+    async def _create(self, item: _Pending) -> None:
         if not self._take_token(item.at):
             self.counts["dropped"] += 1
             log.debug("event %s about %s dropped (rate limit)", item.reason, item.regarding)
@@ -237,14 +240,14 @@ class EventRecorder:
                     meta = event["metadata"]
                     event = await self._store.get(EVENTS, meta["name"], meta.get("namespace"))
                 except NotFoundError:
-                    self._series.pop(key, None)
+                    await self._recreate(key, series)
                     return
                 except KubeError as exc:
                     log.warning("re-reading event %s failed: %s", event["metadata"]["name"], exc)
                     break
                 continue
             except NotFoundError:
-                self._series.pop(key, None)  # expired: the next occurrence starts a new Event
+                await self._recreate(key, series)
                 return
             except KubeError as exc:
                 log.warning("updating event %s failed: %s", event["metadata"].get("name"), exc)
@@ -253,6 +256,24 @@ class EventRecorder:
             self.counts["updated"] += 1
             return
         self.counts["failed"] += 1
+
+    async def _recreate(self, key: _Key, series: _Series) -> None:
+        """The series' Event is gone (the API server's event TTL): a new Event for the latest
+        occurrence starts the story again."""
+        self._series.pop(key, None)
+        event = series.event
+        await self._create(
+            _Pending(
+                key=key,
+                regarding=dict(event.get("regarding") or {}),
+                related=dict(event["related"]) if event.get("related") else None,
+                type=str(event.get("type") or ""),
+                reason=str(event.get("reason") or ""),
+                action=str(event.get("action") or ""),
+                note=series.note,
+                at=series.last,
+            )
+        )
 
     def _take_token(self, now: float) -> bool:
         self._tokens = min(
