@@ -8,6 +8,9 @@ Promises of `PoolBook`:
 - A node marked unreachable keeps its devices, each tainted `<driver>/unhealthy` NoSchedule (the
   node-agent's health taints stay as they are); marking it reachable again removes that taint.
 - A heartbeat is a NodeInventory equal to the last one except for `observed_at`.
+- An inventory that cannot be sliced raises `SliceError` and leaves the pool as it was.
+- `adopt` (a new leader taking over) rebuilds every pool it has an inventory for with a generation
+  strictly above both its own and the one the bucket holds.
 """
 
 from __future__ import annotations

@@ -52,6 +52,13 @@ from gpudra_inventory.settings import Settings
             {"stream_replicas": 1},
             id="own-beats-shared",
         ),
+        pytest.param([], {}, {"lease_ttl": 10.0, "lease_holder": ""}, id="lease-defaults"),
+        pytest.param(
+            ["--lease-ttl", "4.5"],
+            {"GPUDRA_INVENTORY_LEASE_HOLDER": "gpudra-inventory-7d9f-x2"},
+            {"lease_ttl": 4.5, "lease_holder": "gpudra-inventory-7d9f-x2"},
+            id="lease",
+        ),
     ],
 )
 def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) -> None:
@@ -72,6 +79,9 @@ def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) ->
         pytest.param(["--stream-replicas", "0"], {}, "stream-replicas", id="zero-replicas"),
         pytest.param(["--nats-tls-cert", "/c"], {}, "go together", id="cert-without-key"),
         pytest.param(["--trace-exporter", "jaeger"], {}, "trace-exporter", id="exporter"),
+        pytest.param(["--lease-ttl", "0.1"], {}, "lease TTL", id="lease-ttl-too-short"),
+        pytest.param(["--lease-ttl", "3600"], {}, "lease TTL", id="lease-ttl-too-long"),
+        pytest.param([], {"GPUDRA_INVENTORY_LEASE_TTL": "soon"}, "invalid value", id="lease-nan"),
     ],
 )
 def test_bad_values(argv: list[str], env: dict[str, str], message: str) -> None:
