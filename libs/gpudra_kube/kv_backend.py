@@ -14,6 +14,11 @@ Promises (the `Store` contract, mapped onto KV):
   keeps tombstones, so no deletion is missed and `GoneError` is never raised.
 - The API server's write rules (status subresource, generation, finalizers) are those of
   `semantics`.
+- An update that names the resourceVersion it read costs one round trip, not two: what a key held
+  at a revision never changes, so the content of the revisions this store read or wrote lately is
+  kept (`_RECENT` keys) and used as the old object; the revision-checked write itself then proves
+  the key is still at that revision. A write refused on that path is decided again the slow way
+  (read, compare), so the answer (NotFound, Conflict) is the same as without the memo.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import nats.errors
@@ -75,6 +80,8 @@ _EVENT_HEADER = "Gpudra-Event"
 _TOMBSTONES = ("DEL", "PURGE")
 # JetStream's "wrong last sequence" error codes (the compare-and-set failed).
 _WRONG_LAST_SEQUENCE = (10071, 10164)
+# Keys whose last read or written content is remembered (see the module docstring).
+_RECENT = 4096
 
 
 def object_key(resource: Resource, name: str, namespace: str | None) -> str:
@@ -101,6 +108,8 @@ class KvStore:
         self._js = nc.jetstream(timeout=request_timeout)
         self._buckets = dict(buckets)
         self._timeout = request_timeout
+        # (bucket, key) -> (revision, stored JSON at that revision), oldest first
+        self._recent: dict[tuple[str, str], tuple[int, bytes]] = {}
 
     async def close(self) -> None:
         """Nothing to release: the NATS connection belongs to the caller."""
@@ -117,6 +126,24 @@ class KvStore:
     def _subject(self, resource: Resource, key: str) -> str:
         return f"$KV.{self._bucket(resource)}.{key}"
 
+    def _remember(self, resource: Resource, key: str, seq: int, data: bytes | None) -> None:
+        where = (self._bucket(resource), key)
+        self._recent.pop(where, None)
+        if data is None or not seq:
+            return
+        self._recent[where] = (seq, data)
+        if len(self._recent) > _RECENT:
+            del self._recent[next(iter(self._recent))]
+
+    def _remembered(self, resource: Resource, key: str, wanted: object) -> KubeObject | None:
+        """The object at revision `wanted` when this store saw that revision lately."""
+        if wanted in (None, ""):
+            return None
+        entry = self._recent.get((self._bucket(resource), key))
+        if entry is None or str(entry[0]) != str(wanted):
+            return None
+        return _decode(entry[1], entry[0], resource, key)
+
     # -- reads ---------------------------------------------------------------------------------
 
     async def _last(self, resource: Resource, key: str) -> tuple[int, KubeObject | None]:
@@ -129,8 +156,11 @@ class KvStore:
             raise UnavailableError(f"read {resource.kind} {key}: {exc}") from exc
         seq = int(msg.seq or 0)
         if (msg.headers or {}).get(_KV_OP) in _TOMBSTONES:
+            self._remember(resource, key, seq, None)
             return seq, None
-        return seq, _decode(msg.data, seq, resource, key)
+        obj = _decode(msg.data, seq, resource, key)
+        self._remember(resource, key, seq, msg.data)
+        return seq, obj
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject:
         key = object_key(resource, name, namespace)
@@ -258,12 +288,10 @@ class KvStore:
             headers[_KV_OP] = "DEL"
         else:
             headers[_EVENT_HEADER] = event
+        data = json.dumps(stored, separators=(",", ":")).encode()
         try:
             ack = await self._js.publish(
-                self._subject(resource, key),
-                json.dumps(stored, separators=(",", ":")).encode(),
-                headers=headers,
-                stream=self._stream(resource),
+                self._subject(resource, key), data, headers=headers, stream=self._stream(resource)
             )
         except nats.js.errors.APIError as exc:
             if exc.err_code in _WRONG_LAST_SEQUENCE:
@@ -274,6 +302,7 @@ class KvStore:
         except (nats.errors.Error, OSError, TimeoutError) as exc:
             raise UnavailableError(f"write {resource.kind} {key}: {exc}") from exc
         obj["metadata"]["resourceVersion"] = str(ack.seq)
+        self._remember(resource, key, int(ack.seq), None if event == "DELETED" else data)
         return int(ack.seq)
 
     async def create(self, resource: Resource, obj: KubeObject) -> KubeObject:
@@ -307,13 +336,29 @@ class KvStore:
         )
         return new
 
-    async def replace(self, resource: Resource, obj: KubeObject) -> KubeObject:
+    async def _update(
+        self,
+        resource: Resource,
+        obj: KubeObject,
+        merge: Callable[[Resource, KubeObject, KubeObject], KubeObject],
+    ) -> KubeObject:
+        check_scope(resource, obj)
+        key = object_key(resource, name_of(obj), namespace_of(obj))
+        wanted = obj["metadata"].get("resourceVersion")
+        old = self._remembered(resource, key, wanted)
+        if old is not None:
+            try:
+                return await self._store(resource, key, merge(resource, old, obj), int(wanted))
+            except ConflictError:
+                pass  # moved on (or gone) since: the slow path says which
         key, last, old = await self._current(resource, obj)
-        return await self._store(resource, key, semantics.merge_update(resource, old, obj), last)
+        return await self._store(resource, key, merge(resource, old, obj), last)
+
+    async def replace(self, resource: Resource, obj: KubeObject) -> KubeObject:
+        return await self._update(resource, obj, semantics.merge_update)
 
     async def replace_status(self, resource: Resource, obj: KubeObject) -> KubeObject:
-        key, last, old = await self._current(resource, obj)
-        return await self._store(resource, key, semantics.merge_status(resource, old, obj), last)
+        return await self._update(resource, obj, semantics.merge_status)
 
     async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
         key = object_key(resource, name, namespace)

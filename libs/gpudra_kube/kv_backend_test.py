@@ -6,11 +6,13 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket, ensure_buckets
-from gpudra_kube.api_backend_test import claim
-from gpudra_kube.errors import InvalidObjectError, NotFoundError, UnavailableError
+from gpudra_kube.api_backend_test import ALLOCATION, claim
+from gpudra_kube.errors import ConflictError, InvalidObjectError, NotFoundError, UnavailableError
 from gpudra_kube.informer import informer
 from gpudra_kube.kv_backend import BUCKETS, KvStore, object_key
 from gpudra_kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, Resource
@@ -131,4 +133,70 @@ async def test_listing_an_empty_namespace_does_not_wait(nats_url: str) -> None:
         for store in buckets.values():
             assert (await store.list(RESOURCE_CLAIMS, "nobody-here")).items == []
     finally:
+        await disconnect(nc)
+
+
+async def _reads_counted(nc: Client, bucket: str) -> list[str]:
+    """Every read of `bucket`'s stream any client asks JetStream for, as it is asked."""
+    reads: list[str] = []
+
+    async def seen(msg: Msg) -> None:
+        reads.append(msg.subject)
+
+    for subject in (f"$JS.API.STREAM.MSG.GET.KV_{bucket}", f"$JS.API.DIRECT.GET.KV_{bucket}.>"):
+        await nc.subscribe(subject, cb=seen)
+    await nc.flush()
+    return reads
+
+
+@pytest.mark.parametrize(
+    ("meanwhile", "error"),
+    [
+        pytest.param("nothing", None, id="current-version-one-round-trip"),
+        pytest.param("update", ConflictError, id="changed-by-another-store"),
+        pytest.param("delete", NotFoundError, id="deleted-by-another-store"),
+    ],
+)
+async def test_update_of_a_version_read_lately_skips_the_read(
+    nats_url: str, meanwhile: str, error: type[Exception] | None
+) -> None:
+    nc = await connect(nats_url, name="t", deadline=5)
+    spy = await connect(nats_url, name="spy", deadline=5)
+    try:
+        bucket = f"t-kv-recent-{meanwhile}"
+        await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        other = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        await store.create(RESOURCE_CLAIMS, claim("c1"))
+        read = await store.get(RESOURCE_CLAIMS, "c1", "default")
+        if meanwhile == "update":
+            theirs = await other.get(RESOURCE_CLAIMS, "c1", "default")
+            theirs["metadata"]["labels"] = {"by": "other"}
+            await other.replace(RESOURCE_CLAIMS, theirs)
+        elif meanwhile == "delete":
+            await other.delete(RESOURCE_CLAIMS, "c1", "default")
+        reads = await _reads_counted(spy, bucket)
+        read["metadata"]["labels"] = {"by": "us"}
+        read["status"] = {"allocation": {"ignored": True}}  # replace never writes status
+        if error is not None:
+            with pytest.raises(error):
+                await store.replace(RESOURCE_CLAIMS, read)
+            return
+        written = await store.replace(RESOURCE_CLAIMS, read)
+        await spy.flush()
+        await asyncio.sleep(0.05)
+        assert reads == [], "the version just read was read again"
+        assert written["metadata"]["labels"] == {"by": "us"}
+        assert "status" not in written
+        # The memo follows the store's own writes: the next update needs no read either.
+        written["status"] = {"allocation": ALLOCATION}
+        stored = await store.replace_status(RESOURCE_CLAIMS, written)
+        await spy.flush()
+        await asyncio.sleep(0.05)
+        assert reads == []
+        fresh = await other.get(RESOURCE_CLAIMS, "c1", "default")
+        assert fresh["status"] == {"allocation": ALLOCATION}
+        assert fresh["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+    finally:
+        await disconnect(spy)
         await disconnect(nc)
