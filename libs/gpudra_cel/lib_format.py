@@ -41,6 +41,15 @@ _ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t
 _ESCAPES |= {"\v": "\\v", "\\": "\\\\", '"': '\\"'}
 
 
+_KUBERNETES_TYPES = {"Quantity": "kubernetes.Quantity", "Semver": "kubernetes.Semver"}
+
+
+def _type_name(value: object) -> str:
+    """The type name cel-go's messages use (Kubernetes' own types carry their package)."""
+    name = type_name(value)
+    return _KUBERNETES_TYPES.get(name, name)
+
+
 class _FormatError(Exception):
     """A formatting failure; `arg` is the index of the argument at fault (-1: none)."""
 
@@ -77,7 +86,7 @@ def _as_string(v: object) -> str:
         return _format_map(v)
     raise _FormatError(
         "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, "
-        f"types, durations, and timestamps, was given {type_name(v)}"
+        f"types, durations, and timestamps, was given {_type_name(v)}"
     )
 
 
@@ -113,7 +122,7 @@ def _element(v: object) -> str:
         return f"{v:.6f}"
     if isinstance(v, bool) or _is_int(v) or v is None or isinstance(v, tuple | list | Mapping):
         return _as_string(v)
-    raise _FormatError(f"no formatting function for {type_name(v)}")
+    raise _FormatError(f"no formatting function for {_type_name(v)}")
 
 
 def _format_list(items: tuple[object, ...] | list[object]) -> str:
@@ -128,7 +137,7 @@ def _format_map(mapping: Mapping[object, object]) -> str:
         elif isinstance(key, bool) or _is_int(key):
             shown = _as_string(key)
         else:
-            raise _FormatError(f"no formatting function for map key of type {type_name(key)}")
+            raise _FormatError(f"no formatting function for map key of type {_type_name(key)}")
         pairs.append((shown, _element(value)))
     pairs.sort(key=lambda pair: pair[0])
     return "{" + ", ".join(f"{k}:{v}" for k, v in pairs) + "}"
@@ -138,7 +147,7 @@ def _format_map(mapping: Mapping[object, object]) -> str:
 def _decimal(v: object) -> str:
     if _is_int(v):
         return str(int(v))  # type: ignore[call-overload]
-    raise _FormatError(f"decimal clause can only be used on integers, was given {type_name(v)}")
+    raise _FormatError(f"decimal clause can only be used on integers, was given {_type_name(v)}")
 
 
 def _double_arg(v: object, clause: str) -> float:
@@ -146,7 +155,7 @@ def _double_arg(v: object, clause: str) -> float:
         return v
     if isinstance(v, str) and v in _SPECIAL_DOUBLES:
         return _SPECIAL_DOUBLES[v]
-    raise _FormatError(f"{clause} clause can only be used on doubles, was given {type_name(v)}")
+    raise _FormatError(f"{clause} clause can only be used on doubles, was given {_type_name(v)}")
 
 
 def _special(value: float) -> str | None:
@@ -192,7 +201,7 @@ def _binary(v: object) -> str:
     if _is_int(v):
         return format(int(v), "b")  # type: ignore[call-overload]
     raise _FormatError(
-        f"only integers and bools can be formatted as binary, was given {type_name(v)}"
+        f"only integers and bools can be formatted as binary, was given {_type_name(v)}"
     )
 
 
@@ -206,7 +215,7 @@ def _hex(upper: bool) -> Callable[[object], str]:
         else:
             raise _FormatError(
                 "only integers, byte buffers, and strings can be formatted as hex, "
-                f"was given {type_name(v)}"
+                f"was given {_type_name(v)}"
             )
         return text.upper() if upper else text
 
@@ -216,7 +225,7 @@ def _hex(upper: bool) -> Callable[[object], str]:
 def _octal(v: object) -> str:
     if _is_int(v):
         return format(int(v), "o")  # type: ignore[call-overload]
-    raise _FormatError(f"octal clause can only be used on integers, was given {type_name(v)}")
+    raise _FormatError(f"octal clause can only be used on integers, was given {_type_name(v)}")
 
 
 def _clause(text: str, start: int) -> tuple[int, Callable[[object], str], str]:
@@ -411,4 +420,4 @@ def _bad_static(node: Node, verb: str, checked: Checked) -> Node | None:
 
 
 def _name(t: CelType | None) -> str:
-    return "dyn" if t is None else t.name
+    return "dyn" if t is None else _KUBERNETES_TYPES.get(t.name, t.name)

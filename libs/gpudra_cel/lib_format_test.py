@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpudra_api.quantity import Quantity
+from gpudra_api.semver import Semver
 from gpudra_cel import CelCompileError, CelEvaluationError, DeviceView, compile_selector
 from gpudra_cel.lib_format import format_string, quote
 from gpudra_cel.values import CelUint
@@ -123,6 +125,8 @@ def test_format_output(text: str, args: list[object], expected: str) -> None:
         pytest.param("%s", [b"\xff"], "invalid UTF-8", id="bad-bytes"),
         pytest.param("%s", [[{1.5: 1}]], "map key of type double", id="bad-map-key"),
         pytest.param("%d", [None], "was given null_type", id="decimal-null"),
+        pytest.param("%s", [Quantity.parse("1Gi")], "given kubernetes.Quantity", id="quantity"),
+        pytest.param("%s", [[Semver.parse("1.0.0")]], "for kubernetes.Semver", id="semver-in-list"),
     ],
 )
 def test_format_errors(text: str, args: list[object], message: str) -> None:
@@ -166,7 +170,9 @@ def test_format_in_selectors(expression: str, expected: bool | str) -> None:
         pytest.param('"%b".format(["a"]) == ""', "binary", id="binary"),
         pytest.param('"%x".format([1.0]) == ""', "hex", id="hex"),
         pytest.param('"%o".format([true]) == ""', "octal clause", id="octal"),
-        pytest.param('"%s".format([[1, quantity("1")]]) == ""', "string clause", id="nested"),
+        pytest.param(
+            '"%s".format([[1, quantity("1")]]) == ""', "given kubernetes.Quantity", id="nested"
+        ),
         pytest.param('"%s %s".format(["abc"]) == ""', "index 1 out of range", id="too-few"),
         pytest.param('"%s".format(["a", "b", "c"]) == ""', "expected 1, got 3", id="too-many"),
         pytest.param('"filler %".format([]) == ""', "unexpected end of string", id="dangling"),
