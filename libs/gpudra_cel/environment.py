@@ -90,7 +90,11 @@ class _Gate:
             field: str = node.field  # type: ignore[attr-defined]
             gated = field == "allowMultipleAllocations" and not self.options.consumable_capacity
             if operand == _DEVICE and gated:
-                raise self.error("undefined field 'allowMultipleAllocations'", node)
+                raise self.error(
+                    "undefined field 'allowMultipleAllocations' "
+                    "(it needs the DRAConsumableCapacity feature)",
+                    node,
+                )
             if isinstance(node, Select):
                 return self.member(operand, field)
             return _OTHER
