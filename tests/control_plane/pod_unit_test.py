@@ -8,7 +8,9 @@ pod names ResourceClaimTemplates, its claims are created owned by the pod, then 
 - a pod with 5 + 5 GPUs would fit claim by claim (two free nodes) but never on one node: it stays
   pending, both claims say why, and nothing is reserved for either;
 - a gang of 2 pods x (4 + 3) GPUs: each pod's claims on one node, the two pods on two nodes;
-- a claim allocated before its pod existed pins the pod's other claim to its node.
+- a claim allocated before its pod existed pins the pod's other claim to its node;
+- in kubernetes mode (the fake API server), a gated pod's claims land on one node and its gate
+  lifts, while a pod whose claims fit only apart stays gated with nothing reserved.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
+from nats.js.errors import NoKeysError
 
 from control_plane.cluster import (
     UNSCHEDULABLE,
@@ -35,6 +38,7 @@ from gpudra_cli.standalone.client import Client as CliClient
 from gpudra_cli.standalone.manifests import plan_files
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
+from gpudra_testing.kubeapi import FakeKubeApi
 
 pytestmark = pytest.mark.slow
 
@@ -114,6 +118,14 @@ async def create_pod(
     await store.replace_status(PODS, pod)
 
 
+async def held(nc: Client) -> set[str]:
+    """Claims holding devices (`holders`); none while the bucket has no key at all."""
+    try:
+        return await holders(nc)
+    except NoKeysError:
+        return set()
+
+
 def nodes_of(claim: dict[str, Any]) -> set[str]:
     return {pool for _, pool, _ in devices_of(claim)}
 
@@ -172,7 +184,7 @@ async def test_a_pods_claims_land_on_one_node_or_hold_nothing(
     ), reason(objs["split-gpu0"])
     assert not devices_of(objs["split-gpu0"])
     assert not devices_of(objs["split-gpu1"])
-    assert await holders(nc) == {"default/fits-gpu0-0", "default/fits-gpu1-0"}
+    assert await held(nc) == {"default/fits-gpu0-0", "default/fits-gpu1-0"}
 
     # A gang of two pods, 4 + 3 GPUs each: each pod on one node, so the two free nodes.
     gang = {"gpudra.io/gang": "train", "gpudra.io/gang-size": "4"}
@@ -202,13 +214,13 @@ async def test_a_pods_claims_land_on_one_node_or_hold_nothing(
         await store.delete(RESOURCE_CLAIMS, f"fits-gpu{i}-0", "default")
 
     async def freed() -> bool:
-        return "default/fits-gpu0-0" not in await holders(nc)
+        return "default/fits-gpu0-0" not in await held(nc)
 
     await wait_for(freed, 60, "the first pod's devices released", cluster)
     objs = await claims(store)
     assert not devices_of(objs["split-gpu0"])
     assert not devices_of(objs["split-gpu1"])
-    assert not {"default/split-gpu0", "default/split-gpu1"} & await holders(nc)
+    assert not {"default/split-gpu0", "default/split-gpu1"} & await held(nc)
 
     # A claim allocated before any pod used it pins the claims of the pod that comes later: the
     # 1-GPU claim joins it on node-1 although two nodes have exactly one GPU left (where a lone
@@ -231,3 +243,125 @@ async def test_a_pods_claims_land_on_one_node_or_hold_nothing(
     assert nodes_of(objs["late-gpu0"]) == {home}
     logs = cluster.logs()
     assert "Traceback" not in logs, logs
+
+
+async def test_kubernetes_mode_a_gated_pods_claims_land_together_and_the_gate_lifts(
+    nc: Client, cluster: Cluster, tmp_path: Path
+) -> None:
+    """The claim-writer against the (fake) API server: it learns the pod from the pod watch, the
+    pod's 5 + 3 GPU claims (named, created after the pod) go to one node, the gate lifts."""
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        await publish_nodes(nc, ["node-a", "node-b"])
+        cluster.start_inventory("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        cluster.start_allocator()
+        cluster.start_claim_writer("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        kv = await nc.jetstream().key_value(SLICES_BUCKET)
+
+        async def slices() -> bool:
+            try:
+                return len(await kv.keys()) >= 2
+            except Exception:  # - "no keys yet" is an exception in nats-py
+                return False
+
+        await wait_for(slices, 60, "both nodes' slices", cluster)
+        # One GPU of each node is taken already (kube-scheduler, adopted): 7 + 7 free, so a pod
+        # of 5 + 3 fits on neither node as a unit; 4 + 3 fits on either.
+        for node in ("node-a", "node-b"):
+            taken = claim_manifest(f"taken-{node}", count=1)
+            taken["status"] = {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {
+                                "request": "gpu",
+                                "driver": "gpu.nvidia.com",
+                                "pool": node,
+                                "device": "gpu-0",
+                            }
+                        ]
+                    }
+                }
+            }
+            await api.put(RESOURCE_CLAIMS, taken)
+
+        async def adopted() -> bool:
+            return {"default/taken-node-a", "default/taken-node-b"} <= await held(nc)
+
+        await wait_for(adopted, 30, "the taken GPUs adopted", cluster)
+
+        def find(resource: Any, name: str) -> dict[str, Any] | None:
+            return next((o for o in api.objects(resource) if o["metadata"]["name"] == name), None)
+
+        # The trainer names its claims (created after it: should the claim watch win the race
+        # with the pod watch, a claim goes alone and pins the other, still one node); the 5+3
+        # pod's claims come from templates, owned by it, so they never go alone.
+        for name, gpus in (("too-big", (5, 3)), ("trainer", (4, 3))):
+            templated = name == "too-big"
+            key = "resourceClaimTemplateName" if templated else "resourceClaimName"
+            pod = await api.put(
+                PODS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {
+                        "schedulingGates": [{"name": "gpudra.io/allocation"}],
+                        "containers": [{"name": "main", "image": "busybox"}],
+                        "resourceClaims": [
+                            {"name": f"c{i}", key: f"{name}-{i}"} for i in range(len(gpus))
+                        ],
+                    },
+                },
+            )
+            for i, count in enumerate(gpus):
+                claim = claim_manifest(f"{name}-{i}", count=count)
+                if templated:
+                    claim["metadata"]["ownerReferences"] = [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Pod",
+                            "name": name,
+                            "uid": pod["metadata"]["uid"],
+                            "controller": True,
+                        }
+                    ]
+                await api.put(RESOURCE_CLAIMS, claim)
+            if templated:
+                pod["status"] = {
+                    "resourceClaimStatuses": [
+                        {"name": f"c{i}", "resourceClaimName": f"{name}-{i}"}
+                        for i in range(len(gpus))
+                    ]
+                }
+                await api.put(PODS, pod)
+
+        async def ungated() -> bool:
+            claims = [find(RESOURCE_CLAIMS, f"trainer-{i}") for i in range(2)]
+            pod = find(PODS, "trainer")
+            allocated = all(c and devices_of(c) for c in claims)
+            return bool(allocated and pod and not pod["spec"].get("schedulingGates"))
+
+        await wait_for(
+            ungated, 60, "the trainer pod's claims allocated and its gate lifted", cluster
+        )
+        c0, c1 = find(RESOURCE_CLAIMS, "trainer-0"), find(RESOURCE_CLAIMS, "trainer-1")
+        assert c0 is not None
+        assert c1 is not None
+        assert len(nodes_of(c0) | nodes_of(c1)) == 1
+
+        async def refused() -> bool:
+            claims = [find(RESOURCE_CLAIMS, f"too-big-{i}") for i in range(2)]
+            return all(c and "do not fit together" in reason(c) for c in claims)
+
+        await wait_for(refused, 60, "the 5+3 pod's claims explained", cluster)
+        for i in range(2):
+            waiting = find(RESOURCE_CLAIMS, f"too-big-{i}")
+            assert waiting is not None
+            assert not devices_of(waiting)
+        too_big = find(PODS, "too-big")
+        assert too_big is not None
+        assert too_big["spec"].get("schedulingGates"), "gated while its claims wait"
+        assert not {"default/too-big-0", "default/too-big-1"} & await held(nc)
+        logs = cluster.logs()
+        assert "Traceback" not in logs, logs
