@@ -197,7 +197,9 @@ class PodUnits:
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
         entry = None if deleted else PodEntry.of(pod)
         before = self._track(key, entry)
-        if entry is not None:
+        if entry is not None and entry != before:
+            # Only a new pod, or one whose claims changed (a template's claim generated): status
+            # updates of running pods are frequent, and their claims' own news comes by `offer`.
             await self._publish_pod(entry)
         if before is not None and (entry is None or entry.claims != before.claims):
             gone = set(before.claims or ()) - set(entry.claims or () if entry else ())

@@ -17,6 +17,7 @@ from gpudra_bus.subjects import Kind as SubjectKind
 from gpudra_claim_writer.events import PodEntry, PodUnits, owner_pod
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.errors import KubeError
 from gpudra_kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import EventType, WatchEvent
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -80,8 +81,9 @@ def pod(
 
 
 class Env:
-    def __init__(self, fake: FakeKubeApi, units: PodUnits) -> None:
+    def __init__(self, fake: FakeKubeApi, store: ApiStore, units: PodUnits) -> None:
         self.fake = fake
+        self.store = store
         self.units = units
         self.events: list[claims_pb2.ClaimEvent] = []
 
@@ -112,7 +114,7 @@ async def env(nats_url: str, tmp_path: Any) -> AsyncIterator[Env]:
         await fake.put(DEVICE_CLASSES, NIC_CLASS)
         units = PodUnits(store, Publisher(nc), Ownership(store))
         await units.pod_changed(WatchEvent(EventType.SYNCED, {}))  # the pod list came back empty
-        found = Env(fake, units)
+        found = Env(fake, store, units)
 
         async def got(msg: Msg) -> None:
             event = claims_pb2.ClaimEvent()
@@ -169,6 +171,18 @@ async def test_pod_claims_go_out_together_once_all_exist(env: Env) -> None:
     await env.units.offer(claim("a"))
     await env.pod(pod("p", ["a", "b"]))
     assert len(env.events) == 2, "each claim goes out once per generation"
+
+
+async def test_a_pod_update_that_changes_no_claim_reads_nothing(env: Env) -> None:
+    await env.claims(claim("a"), claim("b"))
+    await env.pod(pod("p", ["a", "b"]))
+    assert len(await env.sent()) == 2
+    env.fake.inject_error(403, method="GET", path_contains="resourceclaims")
+    running = pod("p", ["a", "b"])
+    running["status"]["phase"] = "Running"
+    await env.pod(running)
+    with pytest.raises(KubeError):  # the fault is still armed: nothing read a claim before
+        await env.store.get(RESOURCE_CLAIMS, "a", "default")
 
 
 async def test_claim_no_pod_uses_goes_alone_and_template_claim_waits_for_its_pod(
