@@ -28,6 +28,8 @@ so the allocator places the pod's claims together, on one node, all or none. Rul
   restart the claims may be listed before the pods that use them); when a held claim's last pod
   is deleted, it goes out alone then.
 - Message ids: `<uid>/<generation>/pending/<pod uid>` for a claim sent with its pod.
+- Gangs and pods combine: `gpudra.io/gang-size` counts claims, so a gang of 2 pods with 2 claims
+  each has size 4; the allocator places each pod's claims on one node.
 """
 
 from __future__ import annotations
