@@ -287,7 +287,8 @@ class EventRecorder:
 
     def _build(self, item: _Pending) -> KubeObject:
         namespace = item.regarding.get("namespace") or "default"
-        base = (item.regarding.get("name") or "event")[:_NAME_MAX]
+        # Cut names stay DNS subdomains: no "." or "-" right before the suffix's dot.
+        base = (item.regarding.get("name") or "event")[:_NAME_MAX].rstrip(".-") or "event"
         event: KubeObject = {
             "apiVersion": EVENTS.api_version,
             "kind": EVENTS.kind,

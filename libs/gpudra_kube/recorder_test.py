@@ -3,6 +3,7 @@ real v1.34 `events.k8s.io/v1` schema (strict: unknown fields fail)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -238,8 +239,13 @@ async def test_long_note_is_accepted_by_the_schema(
     kube_api: FakeKubeApi, api_store: ApiStore
 ) -> None:
     rec = recorder(api_store, Clock())
-    failed(rec, "é" * 4000, regarding=claim_ref("c" * 253, "uid-long"))
+    failed(rec, "é" * 4000, regarding=claim_ref("c" * 235 + "-" + "d" * 17, "uid-long"))
     await rec.process_pending()
     [event] = kube_api.objects(EVENTS)
     assert len(event["note"].encode()) <= NOTE_MAX_BYTES
     assert len(event["metadata"]["name"]) <= 253
+    # A DNS-1123 subdomain: dot-separated labels that start and end alphanumeric.
+    assert re.fullmatch(
+        r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+        event["metadata"]["name"],
+    )
