@@ -5,8 +5,12 @@ out, plus the shapes through which an attribute value keeps its `google.protobuf
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from gpudra_cel import CelCompileError, CelOptions, DeviceView, compile_selector
+from gpudra_cel import CelCompileError, CelEvaluationError, CelOptions, DeviceView, compile_selector
+from gpudra_cel.differential_expr_test import _selector as generated_selector
+from gpudra_cel.differential_test import devices
 
 DRV = "dra.example.com"
 A = f'device.attributes["{DRV}"]'
@@ -131,3 +135,24 @@ def test_compiled_selectors_are_cached_per_options() -> None:
 def test_options_must_be_cel_options() -> None:
     with pytest.raises(CelCompileError, match="CelOptions"):
         compile_selector("true", options={"consumable_capacity": False})  # type: ignore[arg-type]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(generated_selector(), st.sampled_from([NONE, CONSUMABLE, LISTS]), devices())
+def test_a_gated_environment_only_ever_rejects(
+    expression: str, options: CelOptions, device: DeviceView
+) -> None:
+    try:
+        gated = compile_selector(expression, options=options)
+    except CelCompileError:
+        return
+    full = compile_selector(expression)  # what compiles gated compiles ungated, same answers
+    try:
+        expected: object = full.matches(device)
+    except CelEvaluationError:
+        expected = CelEvaluationError
+    try:
+        got: object = gated.matches(device)
+    except CelEvaluationError:
+        got = CelEvaluationError
+    assert got == expected
