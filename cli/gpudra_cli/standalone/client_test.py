@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -72,7 +73,8 @@ async def test_an_unreachable_system_is_not_running() -> None:
 async def test_apply_plan_writes_pods_then_owned_claims_then_pod_status(client: Client) -> None:
     pod_name, template, named = unique("pod"), unique("tpl"), unique("named")
     generated = f"{template}-0"
-    pod = {
+    statuses = [{"name": "gpu", "resourceClaimName": generated}]
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": pod_name, "namespace": "default"},
@@ -83,7 +85,7 @@ async def test_apply_plan_writes_pods_then_owned_claims_then_pod_status(client: 
                 {"name": "other", "resourceClaimName": named},
             ],
         },
-        "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": generated}]},
+        "status": {"resourceClaimStatuses": statuses},
     }
     plan = Plan(
         claims=[claim(generated), claim(named)],
@@ -93,7 +95,7 @@ async def test_apply_plan_writes_pods_then_owned_claims_then_pod_status(client: 
     applied = await apply_plan(client, plan)
     assert applied.created == [f"default/{generated}", f"default/{named}"]
     stored = await client.store.get(PODS, pod_name, "default")
-    assert stored["status"]["resourceClaimStatuses"] == pod["status"]["resourceClaimStatuses"]
+    assert stored["status"]["resourceClaimStatuses"] == statuses
     owned = await client.claim(generated, "default")
     (owner,) = owned["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
