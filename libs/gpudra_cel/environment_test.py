@@ -27,6 +27,10 @@ MATRIX = {
     "list-attribute": (f"{A}.ids.exists(id, id == 1)", {LISTS, ALL}),
     "includes-function": (f"{A}.ids.includes(1)", {LISTS, ALL}),
     "multiple-allocations": ("device.allowMultipleAllocations", {CONSUMABLE, ALL}),
+    "list-attribute-with-multiple-allocations": (
+        f"device.allowMultipleAllocations && {A}.ids.exists(id, id == 1)",
+        {ALL},
+    ),
 }
 
 
