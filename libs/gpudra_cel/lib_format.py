@@ -154,7 +154,7 @@ def _decimal(v: object) -> str:
 
 def _double_arg(v: object, clause: str) -> float:
     if isinstance(v, float):
-        return v
+        return v if v != 0 else 0.0  # x/text prints zero unsigned, -0.0 included
     if isinstance(v, str) and v in _SPECIAL_DOUBLES:
         return _SPECIAL_DOUBLES[v]
     raise _FormatError(f"{clause} clause can only be used on doubles, was given {_type_name(v)}")

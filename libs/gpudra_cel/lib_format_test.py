@@ -48,6 +48,7 @@ SCI = "\u202f\u00d7\u202f10"  # x/text's scientific notation: narrow spaces arou
         pytest.param("%f", ["NaN"], "NaN", id="fixed-nan-string"),
         pytest.param("%f", ["Infinity"], "∞", id="fixed-infinity-string"),
         pytest.param("%f", [-math.inf], "-∞", id="fixed-negative-infinity"),
+        pytest.param("%.2f %e", [-0.0, -0.0], f"0.00 0.000000{SCI}⁰⁰", id="negative-zero"),
         pytest.param("%e", [2.71828], f"2.718280{SCI}⁰⁰", id="scientific-default"),
         pytest.param("%.6e", [1052.032911275], f"1.052033{SCI}⁰³", id="scientific"),
         pytest.param("%.2e", [0.00123], f"1.230000{SCI}⁻⁰³", id="scientific-ignores-precision"),
