@@ -17,8 +17,9 @@ rejects what Kubernetes' API validation would have rejected when the object was 
 The check runs on the type-checked tree and only ever rejects: an expression it accepts means
 the same in every environment. The `Any` typing is followed through the shapes selectors use
 (`device.attributes[d].name`, `[d][name]`, `cel.bind` variables holding a domain or a value,
-a conditional whose branches are both attribute values); a value passed through `dyn()` or any
-function is `dyn`, as in cel-go.
+a conditional whose branches are both attribute values, a list literal of attribute values, the
+value variable of a two-variable comprehension over a domain); a value passed through `dyn()` or
+any function is `dyn`, as in cel-go.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudra_cel.errors import CelCompileError
-from gpudra_cel.syntax import Bind, Call, Comprehension, Has, Ident, Index, Node, Select
+from gpudra_cel.syntax import Bind, Call, Comprehension, Has, Ident, Index, ListLit, Node, Select
 from gpudra_cel.tree import children
 
 __all__ = ["ALL_FEATURES", "CelOptions", "check_environment"]
@@ -35,6 +36,9 @@ _ATTRIBUTE = "any"  # an attribute value: google.protobuf.Any without list-type 
 _DOMAIN = "domain"  # device.attributes[<domain>]: a map of attribute values
 _DEVICE = "device"
 _DOMAIN_MAP = "attributes"  # device.attributes: domain -> attribute map
+_ATTRIBUTE_LIST = "list"  # a list literal of attribute values
+# what a comprehension's value variable holds, by the kind of its range
+_ELEMENTS = {_DOMAIN_MAP: _DOMAIN, _DOMAIN: _ATTRIBUTE, _ATTRIBUTE_LIST: _ATTRIBUTE}
 _OTHER = ""
 
 
@@ -105,19 +109,19 @@ class _Gate:
                 return _OTHER
             return self.member(operand, None)
         if isinstance(node, Comprehension):
-            if (
-                self.visit(node.range, scope) == _ATTRIBUTE
-                and not self.options.list_type_attributes
-            ):
+            kind = self.visit(node.range, scope)
+            if kind == _ATTRIBUTE and not self.options.list_type_attributes:
                 raise self.error(
                     "expression of type 'google.protobuf.Any' cannot be range of a comprehension "
                     "(must be list, map, or dynamic); iterating an attribute value needs the "
                     "DRAListTypeAttributes feature",
                     node.range,
                 )
-            inner = {**scope, node.var: _OTHER}
-            if node.var2 is not None:
-                inner[node.var2] = _OTHER
+            element = _ELEMENTS.get(kind, _OTHER)
+            if node.var2 is None:
+                inner = {**scope, node.var: element if kind == _ATTRIBUTE_LIST else _OTHER}
+            else:  # (index or key, value)
+                inner = {**scope, node.var: _OTHER, node.var2: element}
             if node.predicate is not None:
                 self.visit(node.predicate, inner)
             self.visit(node.body, inner)
@@ -127,8 +131,9 @@ class _Gate:
             return self.visit(node.body, {**scope, node.var: kind})
         if isinstance(node, Call):
             return self.call(node, scope)
-        for child in children(node):
-            self.visit(child, scope)
+        kinds = [self.visit(child, scope) for child in children(node)]
+        if isinstance(node, ListLit) and kinds and all(k == _ATTRIBUTE for k in kinds):
+            return _ATTRIBUTE_LIST  # list(google.protobuf.Any)
         return _OTHER
 
     def member(self, operand: str, field: str | None) -> str:
@@ -146,9 +151,9 @@ class _Gate:
                 "undeclared reference to 'includes' (it needs the DRAListTypeAttributes feature)",
                 node,
             )
-        kinds = [self.visit(a, scope) for a in node.args]
         if node.target is not None:
             self.visit(node.target, scope)
+        kinds = [self.visit(a, scope) for a in node.args]
         if node.function == "_?_:_" and kinds[1] == kinds[2] == _ATTRIBUTE:
             return _ATTRIBUTE
         return _OTHER

@@ -104,6 +104,18 @@ def test_feature_matrix(expression: str, options: CelOptions, compiles: bool) ->
         pytest.param(
             f"{A}.ids.all(i, v, v > 0)", NONE, "cannot be range", id="two-variable-comprehension"
         ),
+        pytest.param(
+            f"{A}.all(k, v, k != 'ids' || v.exists(x, x == 1))",
+            NONE,
+            "cannot be range",
+            id="two-variable-value-of-a-domain",
+        ),
+        pytest.param(
+            f"[{A}.ids, {A}.ids].exists(v, v.exists(x, x == 1))",
+            NONE,
+            "cannot be range",
+            id="list-of-attribute-values",
+        ),
     ],
 )
 def test_gated_use_is_a_compile_error(expression: str, options: CelOptions, message: str) -> None:
