@@ -149,7 +149,7 @@ class PodUnits:
         self._ownership = ownership
         self._pods: dict[str, PodEntry] = {}  # key -> entry
         self._users: dict[tuple[str, str], set[str]] = {}  # (namespace, claim) -> pod keys
-        self._sent: dict[tuple[str, int], str] = {}  # (claim uid, generation) -> pod uid ("")
+        self._sent: dict[str, int] = {}  # claim uid -> the generation it went out at
         self._early: dict[tuple[str, str], KubeObject] = {}  # offered before the pods were listed
         self.synced = False
         self.published = 0
@@ -252,8 +252,7 @@ class PodUnits:
         refs = [ref_of(c) for c in ours]
         unit = PodUnit(entry.uid, entry.key, tuple(sorted({r.uid for r in refs if r.uid})))
         for claim, ref in zip(ours, refs, strict=True):
-            key = (ref.uid, ref.generation)
-            if key in self._sent or state_of(claim) is not ClaimState.PENDING:
+            if self._was_sent(ref) or state_of(claim) is not ClaimState.PENDING:
                 continue
             shared = len(self.consumers(ref.namespace, ref.name)) > 1
             if shared and await self._home(ref.namespace, ref.name) != entry.uid:
@@ -265,7 +264,7 @@ class PodUnits:
                 msg_id=f"{ref.uid}/{ref.generation}/pending/{entry.uid}",
                 pod=unit,
             )
-            self._sent[key] = entry.uid
+            self._sent[ref.uid] = ref.generation
             self.published += 1
 
     async def _orphaned(self, pod: PodEntry, name: str) -> None:
@@ -284,8 +283,7 @@ class PodUnits:
     async def _alone(self, claim: KubeObject) -> None:
         """Publish a pending gpudra claim without a pod (once per generation)."""
         ref = ref_of(claim)
-        key = (ref.uid, ref.generation)
-        if key in self._sent or state_of(claim) is not ClaimState.PENDING:
+        if self._was_sent(ref) or state_of(claim) is not ClaimState.PENDING:
             return
         if not await self._ownership.claim_is_ours(claim):
             return
@@ -295,5 +293,12 @@ class PodUnits:
             claim,
             msg_id=f"{ref.uid}/{ref.generation}/pending",
         )
-        self._sent[key] = ""
+        self._sent[ref.uid] = ref.generation
         self.published += 1
+
+    def _was_sent(self, ref: claims_pb2.ClaimRef) -> bool:
+        return self._sent.get(ref.uid, -1) >= ref.generation
+
+    def forget(self, uid: str) -> None:
+        """The claim is gone: what was sent for it need not be remembered any more."""
+        self._sent.pop(uid, None)

@@ -284,3 +284,14 @@ async def test_claims_seen_before_the_pods_were_listed_wait_for_the_list(
             await sub.unsubscribe()
             await store.close()
     await nc.drain()
+
+
+async def test_a_forgotten_claim_may_go_out_again(env: Env) -> None:
+    await env.claims(claim("a"), claim("b"))
+    await env.pod(pod("p", ["a", "b"]))
+    assert len(env.events) == 2
+    env.units.forget("uid-a")
+    await env.units.offer(claim("a"))
+    await env.sent()
+    assert [e.claim.name for e in env.events].count("a") == 2
+    assert [e.claim.name for e in env.events].count("b") == 1

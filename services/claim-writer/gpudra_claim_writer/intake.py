@@ -178,6 +178,8 @@ class Intake:
         ref = ref_of(claim)
         self._allocated.pop(ref.uid, None)
         self._ours.discard(ref.uid)
+        if self._pods is not None:
+            self._pods.forget(ref.uid)
         if ref.uid in self._gone:
             return
         await publish_event(
