@@ -43,6 +43,7 @@ from gpudra_allocator.gangs import (
     is_pod_unit,
     pods_of,
     unit_of,
+    unit_size,
 )
 from gpudra_allocator.holdings import ClaimRecord, Holding, holdings_for
 from gpudra_allocator.index import KvIndex
@@ -54,6 +55,7 @@ from gpudrapb.v1 import claims_pb2
 log = logging.getLogger(__name__)
 
 RESERVE_TRIES = 8
+MAX_POD_CLAIMS = 128  # each is a KV read per attempt; a pod with more is refused, not stalled
 EMPTY_CLAIM = ResourceClaim(name="", namespace="", uid="", requests=())
 
 
@@ -181,6 +183,14 @@ class GangSteps:
             await self._unschedulable(
                 waiting,
                 "invalid claim: gpudra.io/gang needs gpudra.io/gang-size, a whole number >= 1",
+            )
+            await self._finish(uid, waiting.msg)
+            return
+        if is_pod_unit(unit) and unit_size(event) > MAX_POD_CLAIMS:
+            await self._unschedulable(
+                waiting,
+                f"invalid claim: pod {event.pod_name or event.pod_uid} names "
+                f"{unit_size(event)} claims (gpudra places at most {MAX_POD_CLAIMS} per pod)",
             )
             await self._finish(uid, waiting.msg)
             return

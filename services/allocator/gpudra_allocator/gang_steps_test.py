@@ -2,16 +2,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from gpudra_alloc import AllocatedState, DeviceID
 from gpudra_allocator.engine import Engine, load_classes
-from gpudra_allocator.gang_steps import GangSteps, place_unit
+from gpudra_allocator.gang_steps import (
+    EMPTY_CLAIM,
+    MAX_POD_CLAIMS,
+    GangSteps,
+    Waiting,
+    place_unit,
+)
 from gpudra_allocator.gangs import GangBook, Members, pods_of, unit_of, unit_size
 from gpudra_allocator.holdings import ClaimRecord
 from gpudra_allocator.reservations import Reservations
@@ -209,11 +216,35 @@ async def kv(nats_url: str) -> AsyncIterator[KeyValue]:
 
 
 class Planner(GangSteps):
-    """Only what `_plan` reads: the claim records and the unit book."""
+    """Only what `_plan` and the first checks of `_attempt_gang` use: the claim records, the unit
+    book, and what the worker would publish (kept here)."""
 
     def __init__(self, kv: KeyValue) -> None:
         self._res = Reservations(kv)
         self._gangs = GangBook(kv)
+        self.reasons: list[str] = []
+        self.finished: list[str] = []
+
+    def _versions(self) -> tuple[int, int, int]:
+        return (0, 0, 0)
+
+    async def _unschedulable(self, waiting: Waiting, reason: str) -> None:
+        self.reasons.append(reason)
+
+    async def _finish(self, uid: str, msg: Msg) -> None:
+        self.finished.append(uid)
+
+
+async def test_a_pod_naming_too_many_claims_is_refused_not_stalled(kv: KeyValue) -> None:
+    planner = Planner(kv)
+    many = event("a", "p", tuple(f"c{i}" for i in range(MAX_POD_CLAIMS + 1)))
+    await planner._attempt_gang(Waiting(cast(Msg, None), many, EMPTY_CLAIM))
+    assert planner.finished == ["uid-a"]
+    assert planner.reasons == [
+        f"invalid claim: pod default/p names {MAX_POD_CLAIMS + 2} claims "
+        f"(gpudra places at most {MAX_POD_CLAIMS} per pod)"
+    ]
+    assert await planner._gangs.members("pod:p") is None, "it joined nothing"
 
 
 @pytest.mark.parametrize(
