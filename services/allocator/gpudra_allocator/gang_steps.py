@@ -15,7 +15,11 @@ before its pod was known) is pinned to their node, and waits with a reason when 
 different nodes; a gang's members are grouped into pods (`gangs.pods_of`) and placed with the
 placement layer's gang step, each pod's claims together on one node. Limits: a gang's pods are
 not pinned (gang members are only ever allocated by their gang's decision); a claim that joins a
-unit after its decision (re-created, or deallocated and pending again) waits with a reason.
+unit after its decision (re-created, or deallocated and pending again) waits with a reason; a pod
+naming more than `MAX_POD_CLAIMS` claims is refused. A claim the claim-writer sent alone before
+it knew the pod (a claim the pod names directly, seen first) is normally pinned-to; only if that
+lone attempt and the pod's decision commit at the same moment does the claim's own record win
+and the pod end up split (the claim's devices are not double-held: the pod's part is dropped).
 """
 
 from __future__ import annotations
