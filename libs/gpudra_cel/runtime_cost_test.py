@@ -198,3 +198,63 @@ def test_generated_selectors_metered_agree_and_stay_under_the_estimate(
         assert _outcome(metered, device) == outcome, (expression, device)
         if outcome in (True, False):
             assert metered.actual_cost(device) <= plain.max_cost, (expression, device)
+
+
+_K8S = 'device.attributes["dra.example.com"]'
+_K8S_CAPACITY = 'device.capacity["dra.example.com"]'
+
+
+def _k8s_device(
+    attributes: dict[str, object] | None = None, memory: str | None = None
+) -> DeviceView:
+    capacity = {"dra.example.com": {"name": Quantity.parse(memory)}} if memory else {}
+    return DeviceView("dra.example.com", {"dra.example.com": attributes or {}}, capacity, True)
+
+
+@pytest.mark.parametrize(
+    ("expression", "kubernetes_estimate", "device"),
+    [
+        pytest.param('device.driver == "dra.example.com"', 4, _k8s_device(), id="driver"),
+        pytest.param(f"{_K8S}.name > 0", 5, _k8s_device({"name": 1}), id="int"),
+        pytest.param(
+            f"{_K8S}.names.exists(x, x > 0)",
+            5 + 6 * 64,
+            _k8s_device({"names": tuple(range(-63, 1))}),
+            id="macro-on-list-none-found",
+        ),
+        pytest.param(
+            f'{_K8S}.name.includes("fish")',
+            4 + 48,
+            _k8s_device({"name": tuple(f"x{i}" for i in range(48))}),
+            id="includes-longest-list",
+        ),
+        pytest.param(
+            f'{_K8S}.services.split("example").size() >= 2',
+            19,
+            _k8s_device({"services": "some_example_value"}),
+            id="split",
+        ),
+        pytest.param(
+            f'{_K8S}.services.matches("[^a]?sym")',
+            18,
+            _k8s_device({"services": "asymetric"}),
+            id="regex",
+        ),
+        pytest.param(
+            f'{_K8S_CAPACITY}.name.isGreaterThan(quantity("1Ki"))',
+            6,
+            _k8s_device(memory="1Mi"),
+            id="quantity",
+        ),
+        pytest.param(
+            f"1 in {_K8S}.names", 4 + 64, _k8s_device({"names": tuple(range(2, 50))}), id="in-list"
+        ),
+        pytest.param("device.allowMultipleAllocations == true", 3, _k8s_device(), id="multi"),
+    ],
+)
+def test_actual_cost_stays_under_kubernetes_estimate(
+    expression: str, kubernetes_estimate: int, device: DeviceView
+) -> None:
+    # cel-go's actual cost never exceeds its estimate; our meter, on the worst device these
+    # Kubernetes cases allow, must not either (k8s.io/dynamic-resource-allocation compile_test).
+    assert 0 < _metered(expression).actual_cost(device) <= kubernetes_estimate
