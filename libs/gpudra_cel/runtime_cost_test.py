@@ -3,6 +3,8 @@ metered selector answers exactly as the plain one until the limit stops it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -204,9 +206,7 @@ _K8S = 'device.attributes["dra.example.com"]'
 _K8S_CAPACITY = 'device.capacity["dra.example.com"]'
 
 
-def _k8s_device(
-    attributes: dict[str, object] | None = None, memory: str | None = None
-) -> DeviceView:
+def _k8s_device(attributes: dict[str, Any] | None = None, memory: str | None = None) -> DeviceView:
     capacity = {"dra.example.com": {"name": Quantity.parse(memory)}} if memory else {}
     return DeviceView("dra.example.com", {"dra.example.com": attributes or {}}, capacity, True)
 
