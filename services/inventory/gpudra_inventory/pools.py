@@ -10,7 +10,7 @@ Promises of `PoolBook`:
 - A heartbeat is a NodeInventory equal to the last one except for `observed_at`.
 - An inventory that cannot be sliced raises `SliceError` and leaves the pool as it was.
 - `adopt` (a new leader taking over) rebuilds every pool it has an inventory for with a generation
-  strictly above both its own and the one the bucket holds.
+  strictly above the one the bucket holds.
 """
 
 from __future__ import annotations
@@ -105,19 +105,23 @@ class PoolBook:
     def adopt(self, written: list[dict[str, Any]]) -> list[Change]:
         """Take over from another writer, whose slices (`written`) are what the bucket holds.
 
-        Every pool with an inventory is rebuilt with a generation above both its own and the
-        bucket's, so readers see the new writer's pools as newer than anything written before;
-        its change deletes the bucket's slices of that node it no longer has. Pools known only
-        from the bucket are adopted as they are (no change).
+        Every pool with an inventory is rebuilt with the generation after the bucket's (1 for a
+        pool the bucket lacks), so readers see the new writer's pools as newer than anything
+        written before, even where the content is the same; its change deletes the bucket's
+        slices of that node it no longer has. What the book counted while it did not write never
+        reached a reader and does not count. Pools known only from the bucket are adopted as
+        they are (no change).
         """
         theirs = self._ours(written)
         changes = []
         for node in sorted(set(theirs) | set(self.pools)):
             state = self.pools.setdefault(node, PoolState(node))
             named = theirs.get(node, {})
-            state.generation = max(state.generation, _generation(named))
             state.slices = dict(named)
-            if state.inventory is not None:
+            if state.inventory is None:
+                state.generation = max(state.generation, _generation(named))
+            else:
+                state.generation = _generation(named)
                 change = self._rebuild(state, force=True)
                 assert change is not None
                 changes.append(change)

@@ -114,11 +114,13 @@ def test_fewer_slices_delete_the_stale_ones() -> None:
     ("ours", "theirs", "expected"),
     [
         pytest.param(1, 5, 6, id="bucket-ahead"),
-        pytest.param(7, 5, 8, id="standby-ahead"),
+        pytest.param(7, 5, 6, id="standby-counted-more-unwritten-changes"),
         pytest.param(3, 3, 4, id="equal-generations"),
     ],
 )
-def test_adopt_republishes_above_both_generations(ours: int, theirs: int, expected: int) -> None:
+def test_adopt_republishes_above_the_buckets_generation(
+    ours: int, theirs: int, expected: int
+) -> None:
     old_leader = PoolBook(SliceOptions(max_devices=2))
     old_leader.observe(inventory(), seen_at=1.0)
     old_leader.pools["node-a"].generation = theirs - 1
@@ -165,3 +167,12 @@ def test_an_unsliceable_inventory_leaves_the_pool_as_it_was() -> None:
     assert generations(book, "node-a") == {1}
     assert book.expire(now=20.0, timeout=30.0) == []  # rebuilding does not trip over it later
     assert book.is_heartbeat(good)
+
+
+def test_adopt_starts_a_pool_the_bucket_lacks_at_generation_one() -> None:
+    book = PoolBook(SliceOptions())
+    book.observe(inventory(), seen_at=1.0)
+    book.observe(inventory("node-a", "hgx-b200"), seen_at=2.0)  # a standby's unwritten change
+    (change,) = book.adopt([])
+    assert change.generation == 1
+    assert change.delete == []
