@@ -225,7 +225,9 @@ class GangSteps:
     async def _plan(self, members: Members) -> tuple[Plan | None, str]:
         """The unit's plan once it is complete; else (None, why it waits — "" to say nothing)."""
         if not is_pod_unit(members.gang):
-            events = await self._live_members(members)
+            # Counted first: reading every member's record on each arrival would be quadratic.
+            complete = len(members.events) >= members.size
+            events = await self._live_members(members) if complete else None
             if events is None:
                 return None, (
                     f"gang {members.gang}: {len(members.events)} of {members.size} claims "
