@@ -91,7 +91,8 @@ class _Estimator:
             )
             count = len(node.items) if isinstance(node, ListLit) else len(node.entries)
             elem = max((p.size for p in parts), default=1)
-            return _Est(10 + sum(p.cost for p in parts), count, elem)
+            create = 10 if isinstance(node, ListLit) else 30  # cel-go's list / map creation
+            return _Est(create + sum(p.cost for p in parts), count, elem)
         if isinstance(node, Bind):
             init = self.visit(node.init, scope)
             body = self.visit(node.body, {**scope, node.var: init})

@@ -69,6 +69,9 @@ EXPRESSIONS = [
     f"{A}.ids.map(x, x * 2).filter(x, x > 90).size() == 2",
     f'has({A}.model) && !has({A}.nothing) && "other.example.com" in device.attributes',
     f"{TEN}.all(x, {TEN}.exists(y, y == x))",
+    f'{A}.?model.hasValue() && {A}.?nothing.orValue("x") == "x"',
+    f'{A}[?"index"].orValue(0) > 1 && [?{A}.?nothing, 1].size() == 1',
+    f'{{?"a": {A}.?index, "b": {A}.flag}}.size() == 2',
 ]
 
 
