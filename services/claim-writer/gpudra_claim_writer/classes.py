@@ -110,6 +110,7 @@ class ClassMirror:
             backoff_initial=self._backoff[0],
             backoff_max=self._backoff[1],
         )
+        self._known = set()  # a new informer starts with a full list
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
                 # The informer reports a relist as the difference to what it had, so the names

@@ -60,7 +60,7 @@ async def bucket(nats_url: str) -> AsyncIterator[KeyValue]:
 async def running(mirror: ClassMirror) -> AsyncIterator[None]:
     task = asyncio.create_task(mirror.run())
     try:
-        await asyncio.wait_for(mirror.synced.wait(), 10)
+        await asyncio.wait_for(mirror.synced.wait(), 20)
         yield
     finally:
         task.cancel()
@@ -87,7 +87,7 @@ async def _keys(bucket: KeyValue) -> list[str]:
         return []
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 10.0) -> None:
+async def eventually(check: Callable[[], Any], timeout: float = 20.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
@@ -193,7 +193,7 @@ async def test_relist_after_410_and_stale_keys_are_pruned(
         fake.compact()
         await store.delete(DEVICE_CLASSES, "kept.example.com")
         fake.compact()
-        await asyncio.wait_for(mirror.synced.wait(), 10)
+        await asyncio.wait_for(mirror.synced.wait(), 20)
 
         async def relisted() -> bool:
             return set(await mirrored(bucket)) == {"new.example.com"}
@@ -208,6 +208,18 @@ async def test_forbidden_list_is_retried_not_fatal(
     fake, store = api
     await store.create(DEVICE_CLASSES, device_class("late.example.com"))
     fake.inject_error(403, reason="Forbidden", method="GET", path_contains="deviceclasses")
-    mirror = ClassMirror(store, bucket, watch_timeout=1.0, retry_permanent=0.1)
+    mirror = ClassMirror(store, bucket, watch_timeout=1.0, retry_permanent=0.5)
     async with running(mirror):
         assert set(await mirrored(bucket)) == {"late.example.com"}
+        # RBAC withdrawn mid-run, the class deleted meanwhile: after the retry's fresh list the
+        # class must go, although no DELETED event was ever seen.
+        mirror.synced.clear()
+        fake.inject_error(403, reason="Forbidden", method="GET", path_contains="watch=")
+        await fake.close_watches()
+        await store.delete(DEVICE_CLASSES, "late.example.com")
+        await asyncio.wait_for(mirror.synced.wait(), 20)
+
+        async def empty() -> bool:
+            return await mirrored(bucket) == {}
+
+        await eventually(empty)
