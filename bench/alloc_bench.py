@@ -1,4 +1,5 @@
-"""Allocation throughput on a generated DGX-like cluster (first-fit, Kubernetes' semantics).
+"""Allocation throughput on a generated DGX-like cluster: first-fit (Kubernetes' semantics) and
+the topology policy, in the same process.
 
 Run: `python bench/alloc_bench.py` (or `./pants run bench/alloc_bench.py`). It builds N nodes x 8
 H100 GPUs with the attributes gpudra publishes (docs/DEVICES.md), a DeviceClass and requests with
@@ -8,7 +9,10 @@ CEL selectors, and reports:
 2. eight-GPU claims with matchAttribute on nvlinkDomain, in sequence (claims/s);
 3. a day of churn as one contract `steps` problem (JSON in, parsing included), in steps/s;
 4. how the per-claim cost grows with the cluster size (100 ... 10,000 nodes), both when the
-   allocator chooses the node and when the node is given (kube-scheduler's per-node filter).
+   allocator chooses the node and when the node is given (kube-scheduler's per-node filter),
+   and what the topology policy (`gpudra_alloc.placement.Chooser`, one per run as the
+   allocator service keeps one) costs for the same claims; `--topology-plain` also times it
+   with its optimisations off (every node searched for every claim).
 
 Each figure allocates into the same state the claims before it left behind, as a scheduler does.
 Times are this process's CPU time (the machine may be shared); parsing is not included.
@@ -37,6 +41,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpudra_alloc import AllocatedState, Allocator, Features, solve
+from gpudra_alloc.placement import Chooser
 from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
 
 DRIVER = "gpu.nvidia.com"
@@ -144,6 +149,7 @@ def run_sequence(
     given_node: bool,
     progress: Progress | None,
     label: str,
+    policy: str = "first-fit",
 ) -> tuple[int, float]:
     """Allocate `count` claims one after the other; returns (allocated, CPU seconds).
 
@@ -158,6 +164,16 @@ def run_sequence(
 
         def choose(i: int, c: Any) -> Any:
             return cluster.allocator.allocate(cluster.node_list[i // per_node], [c])
+
+    elif policy != "first-fit":
+        chooser = (
+            Chooser(cluster.allocator)
+            if policy == "topology"
+            else Chooser(cluster.allocator, optimise=False)
+        )
+
+        def choose(i: int, c: Any) -> Any:
+            return chooser.choose(cluster.node_list, [c])
 
     else:
 
@@ -239,7 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--churn-steps", type=int, default=4000, help="steps of the contract churn figure"
     )
+    parser.add_argument(
+        "--topology-plain",
+        action="store_true",
+        help="also time topology with its optimisations off (slow: every node searched)",
+    )
     args = parser.parse_args(argv)
+    policies = ["topology", "topology-plain"] if args.topology_plain else ["topology"]
     console = Console()
     columns = (
         TextColumn("{task.description}"),
@@ -248,21 +270,30 @@ def main(argv: list[str] | None = None) -> int:
         TimeElapsedColumn(),
     )
     figures: list[tuple[str, str]] = []
-    scale_rows: list[tuple[int, str, str, str, str]] = []
+    scale_rows: list[list[str]] = []
     with Progress(*columns, console=console, transient=True) as progress:
-        cluster = Cluster(args.nodes, progress)
-        done, secs = run_sequence(cluster, args.claims, 1, False, False, progress, "1-GPU")
-        figures.append(
-            (f"1-GPU claims/s ({done} on {args.nodes} nodes, node chosen)", f"{done / secs:,.0f}")
-        )
-        cluster = Cluster(args.nodes, progress)
-        done, secs = run_sequence(cluster, args.big_claims, 8, True, False, progress, "8-GPU")
-        figures.append(
-            (
-                f"8-GPU claims/s, matchAttribute nvlinkDomain ({done} on {args.nodes} nodes)",
-                f"{done / secs:,.0f}",
+        for policy in ["first-fit", *policies]:
+            cluster = Cluster(args.nodes, progress)
+            done, secs = run_sequence(
+                cluster, args.claims, 1, False, False, progress, f"{policy}: 1-GPU", policy
             )
-        )
+            figures.append(
+                (
+                    f"{policy}: 1-GPU claims/s ({done} on {args.nodes} nodes, node chosen)",
+                    f"{done / secs:,.0f}",
+                )
+            )
+            cluster = Cluster(args.nodes, progress)
+            done, secs = run_sequence(
+                cluster, args.big_claims, 8, True, False, progress, f"{policy}: 8-GPU", policy
+            )
+            figures.append(
+                (
+                    f"{policy}: 8-GPU claims/s, matchAttribute nvlinkDomain "
+                    f"({done} on {args.nodes} nodes)",
+                    f"{done / secs:,.0f}",
+                )
+            )
         if args.churn_steps:
             progress.add_task(f"churn: {args.churn_steps} contract steps", total=None)
             steps, secs, outcomes = run_churn(args.nodes, args.churn_steps)
@@ -284,32 +315,51 @@ def main(argv: list[str] | None = None) -> int:
             big = min(count, nodes)
             cluster = Cluster(nodes, progress)
             done8, secs8 = run_sequence(cluster, big, 8, True, False, progress, f"{nodes}: 8-GPU")
-            scale_rows.append(
-                (
-                    nodes,
-                    f"{1e6 * secs1 / max(done1, 1):,.0f}",
-                    f"{1e6 * secs2 / max(done2, 1):,.0f}",
-                    f"{1e6 * secs8 / max(done8, 1):,.0f}",
-                    f"{done1}/{done2}/{done8}",
+            row = [
+                f"{nodes:,}",
+                f"{1e6 * secs1 / max(done1, 1):,.0f}",
+                f"{1e6 * secs2 / max(done2, 1):,.0f}",
+                f"{1e6 * secs8 / max(done8, 1):,.0f}",
+            ]
+            allocated = [done1, done2, done8]
+            for policy in policies:
+                cluster = Cluster(nodes, progress)
+                done_t, secs_t = run_sequence(
+                    cluster, count, 1, False, False, progress, f"{nodes}: {policy} 1-GPU", policy
                 )
-            )
-    table = Table(title="gpudra first-fit allocation")
+                cluster = Cluster(nodes, progress)
+                done_t8, secs_t8 = run_sequence(
+                    cluster, big, 8, True, False, progress, f"{nodes}: {policy} 8-GPU", policy
+                )
+                row += [
+                    f"{1e6 * secs_t / max(done_t, 1):,.0f}",
+                    f"{1e6 * secs_t8 / max(done_t8, 1):,.0f}",
+                ]
+                allocated += [done_t, done_t8]
+            scale_rows.append([*row, "/".join(str(n) for n in allocated)])
+    table = Table(title="gpudra allocation, first-fit and topology (CPU time of this process)")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for name, value in figures:
         table.add_row(name, value)
     console.print(table)
-    growth = Table(title="per-claim cost by cluster size (µs of CPU per claim)")
+    growth = Table(
+        title="per-claim cost by cluster size (µs of CPU per claim; ff: first-fit, "
+        "topo: topology, plain: topology unoptimised; 1: one GPU, node chosen unless given; "
+        "8: eight GPUs with matchAttribute)"
+    )
+    short = {"topology": "topo", "topology-plain": "plain"}
     for col in (
         "nodes",
-        "1-GPU, node chosen",
-        "1-GPU, node given",
-        "8-GPU+match, chosen",
+        "ff 1",
+        "ff 1 given",
+        "ff 8",
+        *(f"{short[policy]} {what}" for policy in policies for what in ("1", "8")),
         "allocated",
     ):
         growth.add_column(col, justify="right")
     for row in scale_rows:
-        growth.add_row(str(row[0]), *row[1:])
+        growth.add_row(*row)
     console.print(growth)
     return 0
 

@@ -112,13 +112,10 @@ class Chooser:
             held_on[name] = held_on.get(name, frozenset()) | {domain}
         best: Choice | None = None
         best_score: Score | None = None
-        seen: set[Hashable] = set()
-        keys = self.node_keys.keys(nodes, claims, shape, base, held_on)
-        for index, (node, key) in enumerate(zip(nodes, keys, strict=True)):
+        # one node per key (`groups.py`): a later node of a key ties and loses on node order
+        for index, key in self.node_keys.distinct(nodes, claims, shape, base, held_on):
+            node = nodes[index]
             if key is not None:
-                if key in seen:
-                    continue  # an earlier node scores the same and wins the tie on node order
-                seen.add(key)
                 found, remembered = self.memo.get(key, shape)
                 if found:
                     if remembered is None:

@@ -29,8 +29,10 @@ field and checks that the score changes only when the key does.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpudra_alloc.allocator import Allocator
 from gpudra_alloc.constraints import lookup_attribute
@@ -52,9 +54,33 @@ NODE_UNIQUE_ATTRIBUTES = frozenset(
 Selection = tuple[tuple[DeviceSelector, ...], tuple[DeviceSelector, ...]]
 
 
+# Unique names without their domain, as they appear in selector text.
+_UNIQUE_WORDS = tuple(sorted({name.rsplit("/", 1)[-1] for name in NODE_UNIQUE_ATTRIBUTES}))
+# `device.attributes["domain"].name` / `["name"]` with plain literal keys (no escapes), the
+# name not being a call (`.exists(...)`, `.size()` read the whole map).
+_LITERAL_ACCESS = re.compile(
+    r'device\.attributes\["[^"\\]*"\](?:\.[A-Za-z_][A-Za-z0-9_]*\b(?!\s*\()|\["[^"\\]*"\])'
+)
+
+
+def reads_only_shared_attributes(expression: str | None) -> bool:
+    """True when `expression` can be seen to read no node-unique attribute: it names none of
+    them, and it reaches attributes only as `device.attributes["d"].name` or
+    `device.attributes["d"]["name"]` with plain literal keys (no map iteration, computed keys,
+    escapes, aliases or other spellings, which are all taken as "may read anything"). Its
+    outcome on a device then depends only on what the node part of the key holds."""
+    if expression is None:
+        return False
+    if any(word in expression for word in _UNIQUE_WORDS):
+        return False
+    return "attributes" not in _LITERAL_ACCESS.sub("", expression)
+
+
 @dataclass(frozen=True)
 class ShapeReads:
-    """What a claim shape makes the search read of a device besides the node part."""
+    """What a claim shape makes the search read of a device besides the node part: the
+    selections that may read node-unique attributes, and the node-unique attributes its
+    constraints name (equal node parts decide everything else alike)."""
 
     selections: tuple[Selection, ...]
     constraint_attributes: tuple[str, ...]
@@ -72,10 +98,14 @@ def shape_reads(allocator: Allocator, claims: Sequence[ResourceClaim]) -> ShapeR
                 device_class = allocator.classes.get(sub.device_class_name or "")
                 if device_class is None:
                     return None
-                selections[(tuple(device_class.selectors), tuple(sub.selectors))] = None
+                selection = (tuple(device_class.selectors), tuple(sub.selectors))
+                if not all(
+                    reads_only_shared_attributes(s.expression) for part in selection for s in part
+                ):
+                    selections[selection] = None
         for constraint in claim.constraints:
             name = constraint.match_attribute or constraint.distinct_attribute
-            if name:
+            if name and name.rsplit("/", 1)[-1] in _UNIQUE_WORDS:
                 attributes[name] = None
     return ShapeReads(tuple(selections), tuple(attributes))
 
@@ -158,6 +188,8 @@ def node_part(node: Node, pools: Sequence[Pool]) -> Hashable:
 def shape_part(allocator: Allocator, pools: Sequence[Pool], reads: ShapeReads) -> Hashable | None:
     """Per device, each selection's outcome and the constraint attributes' values; None when a
     selector fails on a device (its error names the device: no other node can share it)."""
+    if not reads.selections and not reads.constraint_attributes:
+        return ()
     out = []
     for pool in pools:
         for entries in pool.device_entries():
@@ -227,19 +259,20 @@ def state_part(pools: Sequence[Pool], state: AllocatedState) -> Hashable:
 
 MAX_LISTS = 256  # node lists whose per-node records are kept (a problem's, each gang group's)
 MAX_STATES = 200_000  # interned in-use states before the table is dropped (ids are never reused)
+_SHIFT = 40  # key = shape part id << _SHIFT | state id, for nodes without held domains
 
 PoolKey = tuple[str, str]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
     pools: list[Pool]  # held so that the identity check cannot match a reused id
     node: Node
     group: int  # interned node part
     pool_keys: tuple[PoolKey, ...]
-    shapes: dict[ShapeReads | None, int | None] = field(default_factory=dict)
+    shapes: dict[int, int | None] = field(default_factory=dict)  # reads id -> shape part id
     # the long-lived state's in-use set and this node's pool versions in it -> state id
-    devices: InUseDevices | None = None
+    devices: object = None
     versions: object = None
     state: int = -1
 
@@ -252,11 +285,14 @@ class NodeKeys:
 
     allocator: Allocator
     nodes: dict[str, _Node] = field(default_factory=dict)
-    reads: dict[Shape, ShapeReads | None] = field(default_factory=dict)
+    # claim shape -> what it reads, and that as an id (a ShapeReads hashes slowly)
+    reads: dict[Shape, tuple[ShapeReads | None, int]] = field(default_factory=dict)
+    _reads_ids: dict[ShapeReads | None, int] = field(default_factory=dict)
     _parts: dict[Hashable, int] = field(default_factory=dict)
     _states: dict[Hashable, int] = field(default_factory=dict)
     _next_id: int = 0
     _lists: dict[tuple[str, ...], tuple[list[Node], list[_Node]]] = field(default_factory=dict)
+    _last: tuple[list[Node], list[_Node]] | None = None
     _slices: int = -1
 
     def keys(
@@ -270,12 +306,45 @@ class NodeKeys:
         """One key per node of `nodes`: equal keys, equal topology score for `claims` under
         `state` with `held` domains (node name -> held domains); None for a node that shares
         its score with no other (search it)."""
+        return self._keys(nodes, claims, shape, state, held, None)
+
+    def distinct(
+        self,
+        nodes: Sequence[Node],
+        claims: Sequence[ResourceClaim],
+        shape: Shape,
+        state: AllocatedState,
+        held: dict[str, frozenset[str]],
+    ) -> list[tuple[int, Hashable | None]]:
+        """(index, key) of the first node of each key, and of every node keyed None, in the
+        order of `nodes`: the nodes the chooser must score (the others tie with an earlier
+        node of their key and lose on node order)."""
+        firsts: dict[Hashable, int] = {}
+        self._keys(nodes, claims, shape, state, held, firsts)
+        # a node keyed None stands for itself: (None, index) equals no other key
+        return [
+            (index, None if key.__class__ is tuple and key[0] is None else key)  # type: ignore[index]
+            for key, index in firsts.items()
+        ]
+
+    def _keys(
+        self,
+        nodes: Sequence[Node],
+        claims: Sequence[ResourceClaim],
+        shape: Shape,
+        state: AllocatedState,
+        held: dict[str, frozenset[str]],
+        firsts: dict[Hashable, int] | None,
+    ) -> list[Hashable | None]:
         if shape in self.reads:
-            reads = self.reads[shape]
+            reads, reads_id = self.reads[shape]
         else:
             if len(self.reads) >= 1024:
                 self.reads.clear()
-            reads = self.reads[shape] = shape_reads(self.allocator, claims)
+                self._reads_ids.clear()  # ids are never reused: nodes' entries just miss
+            reads = shape_reads(self.allocator, claims)
+            reads_id = self._new_id(self._reads_ids, reads)
+            self.reads[shape] = (reads, reads_id)
         known_list = self._known(nodes)
         ref = self.allocator.state
         ref_devices = ref.devices
@@ -286,15 +355,18 @@ class NodeKeys:
         elif cached and not state.capacity and not state.shared:
             dirty = {(d.driver, d.pool) for d in state.devices ^ ref_devices}
         versions = ref_devices.pool_version if isinstance(ref_devices, InUseDevices) else {}
-        empty: frozenset[str] = frozenset()
         out: list[Hashable | None] = []
         append = out.append
-        for known in known_list:
-            shape_id = known.shapes.get(reads, -1)
+        setdefault = firsts.setdefault if firsts is not None else None
+        for index, known in enumerate(known_list):
+            shape_id = known.shapes.get(reads_id, -1)
             if shape_id == -1:
-                shape_id = self._shape_id(known, reads)
+                shape_id = self._shape_id(known, reads, reads_id)
             if shape_id is None:
-                append(None)
+                if setdefault is not None:
+                    setdefault((None, index), index)
+                else:
+                    append(None)
                 continue
             keys = known.pool_keys
             if dirty is None or (dirty and any(k in dirty for k in keys)):
@@ -306,11 +378,17 @@ class NodeKeys:
                     else tuple(versions.get(k, 0) for k in keys)
                 )
                 if known.devices is not ref_devices or known.versions != now:
-                    known.devices = ref_devices  # type: ignore[assignment]
+                    known.devices = ref_devices
                     known.versions = now
                     known.state = self._state_id(state_part(known.pools, ref))
                 in_use = known.state
-            append((shape_id, in_use, held.get(known.node.name, empty)))
+            key: Hashable = shape_id << _SHIFT | in_use
+            if held and known.node.name in held:
+                key = (key, held[known.node.name])
+            if setdefault is not None:
+                setdefault(key, index)
+            else:
+                append(key)
         return out
 
     def _known(self, nodes: Sequence[Node]) -> list[_Node]:
@@ -319,15 +397,19 @@ class NodeKeys:
         if generation != self._slices:
             self._slices = generation
             self._lists.clear()
+            self._last = None
+        last = self._last
+        if last is not None and last[0] == nodes:  # the same Node objects: compared by identity
+            return last[1]
         names = tuple(n.name for n in nodes)
         found = self._lists.get(names)
-        if found is not None and found[0] == nodes:
-            return found[1]
-        known = [self._node(n, self.allocator.pools_for(n)) for n in nodes]
-        if len(self._lists) >= MAX_LISTS:
-            self._lists.clear()
-        self._lists[names] = (list(nodes), known)
-        return known
+        if found is None or found[0] != nodes:
+            known = [self._node(n, self.allocator.pools_for(n)) for n in nodes]
+            if len(self._lists) >= MAX_LISTS:
+                self._lists.clear()
+            found = self._lists[names] = (list(nodes), known)
+        self._last = found
+        return found[1]
 
     def _node(self, node: Node, pools: list[Pool]) -> _Node:
         known = self.nodes.get(node.name)
@@ -341,13 +423,13 @@ class NodeKeys:
             self.nodes[node.name] = known
         return known
 
-    def _shape_id(self, known: _Node, reads: ShapeReads | None) -> int | None:
+    def _shape_id(self, known: _Node, reads: ShapeReads | None, reads_id: int) -> int | None:
         shape_id: int | None = None
         if reads is not None:
             part = shape_part(self.allocator, known.pools, reads)
             if part is not None:
                 shape_id = self._new_id(self._parts, (known.group, part))
-        known.shapes[reads] = shape_id
+        known.shapes[reads_id] = shape_id
         return shape_id
 
     def _state_id(self, part: Hashable) -> int:
@@ -355,7 +437,7 @@ class NodeKeys:
             self._states.clear()
         return self._new_id(self._states, part)
 
-    def _new_id(self, table: dict[Hashable, int], part: Hashable) -> int:
+    def _new_id(self, table: dict[Any, int], part: Hashable) -> int:
         """The id of `part` in `table`; ids are never reused, so equal ids mean equal parts."""
         found = table.get(part)
         if found is None:

@@ -9,6 +9,7 @@ import pytest
 
 from gpudra_alloc import AllocatedState, AllocationError, Allocator, DeviceID
 from gpudra_alloc.placement import Choice, Chooser
+from gpudra_alloc.placement.groups import reads_only_shared_attributes
 from gpudra_alloc.placement.memo import claims_shape
 from gpudra_alloc.placement.search import copy_state, safe_mask
 from gpudra_alloc.workload import SHAPES, Fleet, build_fleet, device_classes, resource_claim
@@ -320,3 +321,65 @@ def test_keys_follow_changes_of_the_allocators_state() -> None:
     )
     assert held[0] == first[0]
     assert held[1] != first[1]
+
+
+# ---------------------------------------------------------------- selectors and unique names
+
+
+@pytest.mark.parametrize(
+    ("expression", "shared"),
+    [
+        pytest.param(f'device.attributes["{DRIVER}"].type == "gpu"', True, id="field"),
+        pytest.param(f'device.attributes["{DRIVER}"]["type"] == "gpu"', True, id="index"),
+        pytest.param(
+            f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0',
+            True,
+            id="capacity",
+        ),
+        pytest.param(
+            f'device.attributes["{DRIVER}"].productName.startsWith("NVIDIA")', True, id="call"
+        ),
+        pytest.param(f'device.attributes["{DRIVER}"].uuid == "x"', False, id="uuid"),
+        pytest.param(
+            'device.attributes["resource.kubernetes.io"].pciBusID == "x"', False, id="bus-id"
+        ),
+        pytest.param(f'device.attributes["{DRIVER}"]["\\x75uid"] == "x"', False, id="escape"),
+        pytest.param(f'device.attributes["{DRIVER}"]["uu" + "id"] == "x"', False, id="computed"),
+        pytest.param(f'device.attributes["{DRIVER}"].size() == 3', False, id="size"),
+        pytest.param(
+            f'device.attributes["{DRIVER}"].exists(k, k.startsWith("u"))', False, id="macro"
+        ),
+        pytest.param(
+            f'cel.bind(a, device.attributes["{DRIVER}"], a.type == "gpu")', False, id="alias"
+        ),
+        pytest.param(f'device["attributes"]["{DRIVER}"].type == "gpu"', False, id="spelling"),
+        pytest.param(None, False, id="no-expression"),
+    ],
+)
+def test_which_selectors_cannot_read_node_unique_attributes(
+    expression: str | None, shared: bool
+) -> None:
+    assert reads_only_shared_attributes(expression) is shared
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param(f'device.attributes["{DRIVER}"].size() == COUNT', id="attribute-count"),
+        pytest.param(f'!("uuid" in device.attributes["{DRIVER}"])', id="uuid-absent"),
+    ],
+)
+def test_twins_that_differ_only_in_unique_attributes_are_told_apart_when_selectors_look(
+    expression: str,
+) -> None:
+    """Node B's gpu-2 lacks its uuid; a selector that can see that picks it, both ways."""
+    slices, nodes = fleet({"dgx-h100": 2})
+    device = _device(slices, nodes[1].name, "gpu-2")
+    del device["attributes"]["uuid"]
+    count = sum(1 for name in device["attributes"] if "/" not in name)
+    allocator = allocator_of(slices)
+    pod = [cel_claim("odd", expression.replace("COUNT", str(count)))]
+    got = Chooser(allocator).choose(nodes, pod)
+    assert got is not None
+    assert (got.node.name, got.results[0].results[0].device) == (nodes[1].name, "gpu-2")
+    assert answer(got) == answer(Chooser(allocator, optimise=False).choose(nodes, pod))
