@@ -71,6 +71,7 @@ _NATS = (nats.errors.Error, OSError, TimeoutError)
 _BATCH = 64
 # A replica's own consumer outlives a crash of the replica by this long (seconds).
 _CONSUMER_IDLE_LIMIT = 900.0
+_RESUBSCRIBE_AFTER = 3  # consecutive failed fetches while connected
 
 
 class InventoryService:
@@ -149,6 +150,19 @@ class InventoryService:
             ),
         )
 
+    async def _resubscribe(
+        self, sub: JetStreamContext.PullSubscription
+    ) -> JetStreamContext.PullSubscription:
+        with contextlib.suppress(*_NATS):
+            await sub.unsubscribe()
+        try:
+            fresh = await self._subscribe()
+        except _NATS as exc:
+            log.warning("cannot re-create the inventory consumer (%s); retrying", exc)
+            return sub
+        log.info("inventory consumer %s re-created", self.consumer)
+        return fresh
+
     async def run(self, stop: asyncio.Event) -> None:
         sub = await self._subscribe()
         self._subscribed = True
@@ -157,15 +171,25 @@ class InventoryService:
         if self._lease is not None:
             lease_task = asyncio.create_task(self._lease.run(lease_stop), name="inventory-lease")
         interval = min(1.0, self._settings.heartbeat_timeout / 4)
+        failures = 0
         try:
             while not stop.is_set():
                 try:
                     msgs = await fetch_ready(sub, _BATCH, interval)
+                    failures = 0
                 except (nats.errors.TimeoutError, TimeoutError):
                     msgs = []
+                    failures = 0
                 except (nats.errors.Error, OSError) as exc:
                     log.warning("fetching inventories failed (%s); retrying", exc)
+                    failures += 1
                     await asyncio.sleep(0.5)
+                    if failures >= _RESUBSCRIBE_AFTER and self._nc.is_connected:
+                        # Connected but failing: the consumer is gone (idle limit passed while
+                        # this process stalled, or the server lost it); a new one replays each
+                        # node's latest inventory, which the book takes as heartbeats.
+                        sub = await self._resubscribe(sub)
+                        failures = 0
                     continue
                 for msg in msgs:
                     await self._guarded(msg)

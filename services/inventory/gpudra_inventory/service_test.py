@@ -12,6 +12,7 @@ from nats.js.kv import KeyValue
 
 from gpudra_bus import (
     DEADLETTER_STREAM,
+    INVENTORY_STREAM,
     SLICES_BUCKET,
     Publisher,
     connect,
@@ -216,3 +217,27 @@ async def test_a_leader_cut_off_from_its_lease_stops_writing_before_the_standby_
     finally:
         stop.set()
         await asyncio.gather(*tasks)
+
+
+async def test_a_lost_consumer_is_re_created(nc: Client) -> None:
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+    service = InventoryService(nc, kv, Settings())
+    await service.load()
+    stop = asyncio.Event()
+    task = asyncio.create_task(service.run(stop))
+    try:
+        publisher = Publisher(nc)
+        inv = inventory("node-x")
+        await publisher.publish(subjects.inventory("node-x"), inv, NODE_INVENTORY)
+        await eventually(lambda: _true(service.changes == 1))
+        await nc.jetstream().delete_consumer(INVENTORY_STREAM, service.consumer)
+        smaller = pb.NodeInventory()
+        smaller.CopyFrom(inv)
+        del smaller.devices[4:]
+        await publisher.publish(subjects.inventory("node-x"), smaller, NODE_INVENTORY)
+        await eventually(lambda: _true(service.changes == 2))
+        (s,) = (await slices(kv)).values()
+        assert len(s["spec"]["devices"]) == 4
+    finally:
+        stop.set()
+        await task
