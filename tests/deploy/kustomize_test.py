@@ -393,11 +393,9 @@ EXPECTED_GRANTS = {
         for verb in ("get", "list", "watch")
     ),
     *(
-        ("gpudra-claim-writer", group, "events", verb)
-        for group in ("", "events.k8s.io")
-        for verb in ("create", "patch")
+        ("gpudra-claim-writer", "events.k8s.io", "events", verb)
+        for verb in ("create", "update", "patch")
     ),
-    ("gpudra-claim-writer", "events.k8s.io", "events", "update"),
     *(
         ("gpudra-kubelet-plugin", "resource.k8s.io", "resourceclaims", verb)
         for verb in ("get", "list", "watch")
