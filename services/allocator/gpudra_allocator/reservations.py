@@ -16,6 +16,14 @@ Why this is safe with several replicas (the invariant "a device is never allocat
 
 `start()` mirrors the bucket into memory with a KV watch: `state` is the `AllocatedState` the
 allocation core reads, and `changed` is set whenever any replica changes anything.
+
+Within one replica, writes of one pool take turns (a lock per pool), so concurrent claims of the
+replica landing on the same node do not make each other's revision-checked writes fail. `hold`
+marks a decision's exclusive devices in use in `state` before they are written, so that the
+replica may decide its next claim while this one's write is on its way; `unhold` takes the marks
+away again (a device stays in use when a pool of the mirror holds it by then). A mark is only a
+hint to this replica's next decisions: what two replicas may hold is decided by the
+revision-checked writes alone.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import nats.errors
 import nats.js.errors
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from gpudra_alloc.state import AllocatedState
+from gpudra_alloc.state import AllocatedState, DeviceID
 from gpudra_allocator.errors import ReservationConflict
 from gpudra_allocator.holdings import (
     POOL_PREFIX,
@@ -60,6 +68,7 @@ class Reservations:
         # claim UID -> keys of the pools holding something of it (so a claim's lookup does not
         # walk every holding of the fleet)
         self._uid_pools: dict[str, set[str]] = {}
+        self._pool_locks: dict[str, asyncio.Lock] = {}
         self.state = AllocatedState()
         self.changed = asyncio.Event()
         self.version = 0
@@ -141,6 +150,36 @@ class Reservations:
     def pool(self, driver: str, pool: str) -> PoolHoldings:
         entry = self._pools.get(pool_key(driver, pool))
         return entry[1] if entry is not None else PoolHoldings(driver, pool)
+
+    def hold(self, by_pool: dict[tuple[str, str], list[Holding]]) -> list[DeviceID] | None:
+        """Mark the exclusive devices of a decision in use now, before `reserve` writes them.
+
+        Returns the devices marked (for `unhold`), or None when the decision holds shares or
+        capacity: those add up per device, so such a decision must be written before the next
+        one is made (nothing is marked then)."""
+        if any(h.share_id is not None or h.capacity for hs in by_pool.values() for h in hs):
+            return None
+        marked: list[DeviceID] = []
+        for (driver, pool), holdings in by_pool.items():
+            for h in holdings:
+                device = DeviceID(driver, pool, h.device)
+                if device not in self.state.devices:
+                    self.state.devices.add(device)
+                    marked.append(device)
+        return marked
+
+    def unhold(self, devices: Iterable[DeviceID]) -> None:
+        """Take `hold`'s marks away; a device a pool of the mirror holds by now stays in use."""
+        freed = False
+        for device in devices:
+            entry = self._pools.get(pool_key(device.driver, device.pool))
+            holders = entry[1].holdings if entry is not None else ()
+            if not any(h.device == device.device and h.share_id is None for h in holders):
+                self.state.devices.discard(device)
+                freed = True
+        if freed:
+            self.version += 1
+            self.changed.set()
 
     # -- claim records -------------------------------------------------------------------------
 
@@ -245,6 +284,19 @@ class Reservations:
         the caller decides again. A removal retries on fresh content until it lands.
         """
         key = pool_key(driver, pool)
+        lock = self._pool_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            await self._cas_locked(key, driver, pool, change, fresh=fresh)
+
+    async def _cas_locked(
+        self,
+        key: str,
+        driver: str,
+        pool: str,
+        change: Callable[[PoolHoldings], PoolHoldings],
+        *,
+        fresh: bool,
+    ) -> None:
         for _ in range(_MAX_CAS_TRIES):
             if fresh:
                 await self._refresh(key)

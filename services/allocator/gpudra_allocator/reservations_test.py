@@ -178,3 +178,59 @@ async def test_drop_stale_keeps_young_attempts(kv: KeyValue) -> None:
 
 async def test_record_of_unknown_claim_is_none(replicas: list[Reservations]) -> None:
     assert await replicas[0].record("nobody") is None
+
+
+async def test_one_replica_writing_one_pool_at_once_never_collides_with_itself(
+    replicas: list[Reservations],
+) -> None:
+    # Concurrent claims of one replica landing on one node: the writes take turns, none is
+    # refused for a revision its sibling moved.
+    r = replicas[0]
+    devices = [f"gpu-{i}" for i in range(8)]
+    await asyncio.gather(*(r.reserve({(DRIVER, "n"): [hold(d, f"u{d}")]}) for d in devices))
+    assert sorted(h.device for h in r.pool(DRIVER, "n").holdings) == devices
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        pytest.param(True, {"gpu-0"}, id="written-stays-in-use"),
+        pytest.param(False, set(), id="not-written-is-free-again"),
+    ],
+)
+async def test_hold_marks_until_written_or_unheld(
+    replicas: list[Reservations], written: bool, expected: set[str]
+) -> None:
+    r = replicas[0]
+    by_pool = {(DRIVER, "n"): [hold("gpu-0", "u")]}
+    marked = r.hold(by_pool)
+    assert marked == [DeviceID(DRIVER, "n", "gpu-0")]
+    assert DeviceID(DRIVER, "n", "gpu-0") in r.state.devices, "the next decision must see it"
+    if written:
+        await r.reserve(by_pool)
+    r.unhold(marked)
+    assert {d.device for d in r.state.devices} == expected
+
+
+async def test_hold_leaves_shares_to_the_write(replicas: list[Reservations]) -> None:
+    r = replicas[0]
+    assert r.hold({(DRIVER, "n"): [hold("gpu-0", "u", share="s1")]}) is None
+    assert r.state.devices == set()
+
+
+async def test_holdings_of_follows_every_change(replicas: list[Reservations]) -> None:
+    a, b = replicas[0], replicas[1]
+    await a.reserve({(DRIVER, "n1"): [hold("gpu-0", "u1"), hold("gpu-1", "u2")]})
+    await a.reserve({(DRIVER, "n2"): [hold("gpu-0", "u1")]})
+    await a.drop("u2")
+    await asyncio.sleep(0.2)  # b learns it all from the watch
+    for r in (a, b):
+        assert sorted((p.pool, h.device) for p, h in r.holdings_of("u1")) == [
+            ("n1", "gpu-0"),
+            ("n2", "gpu-0"),
+        ]
+        assert r.holdings_of("u2") == []
+    await b.release("u1", "default/u1")
+    await asyncio.sleep(0.2)
+    assert a.holdings_of("u1") == []
+    assert a.state.devices == set()

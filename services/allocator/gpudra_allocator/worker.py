@@ -27,14 +27,19 @@ Promises (with `Reservations` for the multi-replica part):
 - A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
   `Released`; a DELETED event that carries the claim is a cleared allocation of a claim that lives
   on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
+- Tombstones are removed once they are `grace_for(ack_wait, retry_interval)` old (at least ten
+  minutes), long after any event of the claim can still arrive (`tombstones` says why that is
+  safe); every replica runs a pass every quarter of that, at a jittered time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
+import random
 import time
 import uuid
 
@@ -43,7 +48,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from gpudra_alloc import AllocationInputError
+from gpudra_alloc import AllocationInputError, DeviceID
 from gpudra_allocator.engine import Decision, Engine
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
 from gpudra_allocator.events import (
@@ -54,16 +59,18 @@ from gpudra_allocator.events import (
 )
 from gpudra_allocator.gang_steps import EMPTY_CLAIM, RESERVE_TRIES, GangSteps, Waiting
 from gpudra_allocator.gangs import GangBook, unit_of
-from gpudra_allocator.holdings import ClaimRecord, holdings_for
+from gpudra_allocator.holdings import ClaimRecord, Holding, holdings_for
 from gpudra_allocator.index import KvIndex
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
+from gpudra_allocator.tombstones import TombstoneCollector, grace_for
 from gpudra_api import DeviceClass, ResourceSlice
 from gpudra_bus import (
     ALLOCATION_DECISION,
     CLAIM_EVENT,
     CLAIMS_STREAM,
     RELEASED,
+    BusError,
     BusPermanentError,
     BusRetryableError,
     DeadLetters,
@@ -111,6 +118,19 @@ class Worker(GangSteps):
         self._decide_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._inflight: set[asyncio.Task[None]] = set()
+        self._tombstones = TombstoneCollector(
+            nc.jetstream(),
+            reservations.kv,
+            grace_for(settings.ack_wait, settings.retry_interval),
+        )
+
+    async def _collect_tombstones(self) -> None:
+        while True:
+            await asyncio.sleep(self._tombstones.grace / 4 * random.uniform(0.75, 1.25))
+            try:
+                await self._tombstones.collect()
+            except BusError as exc:
+                log.warning("collecting tombstones failed (%s); trying again later", exc)
 
     async def run(self, stop: asyncio.Event) -> None:
         js = self._nc.jetstream()
@@ -128,6 +148,7 @@ class Worker(GangSteps):
         )
         self.ready = True
         log.info("allocator %s consuming claim events", self.replica)
+        collector = asyncio.create_task(self._collect_tombstones(), name="tombstones")
         try:
             while not stop.is_set():
                 try:
@@ -148,6 +169,9 @@ class Worker(GangSteps):
                 await self._retry_waiting()
         finally:
             self.ready = False
+            collector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await collector
             # In-flight work gets a grace period; what does not finish is redelivered later.
             if self._inflight:
                 _, stuck = await asyncio.wait(set(self._inflight), timeout=5.0)
@@ -252,6 +276,7 @@ class Worker(GangSteps):
             # of this replica would otherwise all pick the same first free device and collide.
             decision: Decision | None = None
             invalid: AllocationInputError | None = None
+            held: list[DeviceID] | None = None
             async with self._decide_lock:
                 try:
                     decision = self._engine.decide(
@@ -261,13 +286,19 @@ class Worker(GangSteps):
                     invalid = exc
                 token = f"{self.replica}-{uuid.uuid4().hex[:12]}"
                 if decision is not None and decision.allocated:
-                    try:
-                        await self._res.reserve(
-                            holdings_for(decision.results, uid, claim.key, token, time.time())
-                        )
-                    except ReservationConflict as exc:
-                        log.debug("claim %s: %s; deciding again", claim.key, exc)
+                    by_pool = holdings_for(decision.results, uid, claim.key, token, time.time())
+                    # Exclusive devices are marked in use here and written after the lock, so the
+                    # lock covers deciding only; shares add up, so they are written under it.
+                    held = self._res.hold(by_pool)
+                    if held is None and not await self._reserved(claim.key, by_pool):
                         continue
+            if held is not None:
+                try:
+                    reserved = await self._reserved(claim.key, by_pool)
+                finally:
+                    self._res.unhold(held)
+                if not reserved:
+                    continue
             if invalid is not None or decision is None:
                 await self._unschedulable(waiting, f"invalid claim: {invalid}")
                 await self._finish(uid, waiting.msg)
@@ -279,6 +310,15 @@ class Worker(GangSteps):
             await self._commit(waiting, decision, token)
             return
         self._hold(waiting)  # kept losing races; the next change retries it
+
+    async def _reserved(self, key: str, by_pool: dict[tuple[str, str], list[Holding]]) -> bool:
+        """Write a decision's holdings; False when they collided (decide again)."""
+        try:
+            await self._res.reserve(by_pool)
+        except ReservationConflict as exc:
+            log.debug("claim %s: %s; deciding again", key, exc)
+            return False
+        return True
 
     def _versions(self) -> tuple[int, int, int]:
         classes = self._classes.version if self._classes is not None else 0
