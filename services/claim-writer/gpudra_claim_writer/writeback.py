@@ -10,9 +10,11 @@ Promises:
   sets the annotations `gpudra.io/traceparent` / `gpudra.io/tracestate` to the context of the
   `write claim status` span, so the kubelet plugin's prepare span, which reads them, joins the
   claim's trace in a real cluster too. Only a claim not yet carrying the allocation is annotated.
-- UNSCHEDULABLE: the reason lands in the claim's `gpudra.io/unschedulable` annotation (cleared on
-  allocation) and, with an Events recorder (kubernetes mode), in a Warning `FailedAllocation`
-  Event; a newly written allocation gets a Normal `Allocated` Event (see `kube_events`).
+- UNSCHEDULABLE: the reason lands in the claim's `gpudra.io/unschedulable` annotation (removed by
+  the metadata write that adds the finalizer, before the allocation is written, so a claim never
+  shows an allocation beside a stale reason: a reason written in between makes the allocation's
+  write conflict, and the re-read removes it again) and, with an Events recorder (kubernetes
+  mode), in a Warning `FailedAllocation` Event; a newly written allocation gets a Normal `Allocated` Event (see `kube_events`).
 - Released after a deallocation: if the claim still exists and is pending, it is offered for
   allocation again.
 - The message is acknowledged after the write; a decision that cannot be written now (API away) is
@@ -243,7 +245,6 @@ class Writeback:
                     claim = await self._write(
                         claim, lambda c: with_allocation(c, allocation), status=True
                     )
-                    await self._write(claim, lambda c: with_reason(c, None), status=False)
                 except ConflictError as exc:
                     log.info("claim %s/%s changed (%s); re-reading", ref.namespace, ref.name, exc)
                     continue
@@ -302,7 +303,10 @@ class Writeback:
 
 
 def _metadata(claim: dict[str, Any], carrier: dict[str, str] | None) -> dict[str, Any] | None:
-    """The finalizer, plus the trace annotations when `carrier` is given: one metadata write."""
+    """The finalizer without the unschedulable reason, plus the trace annotations when `carrier`
+    is given: one metadata write, before the allocation's."""
     if carrier is None:
-        return with_finalizer(claim)
-    return chained(claim, with_finalizer, lambda c: with_trace(c, carrier))
+        return chained(claim, with_finalizer, lambda c: with_reason(c, None))
+    return chained(
+        claim, with_finalizer, lambda c: with_reason(c, None), lambda c: with_trace(c, carrier)
+    )

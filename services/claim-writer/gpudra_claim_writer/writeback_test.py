@@ -1,0 +1,141 @@
+"""Write-back through a real nats-server into the standalone claim store: what the claim looks
+like at every revision the write-back produces."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client
+
+from gpudra_bus import (
+    ALLOCATION_DECISION,
+    Publisher,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+    subjects,
+)
+from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
+from gpudra_claim_writer.writeback import Writeback
+from gpudra_kube.kv_backend import KvStore
+from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_kube.store import WatchEvent
+from gpudra_standalone.nats_server import NatsServer
+from gpudrapb.v1 import claims_pb2
+
+ALLOCATION: dict[str, Any] = {
+    "devices": {
+        "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
+    },
+    "nodeSelector": {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+        ]
+    },
+}
+
+
+@pytest_asyncio.fixture
+async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
+    client = await connect(fresh_nats_server.url, name="writeback-test", deadline=10)
+    await ensure_streams(client.jetstream())
+    await ensure_buckets(client.jetstream())
+    yield client
+    await client.drain()
+
+
+def new_claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+    }
+
+
+async def decide(publisher: Publisher, claim: dict[str, Any], reason: str = "") -> None:
+    meta = claim["metadata"]
+    ref = claims_pb2.ClaimRef(namespace="default", name=meta["name"], uid=meta["uid"])
+    decision = claims_pb2.AllocationDecision(claim=ref)
+    if reason:
+        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_UNSCHEDULABLE
+        decision.reason = reason
+    else:
+        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_ALLOCATED
+        decision.allocation_json = json.dumps(ALLOCATION).encode()
+        decision.node_name = "n1"
+    await publisher.publish(
+        subjects.allocations("default", meta["name"]),
+        decision,
+        ALLOCATION_DECISION,
+        msg_id=f"{meta['uid']}/{reason or 'allocated'}",
+    )
+
+
+def annotations_of(claim: dict[str, Any]) -> dict[str, str]:
+    return dict(claim["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize(
+    "reason_first",
+    [
+        pytest.param(True, id="waited-with-a-reason"),
+        pytest.param(False, id="allocated-at-once"),
+    ],
+)
+async def test_no_revision_shows_an_allocation_beside_a_reason(
+    nc: Client, reason_first: bool
+) -> None:
+    store = KvStore(nc)
+    publisher = Publisher(nc)
+    claim = await store.create(RESOURCE_CLAIMS, new_claim("c1"))
+    seen: list[WatchEvent] = []
+
+    async def follow() -> None:
+        version = claim["metadata"]["resourceVersion"]
+        async for event in store.watch(RESOURCE_CLAIMS, "default", resource_version=version):
+            seen.append(event)
+
+    writeback = Writeback(nc, store, publisher, consumer="writeback-test")
+    tasks = [asyncio.create_task(follow()), asyncio.create_task(writeback.run())]
+    try:
+        if reason_first:
+            await decide(publisher, claim, reason="needs 2 GPUs, 1 free")
+            await until(
+                lambda: any(UNSCHEDULABLE_ANNOTATION in annotations_of(e.object) for e in seen)
+            )
+        await decide(publisher, claim)
+        await until(lambda: writeback.counts["allocated"] == 1)
+        await until(lambda: any((e.object.get("status") or {}).get("allocation") for e in seen))
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    allocated = [e.object for e in seen if (e.object.get("status") or {}).get("allocation")]
+    assert allocated, "the allocation was written"
+    for obj in allocated:
+        assert UNSCHEDULABLE_ANNOTATION not in annotations_of(obj), "a stale reason beside it"
+        assert FINALIZER in obj["metadata"]["finalizers"], "finalizer first, as kube-scheduler"
+    # Two writes for the allocation itself: the metadata (finalizer, reason gone) and the status.
+    writes = [e for e in seen if UNSCHEDULABLE_ANNOTATION not in annotations_of(e.object)]
+    assert len(writes) == 2
+
+
+async def until(check: Any, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
