@@ -59,7 +59,7 @@ class Allocator:
         self.features = features or Features()
         self.timeout_s = timeout_s
         self.state = state or AllocatedState()
-        self.selectors = selectors or Selectors()
+        self.selectors = selectors or Selectors(self.features)
         self.classes = {c.name: c for c in classes}
         self.slices: list[ResourceSlice] = []
         self.by_node: dict[str, list[ResourceSlice]] = {}

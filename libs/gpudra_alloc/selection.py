@@ -6,9 +6,11 @@ cached too and raised again, so the same input always fails the same way.
 
 `Selectors(features)` compiles in the CEL environment the feature gates declare: with
 ConsumableCapacity or ListTypeAttributes off, a selector using what the gate adds is a compile
-error, which the allocator reports as an `error` result (Kubernetes' API server refuses such an
-object when it is written). Without features, every declaration is present, as in the stored
-expressions Kubernetes' allocator compiles. Device entries (and their cached results) are shared
+error, which the allocator reports as an `error` result naming the owner, the expression and the
+feature ("... requires feature ListTypeAttributes"), as Kubernetes' API server refuses such an
+object when it is written. An `Allocator` passes its own features (Kubernetes 1.37's defaults,
+ListTypeAttributes off, when it is given none). `Selectors()` without features declares
+everything, as in the stored expressions Kubernetes' allocator compiles. Device entries (and their cached results) are shared
 by every allocator; a gated environment only rejects expressions, never changes a result, so a
 gated `Selectors` re-checks that an expression compiles before it trusts a cached result.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra_alloc.errors import AllocationInputError
-from gpudra_alloc.features import Features
+from gpudra_alloc.features import FEATURE_NAMES, Features
 from gpudra_alloc.pools import DeviceEntry
 from gpudra_api import DeviceAttribute, DeviceSelector, Semver
 from gpudra_api.names import split_qualified_name
@@ -62,6 +64,8 @@ def device_view(entry: DeviceEntry) -> Any:
 
 
 _MAX_PROGRAMS = 4096
+# CelOptions field -> the feature that declares it (a compile error's `gate`)
+_FEATURE_OF_GATE = {attr: name for name, attr in FEATURE_NAMES.items()}
 
 
 class Selectors:
@@ -117,6 +121,12 @@ class Selectors:
     ) -> bool | Exception:
         program = self.compiled(expression)
         if isinstance(program, CelCompileError):
+            feature = _FEATURE_OF_GATE.get(program.gate)
+            if feature is not None:
+                raise AllocationInputError(
+                    f"{owner}: selector #{index} {expression!r} requires feature {feature}"
+                    f" (CEL compile error: {program})"
+                ) from program
             raise AllocationInputError(
                 f"{owner}: selector #{index}: CEL compile error: {program}"
             ) from program

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpudra_alloc import AllocationInputError, Allocator, Features
+from gpudra_alloc import AllocationInputError, Allocator, Features, solve
 from gpudra_alloc.selection import Selectors
 from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
 from gpudra_cel import CelOptions
@@ -112,3 +112,97 @@ def test_cached_results_do_not_bypass_a_gated_environment() -> None:
 def test_features_map_to_cel_options(features: Features, options: CelOptions) -> None:
     assert features.cel_options() == options
     assert Selectors(features).options == options
+
+
+def _problem(expression: str, features: list[str] | None) -> dict[str, Any]:
+    """A contract problem: one node, two GPUs, a claim whose request selector is `expression`."""
+    claim = {
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "r",
+                        "exactly": {
+                            "deviceClassName": "gpu",
+                            "selectors": [{"cel": {"expression": expression}}],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    problem: dict[str, Any] = {
+        "node": {"name": "n1"},
+        "classes": [{"metadata": {"name": "gpu"}, "spec": {}}],
+        "slices": [SLICE_DOC],
+        "claims": [claim],
+    }
+    if features is not None:
+        problem["features"] = features
+    return problem
+
+
+SLICE_DOC = {
+    "metadata": {"name": "n1"},
+    "spec": {
+        "driver": DRV,
+        "nodeName": "n1",
+        "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+        "devices": [
+            {
+                "name": f"gpu-{i}",
+                "allowMultipleAllocations": i == 0,
+                "attributes": {"cliques": {"strings": [f"c{i}", "shared"]}},
+            }
+            for i in range(2)
+        ],
+    },
+}
+DEFAULTS = None  # no "features" key: Kubernetes 1.37's defaults (ListTypeAttributes off)
+LISTS = ["ConsumableCapacity", "ListTypeAttributes"]
+
+
+@pytest.mark.parametrize(
+    ("expression", "features", "feature"),
+    [
+        pytest.param(f'{A}.cliques.includes("c1")', DEFAULTS, "ListTypeAttributes", id="includes"),
+        pytest.param(
+            f'{A}.cliques.exists(c, c == "c1")', DEFAULTS, "ListTypeAttributes", id="iterate"
+        ),
+        pytest.param(
+            f'{A}.?cliques.orValue([]).exists(c, c == "c1")',
+            DEFAULTS,
+            "ListTypeAttributes",
+            id="iterate-optional",
+        ),
+        pytest.param(
+            "device.allowMultipleAllocations",
+            ["ListTypeAttributes"],
+            "ConsumableCapacity",
+            id="consumable",
+        ),
+        pytest.param(f'{A}.cliques.includes("c1")', LISTS, None, id="gate-on"),
+        pytest.param("device.allowMultipleAllocations", DEFAULTS, None, id="consumable-default"),
+    ],
+)
+def test_a_problem_with_the_gate_off_is_an_error_naming_claim_expression_and_feature(
+    expression: str, features: list[str] | None, feature: str | None
+) -> None:
+    answer = solve(_problem(expression, features), "first-fit")
+    if feature is None:
+        assert answer["outcome"] == "allocated", answer
+        return
+    assert answer["outcome"] == "error", answer
+    assert "claim ml/train" in answer["error"]
+    assert repr(expression) in answer["error"]
+    assert f"requires feature {feature}" in answer["error"]
+
+
+def test_an_allocator_without_features_uses_kubernetes_defaults() -> None:
+    expression = f'{A}.cliques.includes("c1")'
+    with pytest.raises(AllocationInputError, match="requires feature ListTypeAttributes"):
+        Allocator([_class(expression)], [SLICE]).allocate(NODE, [CLAIM])
+    # Selectors() alone still declares everything (the stored-expression environment)
+    chosen = Selectors()
+    assert _allocate(expression, None, chosen) == ["gpu-1"]

@@ -27,7 +27,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudra_cel.errors import CelCompileError
-from gpudra_cel.syntax import Bind, Call, Comprehension, Has, Ident, Index, ListLit, Node, Select
+from gpudra_cel.syntax import (
+    Bind,
+    Call,
+    Comprehension,
+    Has,
+    Ident,
+    Index,
+    ListLit,
+    Node,
+    OptIndex,
+    OptSelect,
+    Select,
+)
 from gpudra_cel.tree import children
 
 __all__ = ["ALL_FEATURES", "CelOptions", "check_environment"]
@@ -40,6 +52,11 @@ _ATTRIBUTE_LIST = "list"  # a list literal of attribute values
 # what a comprehension's value variable holds, by the kind of its range
 _ELEMENTS = {_DOMAIN_MAP: _DOMAIN, _DOMAIN: _ATTRIBUTE, _ATTRIBUTE_LIST: _ATTRIBUTE}
 _OTHER = ""
+_OPTIONAL = "?"  # prefix: an optional of that kind (`d.?name`, `d[?name]`, `optional.of(x)`)
+# methods of an optional and what they return: its value, or an optional of the same kind
+_UNWRAP = frozenset({"value", "orValue"})
+_KEEP = frozenset({"or"})
+_WRAP = frozenset({"optional.of", "optional.ofNonZeroValue"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,42 +97,43 @@ class _Gate:
         self.options = options
         self.expression = expression
 
-    def error(self, message: str, node: Node) -> CelCompileError:
+    def error(self, message: str, node: Node, gate: str) -> CelCompileError:
         return CelCompileError(
-            message, expression=self.expression, line=node.line, column=node.column
+            message, expression=self.expression, line=node.line, column=node.column, gate=gate
         )
 
     def visit(self, node: Node, scope: dict[str, str]) -> str:
         """Check `node` and its children; return what kind of value it is (see `_ATTRIBUTE`)."""
         if isinstance(node, Ident):
             return scope.get(node.name, _DEVICE if node.name == "device" else _OTHER)
-        if isinstance(node, Select | Has) or type(node).__name__ == "OptSelect":
-            operand = self.visit(node.operand, scope)  # type: ignore[attr-defined]
-            field: str = node.field  # type: ignore[attr-defined]
-            gated = field == "allowMultipleAllocations" and not self.options.consumable_capacity
-            if operand == _DEVICE and gated:
+        if isinstance(node, Select | Has | OptSelect):
+            operand = self.visit(node.operand, scope)
+            gated = (
+                node.field == "allowMultipleAllocations" and not self.options.consumable_capacity
+            )
+            if operand.lstrip(_OPTIONAL) == _DEVICE and gated:
                 raise self.error(
                     "undefined field 'allowMultipleAllocations' "
-                    "(it needs the DRAConsumableCapacity feature)",
+                    "(requires feature gate DRAConsumableCapacity)",
                     node,
+                    "consumable_capacity",
                 )
-            if isinstance(node, Select):
-                return self.member(operand, field)
-            return _OTHER
-        if isinstance(node, Index):
+            if isinstance(node, Has):
+                return _OTHER
+            return self.member(operand, node.field, optional=isinstance(node, OptSelect))
+        if isinstance(node, Index | OptIndex):
             operand = self.visit(node.operand, scope)
             self.visit(node.index, scope)
-            if operand == _DEVICE:
-                return _OTHER
-            return self.member(operand, None)
+            return self.member(operand, None, optional=isinstance(node, OptIndex))
         if isinstance(node, Comprehension):
             kind = self.visit(node.range, scope)
             if kind == _ATTRIBUTE and not self.options.list_type_attributes:
                 raise self.error(
                     "expression of type 'google.protobuf.Any' cannot be range of a comprehension "
-                    "(must be list, map, or dynamic); iterating an attribute value needs the "
-                    "DRAListTypeAttributes feature",
+                    "(must be list, map, or dynamic); iterating an attribute value requires "
+                    "feature gate DRAListTypeAttributes",
                     node.range,
+                    "list_type_attributes",
                 )
             element = _ELEMENTS.get(kind, _OTHER)
             if node.var2 is None:
@@ -132,28 +150,44 @@ class _Gate:
         if isinstance(node, Call):
             return self.call(node, scope)
         kinds = [self.visit(child, scope) for child in children(node)]
+        if isinstance(node, ListLit):  # `?x` items add x's value
+            kinds = [k[1:] if i in node.optional else k for i, k in enumerate(kinds)]
         if isinstance(node, ListLit) and kinds and all(k == _ATTRIBUTE for k in kinds):
             return _ATTRIBUTE_LIST  # list(google.protobuf.Any)
         return _OTHER
 
-    def member(self, operand: str, field: str | None) -> str:
+    def member(self, operand: str, field: str | None, optional: bool = False) -> str:
+        """The kind of `operand.field` (`operand[...]` when `field` is None); selecting through
+        an optional, or with `.?` / `[?]`, gives an optional (cel-go's optional chaining)."""
+        if operand.startswith(_OPTIONAL):
+            operand, optional = operand[1:], True
         if operand == _DEVICE:
-            return _DOMAIN_MAP if field == "attributes" else _OTHER
-        if operand == _DOMAIN_MAP:
-            return _DOMAIN
-        if operand == _DOMAIN:
-            return _ATTRIBUTE
-        return _OTHER
+            kind = _DOMAIN_MAP if field == "attributes" else _OTHER
+        elif operand == _DOMAIN_MAP:
+            kind = _DOMAIN
+        elif operand == _DOMAIN:
+            kind = _ATTRIBUTE
+        else:
+            return _OTHER
+        return _OPTIONAL + kind if optional else kind
 
     def call(self, node: Call, scope: dict[str, str]) -> str:
         if node.function == "includes" and not self.options.list_type_attributes:
             raise self.error(
-                "undeclared reference to 'includes' (it needs the DRAListTypeAttributes feature)",
+                "undeclared reference to 'includes' (requires feature gate DRAListTypeAttributes)",
                 node,
+                "list_type_attributes",
             )
-        if node.target is not None:
-            self.visit(node.target, scope)
+        target = _OTHER if node.target is None else self.visit(node.target, scope)
         kinds = [self.visit(a, scope) for a in node.args]
-        if node.function == "_?_:_" and kinds[1] == kinds[2] == _ATTRIBUTE:
-            return _ATTRIBUTE
+        if node.function == "_?_:_" and kinds[1] == kinds[2] and kinds[1] != _OTHER:
+            return kinds[1]
+        if target.startswith(_OPTIONAL) and not node.args[1:]:
+            # o.value() / o.orValue(d): the value's kind (Any stays Any: T is bound to it first)
+            if node.function in _UNWRAP:
+                return target[1:]
+            if node.function in _KEEP:
+                return target
+        if node.function in _WRAP and kinds and kinds[0] != _OTHER:
+            return _OPTIONAL + kinds[0]
         return _OTHER

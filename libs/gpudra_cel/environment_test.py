@@ -116,6 +116,66 @@ def test_feature_matrix(expression: str, options: CelOptions, compiles: bool) ->
             "cannot be range",
             id="list-of-attribute-values",
         ),
+        pytest.param(
+            f"{A}.?ids.value().exists(x, x == 1)", NONE, "cannot be range", id="optional-value"
+        ),
+        pytest.param(
+            f"{A}.?ids.orValue([]).exists(x, x == 1)",
+            NONE,
+            "cannot be range",
+            id="optional-or-value",
+        ),
+        pytest.param(
+            f'{A}[?"ids"].orValue([]).all(x, x > 0)', NONE, "cannot be range", id="optional-index"
+        ),
+        pytest.param(
+            f"device.attributes[?'{DRV}'].value().ids.exists(x, x == 1)",
+            NONE,
+            "cannot be range",
+            id="optional-domain",
+        ),
+        pytest.param(
+            f"device.?attributes.value()['{DRV}'].ids.exists(x, x == 1)",
+            NONE,
+            "cannot be range",
+            id="optional-domain-map",
+        ),
+        pytest.param(
+            f"device.attributes[?'{DRV}'].ids.value().exists(x, x == 1)",
+            NONE,
+            "cannot be range",
+            id="select-through-optional",
+        ),
+        pytest.param(
+            f"{A}.?other.or({A}.?ids).value().exists(x, x == 1)",
+            NONE,
+            "cannot be range",
+            id="optional-or",
+        ),
+        pytest.param(
+            f"optional.of({A}.ids).value().exists(x, x == 1)",
+            NONE,
+            "cannot be range",
+            id="optional-of",
+        ),
+        pytest.param(
+            f"cel.bind(o, {A}.?ids, o.value().exists(x, x == 1))",
+            NONE,
+            "cannot be range",
+            id="bound-optional",
+        ),
+        pytest.param(
+            f"[?{A}.?ids].exists(v, v.exists(x, x == 1))",
+            NONE,
+            "cannot be range",
+            id="optional-list-item",
+        ),
+        pytest.param(
+            "optional.of(device).value().allowMultipleAllocations",
+            LISTS,
+            "undefined field",
+            id="optional-device",
+        ),
     ],
 )
 def test_gated_use_is_a_compile_error(expression: str, options: CelOptions, message: str) -> None:
@@ -134,6 +194,9 @@ def test_gated_use_is_a_compile_error(expression: str, options: CelOptions, mess
         pytest.param(f"1 in {A}.ids && {A}.ids.size() == 2 && {A}.ids[0] == 1", id="no-iteration"),
         pytest.param("[true].exists(device, device)", id="shadowed-device-variable"),
         pytest.param("[1].all(x, x > 0)", id="literal-list"),
+        pytest.param(f"{A}.?ids.hasValue() && {A}.?ids.value().size() == 2", id="optional-no-loop"),
+        pytest.param(f"dyn({A}.?ids.value()).exists(x, x == 1)", id="dyn-optional-value"),
+        pytest.param(f"{A}.?ids.optMap(v, 1).value() == 1", id="opt-map-is-not-a-value"),
     ],
 )
 def test_without_gates_other_iteration_compiles(expression: str) -> None:
@@ -172,3 +235,24 @@ def test_a_gated_environment_only_ever_rejects(
     except CelEvaluationError:
         got = CelEvaluationError
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "options", "gate"),
+    [
+        pytest.param(
+            "device.allowMultipleAllocations", NONE, "consumable_capacity", id="consumable"
+        ),
+        pytest.param(f"{A}.ids.includes(1)", CONSUMABLE, "list_type_attributes", id="includes"),
+        pytest.param(
+            f"{A}.?ids.value().all(x, x > 0)", CONSUMABLE, "list_type_attributes", id="iterate"
+        ),
+        pytest.param("device.nope", NONE, "", id="not-a-gate"),
+    ],
+)
+def test_compile_error_names_the_gate(expression: str, options: CelOptions, gate: str) -> None:
+    with pytest.raises(CelCompileError) as info:
+        compile_selector(expression, options=options)
+    assert info.value.gate == gate
+    if gate:
+        assert "requires feature gate DRA" in str(info.value)

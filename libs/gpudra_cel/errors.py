@@ -15,13 +15,26 @@ class CelError(Exception):
 
 
 class CelCompileError(CelError):
-    """The expression cannot be compiled; the message points at the offending place."""
+    """The expression cannot be compiled; the message points at the offending place.
 
-    def __init__(self, message: str, *, expression: str = "", line: int = 0, column: int = 0):
+    `gate` names the `CelOptions` field (e.g. `list_type_attributes`) whose feature would declare
+    what the expression uses, when that is why it fails; empty otherwise.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expression: str = "",
+        line: int = 0,
+        column: int = 0,
+        gate: str = "",
+    ):
         self.reason = message
         self.expression = expression
         self.line = line
         self.column = column
+        self.gate = gate
         super().__init__(_render(message, expression, line, column))
 
 
