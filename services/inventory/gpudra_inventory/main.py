@@ -51,7 +51,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         service = InventoryService(nc, buckets[SLICES_BUCKET], settings, mirror, lease=lease)
         await service.load()
         health = await HealthServer(
-            settings.health_host, settings.health_port, ready=lambda: service.ready
+            settings.health_host,
+            settings.health_port,
+            ready=lambda: service.ready,
+            live=lambda: service.alive,
         ).start()
         stack.push_async_callback(health.stop)
         log.info("health server on port %d; lease holder %s", health.port, holder)

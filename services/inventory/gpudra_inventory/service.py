@@ -20,7 +20,9 @@ Promises:
   dead-lettered by the leader (logged by a standby) and acknowledged; it never blocks the stream.
 - After every change the leader publishes a drift summary (driver / CUDA versions per node,
   outliers) on `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API.
-- `ready`: the replica has caught up with the inventories and, when leader, has taken over.
+- `ready` (readiness): the replica has caught up with the inventories and, when it holds the
+  lease, has taken over; a warm standby is ready too. `alive` (liveness) fails once the lease task
+  has died, since such a replica could never lead again. `role` says leader or standby.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class InventoryService:
         self.takeovers = 0
         self._subscribed = False
         self._caught_up = False
+        self._lease_task: asyncio.Task[None] | None = None
         # The lease epoch this replica has taken over in (0: none; without a lease, 1 once loaded).
         self._term = 0
         self._dirty: set[str] = set()
@@ -125,6 +128,12 @@ class InventoryService:
             return False
         holds = self._lease is None or self._lease.held()
         return self.leading() or not holds
+
+    @property
+    def alive(self) -> bool:
+        """False once the lease task has ended while the loop runs (this replica could never
+        lead again): the liveness probe fails and the replica is restarted."""
+        return self._lease_task is None or not self._lease_task.done()
 
     async def load(self) -> None:
         """Read the bucket's slices so generations continue where they were."""
@@ -170,6 +179,7 @@ class InventoryService:
         lease_stop = asyncio.Event()  # the lease is renewed until the last write is done
         if self._lease is not None:
             lease_task = asyncio.create_task(self._lease.run(lease_stop), name="inventory-lease")
+        self._lease_task = lease_task
         interval = min(1.0, self._settings.heartbeat_timeout / 4)
         failures = 0
         try:
@@ -203,7 +213,11 @@ class InventoryService:
             self._subscribed = False
             if lease_task is not None:
                 lease_stop.set()
-                await lease_task
+                if not lease_task.done():
+                    await lease_task
+                elif not lease_task.cancelled() and lease_task.exception() is not None:
+                    log.error("the lease task had failed: %r", lease_task.exception())
+                self._lease_task = None
             with contextlib.suppress(*_NATS):
                 await sub.unsubscribe()
             with contextlib.suppress(*_NATS):

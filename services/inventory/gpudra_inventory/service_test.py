@@ -241,3 +241,23 @@ async def test_a_lost_consumer_is_re_created(nc: Client) -> None:
     finally:
         stop.set()
         await task
+
+
+async def test_a_replica_whose_lease_task_died_is_not_alive(nc: Client) -> None:
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+    lease = Lease(await ensure_lease_bucket(nc.jetstream(), 1.0), "only", 1.0)
+    service = InventoryService(nc, kv, Settings(), lease=lease)
+    assert service.alive
+    stop = asyncio.Event()
+    task = asyncio.create_task(service.run(stop))
+    try:
+        await eventually(lambda: _true(service.ready and service.role == "leader"))
+        assert service.alive
+        (lease_task,) = (t for t in asyncio.all_tasks() if t.get_name() == "inventory-lease")
+        lease_task.cancel()
+        await eventually(lambda: _true(not service.alive))
+        # Without renewals the lease lapses: the replica stops leading (and so stops writing).
+        await eventually(lambda: _true(service.role == "standby"))
+    finally:
+        stop.set()
+        await task
