@@ -14,8 +14,8 @@ argument or a malformed clause is a run-time `CelEvaluationError`; when the form
 literal and the arguments a list literal, the same mistakes (and unused arguments) are compile
 errors (`check_format_literals`), as cel-go's format validator makes them. Precision is capped
 at 10,000 digits (cel-go has no cap before version 5) so a typo cannot exhaust memory.
-`strings.quote` is declared, but an expression reaches it only once the parser treats `strings`
-as a namespace (as it does `optional`, `cel`, `sets`).
+`strings.quote(s)` is a namespaced call (the parser treats `strings` as a namespace, as it does
+`optional`, `cel` and `sets`, unless a macro or `cel.bind` binds a variable of that name).
 """
 
 from __future__ import annotations

@@ -201,6 +201,24 @@ def test_strings_quote(text: str, expected: str) -> None:
     assert quote(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        pytest.param(f"strings.quote({A}.name) == '\"fish\"'", True, id="attribute"),
+        pytest.param("strings.quote('a\\nb').size() == 6", True, id="escaped-newline"),
+        pytest.param("strings.quote('%s').format(['x']) == '\"x\"'", True, id="then-format"),
+        pytest.param("strings.quote(1)", "no matching overload for 'strings.quote'", id="int"),
+        pytest.param("strings.quotes('a')", "undeclared reference to 'strings.quotes'", id="typo"),
+    ],
+)
+def test_strings_quote_is_callable_in_selectors(expression: str, expected: bool | str) -> None:
+    if isinstance(expected, bool):
+        assert compile_selector(expression).matches(DEVICE) is expected
+    else:
+        with pytest.raises(CelCompileError, match=expected):
+            compile_selector(expression)
+
+
 _VALUES = st.recursive(
     st.one_of(
         st.none(),

@@ -16,6 +16,7 @@ comprehensions of that kind.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import lark
@@ -56,7 +57,7 @@ _TWO_VAR = {
     "transformList": ("transformList", (3, 4)),
     "transformMap": ("transformMap", (3, 4)),
 }
-_NAMESPACES = frozenset({"optional", "cel", "sets"})
+_NAMESPACES = frozenset({"optional", "cel", "sets", "strings"})
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _UINT64_MAX = (1 << 64) - 1
 
@@ -200,6 +201,19 @@ class _Builder:
     def __init__(self, expression: str, marks: Marks | None = None) -> None:
         self.expression = expression
         self.marks = marks or Marks()
+        self.bound: list[str] = []  # macro / cel.bind variables in scope where building
+
+    @contextlib.contextmanager
+    def binding(self, *names: str | None) -> Iterator[None]:
+        """Build inside the scope of `names`: a bound `strings` is a variable, not a namespace,
+        so `strings.size()` is a call on it, as cel-go resolves it when no `strings.size` is
+        declared. (cel-go would still pick a declared `sets.contains` over a bound `sets`.)"""
+        added = [n for n in names if n is not None]
+        self.bound.extend(added)
+        try:
+            yield
+        finally:
+            del self.bound[len(self.bound) - len(added) :]
 
     def marked(self, tree: lark.Tree[lark.Token] | lark.Token) -> bool:
         """Did an optional mark (`.?`, `[?`, `{?`, `, ?`) stand right before `tree`?"""
@@ -322,19 +336,16 @@ class _Builder:
             list(args_tree.children) if isinstance(args_tree, lark.Tree) else []
         )
         target = self.build(target_tree, depth)
-        if isinstance(target, Ident) and target.name in _NAMESPACES:
-            qualified = f"{target.name}.{name_token}"
-            if qualified == "cel.bind":
-                if len(arg_trees) != 3:
-                    raise self.error("cel.bind() takes a variable, a value and an expression", tree)
-                var = self.variable(arg_trees[0])
-                return Bind(
-                    line,
-                    column,
-                    var,
-                    self.build(arg_trees[1], depth),
-                    self.build(arg_trees[2], depth),
-                )
+        qualified = f"{target.name}.{name_token}" if isinstance(target, Ident) else ""
+        if qualified == "cel.bind":  # a macro: expanded whatever variables are in scope
+            if len(arg_trees) != 3:
+                raise self.error("cel.bind() takes a variable, a value and an expression", tree)
+            var = self.variable(arg_trees[0])
+            init = self.build(arg_trees[1], depth)
+            with self.binding(var):
+                return Bind(line, column, var, init, self.build(arg_trees[2], depth))
+        namespace = isinstance(target, Ident) and target.name in _NAMESPACES
+        if namespace and qualified.partition(".")[0] not in self.bound:
             return Call(line, column, qualified, None, self.exprs(args_tree, depth))
         two_var = _TWO_VAR.get(name_token)
         if (
@@ -344,19 +355,22 @@ class _Builder:
             and self.is_variable(arg_trees[1])
         ):
             var, var2 = self.variable(arg_trees[0]), self.variable(arg_trees[1])
-            rest = [self.build(a, depth) for a in arg_trees[2:]]
+            with self.binding(var, var2):
+                rest = [self.build(a, depth) for a in arg_trees[2:]]
             predicate = rest[0] if len(rest) == 2 else None
             kind = two_var[0]
             return Comprehension(line, column, kind, target, var, predicate, rest[-1], var2)
         if name_token in _OPTIONAL_MACROS and len(arg_trees) == 2:
             var = self.variable(arg_trees[0])
-            body = self.build(arg_trees[1], depth)
+            with self.binding(var):
+                body = self.build(arg_trees[1], depth)
             return Comprehension(line, column, name_token, target, var, None, body)
         if name_token in _MACROS and len(arg_trees) in (2, 3):
             if len(arg_trees) == 3 and name_token != "map":
                 raise self.error(f"{name_token}() takes a variable and one expression", tree)
             var = self.variable(arg_trees[0])
-            rest = [self.build(a, depth) for a in arg_trees[1:]]
+            with self.binding(var):
+                rest = [self.build(a, depth) for a in arg_trees[1:]]
             predicate = rest[0] if len(rest) == 2 else None
             return Comprehension(line, column, name_token, target, var, predicate, rest[-1])
         return Call(line, column, name_token, target, self.exprs(args_tree, depth))

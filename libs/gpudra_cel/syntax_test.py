@@ -79,6 +79,44 @@ def test_macros_and_namespaces() -> None:
     assert (call.function, call.target) == ("optional.of", None)
 
 
+@pytest.mark.parametrize(
+    ("text", "shape"),
+    [
+        pytest.param("strings.quote(s)", "Call(strings.quote, s)", id="strings"),
+        pytest.param("sets.contains(a, b)", "Call(sets.contains, a, b)", id="sets"),
+        pytest.param("optional.none()", "Call(optional.none)", id="optional"),
+        pytest.param("x.strings.quote(s)", "Call(quote, Select(x, strings), s)", id="not-a-root"),
+        pytest.param(
+            "[s].all(strings, strings.size() > 0)",
+            "all(ListLit(s), strings, Call(_>_, Call(size, strings), 0))",
+            id="bound-by-a-macro",
+        ),
+        pytest.param(
+            "cel.bind(strings, s, strings.size())",
+            "Bind(strings, s, Call(size, strings))",
+            id="bound-by-cel-bind",
+        ),
+        pytest.param(
+            "cel.bind(strings, strings.quote(s), strings)",
+            "Bind(strings, Call(strings.quote, s), strings)",
+            id="init-is-outside-the-binding",
+        ),
+        pytest.param(
+            "[s].all(strings, true) && strings.quote(s) == s",
+            "Call(_&&_, all(ListLit(s), strings, True), Call(_==_, Call(strings.quote, s), s))",
+            id="binding-ends-with-the-macro",
+        ),
+        pytest.param(
+            "cel.bind(cel, 1, cel.bind(x, cel, x))",
+            "Bind(cel, 1, Bind(x, cel, x))",
+            id="cel-bind-is-a-macro",
+        ),
+    ],
+)
+def test_namespaces(text: str, shape: str) -> None:
+    assert _shape(parse(text)) == shape
+
+
 def test_positions_point_into_the_source() -> None:
     node = parse("true &&\n  device.driver == 'x'")
     assert isinstance(node, Call)
@@ -168,4 +206,6 @@ def _shape(node: Node) -> str:
     if isinstance(node, Call):
         args = [_shape(a) for a in ((node.target,) if node.target else ()) + node.args]
         return f"Call({', '.join([node.function, *args])})"
+    if isinstance(node, Bind):
+        return f"Bind({node.var}, {_shape(node.init)}, {_shape(node.body)})"
     return type(node).__name__
