@@ -8,6 +8,8 @@ from gpudra_alloc import AllocatedState, DeviceID
 from gpudra_allocator.engine import Engine, load_classes, summary
 from gpudra_allocator.errors import SettingsError
 from gpudra_api import parse_resource_claim, parse_resource_slice
+from gpudra_cel import compile_selector
+from gpudra_cel.selector import _compile
 
 
 def slice_(node: str, gpus: int) -> Any:
@@ -170,3 +172,16 @@ def test_candidate_list_is_stable_while_nothing_fills() -> None:
     state.devices.add(DeviceID("gpu.nvidia.com", "node-a", "gpu-0"))
     state.devices.add(DeviceID("gpu.nvidia.com", "node-a", "gpu-1"))
     assert [n.name for n in engine.candidates([claim(1)], slices, 1, state)] == ["node-b"]
+
+
+def test_engine_compiles_its_classes_selectors_when_made() -> None:
+    classes = load_classes()
+    _compile.cache_clear()  # only a memo: forgetting it costs time, nothing else
+    engine = Engine(classes, "first-fit")
+    options = engine.features.cel_options()
+    expressions = [s.expression for c in classes for s in c.selectors if s.expression]
+    assert expressions, "the built-in classes select with CEL"
+    before = _compile.cache_info().hits
+    for expression in expressions:
+        compile_selector(expression, options=options)
+    assert _compile.cache_info().hits - before == len(expressions), "each one compiled already"
