@@ -26,6 +26,8 @@ ALTERNATIVE_PENALTY = 1.5
 SOLUTIONS_PER_MASK = 6
 LARGE_DOMAIN = 8  # GPUs: the NVLink domains the reserve keeps whole
 NEAR_WHOLE = 2  # a large domain with at most this many GPUs in use may be held by the reserve
+# `held_domains` marks a MIG home as (node, MIG_HOME + domain): not held, only guarded
+MIG_HOME = "mig-home:"
 
 
 @dataclass(order=True, frozen=True)
@@ -68,6 +70,11 @@ class Chooser:
     # Whether the reserve may hold domains of MIG-capable GPUs too (more 8-GPU jobs placed,
     # fewer MIG claims: measured in the churn benchmark).
     hold_mig_domains: bool = False
+    # Unless `hold_mig_domains`: MIG-capable large domains are held like the others except this
+    # many MIG homes (most partitioned GPUs, then most free whole GPUs, then node name). A home
+    # is never taken whole, and its last whole GPU goes only to a MIG partition while none of its
+    # partitioned GPUs still takes a half-GPU partition. 0: never hold MIG-capable domains.
+    mig_homes: int = 1
     views: dict[str, NodeView] = field(default_factory=dict)
     # Best scores per node key, reused for every node with that key (`memo.py`, `groups.py`).
     memo: ScoreMemo = field(default_factory=ScoreMemo)
@@ -156,23 +163,32 @@ class Chooser:
         self, state: AllocatedState, held: int, index: StateIndex | None = None
     ) -> set[tuple[str, str]]:
         """The `held` large NVLink domains closest to whole (at most NEAR_WHOLE GPUs in use),
-        most free first, then by node name; domains of MIG-capable GPUs only when
-        `hold_mig_domains` (MIG claims need those). Returns (node, domain) pairs."""
+        most free first, then by node name. Domains of MIG-capable GPUs: all may be held when
+        `hold_mig_domains`; else all but the `mig_homes` MIG homes, which are returned as
+        (node, MIG_HOME + domain) guards instead (`mig_homes` 0: none held). Returns
+        (node, domain) pairs."""
         ranked: list[tuple[int, str, str]] = []
+        homes: list[tuple[int, int, str, str]] = []
         for name in self.allocator.node_names():
             view = self.view(Node(name))
             free = self._free(view, state, index)
-            partitionable = {g.domain for g in view.gpus if g.counter_set is not None}
+            domain_of = {g.counter_set: g.domain for g in view.gpus if g.counter_set is not None}
             for domain, size in view.domain_sizes.items():
                 count = free.domains.get(domain, 0)
                 if not domain or size < LARGE_DOMAIN:
                     continue
-                if domain in partitionable and not self.hold_mig_domains:
-                    continue
+                if domain in domain_of.values() and not self.hold_mig_domains:
+                    if self.mig_homes <= 0:
+                        continue
+                    parts = sum(1 for key in free.partitioned if domain_of.get(key) == domain)
+                    homes.append((-parts, -count, name, domain))
                 if count >= size - NEAR_WHOLE:
                     ranked.append((-count, name, domain))
+        homes.sort()
+        home = {(name, domain) for _, _, name, domain in homes[: self.mig_homes]}
         ranked.sort()
-        return {(name, domain) for _, name, domain in ranked[:held]}
+        held_set = [(name, domain) for _, name, domain in ranked if (name, domain) not in home]
+        return set(held_set[:held]) | {(name, MIG_HOME + domain) for name, domain in home}
 
     def _free(self, view: NodeView, state: AllocatedState, index: StateIndex | None) -> FreeState:
         """`view.free(state)`, remembered while the in-use state (devices, shares, capacity) of
@@ -254,9 +270,19 @@ def _remember(score: Score) -> tuple[float, int, int]:
 def _splits_held(
     node: str, held: set[tuple[str, str]], before: FreeState, after: FreeState
 ) -> bool:
-    """True when a held domain would lose GPUs without being taken whole."""
+    """True when a held domain would lose GPUs without being taken whole, or a MIG home its
+    last whole GPU other than to a MIG partition while no partitioned GPU of the node still
+    takes a half-GPU partition."""
     for name, domain in held:
         if name != node:
+            continue
+        if domain.startswith(MIG_HOME):
+            home = domain[len(MIG_HOME) :]
+            if before.domains.get(home, 0) and not after.domains.get(home, 0):
+                partitioned = len(after.partitioned) > len(before.partitioned)
+                room = any(half for _, half in after.partitioned.values())
+                if not partitioned and not room:
+                    return True
             continue
         left = after.domains.get(domain, 0)
         if 0 < left < before.domains.get(domain, 0):

@@ -7,7 +7,8 @@ import pytest
 from gpudra_alloc import AllocatedState, Allocator, DeviceID
 from gpudra_alloc.placement import Chooser, block_value
 from gpudra_alloc.placement.accept import kubernetes_accepts
-from gpudra_alloc.placement.choose import alternative_steps
+from gpudra_alloc.placement.choose import MIG_HOME, alternative_steps
+from gpudra_alloc.validate import validate_allocation
 from gpudra_alloc.workload import Fleet, build_fleet, device_classes, resource_claim
 from gpudra_api import (
     AllocationResult,
@@ -269,3 +270,77 @@ def test_accepts_rejects_an_allocation_the_rules_forbid() -> None:
     mixed = tuple(replace(r, device=f"gpu-{i * 2}") for i, r in enumerate(result.results))
     forged: Any = [replace(result, results=mixed)]  # gpu-0,2,4,6 straddle two domains
     assert not kubernetes_accepts(allocator, nodes[0], claims, forged)
+
+
+HOME = MIG_HOME + "nvswitch-0"
+
+
+@pytest.mark.parametrize(
+    ("busy", "options", "held"),
+    [
+        pytest.param(
+            (),
+            {},
+            {("a100-00", HOME), ("a100-01", "nvswitch-0")},
+            id="no-partitions-home-by-name-other-held",
+        ),
+        pytest.param(
+            (("a100-01", "gpu-0-mig-1g-10gb-0"),),
+            {},
+            {("a100-01", HOME), ("a100-00", "nvswitch-0")},
+            id="home-follows-the-partitioned-gpus",
+        ),
+        pytest.param(
+            (("a100-00", "gpu-0"),),
+            {},
+            {("a100-01", HOME), ("a100-00", "nvswitch-0")},
+            id="home-most-free-when-none-partitioned",
+        ),
+        pytest.param(
+            (),
+            {"hold_mig_domains": True},
+            {("a100-00", "nvswitch-0"), ("a100-01", "nvswitch-0")},
+            id="hold-mig-domains-holds-all-no-home",
+        ),
+        pytest.param((), {"mig_homes": 0}, set(), id="mig-homes-0-holds-none"),
+    ],
+)
+def test_mig_home_is_left_out_of_the_reserve(
+    busy: tuple[tuple[str, str], ...], options: dict[str, Any], held: set[tuple[str, str]]
+) -> None:
+    allocator, _ = cluster({"a100-mig": 2}, busy)
+    chooser = Chooser(allocator, reserve=2, **options)
+    assert chooser.held_domains(allocator.state, 2) == held
+
+
+SEVEN_BUSY = tuple(("a100-00", f"gpu-{i}") for i in range(7))
+PARTITIONED = (("a100-00", "gpu-0-mig-1g-10gb-0"), *(("a100-00", f"gpu-{i}") for i in range(1, 7)))
+
+
+@pytest.mark.parametrize(
+    ("busy", "shape", "fits"),
+    [
+        pytest.param((), "gpu-8-nvl", False, id="home-not-taken-whole"),
+        pytest.param((), "gpu-4-nvl", True, id="home-takes-smaller-work"),
+        pytest.param(SEVEN_BUSY, "gpu-1", False, id="last-whole-gpu-kept-for-mig"),
+        pytest.param(SEVEN_BUSY, "mig", True, id="mig-may-partition-the-last-whole-gpu"),
+        pytest.param(PARTITIONED, "gpu-1", True, id="last-whole-gpu-free-while-slices-have-room"),
+    ],
+)
+def test_mig_home_guard(busy: tuple[tuple[str, str], ...], shape: str, fits: bool) -> None:
+    allocator, nodes = cluster({"a100-mig": 1}, busy)
+    choice = Chooser(allocator, reserve=1).choose(nodes, [claim(shape)])
+    assert (choice is not None) == fits
+    if choice is not None:
+        problems = validate_allocation(allocator, choice.node, [claim(shape)], choice.results)
+        assert problems == []
+
+
+def test_eight_gpu_claim_goes_to_the_held_domain_not_the_mig_home() -> None:
+    allocator, nodes = cluster({"a100-mig": 2})
+    chooser = Chooser(allocator, reserve=2)
+    first = chooser.choose(nodes, [claim("gpu-8-nvl", "a")])
+    assert first is not None
+    assert first.node.name == "a100-01"
+    allocator.state.apply(first.results)
+    assert chooser.choose(nodes, [claim("gpu-8-nvl", "b")]) is None
