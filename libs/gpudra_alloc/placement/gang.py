@@ -18,6 +18,7 @@ from a later pod into an earlier pod's choice).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,8 +114,13 @@ def place_gang(
     gang: Gang,
     policy: str,
     chooser: Chooser | None = None,
+    pins: Sequence[str] = (),
 ) -> GangPlacement:
-    """Place every pod of `gang` or none; `allocator.state` is never changed here."""
+    """Place every pod of `gang` or none; `allocator.state` is never changed here.
+
+    `pins` (by pod index, "" for none): a pod pinned to a node is placed on that node only (one
+    of `nodes`), before the unpinned pods, which see the devices it takes.
+    """
     if gang.match_attribute:
         groups = _groups(allocator, nodes, gang.match_attribute)
     else:
@@ -122,7 +128,7 @@ def place_gang(
     best: GangPlacement | None = None
     worst_failure = GangPlacement(None, failed_pod=0)
     for value, (members, wanted) in groups.items():
-        attempt = _place_in_group(allocator, members, wanted, gang, policy, chooser)
+        attempt = _place_in_group(allocator, members, wanted, gang, policy, chooser, pins)
         attribute = gang.match_attribute
         if (
             attempt.pods is not None
@@ -166,26 +172,30 @@ def _place_in_group(
     gang: Gang,
     policy: str,
     chooser: Chooser | None,
+    pins: Sequence[str] = (),
 ) -> GangPlacement:
     scratch: AllocatedState = copy_state(allocator.state)
     order = list(range(len(gang.pods)))
     if policy != "first-fit":
         order.sort(key=lambda i: -_device_count(gang.pods[i]))
+    pin = {i: node for i, node in enumerate(pins) if node}
+    order.sort(key=lambda i: i not in pin)  # stable: pinned pods first, each order kept
     placed: dict[int, tuple[Node, list[AllocationResult]]] = {}
     cost = 0.0
     for position, i in enumerate(order):
         claims = gang.pods[i]
+        allowed = [n for n in nodes if n.name == pin[i]] if i in pin else nodes
         mask: set[DeviceID] = set()
-        for node in nodes:
+        for node in allowed:
             mask |= safe_mask(allocator, node, scratch, wanted)
         if policy == "first-fit":
-            found = _first_fit(allocator, nodes, claims, masked(scratch, mask))
+            found = _first_fit(allocator, allowed, claims, masked(scratch, mask))
             if found is None:
                 return GangPlacement(None, failed_pod=position)
             node, results = found
         else:
             chooser = chooser or Chooser(allocator)
-            choice = chooser.choose(nodes, claims, scratch, mask)
+            choice = chooser.choose(allowed, claims, scratch, mask)
             if choice is None:
                 return GangPlacement(None, failed_pod=position)
             node, results = choice.node, choice.results

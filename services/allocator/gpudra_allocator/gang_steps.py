@@ -10,16 +10,31 @@ unit's record `g.<unit>` once and each member's `c.<uid>` record from it, then a
 member. A unit that does not fit reserves nothing and every member is told why.
 
 Placement (`place_unit`): a pod's claims go to one node together with the core's pod step; a pod
-whose other claims are already allocated (a shared claim placed with another pod, a claim allocated
-before its pod was known) is pinned to their node, and waits with a reason when they sit on
-different nodes; a gang's members are grouped into pods (`gangs.pods_of`) and placed with the
-placement layer's gang step, each pod's claims together on one node. Limits: a gang's pods are
-not pinned (gang members are only ever allocated by their gang's decision); a claim that joins a
-unit after its decision (re-created, or deallocated and pending again) waits with a reason; a pod
-naming more than `MAX_POD_CLAIMS` claims is refused. A claim the claim-writer sent alone before
-it knew the pod (a claim the pod names directly, seen first) is normally pinned-to; only if that
-lone attempt and the pod's decision commit at the same moment does the claim's own record win
-and the pod end up split (the claim's devices are not double-held: the pod's part is dropped).
+(alone or in a gang) whose claims are partly allocated already (a shared claim placed with another
+pod, a claim allocated before its pod was known, a member decided earlier) is pinned to their
+node, and waits with a reason when they sit on different nodes; a gang's members are grouped into
+pods (`gangs.pods_of`) and placed with the placement layer's gang step, each pod's claims together
+on one node. A pod naming more than `MAX_POD_CLAIMS` claims is refused.
+
+Late members: a claim that joins a unit after its decision (re-created, or deallocated and pending
+again) is decided on its own attempt, pinned to the node of its pod's members already placed
+(within a gang's `gang_size`); its `c.<uid>` record is created directly (the unit's record stays
+as it was). When every member the decision placed has left, the decision is void and the unit is
+decided anew.
+
+Never split by a lone decision (a claim the claim-writer sent alone before it knew the pod, whose
+lone attempt races the pod's unit decision). A lone attempt can only win by creating `c.<uid>`
+first (create-once); the unit decision re-reads its members' records after reserving (a record
+that appeared pins the next attempt instead) and then its settlers create the members' records in
+one order, the same at every replica: claims that may go alone (not owned by a pod: templates'
+claims never go alone) first, then by UID. The first member in that order that is still alive is
+created before any other, by whichever settler comes first; if a lone attempt holds it on another
+node, no settler ever gets past it, so no member of the unit's decision is committed: the settler
+voids the decision (revision-checked, only if unchanged), drops its holdings, and the next attempt
+is pinned to the lone record's node. If it is ours, that claim's lone attempt can no longer win.
+Residual limits: a pod with two or more claims each sent alone (the second could be taken after
+the first is ours: those lone decisions could split the pod by themselves anyway; logged); a
+gang's late pod with no member placed is placed without the gang's match attribute group.
 """
 
 from __future__ import annotations
@@ -28,7 +43,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from nats.aio.msg import Msg
@@ -78,11 +93,11 @@ class Waiting:
 
 @dataclass(frozen=True)
 class Plan:
-    """What a complete unit places now: its pods (member events), and the node they are pinned
-    to by claims of theirs that are allocated already ("" for none)."""
+    """What a unit places now: its pods (member events), and per pod the node it is pinned to by
+    claims of its own that are allocated already ("" for none)."""
 
     pods: list[list[claims_pb2.ClaimEvent]]
-    pinned: str = ""
+    pins: tuple[str, ...] = ()
 
     @property
     def events(self) -> list[claims_pb2.ClaimEvent]:
@@ -99,29 +114,29 @@ def place_unit(
     state: AllocatedState,
     pinned: str = "",
     label: str = "",
+    pins: Sequence[str] = (),
 ) -> GangDecision:
     """Every claim of every pod placed (each pod on one node), in pod order, or why not.
 
+    `pinned`: every pod on that node; `pins`: per pod, its node ("" for free; over `pinned`).
     One unpinned pod takes the engine's own pod step; a pinned pod or several pods go through the
-    placement layer's gang step over the allowed nodes. Nothing is reserved here.
+    placement layer's gang step. Nothing is reserved here.
     Raises `AllocationInputError` for invalid claims.
     """
     what = label or _what(unit)
     count = sum(len(pod) for pod in pods)
-    if len(pods) == 1 and not pinned:
+    pod_pins = [(pins[i] if i < len(pins) else "") or pinned for i in range(len(pods))]
+    if len(pods) == 1 and not pod_pins[0]:
         decision = engine.decide(pods[0], slices, version, state)
         if decision.allocated:
             return GangDecision(placed=tuple((decision.node, r) for r in decision.results))
         return GangDecision(
             reason=f"{what}: its {count} claims do not fit together on one node; {decision.reason}"
         )
-    # The engine keeps its per-version Allocator and topology chooser to itself; the gang step
-    # needs them too (Engine.decide_gang places one claim per pod, a unit has pods of several).
-    allocator = engine._for(version, slices, state)
-    chooser = engine._chooser if engine.policy == "topology" else None
-    names = allocator.node_names()
-    nodes = [Node(n) for n in names if not pinned or n == pinned]
-    placed = place_gang(allocator, nodes, Gang(unit, pods, match_attribute), engine.policy, chooser)
+    allocator, chooser = engine.placement(slices, version, state)
+    nodes = [Node(n) for n in allocator.node_names()]
+    gang = Gang(unit, pods, match_attribute)
+    placed = place_gang(allocator, nodes, gang, engine.policy, chooser, pod_pins)
     if placed.pods is not None:
         return GangDecision(
             placed=tuple(
@@ -130,12 +145,16 @@ def place_unit(
             group=placed.group,
         )
     failed = placed.failed_pod or 0
-    explanation = why_pending(allocator, nodes, pods[failed])
+    explained = [n for n in nodes if n.name == pod_pins[failed]] if pod_pins[failed] else nodes
+    explanation = why_pending(allocator, explained, pods[failed])
     reason = summary(explanation)
     if explanation.get("sentence"):
         reason = f"{explanation['sentence']} ({reason})"
-    if pinned:
-        where = f" on {pinned}, where its claims already allocated are"
+    distinct = sorted({p for p in pod_pins if p})
+    if len(distinct) == 1 and len(pods) == 1:
+        where = f" on {distinct[0]}, where its claims already allocated are"
+    elif distinct:
+        where = f" beside their claims already allocated (on {', '.join(distinct)})"
     elif match_attribute:
         where = f" in one {match_attribute}"
     else:
@@ -200,17 +219,26 @@ class GangSteps:
             return
         members = await self._gangs.join(event)
         record = await self._gangs.decision(unit)
-        if record is None:
-            plan, why = await self._plan(members)
+        if record is not None and not record.placed:
+            # Every member it placed has left: nothing holds the unit together any more.
+            await self._gangs.void(record)
+            record = None
+        if record is None or uid not in record.placed:
+            # No decision yet, or this claim joined after it (a late member, see the docstring).
+            plan, why = await self._plan(members, record)
             if plan is None:
                 if why:
                     await self._unschedulable(waiting, why)
                 self._hold(waiting)
                 return
-            record = await self._decide_gang(waiting, members, plan)
-            if record is None:
+            decided = await self._decide_gang(waiting, members, plan, late=record is not None)
+            if decided is None:
                 self._hold(waiting)
                 return
+            record = decided
+        if not await self._settle_gang(record, members):
+            self._hold(waiting)  # a lone decision took a member first: decided again, pinned
+            return
         if uid not in record.placed:
             await self._unschedulable(
                 waiting,
@@ -219,71 +247,86 @@ class GangSteps:
             )
             self._hold(waiting)
             return
-        await self._settle_gang(record, members)
         await self._finish(uid, waiting.msg)
 
-    async def _plan(self, members: Members) -> tuple[Plan | None, str]:
-        """The unit's plan once it is complete; else (None, why it waits — "" to say nothing)."""
-        if not is_pod_unit(members.gang):
-            # Counted first: reading every member's record on each arrival would be quadratic.
-            complete = len(members.events) >= members.size
-            events = await self._live_members(members) if complete else None
-            if events is None:
-                return None, (
-                    f"gang {members.gang}: {len(members.events)} of {members.size} claims "
-                    "present; waiting for the rest before allocating any"
-                )
-            return Plan(pods_of(events)), ""
+    async def _plan(
+        self, members: Members, decided: GangRecord | None = None
+    ) -> tuple[Plan | None, str]:
+        """What the unit places now; else (None, why it waits — "" to say nothing).
+
+        Without a decision, the whole unit once complete; with one (`decided`), the members it
+        lacks (late members), pinned beside their pod's members it placed."""
+        gang = not is_pod_unit(members.gang)
+        what = _what(members.gang, members)
+        waits = (
+            f"{what}: {len(members.events)} of {members.size} claims present; "
+            "waiting for the rest before allocating any"
+        )
+        if gang and decided is None and len(members.events) < members.size:
+            return None, waits  # counted first: reading every record on each arrival is quadratic
         pending: list[claims_pb2.ClaimEvent] = []
-        pinned: set[str] = set()
-        missing = 0
-        present = set()
+        pins: dict[str, set[str]] = {}
+        present: set[str] = set()
         for event in members.ordered():
-            record = await self._res.record(event.claim.uid)
+            uid = event.claim.uid
+            record = await self._res.record(uid)
             if record is not None and record.released:
-                await self._gangs.leave(members.gang, event.claim.uid)
+                await self._gangs.leave(members.gang, uid)
                 continue
-            present.add(event.claim.uid)
-            if record is None:
-                pending.append(event)
-            elif record.node:
-                pinned.add(record.node)
+            present.add(uid)
+            if decided is not None and uid in decided.placed:
+                node = decided.placed[uid][0]
+            elif record is None:
+                if not gang or decided is not None or len(present) <= members.size:
+                    pending.append(event)
+                continue
+            else:
+                node = record.node
+            if node:
+                pins.setdefault(_pod_key(event), set()).add(node)
+        if gang and decided is None and len(present) < members.size:
+            return None, waits.replace(f"{len(members.events)} of", f"{len(present)} of", 1)
+        if gang and decided is not None:
+            # A gang is never more than its size: late members only take the places left.
+            room = members.size - len(present.intersection(decided.placed))
+            pending = pending[: max(room, 0)]
+        missing = 0
         for uid in sorted(members.needed() - present):
+            naming = {_pod_key(e) for e in members.events.values() if uid in e.pod_claims}
             record = await self._res.record(uid)
             if record is None or record.released:
                 missing += 1
             elif record.node:
-                pinned.add(record.node)
-        what = _what(members.gang, members)
-        if missing:
+                for key in naming:
+                    pins.setdefault(key, set()).add(record.node)
+        if missing and not gang:
             total = len(members.needed())
             return None, (
                 f"{what}: {total - missing} of {total} claims present; "
                 "waiting for the rest before allocating any"
             )
-        if len(pinned) > 1:
-            return None, (
-                f"{what}: its claims already allocated are on different nodes "
-                f"({', '.join(sorted(pinned))}); the rest cannot join all of them"
-            )
         if not pending:
             return None, ""  # every member is decided; their records settle them
-        return Plan([pending], next(iter(pinned), "")), ""
-
-    async def _live_members(self, members: Members) -> list[claims_pb2.ClaimEvent] | None:
-        """The gang's first `size` members still alive (deleted ones leave); None if too few."""
-        alive = []
-        for event in members.ordered():
-            record = await self._res.record(event.claim.uid)
-            if record is not None and record.released:
-                await self._gangs.leave(members.gang, event.claim.uid)
-                continue
-            alive.append(event)
-        return alive[: members.size] if len(alive) >= members.size else None
+        pods = pods_of(pending)
+        pod_pins = []
+        for pod in pods:
+            nodes = pins.get(_pod_key(pod[0]), set())
+            if len(nodes) > 1:
+                who = what if not gang else f"{what}: pod {pod[0].pod_name or pod[0].pod_uid}"
+                return None, (
+                    f"{who}: its claims already allocated are on different nodes "
+                    f"({', '.join(sorted(nodes))}); the rest cannot join all of them"
+                )
+            pod_pins.append(next(iter(nodes), ""))
+        return Plan(pods, tuple(pod_pins)), ""
 
     async def _decide_gang(
-        self, waiting: Waiting, members: Members, plan: Plan
+        self, waiting: Waiting, members: Members, plan: Plan, late: bool = False
     ) -> GangRecord | None:
+        """Place and reserve the plan's members; the decision that stands (None: not now).
+
+        The unit's decision is created once in `g.<unit>`; a late plan's record (`late`) is
+        only this attempt's, settled by this replica."""
         gang, what = members.gang, _what(members.gang, members)
         events = plan.events
         for event in events:
@@ -319,8 +362,8 @@ class GangSteps:
                         self._index.slices.values(),
                         self._index.version,
                         self._res.state,
-                        plan.pinned,
-                        what,
+                        label=what,
+                        pins=plan.pins,
                     )
                 except AllocationInputError as exc:
                     await self._gang_unschedulable(waiting, events, f"{what}: {exc}")
@@ -341,6 +384,12 @@ class GangSteps:
                 except ReservationConflict as exc:
                     log.debug("%s: %s; deciding again", gang, exc)
                     continue
+            # Held now. A member decided meanwhile (a lone attempt) must pin the plan instead.
+            for event in events:
+                if await self._res.record(event.claim.uid) is not None:
+                    for dropped in events:
+                        await self._res.drop(dropped.claim.uid, token)
+                    return None
             record = GangRecord(
                 gang,
                 token,
@@ -350,6 +399,8 @@ class GangSteps:
                     for e, (node, result) in zip(events, decision.placed, strict=True)
                 },
             )
+            if late:
+                return record
             winner = await self._gangs.decide(record)
             if winner.token != token:
                 for event in events:
@@ -357,9 +408,13 @@ class GangSteps:
             return winner
         return None
 
-    async def _settle_gang(self, record: GangRecord, members: Members) -> None:
-        """Every member's `c.<uid>` record from the gang's decision, then its announcement."""
-        for uid, (node, allocation) in sorted(record.placed.items()):
+    async def _settle_gang(self, record: GangRecord, members: Members) -> bool:
+        """Every member's `c.<uid>` record from the unit's decision, then its announcement, in
+        the order of the module docstring; False (nothing committed, the decision void) when a
+        lone decision holds the first live member on another node."""
+        first = True
+        for uid in sorted(record.placed, key=lambda u: (not _may_go_alone(members, u), u)):
+            node, allocation = record.placed[uid]
             event = members.events.get(uid)
             if event is None:
                 continue
@@ -377,11 +432,35 @@ class GangSteps:
                 ),
             )
             if winner.token != record.token or winner.released:
-                # Deleted meanwhile, or decided by an older attempt of its own: free our part.
+                # Deleted meanwhile, or decided by another attempt of its own: free our part.
                 await self._res.drop(uid, record.token)
-            if not winner.released:
-                await self._announce(event, winner)
+            if winner.released:
+                continue
+            if winner.token != record.token and winner.node and winner.node != node:
+                if first:
+                    log.info(
+                        "%s: %s was decided alone on %s first; deciding the unit again",
+                        record.gang,
+                        uid,
+                        winner.node,
+                    )
+                    await self._gangs.void(record)
+                    for other in record.placed:
+                        theirs = await self._res.record(other)
+                        if theirs is None or theirs.token != record.token:
+                            await self._res.drop(other, record.token)
+                    await self._announce(event, winner)
+                    return False
+                log.warning(
+                    "%s: %s was decided alone on %s; its pod may be split",
+                    record.gang,
+                    uid,
+                    winner.node,
+                )
+            first = False
+            await self._announce(event, winner)
         self._gang_reasons.pop(record.gang, None)
+        return True
 
     async def _gang_unschedulable(
         self, waiting: Waiting, events: list[claims_pb2.ClaimEvent], reason: str
@@ -396,6 +475,26 @@ class GangSteps:
                 await self._unschedulable(waiting, reason)
             else:
                 await self._unschedulable(Waiting(waiting.msg, event, EMPTY_CLAIM), reason)
+
+
+def _pod_key(event: claims_pb2.ClaimEvent) -> str:
+    """The pod a member belongs to, as `gangs.pods_of` groups them."""
+    return event.pod_uid or f"claim:{event.claim.uid}"
+
+
+def _may_go_alone(members: Members, uid: str) -> bool:
+    """Whether the claim-writer may have sent the member alone: not owned by a pod (a template's
+    claim is owned by its pod and only ever goes with it). Unreadable claims count as may."""
+    event = members.events.get(uid)
+    if event is None:
+        return False
+    try:
+        owners = (claim_doc(event).get("metadata") or {}).get("ownerReferences") or []
+    except BadClaimError:
+        return True
+    return not any(
+        isinstance(o, dict) and o.get("kind") == "Pod" and o.get("controller") for o in owners
+    )
 
 
 def _what(unit: str, members: Members | None = None) -> str:

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
@@ -20,8 +24,9 @@ from gpudra_allocator.gang_steps import (
     place_unit,
 )
 from gpudra_allocator.gangs import GangBook, Members, pods_of, unit_of, unit_size
-from gpudra_allocator.holdings import ClaimRecord
+from gpudra_allocator.holdings import ClaimRecord, holdings_for
 from gpudra_allocator.reservations import Reservations
+from gpudra_allocator.settings import Settings
 from gpudra_api import parse_resource_claim, parse_resource_slice
 from gpudra_bus import BucketSpec, connect, ensure_bucket
 from gpudrapb.v1 import claims_pb2
@@ -288,5 +293,317 @@ async def test_plan_of_a_pod(
         assert why in reason
         return
     assert plan is not None, reason
-    assert plan.pinned == pinned
+    assert plan.pins == (pinned,)
     assert [e.claim.name for e in plan.events] == arrived
+
+
+@pytest.mark.parametrize("policy", ["first-fit", "topology"])
+@pytest.mark.parametrize(
+    ("pods", "pins", "used", "nodes", "reason"),
+    [
+        pytest.param([[2], [2]], ["node-b", ""], {}, [["b"], ["*"]], "", id="one-pod-pinned"),
+        pytest.param(
+            [[2], [2]], ["node-b", "node-b"], {}, [["b"], ["b"]], "", id="both-pods-pinned-together"
+        ),
+        pytest.param(
+            [[2, 2], [1]],
+            ["", "node-a"],
+            {"node-a": 1},
+            [["b", "b"], ["a"]],
+            "",
+            id="pinned-pod-first-the-free-pod-elsewhere",
+        ),
+        pytest.param(
+            [[2], [2]],
+            ["node-b", ""],
+            {"node-b": 3},
+            None,
+            "beside their claims already allocated (on node-b)",
+            id="pinned-node-full-gang-waits",
+        ),
+    ],
+)
+def test_place_unit_pins_gang_pods(
+    policy: str,
+    pods: list[list[int]],
+    pins: list[str],
+    used: dict[str, int],
+    nodes: list[list[str]] | None,
+    reason: str,
+) -> None:
+    slices = [node_slice("node-a"), node_slice("node-b")]
+    state = AllocatedState(devices={d for n, c in used.items() for d in taken(n, c)})
+    claim_pods = [
+        [claim(f"p{i}c{j}", count) for j, count in enumerate(pod)] for i, pod in enumerate(pods)
+    ]
+    engine = Engine(load_classes(), policy)
+    decision = place_unit(engine, "ns/g", claim_pods, None, slices, 1, state, pins=pins)
+    if nodes is None:
+        assert not decision.allocated
+        assert reason in decision.reason, decision.reason
+        return
+    assert decision.allocated, decision.reason
+    placed = iter(decision.placed)
+    got = [[next(placed)[0] for _ in pod] for pod in pods]
+    assert [[n for n in pod if n != "*"] for pod in nodes] == [
+        [
+            node.removeprefix("node-")
+            for node, want in zip(pod, want_pod, strict=True)
+            if want != "*"
+        ]
+        for pod, want_pod in zip(got, nodes, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("policy", "chooser"),
+    [pytest.param("first-fit", False, id="first-fit"), pytest.param("topology", True, id="topo")],
+)
+def test_engine_placement_is_decides_allocator(policy: str, chooser: bool) -> None:
+    engine = Engine(load_classes(), policy)
+    slices = [node_slice("node-a")]
+    state = AllocatedState()
+    allocator, got = engine.placement(slices, 1, state)
+    assert allocator.node_names() == ["node-a"]
+    assert (got is not None) == chooser
+    assert engine.placement(slices, 1, state)[0] is allocator, "kept per version"
+
+
+@pytest.mark.parametrize(
+    ("records", "pins", "why"),
+    [
+        pytest.param({}, ("", ""), "", id="nothing-allocated-nothing-pinned"),
+        pytest.param({"p0-named": "node-b"}, ("node-b", ""), "", id="pods-allocated-claim-pins"),
+        pytest.param({"p1-named": "node-a"}, ("", "node-a"), "", id="second-pod-pinned"),
+        pytest.param({"p0-named": ""}, ("", ""), "", id="network-attached-pins-nothing"),
+        pytest.param({"p0-named": "released"}, ("", ""), "", id="deleted-non-member-ignored"),
+    ],
+)
+async def test_plan_of_a_gang_pins_each_pod(
+    kv: KeyValue, records: dict[str, str], pins: tuple[str, ...], why: str
+) -> None:
+    planner = Planner(kv)
+    for name, node in records.items():
+        if node == "released":
+            await planner._res.release(f"uid-{name}", f"default/{name}")
+        else:
+            await planner._res.commit(
+                f"uid-{name}",
+                ClaimRecord("allocated", claim=f"default/{name}", node=node, allocation={}),
+            )
+    members = None
+    for p in range(2):
+        # Each pod: two gang members and a named claim of its own outside the gang.
+        named = (f"p{p}a", f"p{p}b", f"p{p}-named")
+        for c in ("a", "b"):
+            members = await planner._gangs.join(event(f"p{p}{c}", f"pod{p}", named, "ns/g", 4))
+    assert members is not None
+    plan, reason = await planner._plan(members)
+    assert plan is not None, reason
+    assert [[e.claim.name for e in pod] for pod in plan.pods] == [["p0a", "p0b"], ["p1a", "p1b"]]
+    assert plan.pins == pins
+
+
+def pod_event(name: str, count: int, pod: str, names: tuple[str, ...], owned: bool = True) -> Any:
+    """A pending claim of `count` GPUs sent with its pod (claim JSON included); `owned`: a
+    template's claim (owned by the pod), else a named claim (it may have gone alone)."""
+    metadata: dict[str, Any] = {"name": name, "namespace": "default", "uid": f"uid-{name}"}
+    doc = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": metadata,
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
+                    }
+                ]
+            }
+        },
+    }
+    if owned:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": pod, "controller": True}
+        ]
+    ev = event(name, pod, names)
+    ev.claim_json = json.dumps(doc).encode()
+    return ev
+
+
+@dataclass
+class Slices:
+    """The two fields of the slice index a decision reads."""
+
+    slices: dict[str, Any]
+    version: int = 1
+
+
+class Decider(Planner):
+    """A whole unit attempt, as `Worker` runs it, minus the bus: announcements are kept here."""
+
+    def __init__(self, kv: KeyValue, replica: str = "r1") -> None:
+        super().__init__(kv)
+        self.replica = replica
+        self._settings = Settings()
+        self._engine = Engine(load_classes(), "first-fit")
+        self._index = cast(Any, Slices({n: node_slice(n) for n in ("node-a", "node-b")}))
+        self._gang_reasons = {}
+        self._decide_lock = asyncio.Lock()
+        self.announced: dict[str, str] = {}  # claim name -> node
+        self.held: list[str] = []
+
+    def _refresh_classes(self) -> None:
+        pass
+
+    def _hold(self, waiting: Waiting) -> None:
+        self.held.append(waiting.event.claim.uid)
+
+    async def _announce(self, event: claims_pb2.ClaimEvent, record: ClaimRecord) -> None:
+        self.announced[event.claim.name] = record.node
+
+    async def attempt(self, ev: Any) -> None:
+        await self._attempt_gang(Waiting(cast(Msg, None), ev, EMPTY_CLAIM))
+
+    async def deallocated(self, ev: Any) -> None:
+        """What `Worker._deleted` does for a cleared allocation."""
+        record = await self._res.record(ev.claim.uid)
+        if record is not None and record.gang:
+            await self._gangs.leave(record.gang, ev.claim.uid)
+        await self._res.forget(ev.claim.uid)
+        self.announced.pop(ev.claim.name, None)
+
+    async def take(self, name: str, node: str, count: int, token: str = "lone") -> None:
+        """A lone decision of claim `name` on `node`, reserved and recorded (as `Worker._commit`)."""
+        decision = self._engine.decide(
+            [claim(name, count)], [node_slice(node)], 99, self._res.state
+        )
+        assert decision.allocated, decision.reason
+        uid, key = f"uid-{name}", f"default/{name}"
+        await self._res.reserve(holdings_for(decision.results, uid, key, token, time.time()))
+        await self._res.commit(
+            uid,
+            ClaimRecord(
+                "allocated",
+                claim=key,
+                token=token,
+                node=node,
+                allocation=decision.results[0].to_json(),
+            ),
+        )
+        await until(lambda: bool(self._res.holdings_of(uid)))
+
+
+async def until(check: Callable[[], bool]) -> None:
+    """The reservation mirror follows the bucket by a watch: wait for it to catch up."""
+    for _ in range(200):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the reservation mirror did not catch up")
+
+
+@pytest_asyncio.fixture
+async def decider(kv: KeyValue) -> AsyncIterator[Decider]:
+    unit = Decider(kv)
+    await unit._res.start()
+    yield unit
+    await unit._res.stop()
+
+
+def holders(unit: Decider) -> dict[str, set[str]]:
+    """Claim UID -> nodes (pools) its devices are held on, from the mirror."""
+    out: dict[str, set[str]] = {}
+    for pool in unit._res._pools.values():
+        for holding in pool[1].holdings:
+            out.setdefault(holding.uid, set()).add(pool[1].pool)
+    return out
+
+
+POD = ("a", "b")
+
+
+async def test_a_late_member_is_pinned_to_its_pods_node(decider: Decider) -> None:
+    """b is deallocated after the pod's decision and comes back: it joins a on a's node, though
+    the first node (first-fit's pick for a lone claim) is free by then."""
+    await decider.take("x", "node-a", 1)
+    for name in POD:
+        await decider.attempt(pod_event(name, 2, "p", POD))
+    assert decider.announced == {"a": "node-b", "b": "node-b"}
+    await decider._res.drop("uid-x")
+    await decider.deallocated(pod_event("b", 2, "p", POD))
+    await until(lambda: "uid-b" not in holders(decider) and "uid-x" not in holders(decider))
+    await decider.attempt(pod_event("b", 2, "p", POD))
+    assert decider.announced == {"a": "node-b", "b": "node-b"}, decider.reasons
+    assert decider.finished[-1] == "uid-b"
+    await until(lambda: holders(decider).get("uid-b") == {"node-b"})
+    assert (await decider._res.record("uid-b")) is not None
+
+
+async def test_a_unit_whose_placed_members_all_left_is_decided_anew(decider: Decider) -> None:
+    for name in POD:
+        await decider.attempt(pod_event(name, 2, "p", POD))
+    assert set(decider.announced.values()) == {"node-a"}
+    # a comes back (pending again) before b is deallocated too: the decision places nobody now.
+    await decider.deallocated(pod_event("a", 2, "p", POD))
+    await decider._gangs.join(pod_event("a", 2, "p", POD))
+    await decider.deallocated(pod_event("b", 2, "p", POD))
+    await decider.attempt(pod_event("a", 2, "p", POD))
+    assert decider.reasons[-1].startswith("pod default/p: 1 of 2 claims present"), decider.reasons
+    await decider.attempt(pod_event("b", 2, "p", POD))
+    assert set(decider.announced) == {"a", "b"}, decider.reasons
+    assert len(set(decider.announced.values())) == 1
+    await until(lambda: len(holders(decider)) == 2)
+
+
+async def test_a_lone_decision_racing_the_units_never_splits_the_pod(decider: Decider) -> None:
+    """`zz` (named: it may have gone alone) is decided alone on node-b after the unit planned
+    both claims on node-a; the unit's first commit finds it, voids its decision, pins to node-b."""
+    names = ("aa", "zz")
+    aa, zz = pod_event("aa", 2, "p", names), pod_event("zz", 2, "p", names, owned=False)
+    members = await decider._gangs.join(aa)
+    members = await decider._gangs.join(zz)
+    plan, why = await decider._plan(members)
+    assert plan is not None, why
+    record = await decider._decide_gang(Waiting(cast(Msg, None), aa, EMPTY_CLAIM), members, plan)
+    assert record is not None
+    assert {node for node, _ in record.placed.values()} == {"node-a"}
+    await decider.take("zz", "node-b", 2)  # the lone attempt commits first
+    assert not await decider._settle_gang(record, members)
+    assert await decider._res.record("uid-aa") is None, "no member of the void decision committed"
+    assert await decider._gangs.decision("pod:p") is None
+    await until(lambda: holders(decider) == {"uid-zz": {"node-b"}})
+    await decider.attempt(aa)
+    assert decider.announced == {"aa": "node-b", "zz": "node-b"}, decider.reasons
+    await until(lambda: holders(decider) == {"uid-zz": {"node-b"}, "uid-aa": {"node-b"}})
+
+
+async def test_a_lone_decision_seen_after_reserving_pins_the_next_attempt(
+    decider: Decider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lone attempt commits while the unit's holdings are being written: the unit sees its
+    record before creating its decision, drops what it held, and its next attempt is pinned."""
+    names = ("aa", "zz")
+    aa, zz = pod_event("aa", 2, "p", names), pod_event("zz", 2, "p", names, owned=False)
+    await decider._gangs.join(aa)
+    members = await decider._gangs.join(zz)
+    plan, why = await decider._plan(members)
+    assert plan is not None, why
+    reserve = decider._res.reserve
+    raced: list[bool] = []
+
+    async def reserve_then_race(by_pool: Any) -> None:
+        await reserve(by_pool)
+        if not raced:
+            raced.append(True)
+            await decider.take("zz", "node-b", 2)
+
+    monkeypatch.setattr(decider._res, "reserve", reserve_then_race)
+    waiting = Waiting(cast(Msg, None), aa, EMPTY_CLAIM)
+    assert await decider._decide_gang(waiting, members, plan) is None
+    assert raced
+    assert await decider._gangs.decision("pod:p") is None
+    await until(lambda: holders(decider) == {"uid-zz": {"node-b"}})
+    await decider.attempt(aa)
+    assert decider.announced == {"aa": "node-b"}, decider.reasons

@@ -271,6 +271,21 @@ class GangBook:
         _, value = await self._get(decision_key(gang))
         return GangRecord.decode(value) if value else None
 
+    async def void(self, record: GangRecord) -> bool:
+        """Remove the unit's decision if it is still exactly `record` (revision-checked); False
+        when it changed or is gone. Only for a decision none of whose members was committed."""
+        key = decision_key(record.gang)
+        revision, value = await self._get(key)
+        if not value or GangRecord.decode(value).encode() != record.encode():
+            return False
+        try:
+            await self._kv.delete(key, last=revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+        except _NATS_ERRORS as exc:
+            raise translate(exc, f"voiding the decision of {record.gang}") from exc
+        return True
+
     async def decide(self, record: GangRecord) -> GangRecord:
         """Record `record` unless the gang has a decision already; returns the one that stands."""
         key = decision_key(record.gang)
