@@ -28,6 +28,8 @@ so the allocator places the pod's claims together, on one node, all or none. Rul
   restart the claims may be listed before the pods that use them); when a held claim's last pod
   is deleted, it goes out alone then.
 - Message ids: `<uid>/<generation>/pending/<pod uid>` for a claim sent with its pod.
+- A claim whose allocation was cleared is offered again (`reoffer`, once the allocator confirmed
+  the release) with its home pod, so it is placed beside the pod's other claims, not alone.
 - Gangs and pods combine: `gpudra.io/gang-size` counts claims, so a gang of 2 pods with 2 claims
   each has size 4; the allocator places each pod's claims on one node.
 """
@@ -244,13 +246,48 @@ class PodUnits:
                 return entry.uid
         return ""
 
+    async def _unit(
+        self, entry: PodEntry, claims: list[KubeObject]
+    ) -> tuple[PodUnit, list[KubeObject], list[claims_pb2.ClaimRef]]:
+        """The pod's unit (its gpudra claims), those claims and their refs."""
+        ours = [c for c in claims if await self._ownership.claim_is_ours(c)]
+        refs = [ref_of(c) for c in ours]
+        unit = PodUnit(entry.uid, entry.key, tuple(sorted({r.uid for r in refs if r.uid})))
+        return unit, ours, refs
+
+    async def reoffer(self, claim: KubeObject) -> bool:
+        """A claim pending again after its allocation was cleared (and its release confirmed):
+        published again with its home pod (the oldest complete pod using it), as a new message
+        (`<uid>/<generation>/pending/<pod uid>/<resourceVersion>`), so the allocator places it
+        beside the pod's other claims. False when no complete known pod uses it (publish it
+        alone); True for a claim that is not pending any more (nothing to offer)."""
+        ref = ref_of(claim)
+        if state_of(claim) is not ClaimState.PENDING:
+            return True
+        for entry in self.consumers(ref.namespace, ref.name):
+            claims = await self._claims(entry)
+            if claims is None:
+                continue
+            unit, _, _ = await self._unit(entry, claims)
+            if ref.uid not in unit.claims:
+                continue  # not gpudra's: the caller's ownership check says so too
+            await publish_event(
+                self._publisher,
+                Kind.KIND_PENDING,
+                claim,
+                msg_id=f"{ref.uid}/{ref.generation}/pending/{entry.uid}/{ref.resource_version}",
+                pod=unit,
+            )
+            self._sent[ref.uid] = max(ref.generation, self._sent.get(ref.uid, -1))
+            self.published += 1
+            return True
+        return False
+
     async def _publish_pod(self, entry: PodEntry) -> None:
         claims = await self._claims(entry)
         if claims is None:
             return
-        ours = [c for c in claims if await self._ownership.claim_is_ours(c)]
-        refs = [ref_of(c) for c in ours]
-        unit = PodUnit(entry.uid, entry.key, tuple(sorted({r.uid for r in refs if r.uid})))
+        unit, ours, refs = await self._unit(entry, claims)
         for claim, ref in zip(ours, refs, strict=True):
             if self._was_sent(ref) or state_of(claim) is not ClaimState.PENDING:
                 continue

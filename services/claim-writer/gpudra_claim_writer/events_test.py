@@ -295,3 +295,64 @@ async def test_a_forgotten_claim_may_go_out_again(env: Env) -> None:
     await env.sent()
     assert [e.claim.name for e in env.events].count("a") == 2
     assert [e.claim.name for e in env.events].count("b") == 1
+
+
+ALLOCATED = {
+    "allocation": {
+        "devices": {
+            "results": [{"request": "r", "driver": "gpu.nvidia.com", "pool": "n", "device": "d"}]
+        }
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("pods", "offered", "with_pod", "sent"),
+    [
+        pytest.param(
+            [pod("p", ["a", "b"])], claim("a"), True, ("default/p", ["a", "b"]), id="with-its-pod"
+        ),
+        pytest.param(
+            [
+                pod("young", ["a", "b"], created="2026-01-02T00:00:00Z"),
+                pod("old", ["a"], created="2026-01-01T00:00:00Z"),
+            ],
+            claim("a"),
+            True,
+            ("default/old", ["a"]),
+            id="shared-with-its-home-pod",
+        ),
+        pytest.param([], claim("a"), False, None, id="no-pod-uses-it-alone"),
+        pytest.param(
+            [pod("p", ["a", "never"])], claim("a"), False, None, id="incomplete-pod-alone"
+        ),
+        pytest.param(
+            [pod("p", ["a", "b"])],
+            {**claim("a"), "status": ALLOCATED},
+            True,
+            None,
+            id="allocated-again-nothing-to-offer",
+        ),
+    ],
+)
+async def test_a_deallocated_claim_is_offered_again_with_its_pod(
+    env: Env,
+    pods: list[dict[str, Any]],
+    offered: dict[str, Any],
+    with_pod: bool,
+    sent: tuple[str, list[str]] | None,
+) -> None:
+    await env.claims(claim("a"), claim("b"))
+    for obj in pods:
+        await env.pod(obj)
+    await env.sent()
+    before = len(env.events)
+    assert await env.units.reoffer(offered) is with_pod
+    await env.sent()
+    again = [e for e in env.events[before:] if e.claim.name == "a"]
+    if sent is None:
+        assert again == []
+        return
+    assert [(e.pod_name, sorted(u.removeprefix("uid-") for u in e.pod_claims)) for e in again] == [
+        sent
+    ]
