@@ -12,7 +12,11 @@ CEL selectors, and reports:
    allocator chooses the node and when the node is given (kube-scheduler's per-node filter),
    and what the topology policy (`gpudra_alloc.placement.Chooser`, one per run as the
    allocator service keeps one) costs for the same claims; `--topology-plain` also times it
-   with its optimisations off (every node searched for every claim).
+   with its optimisations off (every node searched for every claim);
+5. the churn workload (`gpudra_alloc.workload`: DGX H100, HGX B200, A100 with MIG, L4, GB200
+   trays; 1/2/4/8-GPU, MIG, large-memory claims and gangs) on a heterogeneous fleet of
+   `--fleet-nodes` nodes, as one contract `steps` document under each policy (parsing
+   included): pods and gangs decided per second.
 
 Each figure allocates into the same state the claims before it left behind, as a scheduler does.
 Times are this process's CPU time (the machine may be shared); parsing is not included.
@@ -42,6 +46,7 @@ from rich.table import Table
 
 from gpudra_alloc import AllocatedState, Allocator, Features, solve
 from gpudra_alloc.placement import Chooser
+from gpudra_alloc.workload import ChurnConfig, Fleet, churn_problem
 from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
 
 DRIVER = "gpu.nvidia.com"
@@ -241,6 +246,27 @@ def run_churn(nodes: int, count: int) -> tuple[int, float, str]:
     return len(steps), secs, ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
 
+# The default churn fleet's mix of machine types, per 1,000 nodes (GB200 trays in whole cliques).
+FLEET_MIX = {"dgx-h100": 250, "hgx-b200": 100, "a100-mig": 100, "l4-pcie": 100, "gb200-tray": 450}
+
+
+def run_fleet_day(nodes: int, hours: float, policy: str) -> tuple[int, float, str]:
+    """The churn workload on a heterogeneous fleet of about `nodes` nodes as one `steps`
+    document under `policy`. Returns (pods and gangs decided, CPU seconds incl. parsing,
+    outcome counts)."""
+    counts = {key: round(n * nodes / 1000) for key, n in FLEET_MIX.items()}
+    counts["gb200-tray"] -= counts["gb200-tray"] % 18
+    config = ChurnConfig(seed=1, hours=hours, load=1.3, fleet=Fleet(counts=counts), policy=policy)
+    text = json.dumps(churn_problem(config))
+    gc.collect()
+    start = time.process_time()
+    answer = solve(json.loads(text), policy)
+    secs = time.process_time() - start
+    counts_out = Counter(step["outcome"] for step in answer["steps"])
+    decided = sum(n for outcome, n in counts_out.items() if outcome != "released")
+    return decided, secs, ", ".join(f"{k} {v}" for k, v in sorted(counts_out.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=1000, help="cluster size for figures 1-2")
@@ -254,6 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale-claims", type=int, default=400, help="claims per size")
     parser.add_argument(
         "--churn-steps", type=int, default=4000, help="steps of the contract churn figure"
+    )
+    parser.add_argument(
+        "--fleet-nodes",
+        type=int,
+        default=1000,
+        help="nodes of the heterogeneous churn fleet (figure 5; 0: skip)",
+    )
+    parser.add_argument(
+        "--fleet-hours", type=float, default=1.0, help="hours of churn on that fleet"
     )
     parser.add_argument(
         "--topology-plain",
@@ -304,6 +339,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"{steps / secs:,.0f}",
                 )
             )
+        if args.fleet_nodes:
+            for policy in ("first-fit", "topology"):
+                progress.add_task(f"{policy}: churn on a {args.fleet_nodes}-node fleet", total=None)
+                decided, secs, outcomes = run_fleet_day(args.fleet_nodes, args.fleet_hours, policy)
+                figures.append(
+                    (
+                        f"{policy}: pods and gangs decided/s, {args.fleet_hours:g} h of churn on "
+                        f"a heterogeneous {args.fleet_nodes}-node fleet (steps document, "
+                        f"incl. parsing; {outcomes})",
+                        f"{decided / secs:,.0f}",
+                    )
+                )
         for nodes in [int(n) for n in args.scale.split(",") if n]:
             count = min(args.scale_claims, nodes * GPUS_PER_NODE)
             cluster = Cluster(nodes, progress)
@@ -360,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         growth.add_column(col, justify="right")
     for row in scale_rows:
         growth.add_row(*row)
-    console.print(growth)
+    if scale_rows:
+        console.print(growth)
     return 0
 
 

@@ -10,12 +10,11 @@ fit), then to the earlier node, then to the earlier solution. Deterministic for 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from gpudra_alloc.allocator import Allocator
 from gpudra_alloc.placement.groups import NodeKeys
-from gpudra_alloc.placement.memo import PoolKey, ScoreMemo, StateIndex, claims_shape
+from gpudra_alloc.placement.memo import ScoreMemo, claims_shape
 from gpudra_alloc.placement.search import masked, safe_mask, solutions
 from gpudra_alloc.placement.topology import FreeState, NodeView, result_devices
 from gpudra_alloc.placement.value import node_value
@@ -81,8 +80,12 @@ class Chooser:
     # False: search every node for every claim (the plain chooser the optimised one must equal).
     optimise: bool = True
     node_keys: NodeKeys = field(init=False)
-    view_pools: dict[str, tuple[PoolKey, ...]] = field(default_factory=dict)
-    free_cache: dict[str, tuple[NodeView, Hashable, FreeState]] = field(default_factory=dict)
+    free_cache: dict[str, tuple[NodeView, int, FreeState]] = field(default_factory=dict)
+    # the reserve's last ranking: (node states, held, settings) -> (node, domain) pairs
+    _held: tuple[object, frozenset[tuple[str, str]]] = field(
+        default=(None, frozenset()), init=False
+    )
+    _named: tuple[list[str] | None, list[Node]] = field(default=(None, []), init=False)
 
     def __post_init__(self) -> None:
         self.node_keys = NodeKeys(self.allocator)
@@ -108,8 +111,7 @@ class Chooser:
         held = self.reserve
         if self.waiting_large is not None:
             held = min(held, max(self.reserve_floor, self.waiting_large))
-        index_of_state = StateIndex.of(base) if held > 0 else None
-        protect = self.held_domains(base, held, index_of_state) if held > 0 else set()
+        protect = self.held_domains(base, held) if held > 0 else set()
         shape = claims_shape(claims) if self.optimise else None
         if shape is None:
             return self._choose_all(nodes, claims, base, protect)
@@ -159,19 +161,25 @@ class Chooser:
                 best = choice
         return best
 
-    def held_domains(
-        self, state: AllocatedState, held: int, index: StateIndex | None = None
-    ) -> set[tuple[str, str]]:
+    def held_domains(self, state: AllocatedState, held: int) -> set[tuple[str, str]]:
         """The `held` large NVLink domains closest to whole (at most NEAR_WHOLE GPUs in use),
         most free first, then by node name. Domains of MIG-capable GPUs: all may be held when
         `hold_mig_domains`; else all but the `mig_homes` MIG homes, which are returned as
         (node, MIG_HOME + domain) guards instead (`mig_homes` 0: none held). Returns
         (node, domain) pairs."""
+        names = self.allocator.node_names()
+        if self._named[0] is not names:
+            self._named = (names, [Node(name) for name in names])
+        states = self.node_keys.state_ids(self._named[1], state)
+        # the same node states and settings rank the same (`_free` reads nothing else)
+        remembered = (tuple(states), held, _settings(self), len(self.allocator.slices))
+        if self.optimise and self._held[0] == remembered:
+            return set(self._held[1])
         ranked: list[tuple[int, str, str]] = []
         homes: list[tuple[int, int, str, str]] = []
-        for name in self.allocator.node_names():
-            view = self.view(Node(name))
-            free = self._free(view, state, index)
+        for name, node, in_use in zip(names, self._named[1], states, strict=True):
+            view = self.view(node)
+            free = self._free(view, state, in_use)
             domain_of = {g.counter_set: g.domain for g in view.gpus if g.counter_set is not None}
             for domain, size in view.domain_sizes.items():
                 count = free.domains.get(domain, 0)
@@ -188,24 +196,21 @@ class Chooser:
         home = {(name, domain) for _, _, name, domain in homes[: self.mig_homes]}
         ranked.sort()
         held_set = [(name, domain) for _, name, domain in ranked if (name, domain) not in home]
-        return set(held_set[:held]) | {(name, MIG_HOME + domain) for name, domain in home}
+        out = set(held_set[:held]) | {(name, MIG_HOME + domain) for name, domain in home}
+        self._held = (remembered, frozenset(out))
+        return out
 
-    def _free(self, view: NodeView, state: AllocatedState, index: StateIndex | None) -> FreeState:
-        """`view.free(state)`, remembered while the in-use state (devices, shares, capacity) of
-        the view's pools is unchanged (it reads nothing else of the state)."""
-        if index is None:
+    def _free(self, view: NodeView, state: AllocatedState, in_use: int) -> FreeState:
+        """`view.free(state)`, remembered per node while its in-use state id (`NodeKeys`:
+        devices, shares and capacity of its pools, by name) is `in_use`; it reads nothing else."""
+        if not self.optimise:
             return view.free(state)
         name = view.node.name
-        pools = self.view_pools.get(name)
-        if pools is None:
-            pools = _view_pools(view)
-            self.view_pools[name] = pools
-        key = index.pools_key(pools)
         cached = self.free_cache.get(name)
-        if cached is not None and cached[0] is view and cached[1] == key:
+        if cached is not None and cached[0] is view and cached[1] == in_use:
             return cached[2]
         free = view.free(state)
-        self.free_cache[name] = (view, key, free)
+        self.free_cache[name] = (view, in_use, free)
         return free
 
     def _best_on_node(
@@ -258,9 +263,14 @@ class Chooser:
         return masks
 
 
-def _view_pools(view: NodeView) -> tuple[PoolKey, ...]:
-    ids = [g.id for g in view.gpus] + [p.id for p in view.partitions] + list(view.consumes)
-    return tuple(sorted({(d.driver, d.pool) for d in ids}))
+def _settings(chooser: Chooser) -> tuple[object, ...]:
+    """The chooser's scalar settings (reserve, floor, MIG rules, ...): all of them, so that a
+    setting added later is part of the reserve's remembered ranking without a second thought."""
+    return tuple(
+        (f.name, value)
+        for f in fields(chooser)
+        if isinstance(value := getattr(chooser, f.name), int | float | str | bool | None)
+    )
 
 
 def _remember(score: Score) -> tuple[float, int, int]:

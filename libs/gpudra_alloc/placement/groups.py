@@ -348,12 +348,7 @@ class NodeKeys:
         known_list = self._known(nodes)
         ref = self.allocator.state
         ref_devices = ref.devices
-        cached = isinstance(ref_devices, InUseDevices) and not ref.capacity and not ref.shared
-        dirty: set[PoolKey] | None = None  # pools whose in-use part differs from ref's
-        if cached and state is ref:
-            dirty = set()
-        elif cached and not state.capacity and not state.shared:
-            dirty = {(d.driver, d.pool) for d in state.devices ^ ref_devices}
+        dirty = self._dirty(state)  # pools whose in-use part differs from ref's
         versions = ref_devices.pool_version if isinstance(ref_devices, InUseDevices) else {}
         out: list[Hashable | None] = []
         append = out.append
@@ -390,6 +385,44 @@ class NodeKeys:
             else:
                 append(key)
         return out
+
+    def state_ids(self, nodes: Sequence[Node], state: AllocatedState) -> list[int]:
+        """Per node of `nodes`, an id of the in-use state of its pools (by device name): equal
+        ids, equal in-use state. What `NodeView.free` reads of `state` is in it."""
+        known_list = self._known(nodes)
+        dirty = self._dirty(state)
+        ref_devices = self.allocator.state.devices
+        versions = ref_devices.pool_version if isinstance(ref_devices, InUseDevices) else {}
+        out = []
+        for known in known_list:
+            keys = known.pool_keys
+            if dirty is None or (dirty and any(k in dirty for k in keys)):
+                out.append(self._state_id(state_part(known.pools, state)))
+                continue
+            now: object = (  # as `_keys` keeps it
+                versions.get(keys[0], 0)
+                if len(keys) == 1
+                else tuple(versions.get(k, 0) for k in keys)
+            )
+            if known.devices is not ref_devices or known.versions != now:
+                known.devices = ref_devices
+                known.versions = now
+                known.state = self._state_id(state_part(known.pools, self.allocator.state))
+            out.append(known.state)
+        return out
+
+    def _dirty(self, state: AllocatedState) -> set[PoolKey] | None:
+        """Pools whose in-use part in `state` may differ from the allocator's state, whose
+        per-node parts are kept; None: any may (shares or consumed capacity in use)."""
+        ref = self.allocator.state
+        ref_devices = ref.devices
+        if not isinstance(ref_devices, InUseDevices) or ref.capacity or ref.shared:
+            return None
+        if state is ref:
+            return set()
+        if state.capacity or state.shared:
+            return None
+        return {(d.driver, d.pool) for d in state.devices ^ ref_devices}
 
     def _known(self, nodes: Sequence[Node]) -> list[_Node]:
         """The per-node records of `nodes`, kept per list of node names until slices change."""

@@ -7,7 +7,7 @@ constraints and configuration of each claim, not its name) on a node *key* (`gro
 the node's pools up to names, the shape's selector outcomes on them, the in-use state of those
 pools by device name, the domains the reserve holds there). Equal keys score equally, so the
 score is reused for every node with that key, the same node later or its identical twin; a
-changed key misses. `StateIndex` groups an in-use state by pool for the whole-domain reserve.
+changed key misses.
 
 Only the score (cost, GPUs left, solution index) is reused, never devices or results: names and
 share IDs differ, so the winner's results are always recomputed by the search on the real node
@@ -19,14 +19,11 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-from gpudra_alloc.pools import Pool
-from gpudra_alloc.state import AllocatedState, DeviceID
 from gpudra_api import ResourceClaim
 
 MAX_SHAPES = 1024  # distinct claim shapes interned at once
 MAX_SCORES = 200_000  # remembered (node key, shape) scores before they are all dropped
 
-PoolKey = tuple[str, str]  # (driver, pool)
 # (cost, GPUs left, solution index) of the node's best solution, or None: nothing fits
 Remembered = tuple[float, int, int] | None
 
@@ -57,61 +54,6 @@ def claims_shape(claims: Sequence[ResourceClaim]) -> Shape | None:
         return Shape(tuple((c.requests, c.constraints, c.config) for c in claims))
     except TypeError:
         return None
-
-
-@dataclass
-class StateIndex:
-    """One in-use state grouped by pool, so each node's part is found without a full scan."""
-
-    devices: dict[PoolKey, frozenset[DeviceID]]
-    shared: dict[PoolKey, frozenset[tuple[DeviceID, str]]]
-    capacity: dict[PoolKey, tuple[tuple[DeviceID, tuple[tuple[str, object], ...]], ...]]
-
-    @classmethod
-    def of(cls, state: AllocatedState) -> StateIndex:
-        devices: dict[PoolKey, set[DeviceID]] = {}
-        for device in state.devices:
-            devices.setdefault((device.driver, device.pool), set()).add(device)
-        shared: dict[PoolKey, set[tuple[DeviceID, str]]] = {}
-        for item in state.shared:
-            shared.setdefault((item[0].driver, item[0].pool), set()).add(item)
-        capacity: dict[PoolKey, list[tuple[DeviceID, tuple[tuple[str, object], ...]]]] = {}
-        for device, amounts in state.capacity.items():
-            # present even when empty: `is_allocated` reads presence
-            entry = tuple(sorted(amounts.items(), key=lambda item: item[0]))
-            capacity.setdefault((device.driver, device.pool), []).append((device, entry))
-        return cls(
-            {k: frozenset(v) for k, v in devices.items()},
-            {k: frozenset(v) for k, v in shared.items()},
-            {k: tuple(sorted(v, key=lambda e: str(e[0]))) for k, v in capacity.items()},
-        )
-
-    def pools_key(self, pools: Sequence[PoolKey]) -> Hashable:
-        """The in-use state of `pools` (devices, shares, capacity): equal keys, equal state."""
-        empty: frozenset[DeviceID] = frozenset()
-        return tuple(
-            (
-                self.devices.get(key, empty),
-                self.shared.get(key, frozenset()),
-                self.capacity.get(key, ()),
-            )
-            for key in pools
-        )
-
-    def node_key(self, pools: Sequence[Pool]) -> Hashable:
-        """The in-use state of `pools` (a node's): equal keys, equal state."""
-        empty: frozenset[DeviceID] = frozenset()
-        parts = []
-        for pool in pools:
-            key = (pool.driver, pool.name)
-            parts.append(
-                (
-                    self.devices.get(key, empty),
-                    self.shared.get(key, frozenset()),
-                    self.capacity.get(key, ()),
-                )
-            )
-        return tuple(parts)
 
 
 @dataclass

@@ -4,7 +4,7 @@ import pytest
 
 from gpudra_alloc import AllocatedState, Allocator, DeviceID
 from gpudra_alloc.placement import Chooser
-from gpudra_alloc.placement.memo import ScoreMemo, StateIndex, claims_shape
+from gpudra_alloc.placement.memo import ScoreMemo, claims_shape
 from gpudra_alloc.workload import Fleet, build_fleet, device_classes, resource_claim
 from gpudra_api import (
     AllocationResult,
@@ -83,26 +83,6 @@ def test_a_changed_node_is_searched_again() -> None:
     assert chooser.choose(nodes, [claim("gpu-8-nvl", "c")]) is None
 
 
-@pytest.mark.parametrize(
-    ("busy_a", "busy_b", "same"),
-    [
-        pytest.param((), (), True, id="both-idle"),
-        pytest.param(("gpu-0",), ("gpu-0",), True, id="same-device-in-use"),
-        pytest.param(("gpu-0",), ("gpu-1",), False, id="different-device-in-use"),
-        pytest.param(("gpu-0",), (), False, id="one-idle"),
-    ],
-)
-def test_node_key_follows_the_in_use_devices(
-    busy_a: tuple[str, ...], busy_b: tuple[str, ...], same: bool
-) -> None:
-    allocator, nodes = cluster({"dgx-h100": 1})
-    pools = allocator.pools_for(nodes[0])
-    pool = pools[0].name
-    a = StateIndex.of(AllocatedState(devices={DeviceID(DRIVER, pool, d) for d in busy_a}))
-    b = StateIndex.of(AllocatedState(devices={DeviceID(DRIVER, pool, d) for d in busy_b}))
-    assert (a.node_key(pools) == b.node_key(pools)) is same
-
-
 def test_memo_misses_after_the_key_changes() -> None:
     memo = ScoreMemo()
     shape = claims_shape([claim("gpu-1", "x")])
@@ -133,10 +113,37 @@ def test_remembered_free_state_follows_the_state(
     view = chooser.view(nodes[0])
     pool = allocator.pools_for(nodes[0])[0].name
     state = allocator.state
-    assert chooser._free(view, state, StateIndex.of(state)).free_gpus == 8
+
+    def in_use() -> int:
+        return chooser.node_keys.state_ids(nodes, state)[0]
+
+    assert chooser._free(view, state, in_use()).free_gpus == 8
     state.devices.update(DeviceID(DRIVER, pool, d) for d in busy)
-    after = chooser._free(view, state, StateIndex.of(state))
+    after = chooser._free(view, state, in_use())
     assert after.free_gpus == 8 - len(busy)
     state.devices.difference_update(DeviceID(DRIVER, pool, d) for d in freed)
-    again = chooser._free(view, state, StateIndex.of(state))
+    again = chooser._free(view, state, in_use())
     assert again.free_gpus == view.free(state).free_gpus == 8 - len(busy) + len(freed)
+
+
+def test_the_reserves_remembered_ranking_follows_state_and_settings() -> None:
+    allocator, nodes = cluster({"dgx-h100": 3, "a100-mig": 2})
+    chooser = Chooser(allocator)
+    plain = Chooser(allocator, optimise=False)
+    state = allocator.state
+
+    def same() -> None:
+        assert chooser.held_domains(state, 2) == plain.held_domains(state, 2)
+
+    same()
+    got = chooser.choose(nodes, [claim("gpu-2", "a")])
+    assert got is not None
+    state.apply(got.results)
+    same()
+    for settings in ({"hold_mig_domains": True}, {"mig_homes": 0}, {"mig_homes": 2}):
+        for name, value in settings.items():
+            setattr(chooser, name, value)
+            setattr(plain, name, value)
+        same()
+    state.release(got.results)
+    same()
