@@ -1,16 +1,15 @@
 """Run-time field selection, indexing and `has()` on CEL values (maps, lists, the device).
 
 A missing map key is CEL's "no such key" error; selecting a field of a non-map, indexing a
-non-container, or an index out of range are errors too.
+non-container, or an index out of range are errors too. The device is a `Mapping` of its four
+fields here (see `device`), so `dyn(device).foo` is "no such key: foo" like any map's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpudra_cel.device import DeviceView
 from gpudra_cel.errors import CelEvaluationError
-from gpudra_cel.paths import DEVICE_FIELDS
 from gpudra_cel.values import CelUint, Failed, map_lookup, no_overload, type_name
 
 __all__ = ["has_field", "index_value", "select_value"]
@@ -24,8 +23,6 @@ def select_value(operand: object, name: str) -> object:
         if not found:
             raise CelEvaluationError(f"no such key: {name}")
         return value
-    if isinstance(operand, DeviceView):
-        return getattr(operand, DEVICE_FIELDS[name])
     raise CelEvaluationError(f"type '{type_name(operand)}' does not support field selection")
 
 
@@ -54,6 +51,4 @@ def has_field(value: object, name: str) -> bool:
         raise value.error
     if isinstance(value, Mapping):
         return map_lookup(value, name)[0]
-    if isinstance(value, DeviceView):
-        return name in DEVICE_FIELDS
     raise CelEvaluationError(f"has(): type '{type_name(value)}' has no fields")

@@ -111,6 +111,19 @@ _TOKENS = st.sampled_from(
         '"1.2.3"',
         '"[a-"',
         " ",
+        ".foo",
+        "'driver'",
+        "'foo'",
+        "[0]",
+        "strings.quote",
+        ".format",
+        "sets.contains",
+        "lists.range",
+        ".transformList",
+        ".size()",
+        "v",
+        "k",
+        "%",
     ]
 )
 

@@ -22,10 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpudra_cel.access import has_field, index_value, select_value
-from gpudra_cel.device import DeviceView
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.operators import Fn
-from gpudra_cel.paths import DEVICE_FIELDS
 from gpudra_cel.values import CelOptional, CelUint, Failed, map_lookup, no_overload, type_name
 
 __all__ = [
@@ -57,9 +55,6 @@ def select_optional(value: object, name: str) -> CelOptional:
     if isinstance(value, Mapping):
         found, item = map_lookup(value, name)
         return CelOptional(item) if found else NONE
-    if isinstance(value, DeviceView):  # a fixed set of fields, every one always set
-        field = DEVICE_FIELDS.get(name)
-        return CelOptional(getattr(value, field)) if field is not None else NONE
     return CelOptional(select_value(value, name))  # an error: not something with fields
 
 

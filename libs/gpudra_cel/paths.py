@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.operators import BINARY, Fn
+from gpudra_cel.values import DefaultingMap
 
 __all__ = ["DEVICE_FIELDS", "DevicePath"]
 
@@ -47,6 +48,8 @@ class DevicePath:
         if domain is None:
             if field == "driver":
                 return lambda act: act[0].driver  # type: ignore[attr-defined]
+            if field in ("attributes", "capacity"):  # unknown domains: empty maps
+                return lambda act: DefaultingMap(getattr(act[0], field))
             return lambda act: getattr(act[0], field)
         if name is None:
             if field == "attributes":

@@ -13,7 +13,7 @@ errors, as in cel-go.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Final
 
 from gpudra_api.quantity import Quantity
@@ -73,6 +73,32 @@ class Failed:
 
 _ABSENT: Final = object()
 CelOptional.NONE = CelOptional(None, present=False)
+
+_NO_ENTRIES: Mapping[object, object] = {}
+
+
+class DefaultingMap(Mapping[object, object]):
+    """A map whose lookup of an absent key (`m.k`, `m[k]`, `has(m.k)`, `m[?k]`) yields an empty
+    map, while `k in m`, `size(m)` and iteration see only its entries: Kubernetes'
+    `device.attributes` / `device.capacity` (`newStringInterfaceMapWithDefault` overrides only
+    `Find`)."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: Mapping[str, object]) -> None:
+        self.entries = entries
+
+    def __getitem__(self, key: object) -> object:
+        return self.entries[key]  # type: ignore[index]
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __repr__(self) -> str:
+        return f"DefaultingMap({self.entries!r})"
 
 
 def type_name(value: object) -> str:
@@ -138,7 +164,15 @@ def equal(a: object, b: object) -> bool:
 
 
 def map_lookup(mapping: Mapping[object, object], key: object) -> tuple[bool, object]:
-    """Find `key` in a CEL map: numeric keys match across int/uint/double of equal value."""
+    """Find `key` in a CEL map: numeric keys match across int/uint/double of equal value; a
+    `DefaultingMap` finds every key."""
+    if mapping.__class__ is DefaultingMap:
+        found, value = _lookup(mapping, key)
+        return True, value if found else _NO_ENTRIES
+    return _lookup(mapping, key)
+
+
+def _lookup(mapping: Mapping[object, object], key: object) -> tuple[bool, object]:
     if isinstance(key, float):
         if not key.is_integer():
             return False, None
@@ -277,7 +311,7 @@ def contains(container: object, item: object) -> bool:
     if isinstance(container, tuple | list):
         return any(equal(item, x) for x in container)
     if isinstance(container, Mapping):
-        return map_lookup(container, item)[0]
+        return _lookup(container, item)[0]  # membership: a DefaultingMap's default is no entry
     raise no_overload("@in", item, container)
 
 
