@@ -21,7 +21,7 @@ Promises:
 - After every change the leader publishes a drift summary (driver / CUDA versions per node,
   outliers) on `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API.
 - `ready` (readiness): the replica has caught up with the inventories and, when it holds the
-  lease, has taken over; a warm standby is ready too. `alive` (liveness) fails once the lease task
+  lease, has taken over and written every pool; a warm standby is ready too. `alive` (liveness) fails once the lease task
   has died, since such a replica could never lead again. `role` says leader or standby.
 """
 
@@ -107,6 +107,8 @@ class InventoryService:
         self._term = 0
         self._dirty: set[str] = set()
         self._prune_pending = False
+        # False from a takeover until every pool has been written in the new term.
+        self._republished = True
         self._last_drift: dict[str, Any] | None = None
 
     def _epoch(self) -> int:
@@ -127,7 +129,7 @@ class InventoryService:
         if not (self._subscribed and self._caught_up):
             return False
         holds = self._lease is None or self._lease.held()
-        return self.leading() or not holds
+        return (self.leading() and self._republished) or not holds
 
     @property
     def alive(self) -> bool:
@@ -238,8 +240,10 @@ class InventoryService:
             if not await self._takeover():
                 return
         await self._flush()
-        if self._prune_pending and not self._dirty and self.leading():
-            await self._mirror_prune()
+        if not self._dirty and self.leading():
+            self._republished = True
+            if self._prune_pending:
+                await self._mirror_prune()
 
     async def _takeover(self) -> bool:
         """Re-read the bucket and mark every pool for republishing; whether that worked."""
@@ -253,6 +257,7 @@ class InventoryService:
         self._dirty = {c.node for c in changes}
         self._term = epoch
         self._prune_pending = self._mirror is not None
+        self._republished = False
         self.takeovers += 1
         log.info(
             "leader (epoch %d): republishing %d of %d pools",

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import nats.js.errors
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
@@ -31,8 +33,18 @@ def piece(node: str, index: int, generation: int) -> dict[str, Any]:
 
 
 async def stored(kv: KeyValue) -> dict[str, int]:
+    """Slice name -> generation. nats-py's key listing can lose a race with the first message and
+    report no keys at all; these tests always expect some, so ask again."""
+    for _ in range(50):
+        try:
+            keys = await kv.keys()
+            break
+        except nats.js.errors.NoKeysError:
+            await asyncio.sleep(0.02)
+    else:
+        return {}
     out = {}
-    for key in await kv.keys():
+    for key in keys:
         out[key] = json.loads((await kv.get(key)).value or b"")["spec"]["pool"]["generation"]
     return out
 
