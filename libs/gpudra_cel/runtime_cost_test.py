@@ -3,6 +3,7 @@ metered selector answers exactly as the plain one until the limit stops it."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -127,6 +128,52 @@ def test_metered_answers_as_plain_and_stays_under_the_estimate(
 )
 def test_actual_cost_in_cel_go_units(expression: str, cost: int) -> None:
     assert _metered(expression).actual_cost(SMALL) == cost
+
+
+@pytest.mark.parametrize(
+    ("optional", "plain", "extra"),
+    [
+        # `.?name` / `[?key]` are one field selection / index each, as `.name` / `[key]`;
+        # the unwrapping call (value/orValue/hasValue) is one call more
+        pytest.param(f"{A}.?model.value() == 'A100'", f"{A}.model == 'A100'", 1, id="opt-select"),
+        pytest.param(f"{A}[?'model'].value() == 'A100'", f"{A}['model'] == 'A100'", 1),
+        pytest.param(
+            f"device.attributes[?'{DRV}'].value().model == 'A100'",
+            f"device.attributes['{DRV}'].model == 'A100'",
+            1,
+            id="opt-index-domain",
+        ),
+        pytest.param(
+            f"cel.bind(m, {A}, m.?model.orValue('') == 'A100')",
+            f"cel.bind(m, {A}, m.model == 'A100')",
+            1,
+            id="opt-select-on-a-variable",
+        ),
+        pytest.param(
+            f"cel.bind(m, {A}, m[?'ids'].value().size() == 2)",
+            f"cel.bind(m, {A}, m['ids'].size() == 2)",
+            1,
+            id="opt-index-on-a-variable",
+        ),
+        pytest.param(
+            f"cel.bind(m, {A}, m.?nothing.?more.hasValue())",
+            f"cel.bind(m, {A}, m.model.more)",  # (an error, but charged before it runs)
+            1,
+            id="opt-chain-on-none",
+        ),
+    ],
+)
+def test_optional_selection_costs_as_selection(optional: str, plain: str, extra: int) -> None:
+    assert _metered(optional).actual_cost(SMALL) == _cost_even_if_failing(plain) + extra
+
+
+def _cost_even_if_failing(expression: str) -> int:
+    """What the meter holds after one evaluation on SMALL, whether or not it failed."""
+    meter = [0]
+    selector = _metered(expression)
+    with contextlib.suppress(CelEvaluationError):
+        selector._fn([SMALL, meter, *selector._pad])
+    return meter[0]
 
 
 def test_upstream_expensive_expression_is_cancelled_at_run_time() -> None:
