@@ -4,14 +4,14 @@ Thin glue over `gpudra_alloc`: an `Allocator` is built once per slice-index vers
 pool cache stays valid until the slices change) and reads the live `AllocatedState` that the
 reservation mirror maintains. `first-fit` takes the first node (by name) where Kubernetes' search
 succeeds; `topology` (the default) lets the placement layer score the solutions of every node
-(NVLink domains kept whole, fragmentation low) — both bounded by Kubernetes' rules. Nodes whose
-every device is taken are skipped before searching; which nodes those are is kept up to date per
-decision from the pools whose in-use devices changed (`InUseDevices.pool_version`), so a decision
-does not walk every device of the fleet, and the candidate list stays the same object while no
-node fills up or frees (the core's own "known full" memo is keyed on it). The classes' CEL
+(NVLink domains kept whole, fragmentation low) — both bounded by Kubernetes' rules. Both get
+the same list of every node, the same object until the slices change: the core skips full nodes
+itself and both it and the placement layer keep per-node memos keyed on that list, so a decision
+neither walks every device of the fleet nor makes them start over (a list without the full nodes,
+rebuilt whenever a node filled up or freed, cost more than the search it saved). The classes' CEL
 selectors are compiled when the engine is made (`warm`): building the CEL parser takes about a
-second, which the first claim would otherwise wait for — and every claim queued behind it. An unschedulable decision carries the
-placement layer's explanation and its one-line sentence. The same inputs always give the same
+second, which the first claim would otherwise wait for — and every claim queued behind it. An
+unschedulable decision carries the placement layer's explanation and its one-line sentence. The same inputs always give the same
 decision. Invalid input raises `AllocationInputError`.
 """
 
@@ -26,10 +26,9 @@ from typing import Any
 
 import yaml
 
-from gpudra_alloc import AllocatedState, Allocator, DeviceID, Features
+from gpudra_alloc import AllocatedState, Allocator, Features
 from gpudra_alloc.builtin import builtin_class_documents
 from gpudra_alloc.placement import Chooser, Gang, choose_node, place_gang, why_pending
-from gpudra_alloc.state import InUseDevices
 from gpudra_allocator.errors import SettingsError
 from gpudra_api import (
     AllocationResult,
@@ -117,13 +116,8 @@ class Engine:
         self.features = features or Features()
         self._allocator: Allocator | None = None
         self._chooser: Chooser | None = None
-        self._node_devices: dict[str, list[DeviceID]] = {}
+        self._nodes: list[Node] = []
         self._version = -1
-        # The incremental "which nodes are full" view (reset with the allocator).
-        self._pool_nodes: dict[tuple[str, str], list[str]] = {}
-        self._pools_seen: dict[tuple[str, str], int] = {}
-        self._full: set[str] = set()
-        self._open: list[Node] | None = None
         self.warm()
 
     def warm(self) -> None:
@@ -164,17 +158,7 @@ class Engine:
         ):
             self._allocator = Allocator(self.classes, slices, self.features, state)
             self._chooser = Chooser(self._allocator)
-            self._node_devices = {
-                node: [DeviceID(s.driver, s.pool.name, d.name) for s in owned for d in s.devices]
-                for node, owned in self._allocator.by_node.items()
-            }
-            self._pool_nodes = {}
-            for node, devices in self._node_devices.items():
-                for key in {(d.driver, d.pool) for d in devices}:
-                    self._pool_nodes.setdefault(key, []).append(node)
-            self._pools_seen = {}
-            self._full = set()
-            self._open = None
+            self._nodes = [Node(n) for n in self._allocator.node_names()]
             self._version = version
         return self._allocator
 
@@ -186,53 +170,10 @@ class Engine:
         allocator = self._for(version, slices, state)
         return allocator, self._chooser if self.policy == "topology" else None
 
-    def _is_full(self, node: str, taken: set[DeviceID]) -> bool:
-        devices = self._node_devices.get(node)
-        return devices is not None and bool(devices) and all(d in taken for d in devices)
-
-    def _open_nodes(self, allocator: Allocator) -> list[Node]:
-        """Nodes in name order without the full ones; the same list object while that holds."""
-        taken = allocator.state.devices
-        if not isinstance(taken, InUseDevices):
-            # No change counters: look at every node (correct, only slower).
-            self._open = None
-            return [
-                n for n in map(Node, allocator.node_names()) if not self._is_full(n.name, taken)
-            ]
-        changed: set[str] = set()
-        if self._open is None:
-            changed.update(self._node_devices)
-        for key, seen in taken.pool_version.items():
-            if self._pools_seen.get(key) != seen:
-                self._pools_seen[key] = seen
-                changed.update(self._pool_nodes.get(key, ()))
-        flipped = False
-        for node in changed:
-            full = self._is_full(node, taken)
-            if full != (node in self._full):
-                flipped = True
-                if full:
-                    self._full.add(node)
-                else:
-                    self._full.discard(node)
-        if self._open is None or flipped:
-            self._open = [Node(n) for n in allocator.node_names() if n not in self._full]
-        return self._open
-
     def _candidates(self, allocator: Allocator, claims: list[ResourceClaim]) -> list[Node]:
-        """Nodes in name order, without those whose every device is taken exclusively.
-
-        Only a shortcut: a full node's search would fail anyway. It is skipped only when no
-        slice is shared between nodes and no request asks for admin access (which may use
-        allocated devices).
-        """
-        names = allocator.node_names()
-        admin = any(
-            r.exactly is not None and r.exactly.admin_access for c in claims for r in c.requests
-        )
-        if allocator.shared or admin:
-            return [Node(n) for n in names]
-        return self._open_nodes(allocator)
+        """Every node in name order: the same list object until the slices change (see the
+        module docstring for why full nodes stay in it)."""
+        return self._nodes
 
     def candidates(
         self,
@@ -241,7 +182,7 @@ class Engine:
         version: int,
         state: AllocatedState,
     ) -> list[Node]:
-        """The nodes `decide` would search for `claims`, in order (full nodes left out)."""
+        """The nodes `decide` offers the search for `claims`, in order."""
         return self._candidates(self._for(version, slices, state), claims)
 
     def decide_gang(
@@ -295,8 +236,7 @@ class Engine:
             outcome = allocator.choose_node(nodes, claims) if nodes else None
         if outcome is not None and outcome.results is not None:
             return Decision(results=tuple(outcome.results), node=outcome.node.name)
-        all_nodes = [Node(n) for n in allocator.node_names()]
-        explanation = why_pending(allocator, all_nodes, claims)
+        explanation = why_pending(allocator, self._nodes, claims)
         reason = summary(explanation)
         if explanation.get("sentence"):
             reason = f"{explanation['sentence']} ({reason})"
