@@ -2,7 +2,7 @@
 
 Promises of `SliceWriter`:
 - `read()` returns every slice the bucket holds and remembers each key's revision (delete markers
-  included) and which node each slice belongs to.
+  included) and which node each slice belongs to; a listing that missed keys is repeated.
 - `sync(node, slices)` leaves the bucket holding exactly `slices` for that node: each key written
   at the revision this writer last saw for it (created when it has seen none), the node's other
   keys deleted at their revision. Slices are written before stale ones are deleted, so a reader
@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 _NATS = (nats.errors.Error, OSError, TimeoutError)
 _WRONG_LAST = (10071, 10164)
+_READ_TRIES = 5
 
 
 def _conflict(exc: BaseException) -> bool:
@@ -54,7 +55,24 @@ class SliceWriter:
         self.writes = 0
 
     async def read(self) -> list[dict[str, Any]]:
-        """Every slice in the bucket (revisions and owners remembered)."""
+        """Every slice in the bucket (revisions and owners remembered).
+
+        nats-py's watcher may signal "no more entries" before delivering the first ones when it
+        loses a race with them; a listing shorter than the bucket's message count (one per key,
+        delete markers included, as the bucket keeps no history) is therefore read again.
+        """
+        for _ in range(_READ_TRIES - 1):
+            slices = await self._read_once()
+            try:
+                stored = (await self._kv.status()).values
+            except _NATS as exc:
+                raise translate(exc, "reading the slices bucket's status") from exc
+            if len(self.revisions) >= stored:
+                return slices
+            log.info("listed %d of %d keys; reading again", len(self.revisions), stored)
+        return await self._read_once()
+
+    async def _read_once(self) -> list[dict[str, Any]]:
         revisions: dict[str, int] = {}
         nodes: dict[str, set[str]] = {}
         slices: list[dict[str, Any]] = []
