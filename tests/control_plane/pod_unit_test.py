@@ -9,6 +9,7 @@ pod names ResourceClaimTemplates, its claims are created owned by the pod, then 
   pending, both claims say why, and nothing is reserved for either;
 - a gang of 2 pods x (4 + 3) GPUs: each pod's claims on one node, the two pods on two nodes;
 - a claim allocated before its pod existed pins the pod's other claim to its node;
+- a claim deleted and re-created after its pod's decision is decided beside the pod's other claim;
 - in kubernetes mode (the fake API server), a gated pod's claims land on one node and its gate
   lifts, while a pod whose claims fit only apart stays gated with nothing reserved.
 """
@@ -241,6 +242,48 @@ async def test_a_pods_claims_land_on_one_node_or_hold_nothing(
 
     objs = await wait_for(pinned, 60, "the late pod's own claim allocated", cluster)
     assert nodes_of(objs["late-gpu0"]) == {home}
+
+    # A claim that joins its pod after the pod's decision (deleted and re-created, as a pod's
+    # template claim is when someone deletes it) is decided too, beside the pod's other claim.
+    await create_pod(store, "again", [2, 2])
+
+    async def both() -> dict[str, Any] | None:
+        objs = await claims(store)
+        found = [objs.get(f"again-gpu{i}") for i in range(2)]
+        return objs if all(c and devices_of(c) for c in found) else None
+
+    objs = await wait_for(both, 60, "the 2+2 pod allocated", cluster)
+    again = nodes_of(objs["again-gpu0"])
+    assert nodes_of(objs["again-gpu1"]) == again
+    old_uid = objs["again-gpu1"]["metadata"]["uid"]
+    await store.delete(RESOURCE_CLAIMS, "again-gpu1", "default")
+
+    async def gone() -> bool:
+        return "again-gpu1" not in await claims(store)
+
+    await wait_for(gone, 30, "the claim deleted", cluster)
+    owner = await store.get(PODS, "again", "default")
+    recreated = claim_manifest("again-gpu1", count=2)
+    recreated["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "again",
+            "uid": owner["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    await store.create(RESOURCE_CLAIMS, recreated)
+
+    async def rejoined() -> dict[str, Any] | None:
+        objs = await claims(store)
+        claim = objs.get("again-gpu1") or {}
+        return objs if claim["metadata"]["uid"] != old_uid and devices_of(claim) else None
+
+    objs = await wait_for(rejoined, 60, "the re-created claim allocated", cluster)
+    assert nodes_of(objs["again-gpu1"]) == again, "beside the pod's other claim"
+    used = [d for c in objs.values() for d in devices_of(c)]
+    assert len(used) == len(set(used)), "no device twice"
     logs = cluster.logs()
     assert "Traceback" not in logs, logs
 

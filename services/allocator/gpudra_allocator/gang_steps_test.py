@@ -78,9 +78,43 @@ def test_pods_of_groups_by_pod_and_keeps_podless_claims_apart() -> None:
     ]
 
 
-def test_members_needed_is_every_claim_the_pods_name() -> None:
-    members = Members("pod:p1", 3, {"uid-a": event("a", "p1", ("a", "b", "c"))})
-    assert members.needed() == {"uid-a", "uid-b", "uid-c"}
+def seen_at(ev: Any, seconds: int) -> Any:
+    ev.observed_at.seconds = seconds
+    return ev
+
+
+@pytest.mark.parametrize(
+    ("events", "needed"),
+    [
+        pytest.param([event("a", "p1", ("a", "b", "c"))], {"a", "b", "c"}, id="one-member"),
+        pytest.param(
+            [event("a", "p1", ("a", "b")), event("b", "p1", ("a", "b"))],
+            {"a", "b"},
+            id="same-snapshot",
+        ),
+        pytest.param(
+            [
+                seen_at(event("a", "p1", ("a", "old")), 1),
+                seen_at(event("new", "p1", ("a", "new")), 2),
+            ],
+            {"a", "new"},
+            id="re-created-claim-named-by-its-new-uid",
+        ),
+        pytest.param(
+            [event("a", "p1", ("a", "old")), event("new", "p1", ("a", "new"))],
+            {"a", "old", "new"},
+            id="equally-recent-all-count",
+        ),
+        pytest.param(
+            [seen_at(event("a", "p1", ("a", "b")), 5), seen_at(event("c", "p2", ("c", "d")), 1)],
+            {"a", "b", "c", "d"},
+            id="per-pod",
+        ),
+    ],
+)
+def test_members_needed_is_every_claim_the_pods_name(events: list[Any], needed: set[str]) -> None:
+    members = Members("pod:p1", 3, {e.claim.uid: e for e in events})
+    assert members.needed() == {f"uid-{n}" for n in needed}
 
 
 def node_slice(node: str, gpus: int = 4) -> Any:

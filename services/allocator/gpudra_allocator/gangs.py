@@ -120,8 +120,22 @@ class Members:
         )
 
     def needed(self) -> set[str]:
-        """UIDs of every claim the members' pods name (`pod_claims`), the members' own included."""
-        return {u for e in self.events.values() for u in (*e.pod_claims, e.claim.uid)}
+        """UIDs of every claim the members' pods name (`pod_claims`, each claim's own included),
+        per pod as its latest event says (`observed_at`: a claim deleted and re-created under
+        the same name is named by its new UID from then on); events equally recent all count."""
+        latest: dict[str, list[claims_pb2.ClaimEvent]] = {}
+        for event in self.events.values():
+            pod = event.pod_uid or f"claim:{event.claim.uid}"
+            seen = latest.setdefault(pod, [event])
+            if _when(event) > _when(seen[0]):
+                seen[:] = [event]
+            elif _when(event) == _when(seen[0]) and event is not seen[0]:
+                seen.append(event)
+        return {u for pod in latest.values() for e in pod for u in (*e.pod_claims, e.claim.uid)}
+
+
+def _when(event: claims_pb2.ClaimEvent) -> tuple[int, int]:
+    return (event.observed_at.seconds, event.observed_at.nanos)
 
 
 def pods_of(events: list[claims_pb2.ClaimEvent]) -> list[list[claims_pb2.ClaimEvent]]:

@@ -167,3 +167,27 @@ def test_decide_gang(policy: str, members: int, allocated: bool) -> None:
     else:
         assert decision.placed == ()
         assert "do not fit together in one gpu.nvidia.com/cliqueID" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("changed", "voided"),
+    [
+        pytest.param(False, True, id="unchanged-decision-removed"),
+        pytest.param(True, False, id="changed-decision-stays"),
+    ],
+)
+async def test_void_removes_only_the_decision_it_read(
+    kv: KeyValue, changed: bool, voided: bool
+) -> None:
+    book = GangBook(kv)
+    for name in ("m0", "m1"):
+        await book.join(event(name))
+    placed: dict[str, tuple[str, dict[str, Any]]] = {
+        f"uid-m{i}": ("n", {"devices": {}}) for i in range(2)
+    }
+    record = await book.decide(GangRecord("default/g", "tok", None, placed))
+    if changed:
+        await book.leave("default/g", "uid-m1")  # the decision changed since it was read
+    assert await book.void(record) is voided
+    assert (await book.decision("default/g") is None) is voided
+    assert await book.void(record) is False, "nothing left to void"
