@@ -412,6 +412,9 @@ class GangSteps:
         """Every member's `c.<uid>` record from the unit's decision, then its announcement, in
         the order of the module docstring; False (nothing committed, the decision void) when a
         lone decision holds the first live member on another node."""
+        if not record.placed.keys() <= members.events.keys():
+            # Read before a member joined: every settler must see each member it may commit.
+            members = await self._gangs.members(record.gang) or members
         first = True
         for uid in sorted(record.placed, key=lambda u: (not _may_go_alone(members, u), u)):
             node, allocation = record.placed[uid]

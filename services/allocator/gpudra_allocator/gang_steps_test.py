@@ -641,3 +641,21 @@ async def test_a_lone_decision_seen_after_reserving_pins_the_next_attempt(
     await until(lambda: holders(decider) == {"uid-zz": {"node-b"}})
     await decider.attempt(aa)
     assert decider.announced == {"aa": "node-b"}, decider.reasons
+
+
+async def test_a_settler_that_read_the_members_early_still_commits_in_order(
+    decider: Decider,
+) -> None:
+    """A replica holding `aa` read the members before `zz` joined; the decision it settles has
+    both: it must still find `zz` first (taken alone on node-b) and commit nothing."""
+    names = ("aa", "zz")
+    aa, zz = pod_event("aa", 2, "p", names), pod_event("zz", 2, "p", names, owned=False)
+    early = await decider._gangs.join(aa)
+    members = await decider._gangs.join(zz)
+    plan, why = await decider._plan(members)
+    assert plan is not None, why
+    record = await decider._decide_gang(Waiting(cast(Msg, None), aa, EMPTY_CLAIM), members, plan)
+    assert record is not None
+    await decider.take("zz", "node-b", 2)
+    assert not await decider._settle_gang(record, early)
+    assert await decider._res.record("uid-aa") is None
