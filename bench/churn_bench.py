@@ -1,7 +1,8 @@
 """Churn benchmark: the same day of arrivals and departures under `first-fit` and `topology`.
 
     python bench/churn_bench.py [--seed 1] [--load 3.0] [--reserve 6] [--floor 6]
-                                [--hold-mig-domains] [--plot docs/churn-free-capacity.png]
+                                [--mig-homes 1 | --hold-mig-domains] [--node-order shuffled]
+                                [--plot docs/churn-free-capacity.png]
 
 Generates the seeded churn workload (`gpudra_alloc.workload`), replays it once per policy with
 pending pods retried as capacity frees (`gpudra_alloc.placement.replay`), and reports: claims
@@ -33,11 +34,13 @@ from rich.table import Table
 from gpudra_alloc.placement.replay import PodRecord, Replay
 from gpudra_alloc.placement.topology import NodeView
 from gpudra_alloc.state import AllocatedState, DeviceID
-from gpudra_alloc.workload import SHAPES, ChurnConfig, churn_problem
+from gpudra_alloc.workload import GANGS, SHAPES, ChurnConfig, churn_problem
+from gpudra_alloc.workload.fleet import MACHINE_LABEL
 
 POLICIES = ("first-fit", "topology")
 SAMPLE_MINUTES = 10.0
 WARMUP_MINUTES = 180.0
+LARGE_WAITER = "gpu-8-nvl"  # the shape whose waits `large_domain_use` explains
 CATEGORIES = (
     "free in whole 8-GPU domains",
     "free in whole 4-GPU domains",
@@ -60,6 +63,56 @@ class Run:
     replay: Replay
     samples: list[Sample] = field(default_factory=list)
     wall_s: float = 0.0
+    # while an 8-GPU pod waits: GPU-hours of large NVLink domains by (node type, what held them)
+    large_use: dict[tuple[str, str], float] = field(default_factory=dict)
+    minutes_waiting: float = 0.0
+    large_gpus: dict[DeviceID, tuple[str, float]] | None = None
+
+
+def large_gpus(replay: Replay) -> dict[DeviceID, tuple[str, float]]:
+    """Every device of a large NVLink domain (>= 8 GPUs): its node type and its GPU share."""
+    out: dict[DeviceID, tuple[str, float]] = {}
+    for node in replay.nodes:
+        view = replay.chooser.view(node)
+        kind = node.labels.get(MACHINE_LABEL, node.name)
+        large = {g.counter_set: g for g in view.gpus if view.domain_sizes[g.domain] >= 8}
+        for gpu in large.values():
+            if gpu.domain:
+                out[gpu.id] = (kind, 1.0)
+        for part in view.partitions:
+            owner = large.get(part.counter_set)
+            if owner is not None and owner.domain:
+                share = len(part.counters) / len(view.counter_names[part.counter_set])
+                out[part.id] = (kind, share)
+    return out
+
+
+def large_domain_use(run: Run, minutes: float) -> None:
+    """While a LARGE_WAITER pod waits: add `minutes` of what sits on the large NVLink domains
+    (GPUs by node type and by the shape of the pod holding them, "free" for free whole GPUs)."""
+    replay = run.replay
+    if not any(r.shape == LARGE_WAITER for r in replay.pending):
+        return
+    if run.large_gpus is None:
+        run.large_gpus = large_gpus(replay)
+    run.minutes_waiting += minutes
+    use = run.large_use
+    for record in replay.records:
+        if record.placed_step is None or record.released_at is not None:
+            continue
+        for result in record.results:
+            for r in result.results:
+                found = run.large_gpus.get(DeviceID(r.driver, r.pool, r.device))
+                if found is not None:
+                    key = (found[0], record.shape)
+                    use[key] = use.get(key, 0.0) + found[1] * minutes / 60
+    for node in replay.nodes:
+        view = replay.chooser.view(node)
+        free = view.free(replay.allocator.state)
+        kind = node.labels.get(MACHINE_LABEL, node.name)
+        for domain, count in free.domains.items():
+            if domain and view.domain_sizes[domain] >= 8:
+                use[(kind, "free")] = use.get((kind, "free"), 0.0) + count * minutes / 60
 
 
 def gpu_share(views: dict[str, NodeView], record: PodRecord) -> float:
@@ -105,6 +158,7 @@ def run_policy(
     reserve: int,
     floor: int,
     hold_mig: bool,
+    mig_homes: int,
     progress: Progress,
     task: Any,
 ) -> Run:
@@ -112,6 +166,7 @@ def run_policy(
         problem, policy, *((reserve, floor) if policy == "topology" else (0, 0))
     )
     replay.chooser.hold_mig_domains = hold_mig
+    replay.chooser.mig_homes = mig_homes
     run = Run(policy, replay)
     next_sample = 0.0
     start = time.perf_counter()
@@ -119,6 +174,7 @@ def run_policy(
         at = replay.times[index]
         while at >= next_sample:
             run.samples.append(sample(replay, next_sample))
+            large_domain_use(run, SAMPLE_MINUTES)
             next_sample += SAMPLE_MINUTES
         replay.step(index, step)
         progress.advance(task)
@@ -148,6 +204,7 @@ def figures(run: Run, day_minutes: float) -> dict[str, Any]:
     placed = sum(c[0] for c in by_shape.values())
     arrived = sum(c[1] for c in by_shape.values())
     stranded = [s.stranded for s in run.samples]
+    use = run.large_use
     return {
         "policy": run.policy,
         "placedByShape": {
@@ -156,7 +213,14 @@ def figures(run: Run, day_minutes: float) -> dict[str, Any]:
         "placed": placed,
         "arrived": arrived,
         "placedFraction": round(placed / arrived, 4) if arrived else 0.0,
-        "gpu8NvlinkPlaced": by_shape.get("gpu-8-nvl", [0, 0])[0],
+        "gpu8NvlinkPlaced": by_shape.get(LARGE_WAITER, [0, 0])[0],
+        # the same shape counted per pod, gang pods included (a gang of 2 x 8 GPUs counts 2)
+        "gpu8NvlinkPodsPlaced": by_shape.get(LARGE_WAITER, [0, 0])[0]
+        + sum(
+            gang.pods * by_shape.get(key, [0, 0])[0]
+            for key, gang in GANGS.items()
+            if gang.pod_shape == LARGE_WAITER
+        ),
         "gpuHoursPlaced": round(gpu_hours, 1),
         "meanGpusStranded": round(sum(stranded) / len(stranded), 2) if stranded else 0.0,
         "meanStepsToPlace": round(sum(waits_steps) / len(waits_steps), 2) if waits_steps else 0.0,
@@ -165,6 +229,10 @@ def figures(run: Run, day_minutes: float) -> dict[str, Any]:
         "placementSeconds": round(replay.seconds, 2),
         "attemptsPerSecond": round(replay.attempts / replay.seconds, 1) if replay.seconds else 0.0,
         "wallSeconds": round(run.wall_s, 1),
+        "minutesWith8GpuPodWaiting": round(run.minutes_waiting),
+        "largeDomainGpuHoursWhile8GpuPodWaits": {
+            f"{kind} / {shape}": round(hours, 1) for (kind, shape), hours in sorted(use.items())
+        },
     }
 
 
@@ -224,6 +292,7 @@ def report(console: Console, results: list[dict[str, Any]]) -> None:
     for key in (
         "placedFraction",
         "gpu8NvlinkPlaced",
+        "gpu8NvlinkPodsPlaced",
         "gpuHoursPlaced",
         "meanGpusStranded",
         "meanStepsToPlace",
@@ -234,6 +303,16 @@ def report(console: Console, results: list[dict[str, Any]]) -> None:
     ):
         summary.add_row(key, *(str(r[key]) for r in results))
     console.print(summary)
+    why = Table(title="large NVLink domains while an 8-GPU pod waits (GPU-hours, sampled)")
+    why.add_column("node type / held by")
+    for r in results:
+        why.add_column(f"{r['policy']} ({r['minutesWith8GpuPodWaiting']} min)", justify="right")
+    keys = sorted({k for r in results for k in r["largeDomainGpuHoursWhile8GpuPodWaits"]})
+    for key in keys:
+        why.add_row(
+            key, *(str(r["largeDomainGpuHoursWhile8GpuPodWaits"].get(key, 0.0)) for r in results)
+        )
+    console.print(why)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,7 +329,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hold-mig-domains",
         action="store_true",
-        help="topology: the reserve may hold A100 (MIG-capable) NVLink domains too",
+        help="topology: the reserve may hold every A100 (MIG-capable) NVLink domain, no MIG home",
+    )
+    parser.add_argument(
+        "--mig-homes",
+        type=int,
+        default=1,
+        help="topology: MIG-capable domains the reserve leaves to MIG (0: holds none of them)",
     )
     parser.add_argument(
         "--policies", nargs="+", choices=POLICIES, default=list(POLICIES), help="policies to run"
@@ -274,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         f"fleet: {len(problem['nodes'])} nodes; {steps} steps; seed {args.seed}, "
         f"load {args.load:g}, node order {args.node_order}, "
         f"topology reserve {args.reserve} (floor {args.floor}"
-        f"{', MIG domains too' if args.hold_mig_domains else ''})"
+        f"{', all MIG domains too' if args.hold_mig_domains else f', MIG homes {args.mig_homes}'})"
     )
     runs: list[Run] = []
     with Progress(
@@ -293,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.reserve,
                     args.floor,
                     args.hold_mig_domains,
+                    args.mig_homes,
                     progress,
                     tasks[policy],
                 )

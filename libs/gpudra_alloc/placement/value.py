@@ -17,6 +17,11 @@ the reasons for every weight). The value of a node's free state is the sum of:
 - Partitioned GPUs (MIG): 0.05 per free counter plus 0.2 while a half-GPU partition still fits.
   A freshly partitioned GPU is therefore worth at most 0.55, less than the whole GPU it was, so
   MIG packs onto GPUs already partitioned and breaks a whole GPU only when none has room.
+
+A node's value depends on that node's free state only (its `NodeView` and `FreeState`): no other
+node, no queue, no claim. What a candidate may take besides depends on the whole-domain reserve
+(`Chooser.held_domains`: held domains and the MIG home's guard, both fleet-wide); that enters a
+node's search only through its `held_on` entry, which node keys and memo keys include.
 """
 
 from __future__ import annotations
