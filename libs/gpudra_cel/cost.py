@@ -149,6 +149,9 @@ class _Estimator:
             cost += MAX_LIST_ATTRIBUTE_VALUES  # as DRA's estimator: linear in the longest list
         elif "linear" in kinds:
             cost += max(1, _scan(subject.size))
+        listed = _list_call(node, subject)
+        if listed is not None:
+            return _Est(cost + listed.cost, listed.size, listed.elem)
         size, elem = self.result_size(fn, subject, args)
         return _Est(cost, size, elem)
 
@@ -180,6 +183,42 @@ class _Estimator:
         if fn == "strings.quote":
             return 2 * subject.size + 2, 1
         return 1, 1
+
+
+def _literal_int(node: Node, default: int) -> int:
+    """A non-negative int literal's value (negative: 0), else `default` (cel-go's estimate)."""
+    value = node.value if isinstance(node, Literal) else None
+    if value.__class__ is int:
+        assert isinstance(value, int)
+        return max(0, value)
+    return default
+
+
+def _list_call(node: Call, subject: _Est) -> _Est | None:
+    """cel-go's lists extension (version 3) estimates: the work beyond the call itself, plus 10
+    for the list each call creates, and the result's size; None for other functions."""
+    fn, args = node.function, node.args
+    n, elem = subject.size, subject.elem
+    if fn == "slice" and len(args) == 2:
+        size = max(0, _literal_int(args[1], n) - _literal_int(args[0], 0))
+        return _Est(size + 10, size, elem)
+    if fn == "flatten":
+        depth = _literal_int(args[0], _UNBOUNDED) if args else 1
+        size = min(n * max(elem, 1), _UNBOUNDED)
+        return _Est(min(depth * n, _UNBOUNDED) + 10, size, _UNBOUNDED)
+    if fn == "lists.range" and len(args) == 1:
+        size = _literal_int(args[0], _UNBOUNDED)
+        return _Est(size + 10, size, 1)
+    if fn == "reverse":
+        return _Est(n + 10, n, elem)
+    if fn in ("distinct", "sort"):
+        factor = 2.1 if fn == "sort" and elem > 1 else 2.0  # strings/bytes cost a tenth more
+        return _Est(math.ceil(min(n * n, _UNBOUNDED) * factor) + 10, n, elem)
+    if fn in ("first", "last"):
+        return _Est(0, elem, _UNBOUNDED)
+    if fn in ("optional.unwrap", "unwrapOpt"):
+        return _Est(0, n, elem)
+    return None
 
 
 def _inner_elem(node: Select | Index | OptSelect | OptIndex) -> int:

@@ -14,7 +14,8 @@ their arguments, which are priced the same way from the actual values (`==`/`!=`
 tenth of the shorter operand; `in` a list: its length; string concatenation; `contains`,
 `startsWith`, `endsWith`, `matches`/`find`/`findAll`, `lowerAscii`, `upperAscii`, `substring`,
 `trim`, `replace`, `split`, `join`, `indexOf`, `lastIndexOf`, `includes`, `quantity`,
-`semver`, `format`, `strings.quote`); each iteration of a comprehension adds 3 for the loop's
+`semver`, `format`, `strings.quote`; the lists extension's `slice`, `flatten`, `lists.range`,
+`reverse`, `distinct`, `sort` as cel-go's version 3 tracks them); each iteration of a comprehension adds 3 for the loop's
 condition and step (the estimator's figure). `has()` is free, as Kubernetes configures it.
 Where the compiler fuses several nodes into one closure (`device.attributes["d"].name`), the
 closure is charged the units of all of them. Fixed units are added once per charge point (see
@@ -33,6 +34,7 @@ from gpudra_cel.checker import Checked
 from gpudra_cel.compiler import Compiled, Const, _Compiler, _fn
 from gpudra_cel.dispatch import dispatch
 from gpudra_cel.errors import CelError, CelEvaluationError
+from gpudra_cel.lib_lists import self_compare_cost
 from gpudra_cel.operators import BINARY, Fn
 from gpudra_cel.regex import compile_regex
 from gpudra_cel.syntax import (
@@ -118,6 +120,13 @@ _SIZED: dict[str, Callable[[Sequence[object], object], int]] = {
     "isSemver": lambda v, r: _tenth(_size(v[0])),
     "format": lambda v, r: _tenth(_size(v[0])),
     "strings.quote": lambda v, r: _tenth(_size(v[0])),
+    # cel-go's lists extension (version 3): 1 for the call and 10 for the new list, plus
+    "slice": lambda v, r: _size(r) + 11,  # the elements copied
+    "flatten": lambda v, r: (v[1] if len(v) > 1 else 1) * _size(v[0]) + 11,  # type: ignore[operator]
+    "lists.range": lambda v, r: _size(r) + 11,
+    "reverse": lambda v, r: _size(r) + 11,
+    "distinct": lambda v, r: self_compare_cost(v[0]),  # type: ignore[arg-type]
+    "sort": lambda v, r: self_compare_cost(v[0]),  # type: ignore[arg-type]
 }
 
 

@@ -1,0 +1,150 @@
+"""cel-go's lists extension (version 3) and the optional library's list functions (version 2),
+end to end through compiled selectors: values and errors as cel-go gives them (its `ext/lists`
+and `cel/optional` tests), a type error for what no overload declares, and costs that the
+estimate bounds and the meter counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudra_cel import CelCompileError, CelEvaluationError, DeviceView, compile_selector
+from gpudra_cel.checker import check
+from gpudra_cel.cost import estimate_cost
+from gpudra_cel.runtime_cost import compile_counting
+from gpudra_cel.selector import CountingSelector
+from gpudra_cel.syntax import parse
+
+DRV = "dra.example.com"
+A = f'device.attributes["{DRV}"]'
+DEVICE = DeviceView(
+    DRV, {DRV: {"ids": (3, 1, 2, 1), "names": ("b", "a", "c"), "n": 2, "model": "H100"}}, {}
+)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param("[1, 2, 3, 4].slice(1, 3) == [2, 3]", id="slice"),
+        pytest.param("[1, 2, 3, 4].slice(0, 0) == []", id="slice-empty"),
+        pytest.param(f"{A}.ids.slice(1, {A}.n) == [1]", id="slice-attribute"),
+        pytest.param("[[1], [2, [3]], 4].flatten() == [1, 2, [3], 4]", id="flatten-one-level"),
+        pytest.param("[1, [2, [3, [4]]]].flatten(2) == [1, 2, 3, [4]]", id="flatten-depth"),
+        pytest.param("[1, [2]].flatten(0) == [1, [2]]", id="flatten-zero"),
+        pytest.param("[1, 2, [], [], [3, 4]].flatten() == [1, 2, 3, 4]", id="flatten-empties"),
+        pytest.param(f"{A}.ids.flatten() == {A}.ids", id="flatten-flat-dyn"),
+        pytest.param("lists.range(4) == [0, 1, 2, 3]", id="range"),
+        pytest.param("lists.range(0) == [] && lists.range(-3) == []", id="range-empty"),
+        pytest.param(f"lists.range({A}.n).map(i, i * 2) == [0, 2]", id="range-attribute"),
+        pytest.param("[5, 1, 2].reverse() == [2, 1, 5]", id="reverse"),
+        pytest.param("[1, 2, 1.0, 3u, 2].distinct() == [1, 2, 3u]", id="distinct-numeric"),
+        pytest.param(f"{A}.ids.distinct() == [3, 1, 2]", id="distinct-attribute"),
+        pytest.param("[3, 1, 2].sort() == [1, 2, 3]", id="sort-ints"),
+        pytest.param("['b', 'c', 'a'].sort() == ['a', 'b', 'c']", id="sort-strings"),
+        pytest.param("[true, false].sort() == [false, true]", id="sort-bools"),
+        pytest.param("[2.5, -1.0].sort() == [-1.0, 2.5]", id="sort-doubles"),
+        pytest.param("[b'b', b'a'].sort() == [b'a', b'b']", id="sort-bytes"),
+        pytest.param(f"{A}.names.sort() == ['a', 'b', 'c']", id="sort-attribute"),
+        pytest.param("[].sort() == []", id="sort-empty"),
+        pytest.param("[1, 2, 3].first() == optional.of(1)", id="first"),
+        pytest.param("[1, 2, 3].last().value() == 3", id="last"),
+        pytest.param("![].first().hasValue() && ![].last().hasValue()", id="first-last-empty"),
+        pytest.param(f"{A}.ids.last().orValue(0) == 1", id="last-attribute"),
+        pytest.param("optional.unwrap([optional.of(42), optional.none()]) == [42]", id="unwrap"),
+        pytest.param("[optional.none(), optional.of('a')].unwrapOpt() == ['a']", id="unwrapOpt"),
+        pytest.param(f"[{A}.?model, {A}.?nothing].unwrapOpt() == ['H100']", id="unwrap-chain"),
+        pytest.param("cel.bind(lists, [2, 1], lists.sort() == [1, 2])", id="lists-variable"),
+    ],
+)
+def test_list_functions(expression: str) -> None:
+    assert compile_selector(expression).matches(DEVICE) is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        pytest.param(
+            "[1, 2].slice(-1, 1) == []",
+            r"cannot slice\(-1, 1\), negative indexes not supported",
+            id="slice-negative",
+        ),
+        pytest.param(
+            "[1, 2].slice(2, 1) == []",
+            r"cannot slice\(2, 1\), start index must be less than or equal to end index",
+            id="slice-reversed",
+        ),
+        pytest.param(
+            "[1, 2].slice(0, 3) == []",
+            r"cannot slice\(0, 3\), list is length 2",
+            id="slice-past-end",
+        ),
+        pytest.param("[[1]].flatten(-1) == []", "level must be non-negative", id="flatten-neg"),
+        pytest.param(
+            f"dyn([1, {A}.model]).sort() == []",
+            "list elements must have the same type",
+            id="sort-mixed",
+        ),
+        pytest.param(
+            "dyn([quantity('1'), quantity('2')]).sort() == []",
+            "list elements must be comparable",
+            id="sort-quantities",
+        ),
+        pytest.param(
+            f"lists.range({A}.n * 1000000).size() > 0",
+            "actual cost limit exceeded",
+            id="range-too-long",
+        ),
+        pytest.param(
+            f"lists.range({A}.n * 1000).distinct().size() > 0",
+            "actual cost limit exceeded",
+            id="distinct-too-long",
+        ),
+        pytest.param("dyn([1]).unwrapOpt() == []", "expected optionals", id="unwrap-non-optional"),
+    ],
+)
+def test_list_function_errors(expression: str, message: str) -> None:
+    selector = compile_selector(expression)
+    with pytest.raises(CelEvaluationError, match=message):
+        selector.matches(DEVICE)
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        pytest.param("[[1]].sort() == []", "no matching overload for 'sort'", id="sort-lists"),
+        pytest.param("[1].unwrapOpt() == []", "no matching overload", id="unwrap-plain-list"),
+        pytest.param("'abc'.reverse() == 'cba'", "no matching overload", id="string-reverse-v3"),
+        pytest.param("[1].sortBy(x, -x) == [1]", "undeclared reference", id="sortBy"),
+        pytest.param("lists.nope(1)", "undeclared reference to 'lists.nope'", id="namespace"),
+        pytest.param("[1, 2].slice(1) == [2]", "no matching overload", id="slice-one-arg"),
+    ],
+)
+def test_undeclared_forms_are_compile_errors(expression: str, message: str) -> None:
+    with pytest.raises(CelCompileError, match=message):
+        compile_selector(expression)
+
+
+def _metered(expression: str) -> tuple[CountingSelector, int]:
+    tree = parse(expression)
+    checked = check(tree, expression)
+    estimate = estimate_cost(tree, checked)
+    fn, slots = compile_counting(tree, checked, expression, estimate)
+    return CountingSelector(expression, fn, slots, estimate, estimate), estimate
+
+
+@pytest.mark.parametrize(
+    ("expression", "at_least"),
+    [
+        # the list created (10), the call (1) and the elements copied
+        pytest.param(f"{A}.ids.slice(0, 3).size() == 3", 3 + 11, id="slice"),
+        pytest.param(f"lists.range({A}.n * 10).size() == 20", 20 + 11, id="range"),
+        pytest.param(f"{A}.ids.reverse().size() == 4", 4 + 11, id="reverse"),
+        # n² comparisons at 2 units (+0.1 for strings)
+        pytest.param(f"{A}.ids.distinct().size() == 3", 2 * 16 + 11, id="distinct"),
+        pytest.param(f"{A}.names.sort().size() == 3", int(2.1 * 9) + 11, id="sort-strings"),
+        pytest.param(f"{A}.ids.flatten().size() == 4", 4 + 11, id="flatten"),
+    ],
+)
+def test_list_costs_are_metered_within_the_estimate(expression: str, at_least: int) -> None:
+    selector, estimate = _metered(expression)
+    assert selector.matches(DEVICE) is True
+    assert at_least <= selector.actual_cost(DEVICE) <= estimate
