@@ -289,6 +289,8 @@ class GangSteps:
         if gang and decided is not None:
             # A gang is never more than its size: late members only take the places left.
             room = members.size - len(present.intersection(decided.placed))
+            if pending and room <= 0:
+                return None, f"{what} was allocated without this claim (it has {members.size})"
             pending = pending[: max(room, 0)]
         missing = 0
         for uid in sorted(members.needed() - present):

@@ -659,3 +659,31 @@ async def test_a_settler_that_read_the_members_early_still_commits_in_order(
     await decider.take("zz", "node-b", 2)
     assert not await decider._settle_gang(record, early)
     assert await decider._res.record("uid-aa") is None
+
+
+def gang_event(name: str, count: int, pod: str, names: tuple[str, ...], size: int = 2) -> Any:
+    ev = pod_event(name, count, pod, names)
+    ev.gang_id, ev.gang_size = "default/g", size
+    return ev
+
+
+async def test_a_gang_pod_is_pinned_beside_its_claim_already_allocated(decider: Decider) -> None:
+    """pod0 of the gang also uses `n0`, allocated on node-b before the gang came: pod0's member
+    joins it there; the gang is placed whole; a member beyond the gang's size is told so."""
+    await decider.take("n0", "node-b", 1)
+    g0 = gang_event("g0", 2, "pod0", ("g0", "n0"))
+    g1 = gang_event("g1", 2, "pod1", ("g1",))
+    await decider.attempt(g0)
+    assert "1 of 2 claims present" in decider.reasons[-1]
+    await decider.attempt(g1)
+    assert decider.announced["g0"] == "node-b", decider.reasons
+    assert set(decider.announced) == {"g0", "g1"}
+    extra = gang_event("g2", 1, "pod2", ("g2",))
+    await decider.attempt(extra)
+    assert decider.reasons[-1] == "gang default/g was allocated without this claim (it has 2)"
+    assert "g2" not in decider.announced
+    # g1 deallocated and pending again: a late member, decided within the gang's size.
+    await decider.deallocated(g1)
+    await decider.attempt(g1)
+    assert "g1" in decider.announced, decider.reasons
+    assert "g2" not in decider.announced
