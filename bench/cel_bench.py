@@ -70,6 +70,21 @@ def _hand_pcie(d: DeviceView) -> bool:
     return root in ("pci0000:10", "pci0000:20") and _attrs(d)["numaNode"] == 0
 
 
+def _hand_opt_or_value(d: DeviceView) -> bool:
+    domain = _attrs(d).get("nvlinkDomain", "")
+    return isinstance(domain, str) and domain.startswith("nvswitch-")
+
+
+def _hand_opt_has_value(d: DeviceView) -> bool:
+    g = _attrs(d)
+    return "nvlinkDomain" in g and g["index"] < 4
+
+
+def _hand_opt_chain(d: DeviceView) -> bool:
+    root = d.attributes.get("resource.kubernetes.io", {}).get("pcieRoot")
+    return root == "pci0000:10"
+
+
 SELECTORS: list[tuple[str, str, Predicate]] = [
     (
         "class",
@@ -96,11 +111,35 @@ SELECTORS: list[tuple[str, str, Predicate]] = [
         f'device.attributes["{GPU}"].numaNode == 0',
         _hand_pcie,
     ),
+    (
+        "opt orValue",
+        f'device.attributes["{GPU}"].?nvlinkDomain.orValue("").startsWith("nvswitch-")',
+        _hand_opt_or_value,
+    ),
+    (
+        "opt hasValue",
+        f'device.attributes["{GPU}"].?nvlinkDomain.hasValue() && '
+        f'device.attributes["{GPU}"].index < 4',
+        _hand_opt_has_value,
+    ),
+    (
+        "opt chain",
+        'device.attributes[?"resource.kubernetes.io"].?pcieRoot.orValue("") == "pci0000:10"',
+        _hand_opt_chain,
+    ),
 ]
 
+# cel-python has neither cel.bind nor the optional syntax: it runs the desugared equivalents
 CELPY_FORMS = {
     "bind": f'device.attributes["{GPU}"].type == "gpu" && device.attributes["{GPU}"].index < 4 && '
     f'has(device.attributes["{GPU}"].nvlinkDomain)',
+    "opt orValue": f'(has(device.attributes["{GPU}"].nvlinkDomain) ? '
+    f'device.attributes["{GPU}"].nvlinkDomain : "").startsWith("nvswitch-")',
+    "opt hasValue": f'has(device.attributes["{GPU}"].nvlinkDomain) && '
+    f'device.attributes["{GPU}"].index < 4',
+    "opt chain": '("resource.kubernetes.io" in device.attributes && '
+    'has(device.attributes["resource.kubernetes.io"].pcieRoot) ? '
+    'device.attributes["resource.kubernetes.io"].pcieRoot : "") == "pci0000:10"',
 }
 
 _PRODUCTS = [
@@ -236,8 +275,8 @@ def run(nodes: int, repeats: int, celpy_devices: int) -> list[Result]:
             progress.advance(task)
             celpy_us: float | None = None
             if celpy_devices > 0:
-                # cel-python has no cel.bind: it runs the equivalent expression with the binding
-                # substituted (more work for it, reported as such).
+                # cel-python has no cel.bind and no optional syntax: it runs the equivalent
+                # expression (CELPY_FORMS), which may be more work for it.
                 program = env.program(
                     env.compile(CELPY_FORMS.get(name, expression)), functions=_CELPY_FUNCTIONS
                 )

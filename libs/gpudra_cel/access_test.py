@@ -43,6 +43,25 @@ BOUND = "cel.bind(a, device.attributes, {})"
         pytest.param(BOUND.format("a.all(d, d == '" + DRV + "')"), True, id="bound-iterate"),
         pytest.param(BOUND.format("a.nope.x"), "no such key: x", id="bound-unknown-name"),
         pytest.param("[device, 1][0].nope", "no such key: nope", id="mixed-list"),
+        # a macro or cel.bind variable named `device` shadows the device, as in cel-go
+        pytest.param(
+            "[{'attributes': {'d': {'x': 5}}}].all(device, device.attributes['d'].x == 5)",
+            True,
+            id="shadowed-by-a-macro",
+        ),
+        pytest.param(
+            "cel.bind(device, {'driver': 'q'}, device.driver == 'q')", True, id="shadowed-by-bind"
+        ),
+        pytest.param(
+            "cel.bind(device, {'attributes': {}}, !device.attributes[?'x'].hasValue())",
+            True,
+            id="shadowed-map-has-no-default",
+        ),
+        # device.attributes[?d] is always present (an unknown domain is an empty map)
+        pytest.param(f"device.attributes[?'{DRV}'].?type.orValue('') == 'gpu'", True),
+        pytest.param("device.attributes[?'nope'].?type.orValue('none') == 'none'", True),
+        pytest.param("device.attributes[?'nope'].hasValue()", True, id="optional-domain"),
+        pytest.param("device.capacity[?'nope'].value().size() == 0", True, id="optional-capacity"),
     ],
 )
 def test_device_as_a_map(expression: str, expected: bool | str) -> None:

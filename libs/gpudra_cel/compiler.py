@@ -63,7 +63,7 @@ from gpudra_cel.syntax import (
     OptSelect,
     Select,
 )
-from gpudra_cel.types import DYN
+from gpudra_cel.types import DEVICE, DYN
 from gpudra_cel.values import CelOptional, CelUint, Failed, map_lookup, no_overload, type_name
 
 __all__ = ["Const", "compile_tree"]
@@ -190,7 +190,7 @@ class _Compiler:
                 current = current.operand
             else:
                 return None
-        if not (isinstance(current, Ident) and current.name == "device"):
+        if not self.is_device(current):
             return None
         keys.reverse()
         if keys[0] not in DEVICE_FIELDS or len(keys) > 3:
@@ -206,8 +206,12 @@ class _Compiler:
         return t == DYN or t.name == "optional_type"
 
     def access(self, node: Select | Index, scope: dict[str, int]) -> Compiled:
-        operand = _fn(self.visit(node.operand, scope))
         device_map = self.is_device_map(node.operand)
+        if device_map:
+            self.visit(node.operand, scope)  # (passes that follow visits see it)
+        operand = (
+            self.device_map(node.operand) if device_map else _fn(self.visit(node.operand, scope))
+        )
         optional = self.may_be_optional(node.operand)
         if isinstance(node, Select):
             name = node.field
@@ -237,10 +241,14 @@ class _Compiler:
         """`device.{attributes,capacity}[<domain>].?<name>` (or `[?"<name>"]`) with literals."""
         if not isinstance(node, OptSelect | OptIndex):
             return None
+        operand = node.operand
+        if isinstance(operand, OptIndex) and self.is_device_map(operand.operand):
+            # device.attributes[?"d"] is always present (Kubernetes' default map): a plain index
+            operand = Index(operand.line, operand.column, operand.operand, operand.index)
         plain: Select | Index = (
-            Select(node.line, node.column, node.operand, node.field)
+            Select(node.line, node.column, operand, node.field)
             if isinstance(node, OptSelect)
-            else Index(node.line, node.column, node.operand, node.index)
+            else Index(node.line, node.column, operand, node.index)
         )
         path = self.device_path(plain)
         return path if path is not None and path.name is not None else None
@@ -250,27 +258,46 @@ class _Compiler:
         fused = self.optional_device_path(node)
         if fused is not None and fused.name is not None:
             return optional_device_path(fused.field, fused.domain, fused.name)
-        operand = _fn(self.visit(node.operand, scope))
+        device_map = self.is_device_map(node.operand)
+        if device_map:
+            self.visit(node.operand, scope)
+        operand = (
+            self.device_map(node.operand) if device_map else _fn(self.visit(node.operand, scope))
+        )
         key: Fn
         if isinstance(node, OptSelect):
             name = node.field
             key = lambda act: name  # noqa: E731
         else:
             key = _fn(self.visit(node.index, scope))
-        if self.is_device_map(node.operand):  # every domain is found (unknown: empty)
+        if device_map:  # every domain is found (unknown: empty)
             return lambda act: CelOptional(_device_map_get(operand(act), key(act)))
         if isinstance(node, OptSelect):
             return lambda act: select_optional(operand(act), name)
         return lambda act: index_optional(operand(act), key(act))
 
+    def is_device(self, node: Node) -> bool:
+        """The `device` variable itself (not a macro or cel.bind variable of that name)."""
+        return (
+            isinstance(node, Ident)
+            and node.name == "device"
+            and self.checked.types.get(id(node)) == DEVICE
+        )
+
     def is_device_map(self, node: Node) -> bool:
         # device.attributes / device.capacity: an unknown domain reads as an empty map.
         return (
             isinstance(node, Select)
-            and isinstance(node.operand, Ident)
-            and node.operand.name == "device"
+            and self.is_device(node.operand)
             and node.field in ("attributes", "capacity")
         )
+
+    def device_map(self, node: Node) -> Fn:
+        """`device.attributes` / `device.capacity` as the plain table (no per-call wrapper)."""
+        assert isinstance(node, Select)
+        if node.field == "attributes":
+            return lambda act: act[0].attributes  # type: ignore[attr-defined]
+        return lambda act: act[0].capacity  # type: ignore[attr-defined]
 
     def has(self, node: Has, scope: dict[str, int]) -> Fn:
         if self.is_device_map(node.operand):
