@@ -106,6 +106,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             consumer=settings.consumer,
             on_allocated=on_allocated,
             events=events,
+            reoffer=pods.reoffer if pods is not None else None,
         )
         health = await HealthServer(
             settings.health_host,

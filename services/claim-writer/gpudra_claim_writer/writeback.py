@@ -16,7 +16,8 @@ Promises:
   write conflict, and the re-read removes it again) and, with an Events recorder (kubernetes
   mode), in a Warning `FailedAllocation` Event; a newly written allocation gets a Normal `Allocated` Event (see `kube_events`).
 - Released after a deallocation: if the claim still exists and is pending, it is offered for
-  allocation again.
+  allocation again: with its pod as one unit when a complete pod uses it (`PodUnits.reoffer`),
+  else alone.
 - The message is acknowledged after the write; a decision that cannot be written now (API away) is
   redelivered. Malformed messages are dead-lettered.
 - Spans: each decision is processed under the trace its headers carry (the claim's trace), with a
@@ -82,6 +83,9 @@ _MAX_TRIES = 10
 _NATS = (nats.errors.Error, OSError, TimeoutError)
 
 OnAllocated = Callable[[str, str, str, dict[str, Any]], Awaitable[None]]
+# Offers a claim that is pending again after a deallocation together with its pod (`PodUnits.reoffer`);
+# False when no complete pod uses it, and the claim goes out alone.
+Reoffer = Callable[[dict[str, Any]], Awaitable[bool]]
 
 
 class Writeback:
@@ -95,6 +99,7 @@ class Writeback:
         on_allocated: OnAllocated | None = None,
         concurrency: int = 16,
         events: ClaimEvents | None = None,
+        reoffer: Reoffer | None = None,
     ) -> None:
         self._nc = nc
         self._store = store
@@ -102,6 +107,7 @@ class Writeback:
         self._consumer = consumer
         self._on_allocated = on_allocated
         self._events = events or ClaimEvents(None)
+        self._reoffer = reoffer
         self._dead = DeadLetters(publisher, service="claim-writer")
         self.counts: Counter[str] = Counter()
         self.ready = False
@@ -293,6 +299,8 @@ class Writeback:
         claim = await self._current(released.claim)
         if claim is None or state_of(claim) is not ClaimState.PENDING:
             return
+        if self._reoffer is not None and await self._reoffer(claim):
+            return  # went out again with its pod, as one unit
         ref = ref_of(claim)
         await publish_event(
             self._publisher,
