@@ -204,6 +204,8 @@ class _Checker:
         range_t = self.visit(node.range, scope)
         if node.kind in ("optMap", "optFlatMap"):
             return self.optional_macro(node, range_t, scope)
+        if node.kind == "sortBy":
+            return self.sort_by(node, range_t, scope)
         if range_t.name == "list":
             elem, key, value = range_t.params[0], INT, range_t.params[0]
         elif range_t.name == "map":
@@ -239,6 +241,20 @@ class _Checker:
             return map_of(key, body)
         self.expect_bool(body, node.body, node.kind)
         return BOOL
+
+    def sort_by(self, node: Comprehension, range_t: CelType, scope: dict[str, CelType]) -> CelType:
+        """`l.sortBy(v, key)`: cel-go's lists extension; the keys must be of a comparable type."""
+        if range_t.name != "list" and range_t != DYN:
+            raise self.error(f"sortBy() needs a list, found {range_t}", node)
+        elem = range_t.params[0] if range_t.params else DYN
+        key = self.visit(node.body, {**scope, node.var: elem})
+        if key not in (INT, UINT, DOUBLE, BOOL, STRING, BYTES, DYN):
+            raise self.error(
+                f"found no matching overload for '@sortByAssociatedKeys' applied to "
+                f"'{list_of(elem)}.({list_of(key)})'",
+                node,
+            )
+        return list_of(elem)
 
     def optional_macro(
         self, node: Comprehension, range_t: CelType, scope: dict[str, CelType]

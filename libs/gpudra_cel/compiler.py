@@ -37,7 +37,7 @@ from gpudra_cel.lib_optional import (
     select_any,
     select_optional,
 )
-from gpudra_cel.macros import comprehension, comprehension2
+from gpudra_cel.macros import comprehension, comprehension2, sort_by_macro
 from gpudra_cel.operators import (
     BINARY,
     FAST_INT_COMPARE,
@@ -145,6 +145,8 @@ class _Compiler:
             inner = {**scope, node.var: slot}
             if node.kind in ("optMap", "optFlatMap"):
                 return optional_macro(node.kind, rng, slot, _fn(self.visit(node.body, inner)))
+            if node.kind == "sortBy":
+                return sort_by_macro(rng, slot, _fn(self.visit(node.body, inner)))
             if node.var2 is not None:
                 self.slots += 1
                 inner[node.var2] = self.slots

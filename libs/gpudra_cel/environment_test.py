@@ -171,6 +171,9 @@ def test_feature_matrix(expression: str, options: CelOptions, compiles: bool) ->
             id="optional-list-item",
         ),
         pytest.param(
+            f"{A}.ids.sortBy(x, -x).size() == 2", NONE, "cannot be range", id="sortBy-attribute"
+        ),
+        pytest.param(
             "optional.of(device).value().allowMultipleAllocations",
             LISTS,
             "undefined field",

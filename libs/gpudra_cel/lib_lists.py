@@ -7,9 +7,10 @@ version `cel.OptionalTypes()` gives (the latest: 2).
 - `l.first()` / `l.last()`: an optional of the first / last element (none on an empty list);
   `optional.unwrap(l)` / `l.unwrapOpt()`: the values of a list of optionals, nones dropped.
 
-Errors are cel-go's ("cannot slice(2, 1), start index must be less than or equal to end index",
-"level must be non-negative", "list elements must have the same type", ...). Not declared:
-`sortBy` (a macro; see the README). A call whose own cost (cel-go's units: `lists.range(n)` is n,
+`l.sortBy(v, key)` (a macro: the syntax tree has it as a comprehension) orders by the keys
+(`sort_by_keys`). Errors are cel-go's ("cannot slice(2, 1), start index must be less than or
+equal to end index", "level must be non-negative", "list elements must have the same type",
+...). A call whose own cost (cel-go's units: `lists.range(n)` is n,
 `distinct`/`sort` twice the square of the length) would alone pass Kubernetes' per-evaluation
 limit fails with the limit's error before doing the work, so `lists.range(1 << 40)` cannot
 exhaust memory or time.
@@ -37,7 +38,7 @@ from gpudra_cel.types import (
 )
 from gpudra_cel.values import CelOptional, CelUint, compare, equal
 
-__all__ = ["LIST_OVERLOADS", "MAX_CALL_COST"]
+__all__ = ["LIST_OVERLOADS", "MAX_CALL_COST", "self_compare_cost", "sort_by_keys"]
 
 MAX_CALL_COST = 1_000_000  # Kubernetes' per-evaluation limit: no single call may cost more
 LIST_CREATE_COST = 10
@@ -102,17 +103,30 @@ def _distinct(items: tuple[object, ...]) -> tuple[object, ...]:
 
 
 def _sort(items: tuple[object, ...]) -> tuple[object, ...]:
-    cost = self_compare_cost(items)
+    return sort_by_keys(items, items, "sort()")
+
+
+def sort_by_keys(
+    items: tuple[object, ...], keys: tuple[object, ...], what: str = "sortBy()"
+) -> tuple[object, ...]:
+    """`items` ordered by their `keys` (cel-go's `@sortByAssociatedKeys`, behind `sort()` and
+    the `sortBy` macro): keys of one comparable type, equal keys keep their order."""
+    cost = self_compare_cost(keys)
     if cost > MAX_CALL_COST:
-        raise _too_costly(cost, "sort()")
-    if not items:
-        return items
-    kind = items[0].__class__
+        raise _too_costly(cost, what)
+    if not keys:
+        return tuple(items)
+    kind = keys[0].__class__
     if kind not in _ORDERED_CLASSES or kind in (Quantity, Semver):
         raise CelEvaluationError("list elements must be comparable")
-    if len(items) > 1 and any(item.__class__ is not kind for item in items):
+    if len(keys) > 1 and any(key.__class__ is not kind for key in keys):
         raise CelEvaluationError("list elements must have the same type")
-    return tuple(sorted(items, key=functools.cmp_to_key(_order)))
+
+    def by_key(i: int, j: int) -> int:
+        return _order(keys[i], keys[j])
+
+    order = sorted(range(len(keys)), key=functools.cmp_to_key(by_key))
+    return tuple(items[i] for i in order)
 
 
 def _order(a: object, b: object) -> int:

@@ -53,6 +53,14 @@ DEVICE = DeviceView(
         pytest.param("[optional.none(), optional.of('a')].unwrapOpt() == ['a']", id="unwrapOpt"),
         pytest.param(f"[{A}.?model, {A}.?nothing].unwrapOpt() == ['H100']", id="unwrap-chain"),
         pytest.param("cel.bind(lists, [2, 1], lists.sort() == [1, 2])", id="lists-variable"),
+        pytest.param("[3, 1, 2].sortBy(x, -x) == [3, 2, 1]", id="sortBy"),
+        pytest.param(
+            "[{'n': 2, 'v': 'b'}, {'n': 1, 'v': 'a'}].sortBy(m, m.n).map(m, m.v) == ['a', 'b']",
+            id="sortBy-maps",
+        ),
+        pytest.param("['bb', 'a', 'cc'].sortBy(s, s.size()) == ['a', 'bb', 'cc']", id="stable"),
+        pytest.param(f"{A}.names.sortBy(n, n)[0] == 'a'", id="sortBy-attribute"),
+        pytest.param("[].sortBy(x, x) == []", id="sortBy-empty"),
     ],
 )
 def test_list_functions(expression: str) -> None:
@@ -99,6 +107,16 @@ def test_list_functions(expression: str) -> None:
             id="distinct-too-long",
         ),
         pytest.param("dyn([1]).unwrapOpt() == []", "expected optionals", id="unwrap-non-optional"),
+        pytest.param(
+            "[1, 2].sortBy(x, x == 1 ? 'a' : dyn(1)) == []",
+            "list elements must have the same type",
+            id="sortBy-mixed-keys",
+        ),
+        pytest.param(
+            f"lists.range({A}.n * 1000).sortBy(i, -i).size() > 0",
+            "actual cost limit exceeded",
+            id="sortBy-too-long",
+        ),
     ],
 )
 def test_list_function_errors(expression: str, message: str) -> None:
@@ -113,7 +131,12 @@ def test_list_function_errors(expression: str, message: str) -> None:
         pytest.param("[[1]].sort() == []", "no matching overload for 'sort'", id="sort-lists"),
         pytest.param("[1].unwrapOpt() == []", "no matching overload", id="unwrap-plain-list"),
         pytest.param("'abc'.reverse() == 'cba'", "no matching overload", id="string-reverse-v3"),
-        pytest.param("[1].sortBy(x, -x) == [1]", "undeclared reference", id="sortBy"),
+        pytest.param(
+            "[1, 2].sortBy(x, [x]) == []", "no matching overload for '@sortByAssociatedKeys'"
+        ),
+        pytest.param("{'a': 1}.sortBy(k, k) == []", "sortBy can only be applied", id="sortBy-map"),
+        pytest.param("'ab'.sortBy(c, c) == []", "sortBy can only be applied", id="sortBy-literal"),
+        pytest.param("[1].sortBy(x.y, x) == []", "variable", id="sortBy-variable"),
         pytest.param("lists.nope(1)", "undeclared reference to 'lists.nope'", id="namespace"),
         pytest.param("[1, 2].slice(1) == [2]", "no matching overload", id="slice-one-arg"),
     ],
@@ -142,6 +165,8 @@ def _metered(expression: str) -> tuple[CountingSelector, int]:
         pytest.param(f"{A}.ids.distinct().size() == 3", 2 * 16 + 11, id="distinct"),
         pytest.param(f"{A}.names.sort().size() == 3", int(2.1 * 9) + 11, id="sort-strings"),
         pytest.param(f"{A}.ids.flatten().size() == 4", 4 + 11, id="flatten"),
+        # 4 iterations (loop 3 + i 1 + `-` 1) and the sort of 4 keys (2 * 16 + 11)
+        pytest.param(f"{A}.ids.sortBy(i, -i).size() == 4", 4 * 5 + 2 * 16 + 11, id="sortBy"),
     ],
 )
 def test_list_costs_are_metered_within_the_estimate(expression: str, at_least: int) -> None:

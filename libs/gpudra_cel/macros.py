@@ -1,4 +1,5 @@
-"""Closures for CEL's comprehension macros: `all`, `exists`, `exists_one`, `map`, `filter`.
+"""Closures for CEL's comprehension macros: `all`, `exists`, `exists_one`, `map`, `filter`, and
+the lists extension's `sortBy`.
 
 Semantics follow cel-go's macro expansions: `all` is false as soon as one element is false, even
 if another element failed (errors are absorbed like `&&`), an error only if no element is false;
@@ -13,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gpudra_cel.errors import CelEvaluationError
+from gpudra_cel.lib_lists import sort_by_keys
 from gpudra_cel.operators import Fn
 from gpudra_cel.values import no_overload, type_name
 
-__all__ = ["comprehension", "comprehension2"]
+__all__ = ["comprehension", "comprehension2", "sort_by_macro"]
 
 
 def _items(value: object, kind: str) -> Iterable[object]:
@@ -96,6 +98,22 @@ def _quantifier(rng: Fn, slot: int, body: Fn, *, decisive: bool, name: str) -> F
         return not decisive
 
     return quantify
+
+
+def sort_by_macro(rng: Fn, slot: int, key: Fn) -> Fn:
+    """`l.sortBy(v, key)`: the elements ordered by `key` (errors propagate, as in `map`)."""
+
+    def sort_by(act: list[object]) -> object:
+        items = rng(act)
+        if not isinstance(items, tuple | list):
+            raise CelEvaluationError(f"sortBy() cannot iterate over {type_name(items)}")
+        keys: list[object] = []
+        for item in items:
+            act[slot] = item
+            keys.append(key(act))
+        return sort_by_keys(tuple(items), tuple(keys))
+
+    return sort_by
 
 
 def _pairs(value: object, kind: str) -> Iterable[tuple[object, object]]:

@@ -47,7 +47,7 @@ __all__ = [
 MAX_EXPRESSION_LENGTH = 10 * 1024
 _MAX_DEPTH = 64  # nesting beyond this is not a selector; it would only exhaust the stack
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
-_OPTIONAL_MACROS = frozenset({"optMap", "optFlatMap"})
+_OPTIONAL_MACROS = frozenset({"optMap", "optFlatMap", "sortBy"})  # (v, expr) on a target
 # cel-go's two-variable comprehensions: name -> (kind, argument counts)
 _TWO_VAR = {
     "all": ("all", (3,)),
@@ -361,6 +361,12 @@ class _Builder:
             kind = two_var[0]
             return Comprehension(line, column, kind, target, var, predicate, rest[-1], var2)
         if name_token in _OPTIONAL_MACROS and len(arg_trees) == 2:
+            if name_token == "sortBy" and isinstance(target, Literal | MapLit):
+                raise self.error(
+                    "sortBy can only be applied to a list, identifier, comprehension, call or "
+                    "select expression",
+                    tree,
+                )
             var = self.variable(arg_trees[0])
             with self.binding(var):
                 body = self.build(arg_trees[1], depth)
