@@ -75,13 +75,12 @@ def large_gpus(replay: Replay) -> dict[DeviceID, tuple[str, float]]:
     for node in replay.nodes:
         view = replay.chooser.view(node)
         kind = node.labels.get(MACHINE_LABEL, node.name)
-        large = {g.counter_set: g for g in view.gpus if view.domain_sizes[g.domain] >= 8}
-        for gpu in large.values():
-            if gpu.domain:
-                out[gpu.id] = (kind, 1.0)
+        large = [g for g in view.gpus if g.domain and view.domain_sizes[g.domain] >= 8]
+        for gpu in large:
+            out[gpu.id] = (kind, 1.0)
+        sets = {g.counter_set for g in large if g.counter_set is not None}
         for part in view.partitions:
-            owner = large.get(part.counter_set)
-            if owner is not None and owner.domain:
+            if part.counter_set in sets:
                 share = len(part.counters) / len(view.counter_names[part.counter_set])
                 out[part.id] = (kind, share)
     return out
@@ -242,7 +241,10 @@ def plot(runs: list[Run], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 3.4 * len(runs)), sharex=True, sharey=True)
+    fig, grid = plt.subplots(
+        len(runs), 1, figsize=(11, 3.4 * len(runs)), sharex=True, sharey=True, squeeze=False
+    )
+    axes = list(grid[:, 0])
     colors = ("#1b7837", "#7fbf7b", "#d6604d", "#8073ac")
     for ax, run in zip(axes, runs, strict=True):
         hours = [s.at / 60 for s in run.samples]
