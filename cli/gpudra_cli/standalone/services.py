@@ -90,7 +90,9 @@ def control_plane(nats_url: str, env: dict[str, str], tracing: bool) -> list[Ser
         ServiceSpec(
             "inventory",
             "gpudra_inventory",
-            (*common, "--heartbeat-timeout", "120"),
+            # A stable lease holder: an inventory the supervisor restarts after a crash takes
+            # its lease back at once instead of waiting out the old process's TTL.
+            (*common, "--heartbeat-timeout", "120", "--lease-holder", "standalone-inventory"),
             env,
             CONTROL_READY,
         ),

@@ -62,6 +62,8 @@ def test_every_service_gets_its_flags() -> None:
     assert "simulator:l4-pcie" in specs[-1].args
     assert str(dirs.registry) in specs[-1].args
     assert specs[0].args[specs[0].args.index("--trace-exporter") + 1] == "none"
+    # The inventory's lease holder survives a restart by the supervisor (not host:pid).
+    assert specs[0].args[specs[0].args.index("--lease-holder") + 1] == "standalone-inventory"
 
 
 @pytest.mark.parametrize(
