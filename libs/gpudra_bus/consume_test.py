@@ -26,6 +26,43 @@ async def test_returns_the_first_message_at_once_and_tops_up_what_is_queued(nats
         # All three, without waiting out the 30 s that fetch(8) would linger for.
         assert [m.data for m in msgs] == [b"0", b"1", b"2"]
         assert time.monotonic() - started < 15
+        await sub.unsubscribe()  # as the services do before draining: a pull subscription's
+        await js.delete_stream(name)  # late status messages would hold up the drain
+    finally:
+        await nc.drain()
+
+
+@pytest.mark.parametrize(
+    ("queued", "pulls"),
+    [
+        pytest.param(1, 1, id="lone-message-no-top-up"),
+        pytest.param(5, 2, id="backlog-one-top-up"),
+    ],
+)
+async def test_tops_up_only_when_more_are_pending(nats_url: str, queued: int, pulls: int) -> None:
+    nc = await nats.connect(nats_url)
+    spy = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        name = f"CONSUME_{uuid.uuid4().hex[:8]}"
+        await js.add_stream(name=name, subjects=[f"{name.lower()}.>"])
+        sub = await js.pull_subscribe(f"{name.lower()}.>", durable="c", stream=name)
+        for i in range(queued):
+            await js.publish(f"{name.lower()}.x", str(i).encode())
+        requests: list[bytes] = []
+
+        async def seen(msg: nats.aio.msg.Msg) -> None:
+            requests.append(msg.data)
+
+        await spy.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{name}.c", cb=seen)
+        await spy.flush()
+        msgs = await fetch_ready(sub, 8, 5.0)
+        await spy.flush()
+        await nc.flush()
+        assert [m.data for m in msgs] == [str(i).encode() for i in range(queued)]
+        assert len(requests) == pulls, requests
+        await sub.unsubscribe()
         await js.delete_stream(name)
     finally:
+        await spy.drain()
         await nc.drain()
