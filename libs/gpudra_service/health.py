@@ -1,27 +1,47 @@
-"""The probe server every service runs: `GET /healthz` (alive) and `GET /readyz` (ready to work).
+"""The probe server every service runs: `GET /healthz` (alive), `GET /readyz` (ready to work) and,
+for a service that passes a `status` callable, `GET /statusz` (what the replica is doing, as JSON).
 
 A deliberately tiny HTTP/1.1 responder on asyncio streams — probes need a status line, nothing
-more. Promises: answers inside the event loop without blocking it; each path answers 200 while its
-check returns True and 503 otherwise; other paths 404, other methods 405, a malformed request 400;
+more. Promises: answers inside the event loop without blocking it; each probe path answers 200
+while its check returns True and 503 otherwise; `/statusz` answers 200 with the `status` mapping
+as a JSON object (keys sorted), or 500 when the callable raises or returns what JSON cannot encode;
+other paths 404 (`/statusz` too without a `status`), other methods 405, a malformed request 400;
 the connection is closed after one response. Port 0 binds an ephemeral port, readable from `port`.
+
+Why `/statusz` with a JSON body rather than a probe-style path (say `/leaderz`, 200 only on the
+leader): a leader/standby pair is two healthy replicas, and a path that answers 503 on a healthy
+standby reads as a failure to anything that treats non-2xx as down (monitors, an operator's
+`curl -f`, a probe wired to it by mistake would even restart or unroute the standby). `/statusz`
+always answers 200 while the process serves, and says what it is (`role`, ...) in fields that
+`curl | jq`, `kubectl get --raw .../pods/<pod>:8080/proxy/statusz` and scrapers read alike;
+Kubernetes' own components serve read-only status under the same name (z-pages, KEP-4827). The
+probe paths keep their exact meaning and plain-text bodies.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import json
+import logging
+from collections.abc import Callable, Mapping
 
 from gpudra_service.errors import SettingsError
 
 Check = Callable[[], bool]
+# What `/statusz` serves: a JSON object (values JSON can encode: str, int, float, bool, None, lists
+# and mappings of them).
+Status = Callable[[], Mapping[str, object]]
+STATUS_PATH = "/statusz"
 _REASONS = {
     200: "OK",
     400: "Bad Request",
     404: "Not Found",
     405: "Method Not Allowed",
+    500: "Internal Server Error",
     503: "Service Unavailable",
 }
+log = logging.getLogger(__name__)
 
 
 def _always() -> bool:
@@ -29,9 +49,17 @@ def _always() -> bool:
 
 
 class HealthServer:
-    def __init__(self, host: str, port: int, ready: Check, live: Check = _always) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        ready: Check,
+        live: Check = _always,
+        status: Status | None = None,
+    ) -> None:
         self._host, self._port = host, port
         self._checks = {"/healthz": live, "/readyz": ready}
+        self._status = status
         self._server: asyncio.Server | None = None
 
     @property
@@ -57,24 +85,34 @@ class HealthServer:
             self._server = None
 
     def status_for(self, method: str, path: str) -> int:
-        check = self._checks.get(path.split("?", 1)[0])
-        if check is None:
-            return 404
+        """The status code a request gets (see `respond`)."""
+        return self.respond(method, path)[0]
+
+    def respond(self, method: str, path: str) -> tuple[int, str, bytes]:
+        """Status code, content type and body for one request."""
+        path = path.split("?", 1)[0]
+        check = self._checks.get(path)
+        status = self._status if path == STATUS_PATH else None
+        if check is None and status is None:
+            return _plain(404)
         if method not in ("GET", "HEAD"):
-            return 405
-        return 200 if check() else 503
+            return _plain(405)
+        if status is not None:
+            return _statusz(status)
+        return _plain(200 if check is not None and check() else 503)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await asyncio.wait_for(reader.readline(), 5.0)
             parts = line.decode("latin-1").split()
-            status = self.status_for(parts[0], parts[1]) if len(parts) == 3 else 400
+            status, content_type, body = (
+                self.respond(parts[0], parts[1]) if len(parts) == 3 else _plain(400)
+            )
             # Drain the headers so the client sees a clean response.
             while (await asyncio.wait_for(reader.readline(), 5.0)) not in (b"\r\n", b"\n", b""):
                 pass
-            body = f"{_REASONS[status].lower()}\n".encode()
             writer.write(
-                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: text/plain\r\n"
+                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
             )
             await writer.drain()
@@ -84,3 +122,17 @@ class HealthServer:
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
+
+
+def _plain(status: int) -> tuple[int, str, bytes]:
+    return status, "text/plain", f"{_REASONS[status].lower()}\n".encode()
+
+
+def _statusz(status: Status) -> tuple[int, str, bytes]:
+    try:
+        body = json.dumps(dict(status()), sort_keys=True, allow_nan=False)
+    # A broken status callable must not take the probes' server down with it: log it, answer 500.
+    except Exception:
+        log.exception("the %s callable failed", STATUS_PATH)
+        return _plain(500)
+    return 200, "application/json", f"{body}\n".encode()

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Callable, Mapping
 
 import pytest
 
@@ -54,3 +56,122 @@ async def test_taken_port_is_a_settings_error() -> None:
             await HealthServer("127.0.0.1", first.port, ready=lambda: True).start()
     finally:
         await first.stop()
+
+
+def _raises() -> dict[str, object]:
+    raise RuntimeError("status broke")
+
+
+def _split(response: str) -> tuple[str, dict[str, str], str]:
+    head, _, body = response.partition("\r\n\r\n")
+    status_line, *header_lines = head.split("\r\n")
+    headers = dict(line.split(": ", 1) for line in header_lines)
+    return status_line.split()[1], headers, body
+
+
+@pytest.mark.parametrize(
+    ("request_line", "status", "code", "content_type", "body"),
+    [
+        pytest.param(
+            b"GET /statusz HTTP/1.1",
+            lambda: {"role": "leader", "epoch": 3},
+            "200",
+            "application/json",
+            '{"epoch": 3, "role": "leader"}\n',
+            id="json-sorted",
+        ),
+        pytest.param(
+            b"HEAD /statusz?pretty HTTP/1.1",
+            lambda: {"role": "standby", "holder": None, "pools": ["a"]},
+            "200",
+            "application/json",
+            '{"holder": null, "pools": ["a"], "role": "standby"}\n',
+            id="head-with-query",
+        ),
+        pytest.param(b"GET /statusz HTTP/1.1", None, "404", "text/plain", "not found\n", id="none"),
+        pytest.param(
+            b"PUT /statusz HTTP/1.1",
+            lambda: {"role": "leader"},
+            "405",
+            "text/plain",
+            "method not allowed\n",
+            id="read-only",
+        ),
+        pytest.param(
+            b"GET /statusz HTTP/1.1",
+            _raises,
+            "500",
+            "text/plain",
+            "internal server error\n",
+            id="callable-raises",
+        ),
+        pytest.param(
+            b"GET /statusz HTTP/1.1",
+            lambda: {"role": object()},
+            "500",
+            "text/plain",
+            "internal server error\n",
+            id="not-json",
+        ),
+        pytest.param(
+            b"GET /statusz HTTP/1.1",
+            lambda: {"load": float("nan")},
+            "500",
+            "text/plain",
+            "internal server error\n",
+            id="nan-is-not-json",
+        ),
+        pytest.param(
+            b"GET /readyz HTTP/1.1",
+            lambda: {"role": "leader"},
+            "200",
+            "text/plain",
+            "ok\n",
+            id="probes-unchanged",
+        ),
+    ],
+)
+async def test_statusz(
+    request_line: bytes,
+    status: Callable[[], Mapping[str, object]] | None,
+    code: str,
+    content_type: str,
+    body: str,
+) -> None:
+    server = await HealthServer("127.0.0.1", 0, ready=lambda: True, status=status).start()
+    try:
+        response = await _request(server.port, request_line + b"\r\nHost: x\r\n\r\n")
+        got_code, headers, got_body = _split(response)
+        assert (got_code, headers["Content-Type"], got_body) == (code, content_type, body)
+        assert int(headers["Content-Length"]) == len(body.encode())
+    finally:
+        await server.stop()
+
+
+async def test_statusz_is_read_at_each_request_and_failures_leave_the_probes_serving() -> None:
+    state: dict[str, object] = {"role": "standby"}
+    broken = False
+
+    def status() -> dict[str, object]:
+        if broken:
+            raise RuntimeError("status broke")
+        return state
+
+    server = await HealthServer("127.0.0.1", 0, ready=lambda: True, status=status).start()
+    try:
+        assert _split(await _request(server.port, b"GET /statusz HTTP/1.1\r\n\r\n"))[2] == (
+            '{"role": "standby"}\n'
+        )
+        state["role"] = "leader"
+        assert json.loads(
+            _split(await _request(server.port, b"GET /statusz HTTP/1.1\r\n\r\n"))[2]
+        ) == {"role": "leader"}
+        broken = True
+        assert (await _request(server.port, b"GET /statusz HTTP/1.1\r\n\r\n")).startswith(
+            "HTTP/1.1 500"
+        )
+        assert (await _request(server.port, b"GET /healthz HTTP/1.1\r\n\r\n")).startswith(
+            "HTTP/1.1 200"
+        )
+    finally:
+        await server.stop()
