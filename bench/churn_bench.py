@@ -8,8 +8,9 @@ Generates the seeded churn workload (`gpudra_alloc.workload`), replays it once p
 pending pods retried as capacity frees (`gpudra_alloc.placement.replay`), and reports: claims
 placed by shape, 8-GPU NVLink claims placed (topology / first-fit), GPU-hours placed, GPUs
 stranded (free while some pod is pending: unusable for every pending shape), mean time-to-place
-(steps and minutes, placed pods only), and placement throughput (attempts per second of placement
-work). Writes a PNG of the free-capacity shape over the day for both policies, and the figures as
+(steps and minutes, placed pods only), placement throughput (attempts per second of placement
+work), and why 8-GPU pods waited: GPU-hours of the large NVLink domains by node type and by the
+shape holding them, sampled while an 8-GPU pod is pending. Writes a PNG of the free-capacity shape over the day for both policies, and the figures as
 JSON next to it. Simulated fleet; no GPU is touched.
 """
 
