@@ -1,7 +1,8 @@
 """Two inventory processes against a real nats-server: kill -9 the leader, the standby takes over.
 
 The processes run `python -m gpudra_inventory` with this interpreter's import path, each with its
-own health port; the lease TTL is short so the test is quick.
+own health port (its `/readyz` and `/statusz` read over HTTP); the lease TTL is short so the test
+is quick.
 """
 
 from __future__ import annotations
@@ -73,6 +74,20 @@ class Replica:
                 return bool(reply.status == 200)
         except (urllib.error.URLError, OSError):
             return False
+
+    def role(self) -> str | None:
+        """The role `/statusz` reports (None while the server is not up)."""
+        port = self.port()
+        if port is None:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/statusz", timeout=2) as reply:
+                status = json.loads(reply.read())
+        except (urllib.error.URLError, OSError):
+            return None
+        assert status["holder"] == self.name
+        role = status["role"]
+        return role if isinstance(role, str) else None
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -152,6 +167,7 @@ async def test_kill_9_of_the_leader_hands_over_with_higher_generations(
     replicas["b"] = Replica("b", fresh_nats_server.url, tmp_path)
     await until(lambda: _true(replicas["b"].ready()), 60, "replica b ready (warm standby)")
     assert await holder(nc) == "a"
+    assert (replicas["a"].role(), replicas["b"].role()) == ("leader", "standby")
 
     first = await written(kv)
     (old,) = {g for _, g in first.values()}
@@ -172,6 +188,7 @@ async def test_kill_9_of_the_leader_hands_over_with_higher_generations(
     assert set(after) == set(first)
     assert {g for _, g in after.values()} == {old + 1}
     assert replicas["b"].ready()
+    assert replicas["b"].role() == "leader"
     assert replicas["b"].stop() == 0
     assert "released" in replicas["b"].log.read_text(errors="replace")
 

@@ -2,7 +2,8 @@
 
 Start-up: tracing, NATS (waits for a server; credentials and TLS from the shared settings),
 streams and buckets (idempotent, created with `stream-replicas` replicas) and the lease bucket,
-the bucket's slices (generations continue), in Kubernetes mode the API client, the health server,
+the bucket's slices (generations continue), in Kubernetes mode the API client, the health server
+(`/healthz`, `/readyz`, and `/statusz`: the replica's role, leader or standby, as JSON),
 then the loop: this replica's inventory consumer and its lease (the leader writes; on taking
 over it republishes and, in Kubernetes mode, prunes stale API slices). SIGTERM/SIGINT stop the
 loop, which releases the lease; the exit stack closes the API client and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for bad
@@ -55,6 +56,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             settings.health_port,
             ready=lambda: service.ready,
             live=lambda: service.alive,
+            status=service.status,
         ).start()
         stack.push_async_callback(health.stop)
         log.info("health server on port %d; lease holder %s", health.port, holder)

@@ -22,7 +22,8 @@ Promises:
   outliers) on `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API.
 - `ready` (readiness): the replica has caught up with the inventories and, when it holds the
   lease, has taken over and written every pool; a warm standby is ready too. `alive` (liveness) fails once the lease task
-  has died, since such a replica could never lead again. `role` says leader or standby.
+  has died, since such a replica could never lead again. `role` says leader or standby;
+  `status()` says it with readiness and counters, for the health server's `/statusz`.
 """
 
 from __future__ import annotations
@@ -136,6 +137,19 @@ class InventoryService:
         """False once the lease task has ended while the loop runs (this replica could never
         lead again): the liveness probe fails and the replica is restarted."""
         return self._lease_task is None or not self._lease_task.done()
+
+    def status(self) -> dict[str, object]:
+        """What the health server's `/statusz` serves (JSON): `role` (leader or standby), `holder`
+        (this replica's name in the lease; null without one), `ready`, `alive`, `takeovers` (times
+        this replica has taken the lead) and `pools` (nodes it keeps a pool for)."""
+        return {
+            "role": self.role,
+            "holder": self._lease.holder if self._lease is not None else None,
+            "ready": self.ready,
+            "alive": self.alive,
+            "takeovers": self.takeovers,
+            "pools": len(self.book.pools),
+        }
 
     async def load(self) -> None:
         """Read the bucket's slices so generations continue where they were."""

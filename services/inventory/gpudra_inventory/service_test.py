@@ -130,6 +130,19 @@ async def test_standby_stays_warm_and_takes_over_with_higher_generations(nc: Cli
             await eventually(lambda s=services[name]: _true(s.ready))
         a, b = services["a"], services["b"]
         assert (a.role, b.role) == ("leader", "standby")
+        assert a.status() == {
+            "role": "leader",
+            "holder": "a",
+            "ready": True,
+            "alive": True,
+            "takeovers": 1,
+            "pools": 0,
+        }
+        assert {k: b.status()[k] for k in ("role", "holder", "takeovers")} == {
+            "role": "standby",
+            "holder": "b",
+            "takeovers": 0,
+        }
         await Publisher(nc).publish(
             subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
         )
@@ -150,6 +163,11 @@ async def test_standby_stays_warm_and_takes_over_with_higher_generations(nc: Cli
         await eventually(lambda: _ge(generation(), before + 1))
         assert b.takeovers == 1
         assert b.ready
+        assert {k: b.status()[k] for k in ("role", "takeovers", "pools")} == {
+            "role": "leader",
+            "takeovers": 1,
+            "pools": 1,
+        }
     finally:
         for name, task in tasks.items():
             stops[name].set()
