@@ -78,3 +78,29 @@ def test_unknown_step_is_a_clear_error() -> None:
     replay = Replay.from_problem({"steps": [{"wait": 1}]}, "topology")
     with pytest.raises(ProblemError):
         replay.run([{"wait": 1}])
+
+
+MIG_FLEET = Fleet(counts={"a100-mig": 2, "dgx-h100": 1, "l4-pcie": 1})
+MIG_MIX = {"gpu-8-nvl": 0.3, "mig": 0.4, "gpu-1": 0.3}
+MIG_DAY = churn_problem(ChurnConfig(seed=5, hours=6, load=2.0, fleet=MIG_FLEET, mix=MIG_MIX))
+
+
+@pytest.mark.parametrize(
+    ("mig_homes", "hold_all"),
+    [
+        pytest.param(0, False, id="mig-domains-never-held"),
+        pytest.param(1, False, id="one-mig-home"),
+        pytest.param(0, True, id="all-mig-domains-held"),
+    ],
+)
+def test_mig_rules_place_only_what_kubernetes_accepts(mig_homes: int, hold_all: bool) -> None:
+    replay = Replay.from_problem(MIG_DAY, "topology", 1, 1)
+    replay.chooser.mig_homes = mig_homes
+    replay.chooser.hold_mig_domains = hold_all
+    replay.validate = True
+    replay.run(MIG_DAY["steps"])
+    assert replay.rejected == []
+    on_a100 = {r.shape for r in replay.records if any(n.startswith("a100") for n in r.nodes)}
+    assert "gpu-8-nvl" in on_a100
+    if not hold_all:
+        assert "mig" in on_a100
