@@ -61,6 +61,8 @@ BOUND = "cel.bind(a, device.attributes, {})"
         pytest.param(f"device.attributes[?'{DRV}'].?type.orValue('') == 'gpu'", True),
         pytest.param("device.attributes[?'nope'].?type.orValue('none') == 'none'", True),
         pytest.param("device.attributes[?'nope'].hasValue()", True, id="optional-domain"),
+        pytest.param("device.attributes[dyn(1)].size() == 0", True, id="int-domain-fused"),
+        pytest.param(f"{D}.attributes[1].size() == 0", True, id="int-domain-generic"),
         pytest.param("device.capacity[?'nope'].value().size() == 0", True, id="optional-capacity"),
     ],
 )

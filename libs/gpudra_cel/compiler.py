@@ -64,7 +64,7 @@ from gpudra_cel.syntax import (
     Select,
 )
 from gpudra_cel.types import DEVICE, DYN
-from gpudra_cel.values import CelOptional, CelUint, Failed, map_lookup, no_overload, type_name
+from gpudra_cel.values import CelOptional, CelUint, Failed, map_lookup, type_name
 
 __all__ = ["Const", "compile_tree"]
 
@@ -516,7 +516,7 @@ def _bound_variable(slot: int) -> Fn:
 
 
 def _device_map_get(mapping: object, key: object) -> object:
+    """Kubernetes' lookup in device.attributes/capacity: any key not there (an int through
+    `dyn`, too) finds the empty map."""
     assert isinstance(mapping, Mapping)
-    if not isinstance(key, str):
-        raise no_overload("_[_]", mapping, key)
-    return mapping.get(key, _EMPTY)
+    return mapping.get(key, _EMPTY) if key.__class__ is str else _EMPTY
