@@ -383,3 +383,14 @@ def test_twins_that_differ_only_in_unique_attributes_are_told_apart_when_selecto
     assert got is not None
     assert (got.node.name, got.results[0].results[0].device) == (nodes[1].name, "gpu-2")
     assert answer(got) == answer(Chooser(allocator, optimise=False).choose(nodes, pod))
+
+
+def test_prepare_computes_every_nodes_key_ahead_of_the_first_claim() -> None:
+    slices, nodes = fleet({"dgx-h100": 3, "l4-pcie": 2})
+    allocator = allocator_of(slices)
+    chooser = Chooser(allocator)
+    chooser.node_keys.prepare(nodes)
+    assert sorted(chooser.node_keys.nodes) == sorted(n.name for n in nodes)
+    # twins share the node part of their key, other machine types do not
+    groups = {name: known.group for name, known in chooser.node_keys.nodes.items()}
+    assert len(set(groups.values())) == 2
