@@ -82,7 +82,7 @@ class _Estimator:
         if isinstance(node, Index | OptIndex):
             operand = self.visit(node.operand, scope)
             index = self.visit(node.index, scope)
-            return _Est(operand.cost + index.cost + 1, operand.elem, _inner_elem(node))
+            return _Est(operand.cost + index.cost + 1, operand.elem, _inner_elem(node, scope))
         if isinstance(node, ListLit | MapLit):
             parts = (
                 [self.visit(i, scope) for i in node.items]
@@ -122,7 +122,7 @@ class _Estimator:
 
     def select(self, node: Select | Has | OptSelect, scope: dict[str, _Est]) -> _Est:
         operand = self.visit(node.operand, scope)
-        if isinstance(node.operand, Ident) and node.operand.name == "device":
+        if _is_device(node.operand, scope):
             sizes = {
                 "driver": _Est(0, DRIVER_NAME_MAX_LENGTH),
                 "attributes": _Est(0, MAX_ATTRIBUTES_PER_DEVICE, MAX_ATTRIBUTES_PER_DEVICE),
@@ -132,7 +132,7 @@ class _Estimator:
             return _Est(operand.cost + 1, found.size, found.elem)
         if isinstance(node, Has):
             return _Est(operand.cost + 1, 1)
-        return _Est(operand.cost + 1, operand.elem, _inner_elem(node))
+        return _Est(operand.cost + 1, operand.elem, _inner_elem(node, scope))
 
     def call(self, node: Call, scope: dict[str, _Est]) -> _Est:
         target = self.visit(node.target, scope) if node.target is not None else None
@@ -225,14 +225,19 @@ def _list_call(node: Call, subject: _Est) -> _Est | None:
     return None
 
 
-def _inner_elem(node: Select | Index | OptSelect | OptIndex) -> int:
+def _is_device(node: Node, scope: dict[str, _Est]) -> bool:
+    """The `device` variable, not a macro / cel.bind variable of that name."""
+    return isinstance(node, Ident) and node.name == "device" and "device" not in scope
+
+
+def _inner_elem(node: Select | Index | OptSelect | OptIndex, scope: dict[str, _Est]) -> int:
     """Element size after one more level of map access below `device`."""
     depth, current = 0, node.operand
     while isinstance(current, Select | Index | OptSelect | OptIndex):
         depth, current = depth + 1, current.operand
-    if isinstance(current, Ident) and current.name == "device" and depth == 1:
+    if _is_device(current, scope) and depth == 1:
         # device.attributes[domain] -> a map of attributes, whose values are <= 64 long.
         return ATTRIBUTE_MAX_VALUE_LENGTH
-    if isinstance(current, Ident) and current.name == "device" and depth >= 2:
+    if _is_device(current, scope) and depth >= 2:
         return max(ATTRIBUTE_MAX_VALUE_LENGTH, MAX_LIST_ATTRIBUTE_VALUES, DEVICE_MAX_ID_LENGTH)
     return _UNBOUNDED

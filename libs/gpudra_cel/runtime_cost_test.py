@@ -73,6 +73,11 @@ EXPRESSIONS = [
     f'{A}.?model.hasValue() && {A}.?nothing.orValue("x") == "x"',
     f'{A}[?"index"].orValue(0) > 1 && [?{A}.?nothing, 1].size() == 1',
     f'{{?"a": {A}.?index, "b": {A}.flag}}.size() == 2',
+    f"{A}.ids.sortBy(x, -x).slice(0, 3).reverse() == {A}.ids.distinct().sort().slice(45, 48)",
+    f"lists.range(8).slice(2, 5).last().orValue(0) + {A}.names.sort()[0].size() > 4",
+    f"[[1], {A}.ids].flatten().size() == 49",
+    f"[{{'attributes': {{'d': {A}.names}}}}].all(device, device.attributes.d.size() > 1)",
+    f'device.attributes[?"{DRV}"].?model.orValue("").size() > 1',
 ]
 
 
