@@ -18,8 +18,11 @@ The check runs on the type-checked tree and only ever rejects: an expression it 
 the same in every environment. The `Any` typing is followed through the shapes selectors use
 (`device.attributes[d].name`, `[d][name]`, `cel.bind` variables holding a domain or a value,
 a conditional whose branches are both attribute values, a list literal of attribute values, the
-value variable of a two-variable comprehension over a domain); a value passed through `dyn()` or
-any function is `dyn`, as in cel-go.
+value variable of a two-variable comprehension over a domain, and the optional forms: `.?name`,
+`[?key]`, `optional.of(x)` and `[?x]` items, unwrapped by `value()` / `orValue()` or kept by
+`or()`); a value passed through `dyn()` or any other function is `dyn`, as in cel-go. (That
+`orValue([])` keeps the attribute's `Any` type is this check's reading: cel-go binds the type
+parameter to the optional's value type first; either way such a selector is rejected.)
 """
 
 from __future__ import annotations
