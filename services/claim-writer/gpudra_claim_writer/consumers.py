@@ -16,18 +16,29 @@ Promises (`Consumers`):
 - A claim-store error is logged and counted; the pod's next change, the claim's next allocation
   or the next relist tries again. Never raises out of `run` except on cancellation.
 Not in kubernetes mode: there kube-scheduler and kube-controller-manager own `reservedFor`.
+
+After the last consumer (both modes; the rule the intake and the write-back apply): in Kubernetes
+an allocation that kube-controller-manager cleared because the claim's last consumer stopped is
+made again only when a pod that references the claim is scheduled. gpudra follows: a claim seen
+allocated *with* consumers (`had_consumers`) whose allocation is then cleared gets the annotation
+`gpudra.io/consumers-left` (`with_consumers_left`, written by the intake before it reports the
+deallocation) and from then on is offered to the allocator only with a pod that can run and uses
+it (`pod_waiting_for`), never alone. The annotation is never removed: once consumed, a claim is
+always allocated for a pod. A claim that never had a consumer (`gpudra apply` of bare claims, the
+demo) is still allocated eagerly, and so is one whose allocation was cleared while nobody used it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 from collections import Counter
 from typing import Any
 
 from gpudra_claim_writer.claims import pod_claim_names
 from gpudra_kube.claims import ClaimStore
-from gpudra_kube.consumers import Outcome, pod_consumer_uids, reserve, unreserve
+from gpudra_kube.consumers import Outcome, consumers_of, pod_consumer_uids, reserve, unreserve
 from gpudra_kube.errors import KubeError
 from gpudra_kube.informer import informer
 from gpudra_kube.resources import PODS
@@ -36,6 +47,42 @@ from gpudra_kube.store import EventType, Store
 log = logging.getLogger(__name__)
 
 _DONE_PHASES = ("Succeeded", "Failed")
+CONSUMERS_LEFT_ANNOTATION = "gpudra.io/consumers-left"
+
+
+def had_consumers(claim: dict[str, Any]) -> bool:
+    """The claim is reserved for at least one consumer (`status.reservedFor`)."""
+    return bool(consumers_of(claim))
+
+
+def consumers_left(claim: dict[str, Any]) -> bool:
+    """Its consumers left it before: it is allocated again only for a pod (module docstring)."""
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    return CONSUMERS_LEFT_ANNOTATION in annotations
+
+
+def with_consumers_left(claim: dict[str, Any]) -> dict[str, Any] | None:
+    """A copy carrying the consumers-left annotation; None when it carries it already."""
+    if consumers_left(claim):
+        return None
+    new = copy.deepcopy(claim)
+    meta = new.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), CONSUMERS_LEFT_ANNOTATION: "true"}
+    return new
+
+
+def uses(pod: dict[str, Any], name: str) -> bool:
+    """The pod may run and names claim `name`."""
+    return is_active(pod) and name in (pod_claim_names(pod) or ())
+
+
+async def pod_waiting_for(store: Store, claim: dict[str, Any]) -> bool:
+    """A pod that may run (`is_active`) names the claim (one list of its namespace's pods)."""
+    meta = claim.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    listed = await store.list(PODS, namespace)
+    return any(uses(pod, name) for pod in listed.items)
+
 
 PodKey = tuple[str, str]
 

@@ -14,7 +14,15 @@ from nats.aio.client import Client
 
 from gpudra_bus.connection import connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket
-from gpudra_claim_writer.consumers import Consumers, is_active
+from gpudra_claim_writer.consumers import (
+    CONSUMERS_LEFT_ANNOTATION,
+    Consumers,
+    consumers_left,
+    had_consumers,
+    is_active,
+    pod_waiting_for,
+    with_consumers_left,
+)
 from gpudra_kube.claims import DELETE_PROTECTION_FINALIZER, ClaimStore
 from gpudra_kube.kv_backend import BUCKETS, KvStore
 from gpudra_kube.resources import PODS
@@ -170,3 +178,65 @@ async def test_consumers_gone_while_nobody_watched_are_removed_after_the_list(
 
 async def _count(consumers: Consumers, outcome: str, n: int) -> bool:
     return consumers.counts[outcome] >= n
+
+
+@pytest.mark.parametrize(
+    ("annotations", "marked", "rewritten"),
+    [
+        pytest.param(None, True, True, id="no-annotations"),
+        pytest.param({"team": "a"}, True, True, id="other-annotations-kept"),
+        pytest.param({CONSUMERS_LEFT_ANNOTATION: "true"}, True, False, id="already-marked"),
+    ],
+)
+def test_consumers_left_marker(
+    annotations: dict[str, str] | None, marked: bool, rewritten: bool
+) -> None:
+    c = claim("c")
+    if annotations is not None:
+        c["metadata"]["annotations"] = dict(annotations)
+    new = with_consumers_left(c)
+    assert (new is not None) is rewritten
+    result = new if new is not None else c
+    assert consumers_left(result) is marked
+    for key, value in (annotations or {}).items():
+        assert result["metadata"]["annotations"][key] == value
+    assert consumers_left(claim("c")) is False, "the input is never changed"
+
+
+@pytest.mark.parametrize(
+    ("status", "had"),
+    [
+        pytest.param({}, False, id="no-status"),
+        pytest.param({"allocation": ALLOCATION}, False, id="allocated-unused"),
+        pytest.param(
+            {
+                "allocation": ALLOCATION,
+                "reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}],
+            },
+            True,
+            id="allocated-and-used",
+        ),
+    ],
+)
+def test_had_consumers(status: dict[str, Any], had: bool) -> None:
+    assert had_consumers({**claim("c"), "status": status}) is had
+
+
+@pytest.mark.parametrize(
+    ("pods", "waiting"),
+    [
+        pytest.param([], False, id="no-pod"),
+        pytest.param([("p", "c", "Running")], True, id="running-pod"),
+        pytest.param([("p", "c", "Succeeded")], False, id="finished-pod"),
+        pytest.param([("p", "other", "Pending")], False, id="pod-of-another-claim"),
+        pytest.param([("p", "c", "Failed"), ("q", "c", "Pending")], True, id="a-new-pod-beside"),
+    ],
+)
+async def test_pod_waiting_for(
+    store: KvStore, pods: list[tuple[str, str, str]], waiting: bool
+) -> None:
+    for name, claim_name, phase in pods:
+        created = await store.create(PODS, pod(name, claim_name))
+        created["status"] = {"phase": phase}
+        await store.replace_status(PODS, created)
+    assert await pod_waiting_for(store, claim("c")) is waiting

@@ -11,6 +11,13 @@ Promises:
   (kube-controller-manager deallocating) is published as a deallocation; the claim is offered for
   allocation again only after the allocator confirms the release (see `writeback`), so a new
   decision can never race the release of the old one.
+- After the last consumer (`consumers` has the rule, both modes): a claim seen allocated with
+  consumers (`reservedFor`) whose allocation is then cleared is annotated `gpudra.io/consumers-
+  left` before its deallocation is published, and its pod-unit record is forgotten, so a pod that
+  names it later publishes it with that pod (`events.PodUnits`). A pending claim carrying the
+  annotation is never offered alone: it waits for a pod, as in Kubernetes (counted "waiting").
+  Without the pod watch (`gate-pods` off) such a claim is not offered again by gpudra at all (in
+  a cluster kube-scheduler allocates it for the next pod).
 - With an `Ownership`, a pending claim that is not gpudra's (see `ownership`) is not offered to
   the allocator at all: another driver's claim gets no gpudra reason written into it.
 - Every claim seen (not deleted) is passed to `on_claim` (namespace, name): a gated pod waiting
@@ -41,9 +48,10 @@ from gpudra_claim_writer.claims import (
     state_of,
     without_finalizer,
 )
+from gpudra_claim_writer.consumers import consumers_left, had_consumers, with_consumers_left
 from gpudra_claim_writer.events import Kind, PodUnits, publish_event
 from gpudra_claim_writer.ownership import Ownership
-from gpudra_kube.errors import ConflictError, KubeRetryableError, NotFoundError
+from gpudra_kube.errors import ConflictError, KubeError, KubeRetryableError, NotFoundError
 from gpudra_kube.informer import informer
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_kube.store import EventType, Store, WatchEvent
@@ -79,6 +87,7 @@ class Intake:
         self._allocated: dict[str, dict[str, Any]] = {}
         self._gone: set[str] = set()
         self._ours: set[str] = set()
+        self._consumed: set[str] = set()  # claims seen allocated with consumers
         self.synced = asyncio.Event()
         self.published: Counter[str] = Counter()
 
@@ -123,6 +132,10 @@ class Intake:
     async def _pending(self, claim: dict[str, Any]) -> None:
         ref = ref_of(claim)
         if self._allocated.pop(ref.uid, None) is not None:
+            if ref.uid in self._consumed or consumers_left(claim):
+                claim = await self._mark_consumers_left(claim)
+                if self._pods is not None:
+                    self._pods.forget(ref.uid)  # a pod naming it later publishes it again
             await publish_event(
                 self._publisher,
                 Kind.KIND_DELETED,
@@ -130,6 +143,9 @@ class Intake:
                 msg_id=f"{ref.uid}/deallocated/{ref.resource_version}",
             )
             self.published["deallocated"] += 1
+            return
+        if consumers_left(claim):
+            self.published["waiting"] += 1  # only a pod that names it brings it back
             return
         key = (ref.uid, ref.generation)
         if key in self._pending_sent:
@@ -155,6 +171,8 @@ class Intake:
         ref = ref_of(claim)
         allocation = allocation_of(claim)
         assert allocation is not None
+        if had_consumers(claim):
+            self._consumed.add(ref.uid)
         if self._allocated.get(ref.uid) == allocation:
             return
         first = ref.uid not in self._allocated
@@ -178,6 +196,7 @@ class Intake:
         ref = ref_of(claim)
         self._allocated.pop(ref.uid, None)
         self._ours.discard(ref.uid)
+        self._consumed.discard(ref.uid)
         if self._pods is not None:
             self._pods.forget(ref.uid)
         if ref.uid in self._gone:
@@ -188,6 +207,32 @@ class Intake:
         self._gone.add(ref.uid)
         self._pending_sent = {k for k in self._pending_sent if k[0] != ref.uid}
         self.published["deleted"] += 1
+
+    async def _mark_consumers_left(self, claim: dict[str, Any]) -> dict[str, Any]:
+        """Annotate the claim `gpudra.io/consumers-left` (conflicts re-read, never overwrite); the
+        claim as written, or as given when it is gone or the write keeps failing (logged: its
+        release must go out regardless)."""
+        ref = ref_of(claim)
+        current = claim
+        for _ in range(_MAX_TRIES):
+            updated = with_consumers_left(current)
+            if updated is None:
+                return current
+            try:
+                return await self._store.replace(RESOURCE_CLAIMS, updated)
+            except (ConflictError, KubeRetryableError) as exc:
+                log.info("claim %s/%s: %s; re-reading", ref.namespace, ref.name, exc)
+                try:
+                    current = await self._store.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+                except KubeError:
+                    break
+                if ref_of(current).uid != ref.uid:
+                    break
+            except KubeError as exc:  # gone, or refused
+                log.info("claim %s/%s not marked: %s", ref.namespace, ref.name, exc)
+                return claim
+        log.error("could not mark %s/%s as left by its consumers", ref.namespace, ref.name)
+        return claim
 
     async def _drop_finalizer(self, claim: dict[str, Any]) -> None:
         ref = ref_of(claim)

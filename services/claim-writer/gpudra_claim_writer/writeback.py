@@ -17,7 +17,9 @@ Promises:
   mode), in a Warning `FailedAllocation` Event; a newly written allocation gets a Normal `Allocated` Event (see `kube_events`).
 - Released after a deallocation: if the claim still exists and is pending, it is offered for
   allocation again: with its pod as one unit when a complete pod uses it (`PodUnits.reoffer`),
-  else alone.
+  else alone — unless its consumers left it (annotation `gpudra.io/consumers-left`, see
+  `consumers`): then only with a pod that may run and names it, never alone (it waits for a pod,
+  as in Kubernetes; counted "waiting").
 - The message is acknowledged after the write; a decision that cannot be written now (API away) is
   redelivered. Malformed messages are dead-lettered.
 - Spans: each decision is processed under the trace its headers carry (the claim's trace), with a
@@ -69,6 +71,7 @@ from gpudra_claim_writer.claims import (
     with_reason,
     with_trace,
 )
+from gpudra_claim_writer.consumers import consumers_left, pod_waiting_for
 from gpudra_claim_writer.events import Kind, publish_event
 from gpudra_claim_writer.kube_events import ClaimEvents
 from gpudra_kube.errors import ConflictError, KubePermanentError, KubeRetryableError, NotFoundError
@@ -298,6 +301,15 @@ class Writeback:
             return
         claim = await self._current(released.claim)
         if claim is None or state_of(claim) is not ClaimState.PENDING:
+            return
+        if consumers_left(claim):
+            # Allocated again only for a pod that can run; a finished one may still be listed.
+            if not (
+                self._reoffer is not None
+                and await pod_waiting_for(self._store, claim)
+                and await self._reoffer(claim)
+            ):
+                self.counts["waiting"] += 1
             return
         if self._reoffer is not None and await self._reoffer(claim):
             return  # went out again with its pod, as one unit

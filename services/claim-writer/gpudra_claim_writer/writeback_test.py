@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from gpudra_bus import (
     ALLOCATION_DECISION,
@@ -24,7 +25,7 @@ from gpudra_bus import (
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
 from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.kv_backend import KvStore
-from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import WatchEvent
 from gpudra_standalone.nats_server import NatsServer
 from gpudrapb.v1 import claims_pb2
@@ -139,3 +140,64 @@ async def until(check: Any, timeout: float = 10.0) -> None:
     while not check():
         assert loop.time() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+def pod_naming(name: str, claim_name: str, phase: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+@pytest.mark.parametrize(
+    ("consumers_left", "pod_phase", "reoffered", "alone"),
+    [
+        pytest.param(True, "", 0, 0, id="consumers-left-no-pod-waits"),
+        pytest.param(True, "Succeeded", 0, 0, id="consumers-left-finished-pod-waits"),
+        pytest.param(True, "Pending", 1, 0, id="consumers-left-new-pod-takes-it"),
+        pytest.param(False, "", 0, 1, id="never-consumed-goes-alone"),
+        pytest.param(False, "Pending", 1, 0, id="never-consumed-goes-with-its-pod"),
+    ],
+)
+async def test_a_released_claim_goes_out_again_only_as_its_consumers_allow(
+    nc: Client, consumers_left: bool, pod_phase: str, reoffered: int, alone: int
+) -> None:
+    store = KvStore(nc)
+    manifest = new_claim("named")
+    if consumers_left:
+        manifest["metadata"]["annotations"] = {"gpudra.io/consumers-left": "true"}
+    claim = await store.create(RESOURCE_CLAIMS, manifest)
+    if pod_phase:
+        user = await store.create(PODS, pod_naming("user", "named", pod_phase))
+        user["status"] = {"phase": pod_phase}
+        await store.replace_status(PODS, user)
+    offers: list[str] = []
+
+    async def reoffer(c: dict[str, Any]) -> bool:
+        """As `PodUnits.reoffer`: True once it went out with a pod that uses it (any pod)."""
+        if pod_phase:
+            offers.append(c["metadata"]["name"])
+        return bool(pod_phase)
+
+    published: list[bytes] = []
+
+    async def heard(msg: Msg) -> None:
+        published.append(msg.data)
+
+    sub = await nc.subscribe(subjects.claims("default", "named"), cb=heard)
+    writeback = Writeback(nc, store, Publisher(nc), consumer="released-test", reoffer=reoffer)
+    meta = claim["metadata"]
+    ref = claims_pb2.ClaimRef(namespace="default", name="named", uid=meta["uid"])
+    await writeback._released(claims_pb2.Released(claim=ref, reason="deallocated"))
+    await nc.flush()
+    await asyncio.sleep(0.1)
+    await sub.unsubscribe()
+    assert len(offers) == reoffered
+    assert len(published) == alone
+    assert writeback.counts["waiting"] == (1 if consumers_left and not reoffered else 0)
