@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpudra_alloc import AllocatedState, AllocationError, Allocator, DeviceID
-from gpudra_alloc.placement import Choice, Chooser
+from gpudra_alloc.placement import Choice, Chooser, Gang, place_gang
 from gpudra_alloc.placement.groups import reads_only_shared_attributes
 from gpudra_alloc.placement.memo import claims_shape
 from gpudra_alloc.placement.search import copy_state, safe_mask
@@ -394,3 +394,34 @@ def test_prepare_computes_every_nodes_key_ahead_of_the_first_claim() -> None:
     # twins share the node part of their key, other machine types do not
     groups = {name: known.group for name, known in chooser.node_keys.nodes.items()}
     assert len(set(groups.values())) == 2
+
+
+@pytest.mark.parametrize(
+    ("pods", "shape", "match"),
+    [
+        pytest.param(4, "gpu-4-nvl", f"{DRIVER}/cliqueID", id="4x4-one-clique"),
+        pytest.param(2, "gpu-8-nvl", None, id="2x8"),
+        pytest.param(3, "gpu-2", None, id="3x2"),
+    ],
+)
+def test_gangs_are_placed_as_the_plain_chooser_places_them(
+    pods: int, shape: str, match: str | None
+) -> None:
+    """The gang path: scratch states, masks per attribute value, pods one after the other."""
+    slices, nodes = fleet({"dgx-h100": 2, "gb200-tray": 4, "a100-mig": 1})
+    allocator = allocator_of(slices)
+    fast, plain = Chooser(allocator), Chooser(allocator, optimise=False)
+    placed_gangs = 0
+    for round_ in range(3):
+        gang = Gang(f"g{round_}", [[claim(shape, f"g{round_}-p{i}")] for i in range(pods)], match)
+        got = place_gang(allocator, nodes, gang, "topology", fast)
+        want = place_gang(allocator, nodes, gang, "topology", plain)
+        assert got.group == want.group
+        assert got.failed_pod == want.failed_pod
+        assert (got.cost, got.left) == (want.cost, want.left)
+        placed = [(n.name, [r.to_json() for r in rs]) for n, rs in got.pods or []]
+        assert placed == [(n.name, [r.to_json() for r in rs]) for n, rs in want.pods or []]
+        for _, results in got.pods or []:
+            allocator.state.apply(results)
+        placed_gangs += got.pods is not None
+    assert placed_gangs > 0
