@@ -4,8 +4,11 @@ Runs the real services as processes (inventory, allocator replica(s), claim-writ
 mode) against a private nats-server, with simulated node-agents publishing a fleet of DGX H100
 nodes (8 GPUs each). Claims (1 GPU each) are created at a fixed rate through the standalone claim
 store — what `gpudra apply` does — and each is deleted `--lifetime` seconds after its allocation
-appeared, so the fleet sees steady churn. Reported: p50/p90/p99/max of create → allocation written
-(seen by a watch on the claim bucket), sustained claims/s, and how many claims never got one.
+appeared, so the fleet sees steady churn. Before measuring, `--warmup` claims are allocated one
+by one (and deleted), so that start-up (the allocator still reading the fleet's slices, building
+its per-node state) is not counted as claim latency. Reported: p50/p90/p99/max of create →
+allocation written (seen by a watch on the claim bucket), sustained claims/s, and how many claims
+never got one.
 
     python bench/e2e_bench.py --nodes 1000 --claims 2000 --rate 100
 
@@ -99,6 +102,25 @@ class ProfiledCluster(Cluster):
                 service.proc.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux `/proc`; 0 where unreadable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def cpu_by_process(cluster: Cluster, server: NatsServer) -> dict[str, float]:
+    """CPU seconds used so far by every service, the nats-server and this process."""
+    out = {name: cpu_seconds(s.proc.pid) for name, s in cluster.services.items()}
+    proc = getattr(server, "_proc", None)
+    if proc is not None:
+        out["nats-server"] = cpu_seconds(proc.pid)
+    out["bench"] = time.process_time()
+    return out
+
+
 def summarise_profiles(directory: Path, top: int = 30) -> None:
     """Write `<name>.txt` beside every `<name>.prof`: top functions by own and cumulative time."""
     for prof in sorted(directory.glob("*.prof")):
@@ -126,6 +148,23 @@ async def wait_slices(nc: Client, count: int, timeout: float) -> None:
             return
         await asyncio.sleep(0.2)
     raise SystemExit(f"only {status.values} of {count} slices appeared within {timeout}s")
+
+
+async def warm_up(store: KvStore, count: int, timeout: float) -> None:
+    """Allocate (and delete) `count` claims one by one before measuring: the services' slice
+    index may still be reading the fleet the inventory just wrote, and the first decisions build
+    the allocator's per-node state. A control plane that has been running has done all that."""
+    deadline = time.monotonic() + timeout
+    for i in range(count):
+        name = f"warmup-{i:03d}"
+        await store.create(RESOURCE_CLAIMS, claim_manifest(name))
+        while not devices_of(await store.get(RESOURCE_CLAIMS, name, "default")):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"warm-up claim {name} not allocated within {timeout}s")
+            await asyncio.sleep(0.05)
+        await store.delete(RESOURCE_CLAIMS, name, "default")
+    if count:
+        print(f"warmed up with {count} claims")
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -174,9 +213,11 @@ async def run(args: argparse.Namespace) -> int:
                 print(f"delete {name}: {exc}", file=sys.stderr)
 
         watcher = asyncio.create_task(watch())
+        await warm_up(store, args.warmup, timeout=120)
         await asyncio.sleep(1.0)
         interval = 1.0 / args.rate
         bench_profile = cProfile.Profile() if profile_dir is not None else None
+        cpu_before = cpu_by_process(cluster, server)
         cluster.profile(True)
         if bench_profile is not None:
             bench_profile.enable()
@@ -205,10 +246,11 @@ async def run(args: argparse.Namespace) -> int:
                 progress.update(got, completed=len(latency))
                 await asyncio.sleep(0.2)
             progress.update(got, completed=len(latency))
-            if bench_profile is not None:
+            if bench_profile is not None and profile_dir is not None:
                 bench_profile.disable()
                 bench_profile.dump_stats(str(profile_dir / f"bench-{os.getpid()}.prof"))
             cluster.profile(False)
+            cpu_after = cpu_by_process(cluster, server)
             total_time = max(latency.values(), default=0.0) + (
                 max(created.values()) - t0 if created else 0.0
             )
@@ -231,6 +273,18 @@ async def run(args: argparse.Namespace) -> int:
                 f"max {max(values):.1f} ms, mean {statistics.mean(values):.1f} ms"
             )
             print(f"sustained: {len(values) / max(total_time, 1e-9):.1f} claims/s end to end")
+            # CPU time per claim does not depend on what else runs on the machine.
+            per_claim = {
+                name: (cpu_after[name] - cpu_before.get(name, 0.0)) * 1000 / len(values)
+                for name in cpu_after
+            }
+            print(
+                "CPU per claim: "
+                + ", ".join(f"{name} {ms:.2f} ms" for name, ms in per_claim.items())
+                + f" (total {sum(per_claim.values()):.2f} ms; load average "
+                + " ".join(f"{x:.1f}" for x in os.getloadavg())
+                + ")"
+            )
         await nc.drain()
         return 0 if len(values) == args.claims else 1
     finally:
@@ -251,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=1, help="allocator replicas")
     parser.add_argument("--policy", default="first-fit", choices=("first-fit", "topology"))
     parser.add_argument("--drain", type=float, default=60.0, help="seconds to wait at the end")
+    parser.add_argument(
+        "--warmup", type=int, default=20, help="claims allocated one by one before measuring"
+    )
     parser.add_argument(
         "--profile", default="", help="directory for per-process cProfile output (slows all)"
     )
