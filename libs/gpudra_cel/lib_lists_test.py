@@ -6,13 +6,18 @@ estimate bounds and the meter counts."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpudra_cel import CelCompileError, CelEvaluationError, DeviceView, compile_selector
 from gpudra_cel.checker import check
 from gpudra_cel.cost import estimate_cost
+from gpudra_cel.dispatch import dispatch
+from gpudra_cel.library import FUNCTIONS
 from gpudra_cel.runtime_cost import compile_counting
 from gpudra_cel.selector import CountingSelector
 from gpudra_cel.syntax import parse
+from gpudra_cel.values import CelOptional, CelUint
 
 DRV = "dra.example.com"
 A = f'device.attributes["{DRV}"]'
@@ -173,3 +178,43 @@ def test_list_costs_are_metered_within_the_estimate(expression: str, at_least: i
     selector, estimate = _metered(expression)
     assert selector.matches(DEVICE) is True
     assert at_least <= selector.actual_cost(DEVICE) <= estimate
+
+
+_SCALARS = st.one_of(
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(0, 2**64 - 1).map(CelUint),
+    st.floats(allow_nan=True),
+    st.text(max_size=4),
+    st.binary(max_size=4),
+    st.none(),
+)
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4).map(tuple), max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(_VALUES, max_size=6).map(tuple),
+    st.integers(-3, 10),
+    st.integers(-3, 10),
+    st.sampled_from(["slice", "flatten", "reverse", "distinct", "sort", "first", "last", "range"]),
+)
+def test_list_functions_give_a_value_or_a_cel_error(
+    items: tuple[object, ...], a: int, b: int, function: str
+) -> None:
+    overloads = FUNCTIONS["lists.range" if function == "range" else function]
+    arguments: dict[str, list[object]] = {
+        "slice": [items, a, b],
+        "flatten": [items, a],
+        "range": [a * b],
+    }
+    args = arguments.get(function, [items])
+    arity = len(args)  # the checker hands the compiler the overloads of the call's arity
+    fitting = tuple(ov for ov in overloads if len(ov.args) + (ov.target is not None) == arity)
+    try:
+        result = dispatch(function, fitting, args)
+    except CelEvaluationError:
+        return
+    assert isinstance(result, tuple | CelOptional)
+    if function in ("sort", "reverse", "distinct"):
+        assert len(result) <= len(items)  # type: ignore[arg-type]
