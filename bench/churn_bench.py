@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     plot(runs, args.plot, title)
     out = {
-        "config": vars(args) | {"plot": str(args.plot)},
+        "config": vars(args) | {"plot": args.plot.name},  # beside the JSON: no machine path
         "ratio8": round(ratio, 3),
         "policies": results,
     }
