@@ -1,0 +1,167 @@
+"""A claim's life after its last consumer, across the three services (real NATS, processes).
+
+- Standalone mode (the claim-writer records consumers itself): a pod that names a claim gets it
+  allocated and is added to its `reservedFor`; once the pod is deleted the claim is released, its
+  devices are free, and it is NOT allocated again with nobody to use it (it carries
+  `gpudra.io/consumers-left`); a new pod naming it brings it back: allocated, reserved for that pod.
+- Kubernetes mode (the fake API server): a claim that cannot be placed gets a Warning
+  `FailedAllocation` Event whose note is the allocator's explanation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+
+from control_plane.cluster import (
+    UNSCHEDULABLE,
+    Cluster,
+    claim_manifest,
+    claim_or_none,
+    devices_of,
+    publish_nodes,
+    wait_for,
+)
+from control_plane.pod_unit_test import held
+from gpudra_bus import SLICES_BUCKET
+from gpudra_kube.kv_backend import KvStore
+from gpudra_kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
+from gpudra_testing.kubeapi import FakeKubeApi
+
+pytestmark = pytest.mark.slow
+
+CONSUMERS_LEFT = "gpudra.io/consumers-left"
+
+
+async def slices_ready(nc: Client, cluster: Cluster, count: int) -> None:
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+
+    async def enough() -> bool:
+        try:
+            return len(await kv.keys()) >= count
+        except Exception:  # - "no keys yet" is an exception in nats-py
+            return False
+
+    await wait_for(enough, 60, f"{count} slices in the bucket", cluster)
+
+
+def pod_naming(name: str, claim: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulingGates": [{"name": "gpudra.io/allocation"}],
+            "containers": [{"name": "main", "image": "busybox"}],
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
+        },
+    }
+
+
+def consumers(claim: dict[str, Any] | None) -> list[str]:
+    reserved = ((claim or {}).get("status") or {}).get("reservedFor") or []
+    return [str(r.get("name")) for r in reserved]
+
+
+async def test_a_claim_whose_pod_left_waits_for_the_next_pod(nc: Client, cluster: Cluster) -> None:
+    store = KvStore(nc)
+    await publish_nodes(nc, ["node-1"])
+    cluster.start_inventory()
+    cluster.start_allocator()
+    cluster.start_claim_writer()
+    await slices_ready(nc, cluster, 1)
+
+    await store.create(PODS, pod_naming("job-1", "data"))
+    await store.create(RESOURCE_CLAIMS, claim_manifest("data", count=2))
+
+    async def used_by(pod: str) -> dict[str, Any] | None:
+        claim = await claim_or_none(store, "data")
+        return claim if devices_of(claim or {}) and consumers(claim) == [pod] else None
+
+    first = await wait_for(lambda: used_by("job-1"), 60, "data allocated for job-1", cluster)
+    assert await held(nc) == {"default/data"}
+    first_devices = devices_of(first)
+    assert len(first_devices) == 2
+
+    # The job is done: its pod goes. The claim is released and its devices are free ...
+    await store.delete(PODS, "job-1", "default")
+
+    async def released() -> dict[str, Any] | None:
+        claim = await claim_or_none(store, "data")
+        idle = claim is not None and not devices_of(claim) and "default/data" not in await held(nc)
+        return claim if idle else None
+
+    idle = await wait_for(released, 60, "data released and its devices free", cluster)
+    assert consumers(idle) == []
+    assert CONSUMERS_LEFT in (idle["metadata"].get("annotations") or {})
+    # ... and nobody allocates it again: not at the release, not on the allocator's retries
+    # (every second here), not when another claim changes the inventory's use.
+    await store.create(RESOURCE_CLAIMS, claim_manifest("other", count=1))
+    await wait_for(
+        lambda: _allocated(store, "other"), 60, "an unrelated claim allocated meanwhile", cluster
+    )
+    await asyncio.sleep(3.0)
+    still = await claim_or_none(store, "data")
+    assert still is not None
+    assert not devices_of(still), "re-allocated with no consumer"
+    assert await held(nc) == {"default/other"}
+    assert UNSCHEDULABLE not in (still["metadata"].get("annotations") or {})
+
+    # The next pod that names it brings it back, reserved for that pod.
+    await store.create(PODS, pod_naming("job-2", "data"))
+    again = await wait_for(lambda: used_by("job-2"), 60, "data allocated for job-2", cluster)
+    assert len(devices_of(again)) == 2
+    assert await held(nc) == {"default/data", "default/other"}
+    pod = await store.get(PODS, "job-2", "default")
+    assert not pod["spec"].get("schedulingGates"), "the new pod's gate lifted"
+    logs = cluster.logs()
+    assert "Traceback" not in logs, logs
+
+
+async def _allocated(store: KvStore, name: str) -> bool:
+    return bool(devices_of(await claim_or_none(store, name) or {}))
+
+
+async def test_kubernetes_mode_an_unschedulable_claim_gets_a_failed_allocation_event(
+    nc: Client, cluster: Cluster, tmp_path: Path
+) -> None:
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        await publish_nodes(nc, ["node-k"])
+        cluster.start_inventory("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        cluster.start_allocator()
+        cluster.start_claim_writer("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        await slices_ready(nc, cluster, 1)
+        # Nine GPUs on a node of eight: never placed.
+        stored = await api.put(RESOURCE_CLAIMS, claim_manifest("too-big", count=9))
+
+        def failed() -> list[dict[str, Any]]:
+            return [
+                e
+                for e in api.objects(EVENTS)
+                if e.get("reason") == "FailedAllocation"
+                and (e.get("regarding") or {}).get("name") == "too-big"
+            ]
+
+        async def explained() -> list[dict[str, Any]]:
+            return failed()
+
+        (event, *more) = await wait_for(explained, 60, "a FailedAllocation Event", cluster)
+        assert not more, "repeats fold into one Event's series"
+        assert event["type"] == "Warning"
+        assert event["action"] == "Allocate"
+        regarding = event["regarding"]
+        assert regarding["kind"] == "ResourceClaim"
+        assert regarding["uid"] == stored["metadata"]["uid"]
+        assert regarding["namespace"] == "default"
+        claim = next(o for o in api.objects(RESOURCE_CLAIMS) if o["metadata"]["name"] == "too-big")
+        reason = (claim["metadata"].get("annotations") or {}).get(UNSCHEDULABLE, "")
+        assert reason, "the claim says why too"
+        assert event["note"][:60] == reason[:60], (event["note"], reason)
+        assert not devices_of(claim)
+        logs = cluster.logs()
+        assert "Traceback" not in logs, logs
