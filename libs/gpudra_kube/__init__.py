@@ -3,11 +3,18 @@ with two backends — `ApiStore` (a kube-apiserver via kubernetes-asyncio) and `
 mode: the same JSON objects in NATS JetStream KV buckets) — plus `informer` (list + watch that
 resumes and relists), `ClaimStore` (the claim, slice and pod operations services need, with
 conflict handling) and `EventRecorder` (Kubernetes Events, deduplicated into series).
+
+Importing the package (or any module in it) does not import kubernetes-asyncio (well over half a
+second): `ApiStore` and `load_api_client` are loaded from `gpudra_kube.api_backend` on first
+access (PEP 562), so standalone users (KV backend only) never pay for the API client. Type
+checkers see them as ordinary imports.
 """
 
 from __future__ import annotations
 
-from gpudra_kube.api_backend import ApiStore, load_api_client
+import importlib
+from typing import TYPE_CHECKING
+
 from gpudra_kube.claims import (
     DELETE_PROTECTION_FINALIZER,
     SCHEDULING_GATE,
@@ -42,6 +49,26 @@ from gpudra_kube.resources import (
     Resource,
 )
 from gpudra_kube.store import EventType, ObjectList, Store, WatchEvent
+
+# Names loaded on first access, by the module that defines them.
+_LAZY = {"ApiStore": "gpudra_kube.api_backend", "load_api_client": "gpudra_kube.api_backend"}
+
+if TYPE_CHECKING:
+    # Type checkers see plain imports, and no module `__getattr__`: a misspelt name stays an error.
+    from gpudra_kube.api_backend import ApiStore, load_api_client
+else:
+
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "ALL_RESOURCES",
