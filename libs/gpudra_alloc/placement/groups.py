@@ -22,16 +22,20 @@ with names taken out:
 - the NVLink domains of the node held by the whole-domain reserve (passed in by the chooser).
 
 A node whose selectors fail on some device (a CEL run-time error names the device) gets a key of
-its own. What is not in the key must not be read by the search or the score: the node name,
+its own. Under the allocator's own state (no shares or consumed capacity, no held domains) the keys
+of a node list are kept between calls and only nodes whose pool version moved are looked at again
+(`_Tracked`); otherwise every node's key is assembled from its remembered parts. What is not in the key must not be read by the search or the score: the node name,
 pool names, slice names and node-unique attribute values. `groups_test.py` perturbs each device
 field and checks that the score changes only when the key does.
 """
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from gpudra_alloc.allocator import Allocator
@@ -309,6 +313,8 @@ class NodeKeys:
     _next_id: int = 0
     _lists: dict[tuple[str, ...], tuple[list[Node], list[_Node]]] = field(default_factory=dict)
     _last: tuple[list[Node], list[_Node]] | None = None
+    # (id of a node-record list, reads id) -> its kept keys (`distinct`'s fast path)
+    _tracking: dict[tuple[int, int], _Tracked] = field(default_factory=dict)
     _slices: int = -1
 
     def keys(
@@ -340,6 +346,10 @@ class NodeKeys:
         """(index, key) of the first node of each key, and of every node keyed None, in the
         order of `nodes`: the nodes the chooser must score (the others tie with an earlier
         node of their key and lose on node order)."""
+        if not held and state is self.allocator.state:
+            tracked = self._tracked(nodes, claims, shape, state)
+            if tracked is not None:
+                return tracked.firsts()
         firsts: dict[Hashable, int] = {}
         self._keys(nodes, claims, shape, state, held, firsts)
         # a node keyed None stands for itself: (None, index) equals no other key
@@ -357,15 +367,7 @@ class NodeKeys:
         held: dict[str, frozenset[str]],
         firsts: dict[Hashable, int] | None,
     ) -> list[Hashable | None]:
-        if shape in self.reads:
-            reads, reads_id = self.reads[shape]
-        else:
-            if len(self.reads) >= 1024:
-                self.reads.clear()
-                self._reads_ids.clear()  # ids are never reused: nodes' entries just miss
-            reads = shape_reads(self.allocator, claims)
-            reads_id = self._new_id(self._reads_ids, reads)
-            self.reads[shape] = (reads, reads_id)
+        reads, reads_id = self._reads_of(shape, claims)
         known_list = self._known(nodes)
         ref = self.allocator.state
         ref_devices = ref.devices
@@ -445,6 +447,56 @@ class NodeKeys:
             return None
         return {(d.driver, d.pool) for d in state.devices ^ ref_devices}
 
+    def _reads_of(
+        self, shape: Shape, claims: Sequence[ResourceClaim]
+    ) -> tuple[ShapeReads | None, int]:
+        if shape in self.reads:
+            return self.reads[shape]
+        if len(self.reads) >= 1024:
+            self.reads.clear()
+            self._reads_ids.clear()  # ids are never reused: nodes' entries just miss
+        reads = shape_reads(self.allocator, claims)
+        reads_id = self._new_id(self._reads_ids, reads)
+        self.reads[shape] = (reads, reads_id)
+        return reads, reads_id
+
+    def _tracked(
+        self,
+        nodes: Sequence[Node],
+        claims: Sequence[ResourceClaim],
+        shape: Shape,
+        state: AllocatedState,
+    ) -> _Tracked | None:
+        """The kept keys of `nodes` for `shape` under the allocator's own state, brought up to
+        date; None when they cannot be kept (shares or capacity in use, multi-pool nodes)."""
+        devices = state.devices
+        if not isinstance(devices, InUseDevices) or state.capacity or state.shared:
+            return None
+        _, reads_id = self._reads_of(shape, claims)
+        known_list = self._known(nodes)
+        entry = self._tracking.get((id(known_list), reads_id))
+        if entry is not None and entry.known is known_list and entry.devices is devices:
+            entry.update(self, reads_id)
+            return entry
+        if any(len(k.pool_keys) != 1 for k in known_list):
+            return None
+        keys = self._keys(nodes, claims, shape, state, {}, None)
+        if len(self._tracking) >= MAX_LISTS:
+            self._tracking.clear()
+        entry = _Tracked(known_list, devices, keys)
+        self._tracking[(id(known_list), reads_id)] = entry
+        return entry
+
+    def _refresh(self, known: _Node, reads_id: int, version: int) -> int | None:
+        """A node's key after its pool's version moved to `version` (allocator's state)."""
+        shape_id = known.shapes[reads_id]
+        if shape_id is None:
+            return None
+        known.devices = self.allocator.state.devices
+        known.versions = version
+        known.state = self._state_id(state_part(known.pools, self.allocator.state))
+        return shape_id << _SHIFT | known.state
+
     def _known(self, nodes: Sequence[Node]) -> list[_Node]:
         """The per-node records of `nodes`, kept per list of node names until slices change."""
         generation = len(self.allocator.slices)
@@ -499,3 +551,71 @@ class NodeKeys:
             self._next_id += 1
             table[part] = found
         return found
+
+
+_BLOCK = 256  # nodes compared at once when looking for the ones whose version moved
+
+
+class _Tracked:
+    """Keys of one node list for one claim shape under the allocator's own in-use set, kept up
+    to date by recomputing only the nodes whose pool version moved since the last call, with
+    the first index of every key found from a heap per key (stale entries dropped lazily)."""
+
+    def __init__(self, known: list[_Node], devices: InUseDevices, keys: list[Hashable | None]):
+        self.known = known  # held: the cache is keyed by its id
+        self.devices = devices
+        self.pool_keys = [k.pool_keys[0] for k in known]
+        self.versions = list(map(devices.pool_version.get, self.pool_keys, repeat(0)))
+        self.keys = keys
+        self.solo = [i for i, key in enumerate(keys) if key is None]
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        self.buckets: dict[Hashable, list[int]] = {}
+        for index, key in enumerate(self.keys):
+            if key is not None:
+                self.buckets.setdefault(key, []).append(index)  # ascending: already a heap
+        self.entries = len(self.keys)
+
+    def update(self, owner: NodeKeys, reads_id: int) -> None:
+        now = list(map(self.devices.pool_version.get, self.pool_keys, repeat(0)))
+        before = self.versions
+        if now == before:
+            return
+        keys = self.keys
+        for start in range(0, len(now), _BLOCK):
+            if now[start : start + _BLOCK] == before[start : start + _BLOCK]:
+                continue
+            for index in range(start, min(start + _BLOCK, len(now))):
+                if now[index] != before[index]:
+                    key = owner._refresh(self.known[index], reads_id, now[index])
+                    if key != keys[index]:
+                        keys[index] = key
+                        if key is not None:
+                            heapq.heappush(self.buckets.setdefault(key, []), index)
+                            self.entries += 1
+        self.versions = now
+        if self.entries > 4 * len(keys):
+            self._rebuild()
+
+    def firsts(self) -> list[tuple[int, Hashable | None]]:
+        """(first index, key) per key and (index, None) per node keyed None, by index."""
+        keys = self.keys
+        out: list[tuple[int, Hashable | None]] = [(i, None) for i in self.solo]
+        empty = []
+        for key, heap in self.buckets.items():
+            while heap and keys[heap[0]] != key:
+                heapq.heappop(heap)
+                self.entries -= 1
+            if heap:
+                out.append((heap[0], key))
+            else:
+                empty.append(key)
+        for key in empty:
+            del self.buckets[key]
+        out.sort(key=_first)
+        return out
+
+
+def _first(item: tuple[int, Hashable | None]) -> int:
+    return item[0]

@@ -9,7 +9,7 @@ import pytest
 
 from gpudra_alloc import AllocatedState, AllocationError, Allocator, DeviceID
 from gpudra_alloc.placement import Choice, Chooser, Gang, place_gang
-from gpudra_alloc.placement.groups import reads_only_shared_attributes
+from gpudra_alloc.placement.groups import NodeKeys, reads_only_shared_attributes
 from gpudra_alloc.placement.memo import claims_shape
 from gpudra_alloc.placement.search import copy_state, safe_mask
 from gpudra_alloc.workload import SHAPES, Fleet, build_fleet, device_classes, resource_claim
@@ -425,3 +425,39 @@ def test_gangs_are_placed_as_the_plain_chooser_places_them(
             allocator.state.apply(results)
         placed_gangs += got.pods is not None
     assert placed_gangs > 0
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, id=f"seed{s}") for s in (1, 2, 3)])
+def test_kept_keys_follow_every_change_of_the_state(seed: int) -> None:
+    """`distinct` keeps its keys between calls and looks again only at nodes whose pool
+    version moved: after any sequence of takes and releases (states left and come back to)
+    it answers what a fresh pass over every node answers."""
+    rng = random.Random(seed)
+    slices, nodes = fleet({"dgx-h100": 12, "l4-pcie": 4, "gb200-tray": 3})
+    rng.shuffle(nodes)
+    allocator = allocator_of(slices)
+    keys = Chooser(allocator).node_keys
+    pods = {s: [claim(s, "x")] for s in ("gpu-1", "gpu-4-nvl")}
+    devices = [
+        e.id
+        for n in nodes
+        for p in allocator.pools_for(n)
+        for entries in p.device_entries()
+        for e in entries
+    ]
+    for _ in range(60):
+        for device in rng.sample(devices, rng.randint(1, 4)):
+            if device in allocator.state.devices:
+                allocator.state.devices.discard(device)
+            else:
+                allocator.state.devices.add(device)
+        for pod in pods.values():
+            shape = claims_shape(pod)
+            assert shape is not None
+            kept = keys.distinct(nodes, pod, shape, allocator.state, {})
+            fresh = NodeKeys(allocator).keys(nodes, pod, shape, allocator.state, {})
+            firsts: dict[object, int] = {}
+            for index, key in enumerate(fresh):
+                firsts.setdefault(key if key is not None else ("solo", index), index)
+            assert [i for i, _ in kept] == sorted(firsts.values())
+    assert keys._tracking  # the kept path was the one taken
