@@ -32,13 +32,13 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from gpudra_bus import StreamConfigError, translate
+from gpudra_inventory.nats_errors import NATS_ERRORS, wrong_revision
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +47,7 @@ LEASE_KEY = "inventory"
 # Fraction of the TTL a holder trusts its lease for after the start of a renewal: the rest
 # absorbs clock-rate differences and the time between a write check and the write itself.
 SAFETY = 0.75
-_NATS = (nats.errors.Error, OSError, TimeoutError)
-# JetStream's "wrong last sequence" answers to a revision-checked publish.
-_WRONG_LAST = (10071, 10164)
 _ERR_STREAM_NAME_IN_USE = 10058
-
-
-def _wrong_revision(exc: BaseException) -> bool:
-    return isinstance(exc, nats.js.errors.KeyWrongLastSequenceError) or (
-        isinstance(exc, nats.js.errors.APIError) and exc.err_code in _WRONG_LAST
-    )
 
 
 async def ensure_lease_bucket(js: JetStreamContext, ttl: float, *, replicas: int = 1) -> KeyValue:
@@ -75,7 +66,7 @@ async def ensure_lease_bucket(js: JetStreamContext, ttl: float, *, replicas: int
     except nats.js.errors.BadRequestError as exc:
         if exc.err_code != _ERR_STREAM_NAME_IN_USE:
             raise StreamConfigError(f"creating bucket {LEASE_BUCKET}: {exc}") from exc
-    except _NATS as exc:
+    except NATS_ERRORS as exc:
         raise translate(exc, f"creating bucket {LEASE_BUCKET}") from exc
     stream = f"KV_{LEASE_BUCKET}"
     try:
@@ -88,7 +79,7 @@ async def ensure_lease_bucket(js: JetStreamContext, ttl: float, *, replicas: int
         return await js.key_value(LEASE_BUCKET)
     except nats.js.errors.APIError as exc:
         raise StreamConfigError(f"bucket {LEASE_BUCKET} cannot be reconciled: {exc}") from exc
-    except _NATS as exc:
+    except NATS_ERRORS as exc:
         raise translate(exc, f"opening bucket {LEASE_BUCKET}") from exc
 
 
@@ -141,7 +132,7 @@ class Lease:
                 self._revision = revision
                 self.epoch += 1
                 log.info("lease %s acquired by %s (epoch %d)", self._key, self.holder, self.epoch)
-        except _NATS as exc:
+        except NATS_ERRORS as exc:
             log.warning("lease %s not renewed (%s: %s)", self._key, type(exc).__name__, exc)
             return self.held()
         self._valid_until = started + self.ttl * SAFETY
@@ -174,7 +165,7 @@ class Lease:
             entry = await self._kv.get(self._key)
         except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
             return None
-        except _NATS as exc:
+        except NATS_ERRORS as exc:
             raise translate(exc, f"reading lease {self._key}") from exc
         return _holder_of(entry.value)
 
@@ -196,9 +187,9 @@ class Lease:
         try:
             await self._kv.delete(self._key, last=revision)
             log.info("lease %s released by %s", self._key, self.holder)
-        except _NATS as exc:
+        except NATS_ERRORS as exc:
             # Someone else's now, or NATS is away: the key expires by itself.
-            level = logging.INFO if _wrong_revision(exc) else logging.WARNING
+            level = logging.INFO if wrong_revision(exc) else logging.WARNING
             log.log(level, "lease %s not released (%s); it expires by itself", self._key, exc)
 
 

@@ -60,6 +60,7 @@ from gpudra_inventory.drift import DRIFT_SUMMARY, summarize, to_struct
 from gpudra_inventory.errors import NotLeaderError
 from gpudra_inventory.lease import Lease
 from gpudra_inventory.mirror import SliceMirror
+from gpudra_inventory.nats_errors import NATS_ERRORS
 from gpudra_inventory.pools import Change, PoolBook
 from gpudra_inventory.settings import Settings
 from gpudra_inventory.writer import SliceWriter
@@ -69,7 +70,6 @@ from gpudrapb.v1 import inventory_pb2 as pb
 log = logging.getLogger(__name__)
 
 NODE_INVENTORY: Codec[pb.NodeInventory] = Codec(pb.NodeInventory)
-_NATS = (nats.errors.Error, OSError, TimeoutError)
 
 _BATCH = 64
 # A replica's own consumer outlives a crash of the replica by this long (seconds).
@@ -178,11 +178,11 @@ class InventoryService:
     async def _resubscribe(
         self, sub: JetStreamContext.PullSubscription
     ) -> JetStreamContext.PullSubscription:
-        with contextlib.suppress(*_NATS):
+        with contextlib.suppress(*NATS_ERRORS):
             await sub.unsubscribe()
         try:
             fresh = await self._subscribe()
-        except _NATS as exc:
+        except NATS_ERRORS as exc:
             log.warning("cannot re-create the inventory consumer (%s); retrying", exc)
             return sub
         log.info("inventory consumer %s re-created", self.consumer)
@@ -234,9 +234,9 @@ class InventoryService:
                 elif not lease_task.cancelled() and lease_task.exception() is not None:
                     log.error("the lease task had failed: %r", lease_task.exception())
                 self._lease_task = None
-            with contextlib.suppress(*_NATS):
+            with contextlib.suppress(*NATS_ERRORS):
                 await sub.unsubscribe()
-            with contextlib.suppress(*_NATS):
+            with contextlib.suppress(*NATS_ERRORS):
                 await self._nc.jetstream().delete_consumer(INVENTORY_STREAM, self.consumer)
             if self._lease is not None:
                 await self._lease.release()
@@ -332,12 +332,12 @@ class InventoryService:
                     await self._dead.send(msg.subject, msg.data, msg.headers, exc)
                 except BusRetryableError as send_exc:
                     log.warning("inventory on %s deferred: %s", msg.subject, send_exc)
-                    with contextlib.suppress(*_NATS):
+                    with contextlib.suppress(*NATS_ERRORS):
                         await msg.nak(delay=1.0)
                     return
             else:
                 log.warning("skipping inventory on %s: %s", msg.subject, exc)
-        with contextlib.suppress(*_NATS):
+        with contextlib.suppress(*NATS_ERRORS):
             await msg.ack()
 
     async def handle(self, msg: Msg) -> None:
@@ -365,7 +365,7 @@ class InventoryService:
         try:
             with tracing.publish_span(subjects.DRIFT, size=len(data)):
                 await self._nc.publish(subjects.DRIFT, data, headers=tracing.inject(headers))
-        except _NATS as exc:
+        except NATS_ERRORS as exc:
             # The summary is recomputed on the next change; losing one is harmless.
             log.warning("drift summary not published: %s", exc)
         except BusError as exc:

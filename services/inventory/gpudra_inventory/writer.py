@@ -21,25 +21,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import nats.errors
-import nats.js.errors
 from nats.js.kv import KeyValue
 
 from gpudra_bus import translate
 from gpudra_inventory.errors import NotLeaderError
+from gpudra_inventory.nats_errors import NATS_ERRORS, wrong_revision
 from gpudra_inventory.pools import node_of
 
 log = logging.getLogger(__name__)
 
-_NATS = (nats.errors.Error, OSError, TimeoutError)
-_WRONG_LAST = (10071, 10164)
 _READ_TRIES = 5
-
-
-def _conflict(exc: BaseException) -> bool:
-    return isinstance(exc, nats.js.errors.KeyWrongLastSequenceError) or (
-        isinstance(exc, nats.js.errors.APIError) and exc.err_code in _WRONG_LAST
-    )
 
 
 def _always() -> bool:
@@ -65,7 +56,7 @@ class SliceWriter:
             slices = await self._read_once()
             try:
                 stored = (await self._kv.status()).values
-            except _NATS as exc:
+            except NATS_ERRORS as exc:
                 raise translate(exc, "reading the slices bucket's status") from exc
             if len(self.revisions) >= stored:
                 return slices
@@ -95,7 +86,7 @@ class SliceWriter:
                     nodes.setdefault(node, set()).add(entry.key)
                 slices.append(s)
             await watcher.stop()  # type: ignore[no-untyped-call]
-        except _NATS as exc:
+        except NATS_ERRORS as exc:
             raise translate(exc, "reading slices") from exc
         self.revisions, self.nodes = revisions, nodes
         return slices
@@ -117,8 +108,8 @@ class SliceWriter:
                     revision = await self._kv.create(name, data)
                 else:
                     revision = await self._kv.update(name, data, last=last)
-            except _NATS as exc:
-                if _conflict(exc):
+            except NATS_ERRORS as exc:
+                if wrong_revision(exc):
                     raise NotLeaderError(f"slice {name} was written by another process") from exc
                 raise translate(exc, f"writing slice {name}") from exc
             self.revisions[name] = revision
@@ -130,8 +121,8 @@ class SliceWriter:
             self._check(f"deletion of slice {name}")
             try:
                 await self._kv.delete(name, last=self.revisions.get(name))
-            except _NATS as exc:
-                if _conflict(exc):
+            except NATS_ERRORS as exc:
+                if wrong_revision(exc):
                     raise NotLeaderError(f"slice {name} was written by another process") from exc
                 raise translate(exc, f"deleting slice {name}") from exc
             # The delete marker's revision is unknown here; `create` re-reads it if needed.
