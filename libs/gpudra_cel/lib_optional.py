@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpudra_cel.access import has_field, index_value, select_value
+from gpudra_cel.calls import raiser
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.operators import Fn
 from gpudra_cel.values import CelOptional, CelUint, Failed, map_lookup, no_overload, type_name
@@ -152,25 +153,20 @@ def optional_method(name: str, target: Fn, arg: Fn | None) -> Fn:
     `optional_type(T)` (so it is a `CelOptional` at run time): no overload dispatch."""
     if name == "hasValue":
         return lambda act: target(act).has_value  # type: ignore[attr-defined]
+    # `value()` is `orValue()` whose alternative fails with the dereference error.
     if name == "value":
-
-        def value(act: list[object]) -> object:
-            opt = target(act)
-            if opt.has_value:  # type: ignore[attr-defined]
-                return opt.value  # type: ignore[attr-defined]
-            raise CelEvaluationError(_DEREFERENCE)
-
-        return value
+        arg = raiser(CelEvaluationError(_DEREFERENCE))
     assert arg is not None
     # cel-go short-circuits both: the alternative is evaluated only for a none target, so
     # `o.orValue(1 / 0)` is o's value when it has one.
-    if name == "orValue":
+    if name in ("value", "orValue"):
+        alternative = arg
 
         def or_value(act: list[object]) -> object:
             opt = target(act)
             if opt.has_value:  # type: ignore[attr-defined]
                 return opt.value  # type: ignore[attr-defined]
-            return arg(act)
+            return alternative(act)
 
         return or_value
 
