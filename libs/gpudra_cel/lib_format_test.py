@@ -5,6 +5,7 @@ through compiled selectors and directly on values the CEL syntax cannot write.""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +16,9 @@ from gpudra_api.semver import Semver
 from gpudra_cel import CelCompileError, CelEvaluationError, DeviceView, compile_selector
 from gpudra_cel.lib_format import format_string, quote
 from gpudra_cel.values import CelUint
+
+if TYPE_CHECKING:
+    from gpudra_cel.conftest import Matches
 
 DRV = "dra.example.com"
 A = f'device.attributes["{DRV}"]'
@@ -153,13 +157,8 @@ def test_format_errors(text: str, args: list[object], message: str) -> None:
         pytest.param('dyn(["a", {}]).join() == ""', "join: invalid input: {}", id="join-v2-map"),
     ],
 )
-def test_format_in_selectors(expression: str, expected: bool | str) -> None:
-    selector = compile_selector(expression)
-    if isinstance(expected, bool):
-        assert selector.matches(DEVICE) is expected
-    else:
-        with pytest.raises(CelEvaluationError, match=expected):
-            selector.matches(DEVICE)
+def test_format_in_selectors(expression: str, expected: bool | str, matches: Matches) -> None:
+    matches(compile_selector(expression), DEVICE, expected)
 
 
 @pytest.mark.parametrize(
