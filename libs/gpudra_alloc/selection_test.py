@@ -16,28 +16,27 @@ from gpudra_cel import CelOptions
 DRV = "gpu.nvidia.com"
 A = f'device.attributes["{DRV}"]'
 NODE = Node("n1")
-SLICE = parse_resource_slice(
-    {
-        "metadata": {"name": "n1"},
-        "spec": {
-            "driver": DRV,
-            "nodeName": "n1",
-            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
-            "devices": [
-                {
-                    "name": f"gpu-{i}",
-                    "allowMultipleAllocations": i == 0,
-                    "attributes": {
-                        "index": {"int": i},
-                        "cliques": {"strings": [f"c{i}", "shared"]},
-                        "lanes": {"ints": list(range(40))},
-                    },
-                }
-                for i in range(2)
-            ],
-        },
-    }
-)
+SLICE_DOC = {
+    "metadata": {"name": "n1"},
+    "spec": {
+        "driver": DRV,
+        "nodeName": "n1",
+        "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+        "devices": [
+            {
+                "name": f"gpu-{i}",
+                "allowMultipleAllocations": i == 0,
+                "attributes": {
+                    "index": {"int": i},
+                    "cliques": {"strings": [f"c{i}", "shared"]},
+                    "lanes": {"ints": list(range(40))},
+                },
+            }
+            for i in range(2)
+        ],
+    },
+}
+SLICE = parse_resource_slice(SLICE_DOC)
 CLAIM = parse_resource_claim(
     {
         "metadata": {"name": "c"},
@@ -143,22 +142,6 @@ def _problem(expression: str, features: list[str] | None) -> dict[str, Any]:
     return problem
 
 
-SLICE_DOC = {
-    "metadata": {"name": "n1"},
-    "spec": {
-        "driver": DRV,
-        "nodeName": "n1",
-        "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
-        "devices": [
-            {
-                "name": f"gpu-{i}",
-                "allowMultipleAllocations": i == 0,
-                "attributes": {"cliques": {"strings": [f"c{i}", "shared"]}},
-            }
-            for i in range(2)
-        ],
-    },
-}
 DEFAULTS = None  # no "features" key: Kubernetes 1.37's defaults (ListTypeAttributes off)
 LISTS = ["ConsumableCapacity", "ListTypeAttributes"]
 
