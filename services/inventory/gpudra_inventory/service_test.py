@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -61,14 +62,24 @@ async def eventually(check: Any, timeout: float = 10.0) -> Any:
     raise AssertionError("condition not reached")
 
 
-async def test_inventory_to_slices_taint_and_dead_letters(nc: Client) -> None:
-    now = [1_000_000.0]
-    kv = await nc.jetstream().key_value(SLICES_BUCKET)
-    service = InventoryService(nc, kv, Settings(heartbeat_timeout=30.0), clock=lambda: now[0])
+@contextlib.asynccontextmanager
+async def running(service: InventoryService) -> AsyncIterator[InventoryService]:
+    """`service` loaded and running until the block ends, then stopped and awaited."""
     await service.load()
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
     try:
+        yield service
+    finally:
+        stop.set()
+        await task
+
+
+async def test_inventory_to_slices_taint_and_dead_letters(nc: Client) -> None:
+    now = [1_000_000.0]
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+    service = InventoryService(nc, kv, Settings(heartbeat_timeout=30.0), clock=lambda: now[0])
+    async with running(service):
         publisher = Publisher(nc)
         inv = inventory("node-x")
         await publisher.publish(subjects.inventory("node-x"), inv, NODE_INVENTORY)
@@ -108,9 +119,6 @@ async def test_inventory_to_slices_taint_and_dead_letters(nc: Client) -> None:
             and d["taints"][0]["effect"] == "NoSchedule"
             for d in s["spec"]["devices"]
         )
-    finally:
-        stop.set()
-        await task
 
 
 async def test_standby_stays_warm_and_takes_over_with_higher_generations(nc: Client) -> None:
@@ -249,10 +257,7 @@ async def test_a_leader_cut_off_from_its_lease_stops_writing_before_the_standby_
 async def test_a_lost_consumer_is_re_created(nc: Client) -> None:
     kv = await nc.jetstream().key_value(SLICES_BUCKET)
     service = InventoryService(nc, kv, Settings())
-    await service.load()
-    stop = asyncio.Event()
-    task = asyncio.create_task(service.run(stop))
-    try:
+    async with running(service):
         publisher = Publisher(nc)
         inv = inventory("node-x")
         await publisher.publish(subjects.inventory("node-x"), inv, NODE_INVENTORY)
@@ -265,9 +270,6 @@ async def test_a_lost_consumer_is_re_created(nc: Client) -> None:
         await eventually(lambda: _true(service.changes == 2))
         (s,) = (await eventually(lambda: slices(kv))).values()
         assert len(s["spec"]["devices"]) == 4
-    finally:
-        stop.set()
-        await task
 
 
 async def test_a_replica_whose_lease_task_died_is_not_alive(nc: Client) -> None:
