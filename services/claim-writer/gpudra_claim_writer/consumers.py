@@ -22,8 +22,10 @@ an allocation that kube-controller-manager cleared because the claim's last cons
 made again only when a pod that references the claim is scheduled. gpudra follows: a claim seen
 allocated *with* consumers (`had_consumers`) whose allocation is then cleared gets the annotation
 `gpudra.io/consumers-left` (`with_consumers_left`, written by the intake before it reports the
-deallocation) and from then on is offered to the allocator only with a pod that can run and uses
-it (`pod_waiting_for`), never alone. The annotation is never removed: once consumed, a claim is
+deallocation) and from then on is offered to the allocator only with a pod that uses it
+(`pod_waiting_for`), never alone; a finished pod still counts at the release for now, since the
+pod watch (`events.PodUnits`) keeps finished pods and would make one the claim's home, so that a
+pod created later would wait behind it. The annotation is never removed: once consumed, a claim is
 always allocated for a pod. A claim that never had a consumer (`gpudra apply` of bare claims, the
 demo) is still allocated eagerly, and so is one whose allocation was cleared while nobody used it.
 """
@@ -76,11 +78,14 @@ def uses(pod: dict[str, Any], name: str) -> bool:
     return is_active(pod) and name in (pod_claim_names(pod) or ())
 
 
-async def pod_waiting_for(store: Store, claim: dict[str, Any]) -> bool:
-    """A pod that may run (`is_active`) names the claim (one list of its namespace's pods)."""
+async def pod_waiting_for(store: Store, claim: dict[str, Any], *, may_run: bool = True) -> bool:
+    """A pod names the claim (one list of its namespace's pods): one that may run (`is_active`),
+    or with `may_run=False` any pod, finished ones too."""
     meta = claim.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
     listed = await store.list(PODS, namespace)
+    if not may_run:
+        return any(name in (pod_claim_names(pod) or ()) for pod in listed.items)
     return any(uses(pod, name) for pod in listed.items)
 
 

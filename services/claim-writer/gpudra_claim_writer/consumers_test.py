@@ -223,20 +223,23 @@ def test_had_consumers(status: dict[str, Any], had: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("pods", "waiting"),
+    ("pods", "may_run", "waiting"),
     [
-        pytest.param([], False, id="no-pod"),
-        pytest.param([("p", "c", "Running")], True, id="running-pod"),
-        pytest.param([("p", "c", "Succeeded")], False, id="finished-pod"),
-        pytest.param([("p", "other", "Pending")], False, id="pod-of-another-claim"),
-        pytest.param([("p", "c", "Failed"), ("q", "c", "Pending")], True, id="a-new-pod-beside"),
+        pytest.param([], True, False, id="no-pod"),
+        pytest.param([("p", "c", "Running")], True, True, id="running-pod"),
+        pytest.param([("p", "c", "Succeeded")], True, False, id="finished-pod"),
+        pytest.param([("p", "c", "Succeeded")], False, True, id="finished-pod-counted"),
+        pytest.param([("p", "other", "Pending")], False, False, id="pod-of-another-claim"),
+        pytest.param(
+            [("p", "c", "Failed"), ("q", "c", "Pending")], True, True, id="a-new-pod-beside"
+        ),
     ],
 )
 async def test_pod_waiting_for(
-    store: KvStore, pods: list[tuple[str, str, str]], waiting: bool
+    store: KvStore, pods: list[tuple[str, str, str]], may_run: bool, waiting: bool
 ) -> None:
     for name, claim_name, phase in pods:
         created = await store.create(PODS, pod(name, claim_name))
         created["status"] = {"phase": phase}
         await store.replace_status(PODS, created)
-    assert await pod_waiting_for(store, claim("c")) is waiting
+    assert await pod_waiting_for(store, claim("c"), may_run=may_run) is waiting
