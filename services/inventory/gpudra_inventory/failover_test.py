@@ -24,12 +24,12 @@ import nats.js.errors
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
-from nats.js.kv import KeyValue
 
 from gpudra_bus import SLICES_BUCKET, Publisher, connect, ensure_buckets, ensure_streams, subjects
 from gpudra_inventory.lease import LEASE_BUCKET, LEASE_KEY
 from gpudra_inventory.pools_test import inventory
 from gpudra_inventory.service import NODE_INVENTORY
+from gpudra_inventory.writer_test import stored_revisions
 from gpudra_standalone.nats_server import NatsServer
 
 TTL = 1.5
@@ -134,25 +134,6 @@ async def holder(nc: Client) -> str | None:
     return name if isinstance(name, str) else None
 
 
-async def written(kv: KeyValue) -> dict[str, tuple[int, int]]:
-    """Slice name -> (revision, pool generation). nats-py's key listing can lose a race with the
-    first message and report no keys at all; every caller expects some, so ask again."""
-    for _ in range(50):
-        try:
-            keys = await kv.keys()
-            break
-        except nats.js.errors.NoKeysError:
-            await asyncio.sleep(0.02)
-    else:
-        return {}
-    out = {}
-    for key in keys:
-        entry = await kv.get(key)
-        generation = json.loads(entry.value or b"{}")["spec"]["pool"]["generation"]
-        out[key] = (entry.revision or 0, generation)
-    return out
-
-
 async def test_kill_9_of_the_leader_hands_over_with_higher_generations(
     nc: Client, fresh_nats_server: NatsServer, replicas: dict[str, Replica], tmp_path: Path
 ) -> None:
@@ -169,22 +150,22 @@ async def test_kill_9_of_the_leader_hands_over_with_higher_generations(
     assert await holder(nc) == "a"
     assert (replicas["a"].role(), replicas["b"].role()) == ("leader", "standby")
 
-    first = await written(kv)
+    first = await stored_revisions(kv)
     (old,) = {g for _, g in first.values()}
     assert len(first) == 2
     await asyncio.sleep(TTL)  # the standby, caught up, must not write
-    assert await written(kv) == first
+    assert await stored_revisions(kv) == first
 
     replicas["a"].proc.send_signal(signal.SIGKILL)
     replicas["a"].proc.wait(timeout=20)
 
     async def taken_over() -> bool:
-        now = await written(kv)
+        now = await stored_revisions(kv)
         return await holder(nc) == "b" and len(now) == 2 and all(g > old for _, g in now.values())
 
     took = await until(taken_over, TAKEOVER_BOUND, "takeover by replica b")
     print(f"takeover after kill -9: {took:.2f} s (lease TTL {TTL} s)")
-    after = await written(kv)
+    after = await stored_revisions(kv)
     assert set(after) == set(first)
     assert {g for _, g in after.values()} == {old + 1}
     assert replicas["b"].ready()

@@ -33,9 +33,9 @@ def piece(node: str, index: int, generation: int) -> dict[str, Any]:
     }
 
 
-async def stored(kv: KeyValue) -> dict[str, int]:
-    """Slice name -> generation. nats-py's key listing can lose a race with the first message and
-    report no keys at all; these tests always expect some, so ask again."""
+async def stored_revisions(kv: KeyValue) -> dict[str, tuple[int, int]]:
+    """Slice name -> (revision, pool generation). nats-py's key listing can lose a race with the
+    first message and report no keys at all; every caller expects some, so ask again."""
     for _ in range(50):
         try:
             keys = await kv.keys()
@@ -46,8 +46,15 @@ async def stored(kv: KeyValue) -> dict[str, int]:
         return {}
     out = {}
     for key in keys:
-        out[key] = json.loads((await kv.get(key)).value or b"")["spec"]["pool"]["generation"]
+        entry = await kv.get(key)
+        generation = json.loads(entry.value or b"{}")["spec"]["pool"]["generation"]
+        out[key] = (entry.revision or 0, generation)
     return out
+
+
+async def stored(kv: KeyValue) -> dict[str, int]:
+    """Slice name -> pool generation."""
+    return {key: generation for key, (_, generation) in (await stored_revisions(kv)).items()}
 
 
 async def test_sync_writes_the_pool_and_deletes_stale_slices(
