@@ -15,8 +15,14 @@ never got one.
 `--profile DIR` runs every service under cProfile (a `sitecustomize` hook put on the services'
 PYTHONPATH; the bench's own process is profiled too) and writes `<service>-<pid>.prof` plus a
 `.txt` summary (top functions by own time and by cumulative time) per process into DIR, so the
-question "where do a claim's milliseconds go, per process" has an answer. Profiling slows every
-process down; compare profiles with profiles, never with unprofiled latencies.
+question "where do a claim's milliseconds go, per process" has an answer. The profiles count CPU
+time (`time.process_time`), not wall time: on a loaded machine a wall-clock profile charges a
+`send` or `poll` with the time the process waited for a core. Profiling slows every process
+down; compare profiles with profiles, never with unprofiled latencies.
+
+The services export their spans with the console exporter (one JSON line per span to a file, as
+the cross-service tests run them) unless `--trace-exporter none`, the services' default, where
+only the trace context is propagated: the difference is what exporting spans costs per claim.
 
 The goal of issue 8 is p99 < 50 ms at 100 claims/s on 1,000 nodes. No GPU is involved; the nodes
 are simulator profiles.
@@ -45,7 +51,13 @@ for _p in ("libs", "proto/gen", "tests"):
 from nats.aio.client import Client  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
-from control_plane.cluster import Cluster, claim_manifest, devices_of, publish_nodes  # noqa: E402
+from control_plane.cluster import (  # noqa: E402
+    Cluster,
+    Service,
+    claim_manifest,
+    devices_of,
+    publish_nodes,
+)
 from gpudra_bus import SLICES_BUCKET, connect, ensure_buckets, ensure_streams  # noqa: E402
 from gpudra_kube.informer import informer  # noqa: E402
 from gpudra_kube.kv_backend import KvStore  # noqa: E402
@@ -54,14 +66,14 @@ from gpudra_kube.store import EventType  # noqa: E402
 from gpudra_standalone.nats_server import NatsServer  # noqa: E402
 
 _PROFILE_HOOK = """\
-import cProfile, os, signal, sys
+import cProfile, os, signal, sys, time
 _dir = os.environ.get("GPUDRA_BENCH_PROFILE_DIR")
 if _dir:
     _argv = list(getattr(sys, "orig_argv", sys.argv))
     _name = _argv[_argv.index("-m") + 1] if "-m" in _argv[:-1] else "python"
     if "--replica-id" in _argv[:-1]:
         _name += "-" + _argv[_argv.index("--replica-id") + 1]
-    _prof = cProfile.Profile()
+    _prof = cProfile.Profile(time.process_time)
 
     def _start(signum, frame):
         _prof.enable()
@@ -78,9 +90,12 @@ if _dir:
 class ProfiledCluster(Cluster):
     """The bench's cluster; with a profile directory every service runs under cProfile."""
 
-    def __init__(self, nats_url: str, tmp: Path, profile_dir: Path | None) -> None:
+    def __init__(
+        self, nats_url: str, tmp: Path, profile_dir: Path | None, trace_exporter: str = "console"
+    ) -> None:
         super().__init__(nats_url, tmp)
         self.profile_dir = profile_dir
+        self.trace_exporter = trace_exporter
         if profile_dir is not None:
             hook = tmp / "profile-hook"
             hook.mkdir(parents=True, exist_ok=True)
@@ -92,6 +107,10 @@ class ProfiledCluster(Cluster):
             env["PYTHONPATH"] = os.pathsep.join([str(self.tmp / "profile-hook"), env["PYTHONPATH"]])
             env["GPUDRA_BENCH_PROFILE_DIR"] = str(self.profile_dir)
         return env
+
+    def start(self, name: str, module: str, *args: str) -> Service:
+        # The last `--trace-exporter` wins: the cluster's own (console) is overridden.
+        return super().start(name, module, *args, "--trace-exporter", self.trace_exporter)
 
     def profile(self, on: bool) -> None:
         """Start (or stop and write) every service's profile: only the claims phase is measured."""
@@ -173,7 +192,7 @@ async def run(args: argparse.Namespace) -> int:
     profile_dir = Path(args.profile).resolve() if args.profile else None
     if profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
-    cluster = ProfiledCluster(server.url, tmp, profile_dir)
+    cluster = ProfiledCluster(server.url, tmp, profile_dir, args.trace_exporter)
     try:
         nc = await connect(server.url, name="e2e-bench", deadline=10)
         await ensure_streams(nc.jetstream())
@@ -216,7 +235,7 @@ async def run(args: argparse.Namespace) -> int:
         await warm_up(store, args.warmup, timeout=120)
         await asyncio.sleep(1.0)
         interval = 1.0 / args.rate
-        bench_profile = cProfile.Profile() if profile_dir is not None else None
+        bench_profile = cProfile.Profile(time.process_time) if profile_dir is not None else None
         cpu_before = cpu_by_process(cluster, server)
         cluster.profile(True)
         if bench_profile is not None:
@@ -307,6 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain", type=float, default=60.0, help="seconds to wait at the end")
     parser.add_argument(
         "--warmup", type=int, default=20, help="claims allocated one by one before measuring"
+    )
+    parser.add_argument(
+        "--trace-exporter",
+        default="console",
+        choices=("console", "none"),
+        help="the services' span exporter: console (one JSON line per span, as the "
+        "cross-service tests run them) or none (the services' default: context still propagated)",
     )
     parser.add_argument(
         "--profile", default="", help="directory for per-process cProfile output (slows all)"

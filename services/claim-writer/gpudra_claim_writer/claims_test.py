@@ -14,6 +14,7 @@ from gpudra_claim_writer.claims import (
     chained,
     class_names,
     gang_of,
+    json_copy,
     pod_claim_names,
     ref_of,
     state_of,
@@ -244,3 +245,52 @@ def test_gang_of_and_event_fields(
     else:
         assert gang_of(c) == gang
     assert gang_fields(c, "ns") == fields
+
+
+class _Opaque:
+    def __init__(self, items: list[int]) -> None:
+        self.items = items
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        pytest.param(None, id="null"),
+        pytest.param("s", id="scalar"),
+        pytest.param([1, 2.5, True, None, "x"], id="list-of-scalars"),
+        pytest.param({"a": {"b": [{"c": [1, {"d": "e"}]}]}, "f": []}, id="nested"),
+        pytest.param({"shared": ALLOC, "again": ALLOC}, id="shared-sub-object"),
+    ],
+)
+def test_json_copy_is_equal_and_shares_nothing_mutable(doc: Any) -> None:
+    copied = json_copy(doc)
+    assert copied == doc
+
+    def containers(value: Any) -> list[int]:
+        if isinstance(value, dict):
+            return [id(value), *(i for v in value.values() for i in containers(v))]
+        if isinstance(value, list):
+            return [id(value), *(i for v in value for i in containers(v))]
+        return []
+
+    assert not set(containers(copied)) & set(containers(doc))
+
+
+def test_json_copy_deep_copies_other_types() -> None:
+    opaque = _Opaque([1])
+    copied = json_copy({"o": opaque, "t": (1, [2])})
+    assert copied["o"] is not opaque and copied["o"].items == [1]
+    assert copied["o"].items is not opaque.items
+    assert copied["t"] == (1, [2])
+
+
+def test_writes_never_change_their_input() -> None:
+    original = claim(meta={"annotations": {"k": "v"}, "finalizers": [FINALIZER]})
+    before = json_copy(original)
+    written = with_allocation(original, ALLOC)
+    assert written is not None and written["status"]["allocation"] == ALLOC
+    written["status"]["allocation"]["devices"]["results"].clear()
+    assert ALLOC["devices"]["results"]
+    assert with_reason(original, "full") is not None
+    assert without_finalizer(original) is not None
+    assert original == before
