@@ -279,7 +279,8 @@ def test_json_copy_is_equal_and_shares_nothing_mutable(doc: Any) -> None:
 def test_json_copy_deep_copies_other_types() -> None:
     opaque = _Opaque([1])
     copied = json_copy({"o": opaque, "t": (1, [2])})
-    assert copied["o"] is not opaque and copied["o"].items == [1]
+    assert copied["o"] is not opaque
+    assert copied["o"].items == [1]
     assert copied["o"].items is not opaque.items
     assert copied["t"] == (1, [2])
 
@@ -288,7 +289,8 @@ def test_writes_never_change_their_input() -> None:
     original = claim(meta={"annotations": {"k": "v"}, "finalizers": [FINALIZER]})
     before = json_copy(original)
     written = with_allocation(original, ALLOC)
-    assert written is not None and written["status"]["allocation"] == ALLOC
+    assert written is not None
+    assert written["status"]["allocation"] == ALLOC
     written["status"]["allocation"]["devices"]["results"].clear()
     assert ALLOC["devices"]["results"]
     assert with_reason(original, "full") is not None
