@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.values import CelUint, Failed, map_lookup, no_overload, type_name
 
-__all__ = ["has_field", "index_value", "select_value"]
+__all__ = ["has_field", "index_value", "list_position", "select_value"]
 
 
 def select_value(operand: object, name: str) -> object:
@@ -26,15 +26,22 @@ def select_value(operand: object, name: str) -> object:
     raise CelEvaluationError(f"type '{type_name(operand)}' does not support field selection")
 
 
+def list_position(function: str, items: object, index: object) -> int:
+    """`index` as a position in the list `items` (an integral double counts as its int); any
+    other type is no overload of `function` (`_[_]` or `_[?_]`)."""
+    if isinstance(index, float) and index.is_integer():
+        index = int(index)
+    if type(index) not in (int, CelUint):
+        raise no_overload(function, items, index)
+    assert isinstance(index, int)
+    return index
+
+
 def index_value(operand: object, index: object) -> object:
     if isinstance(operand, Failed):
         raise operand.error
     if isinstance(operand, tuple | list):
-        if isinstance(index, float) and index.is_integer():
-            index = int(index)
-        if type(index) not in (int, CelUint):
-            raise no_overload("_[_]", operand, index)
-        assert isinstance(index, int)
+        index = list_position("_[_]", operand, index)
         if not 0 <= index < len(operand):
             raise CelEvaluationError(f"index out of range: {index}")
         return operand[index]

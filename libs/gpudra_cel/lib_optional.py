@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpudra_cel.access import has_field, index_value, select_value
+from gpudra_cel.access import has_field, index_value, list_position, select_value
 from gpudra_cel.calls import raiser
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.operators import Fn
-from gpudra_cel.values import CelOptional, CelUint, Failed, map_lookup, no_overload, type_name
+from gpudra_cel.values import CelOptional, Failed, map_lookup, no_overload, type_name
 
 __all__ = [
     "NONE",
@@ -69,11 +69,7 @@ def index_optional(value: object, index: object) -> CelOptional:
     if isinstance(value, Failed):
         raise value.error
     if isinstance(value, tuple | list):
-        if isinstance(index, float) and index.is_integer():
-            index = int(index)
-        if type(index) not in (int, CelUint):
-            raise no_overload("_[?_]", value, index)
-        assert isinstance(index, int)
+        index = list_position("_[?_]", value, index)
         return CelOptional(value[index]) if 0 <= index < len(value) else NONE
     if isinstance(value, Mapping):
         if not isinstance(index, str | int | float):
