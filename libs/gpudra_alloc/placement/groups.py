@@ -55,6 +55,7 @@ from gpudra_api import Node, ResourceClaim
 __all__ = ["NODE_UNIQUE_ATTRIBUTES", "NodeKeys", "reads_only_shared_attributes"]
 
 MAX_LISTS = 256  # node lists whose per-node records are kept (a problem's, each gang group's)
+MAX_SHAPES_PER_NODE = 256  # shape parts a node keeps (one for all shapes of plain selectors)
 MAX_STATES = 200_000  # interned in-use states before the table is dropped (ids are never reused)
 _SHIFT = 40  # key = shape part id << _SHIFT | state id, for nodes without held domains
 
@@ -249,11 +250,11 @@ class NodeKeys:
         devices = state.devices
         if not isinstance(devices, InUseDevices) or state.capacity or state.shared:
             return None
-        _, reads_id = self._reads_of(shape, claims)
+        reads, reads_id = self._reads_of(shape, claims)
         known_list = self._known(nodes)
         entry = self._tracking.get((id(known_list), reads_id))
         if entry is not None and entry.known is known_list and entry.devices is devices:
-            entry.update(self, reads_id)
+            entry.update(self, reads, reads_id)
             return entry
         if any(len(k.pool_keys) != 1 for k in known_list):
             return None
@@ -264,9 +265,13 @@ class NodeKeys:
         self._tracking[(id(known_list), reads_id)] = entry
         return entry
 
-    def _refresh(self, known: _Node, reads_id: int, version: int) -> int | None:
+    def _refresh(
+        self, known: _Node, reads: ShapeReads | None, reads_id: int, version: int
+    ) -> int | None:
         """A node's key after its pool's version moved to `version` (allocator's state)."""
-        shape_id = known.shapes[reads_id]
+        shape_id = known.shapes.get(reads_id, -1)
+        if shape_id == -1:
+            shape_id = self._shape_id(known, reads, reads_id)
         if shape_id is None:
             return None
         known.devices = self.allocator.state.devices
@@ -312,6 +317,8 @@ class NodeKeys:
             part = shape_part(self.allocator, known.pools, reads)
             if part is not None:
                 shape_id = self._new_id(self._parts, (known.group, part))
+        if len(known.shapes) >= MAX_SHAPES_PER_NODE:
+            known.shapes.clear()  # shapes with selectors on node-unique attributes, many of them
         known.shapes[reads_id] = shape_id
         return shape_id
 
@@ -354,7 +361,7 @@ class _Tracked:
                 self.buckets.setdefault(key, []).append(index)  # ascending: already a heap
         self.entries = len(self.keys)
 
-    def update(self, owner: NodeKeys, reads_id: int) -> None:
+    def update(self, owner: NodeKeys, reads: ShapeReads | None, reads_id: int) -> None:
         now = list(map(self.devices.pool_version.get, self.pool_keys, repeat(0)))
         before = self.versions
         if now == before:
@@ -365,7 +372,7 @@ class _Tracked:
                 continue
             for index in range(start, min(start + _BLOCK, len(now))):
                 if now[index] != before[index]:
-                    key = owner._refresh(self.known[index], reads_id, now[index])
+                    key = owner._refresh(self.known[index], reads, reads_id, now[index])
                     if key != keys[index]:
                         keys[index] = key
                         if key is not None:
