@@ -19,6 +19,10 @@ Promises (the `Store` contract, mapped onto KV):
   kept (`_RECENT` keys) and used as the old object; the revision-checked write itself then proves
   the key is still at that revision. A write refused on that path is decided again the slow way
   (read, compare), so the answer (NotFound, Conflict) is the same as without the memo.
+- A create costs one round trip when the name was never used: it is written expecting no entry
+  under the key; only a refusal (the object exists, or a tombstone of it does) reads the key to
+  tell AlreadyExists from a re-creation over the tombstone. While the connection is down, the
+  read goes first, as before (a failed create must not land after the reconnect).
 """
 
 from __future__ import annotations
@@ -308,6 +312,14 @@ class KvStore:
     async def create(self, resource: Resource, obj: KubeObject) -> KubeObject:
         new = semantics.prepare_create(resource, obj)
         key = object_key(resource, name_of(new), namespace_of(new))
+        # A name never used is the common case: a write that expects no entry at all under the
+        # key (revision-checked by the server) saves the read; a refusal (the name exists, or its
+        # tombstone does) takes the read that says which. Not while disconnected: nats-py would
+        # keep the write and send it after the reconnect, so a create that failed would land.
+        if self._nc.is_connected:
+            with contextlib.suppress(ConflictError):
+                await self._write(resource, key, new, 0, "ADDED")
+                return new
         last, existing = await self._last(resource, key)
         if existing is not None:
             raise AlreadyExistsError(f"{resource.kind} {key} already exists", status=409)

@@ -12,7 +12,13 @@ from nats.aio.msg import Msg
 from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket, ensure_buckets
 from gpudra_kube.api_backend_test import ALLOCATION, claim
-from gpudra_kube.errors import ConflictError, InvalidObjectError, NotFoundError, UnavailableError
+from gpudra_kube.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    InvalidObjectError,
+    NotFoundError,
+    UnavailableError,
+)
 from gpudra_kube.informer import informer
 from gpudra_kube.kv_backend import BUCKETS, KvStore, object_key
 from gpudra_kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, Resource
@@ -197,6 +203,48 @@ async def test_update_of_a_version_read_lately_skips_the_read(
         fresh = await other.get(RESOURCE_CLAIMS, "c1", "default")
         assert fresh["status"] == {"allocation": ALLOCATION}
         assert fresh["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+    finally:
+        await disconnect(spy)
+        await disconnect(nc)
+
+
+@pytest.mark.parametrize(
+    ("before", "error", "reads_wanted"),
+    [
+        pytest.param("never-used", None, 0, id="new-name-one-round-trip"),
+        pytest.param("exists", AlreadyExistsError, 1, id="existing-refused"),
+        pytest.param("deleted", None, 1, id="re-created-over-tombstone"),
+        pytest.param("purged", None, 1, id="re-created-over-purge"),
+    ],
+)
+async def test_create_reads_only_when_the_name_was_used(
+    nats_url: str, before: str, error: type[Exception] | None, reads_wanted: int
+) -> None:
+    nc = await connect(nats_url, name="t", deadline=5)
+    spy = await connect(nats_url, name="spy", deadline=5)
+    try:
+        bucket = f"t-kv-create-{before}"
+        kv = await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        if before != "never-used":
+            await store.create(RESOURCE_CLAIMS, claim("c1"))
+        if before == "deleted":
+            await store.delete(RESOURCE_CLAIMS, "c1", "default")
+        elif before == "purged":
+            await kv.purge("default.c1")
+        reads = await _reads_counted(spy, bucket)
+        if error is not None:
+            with pytest.raises(error):
+                await store.create(RESOURCE_CLAIMS, claim("c1"))
+        else:
+            created = await store.create(RESOURCE_CLAIMS, claim("c1"))
+            stored = await store.get(RESOURCE_CLAIMS, "c1", "default")
+            assert stored["metadata"]["uid"] == created["metadata"]["uid"]
+            assert stored["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+            reads_wanted += 1  # the get above
+        await spy.flush()
+        await asyncio.sleep(0.05)
+        assert len(reads) == reads_wanted
     finally:
         await disconnect(spy)
         await disconnect(nc)
