@@ -4,8 +4,10 @@
   allocated and is added to its `reservedFor`; once the pod is deleted the claim is released, its
   devices are free, and it is NOT allocated again with nobody to use it (it carries
   `gpudra.io/consumers-left`); a new pod naming it brings it back: allocated, reserved for that pod.
-- Kubernetes mode (the fake API server): a claim that cannot be placed gets a Warning
-  `FailedAllocation` Event whose note is the allocator's explanation.
+- Kubernetes mode (the fake API server): kube-controller-manager clearing a claim after its pod
+  left frees the devices and the claim waits (marked) for the next pod that names it; a claim
+  that cannot be placed gets a Warning `FailedAllocation` Event whose note is the allocator's
+  explanation.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from control_plane.cluster import (
 )
 from control_plane.pod_unit_test import held
 from gpudra_bus import SLICES_BUCKET
+from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -163,5 +166,66 @@ async def test_kubernetes_mode_an_unschedulable_claim_gets_a_failed_allocation_e
         assert reason, "the claim says why too"
         assert event["note"][:60] == reason[:60], (event["note"], reason)
         assert not devices_of(claim)
+        logs = cluster.logs()
+        assert "Traceback" not in logs, logs
+
+
+async def test_kubernetes_mode_a_claim_cleared_after_its_pod_waits_for_the_next_pod(
+    nc: Client, cluster: Cluster, tmp_path: Path
+) -> None:
+    """kube-scheduler reserved the claim for its pod; the pod is deleted and kube-controller-
+    manager clears the claim's reservation and allocation: gpudra frees the devices and does not
+    allocate the claim again until a new (gated) pod names it."""
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        await publish_nodes(nc, ["node-k"])
+        cluster.start_inventory("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        cluster.start_allocator()
+        cluster.start_claim_writer("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        await slices_ready(nc, cluster, 1)
+
+        def find(resource: Any, name: str) -> dict[str, Any] | None:
+            return next((o for o in api.objects(resource) if o["metadata"]["name"] == name), None)
+
+        first = await api.put(PODS, pod_naming("job-1", "data"))
+        await api.put(RESOURCE_CLAIMS, claim_manifest("data", count=2))
+
+        async def ungated(pod: str) -> dict[str, Any] | None:
+            claim, p = find(RESOURCE_CLAIMS, "data"), find(PODS, pod)
+            ready = claim and devices_of(claim) and p and not p["spec"].get("schedulingGates")
+            return claim if ready else None
+
+        claim = await wait_for(lambda: ungated("job-1"), 60, "data allocated for job-1", cluster)
+        # kube-scheduler binds the pod and reserves the claim for it.
+        claim["status"]["reservedFor"] = [
+            {"resource": "pods", "name": "job-1", "uid": first["metadata"]["uid"]}
+        ]
+        await api.put(RESOURCE_CLAIMS, claim)
+        await asyncio.sleep(1.0)  # the claim-writer sees the consumer
+        # The pod goes; kube-controller-manager clears reservedFor and the allocation together.
+        client = await ApiStore.from_kubeconfig(kubeconfig)
+        try:
+            await client.delete(PODS, "job-1", "default")
+        finally:
+            await client.close()
+        cleared = find(RESOURCE_CLAIMS, "data")
+        assert cleared is not None
+        cleared["status"] = {}
+        await api.put(RESOURCE_CLAIMS, cleared)
+
+        async def released() -> dict[str, Any] | None:
+            claim = find(RESOURCE_CLAIMS, "data")
+            marked = CONSUMERS_LEFT in ((claim or {}).get("metadata", {}).get("annotations") or {})
+            free = "default/data" not in await held(nc)
+            return claim if marked and free and not devices_of(claim or {}) else None
+
+        await wait_for(released, 60, "data released and marked", cluster)
+        await asyncio.sleep(3.0)
+        still = find(RESOURCE_CLAIMS, "data")
+        assert still is not None
+        assert not devices_of(still), "re-allocated with no consumer"
+
+        await api.put(PODS, pod_naming("job-2", "data"))
+        await wait_for(lambda: ungated("job-2"), 60, "data allocated for job-2", cluster)
         logs = cluster.logs()
         assert "Traceback" not in logs, logs
