@@ -281,7 +281,11 @@ class Reservations:
 
         An add (`fresh=False`) starts from the mirror — the state the decision was made on — and
         fails with `ReservationConflict` when the revision moved (after refreshing the mirror), so
-        the caller decides again. A removal retries on fresh content until it lands.
+        the caller decides again. A removal (`fresh=True`) starts from the mirror too, which saves
+        a read per pool of every release: the write is revision-checked, so a mirror behind the
+        bucket only costs a refusal, then the pool is read and the removal retried until it
+        lands. A removal the mirror says changes nothing reads the pool before concluding so
+        (the mirror may not have seen a holding another replica wrote yet).
         """
         key = pool_key(driver, pool)
         lock = self._pool_locks.setdefault(key, asyncio.Lock())
@@ -297,13 +301,16 @@ class Reservations:
         *,
         fresh: bool,
     ) -> None:
+        read = not fresh  # an add trusts the mirror; a removal's "nothing to do" needs a read
         for _ in range(_MAX_CAS_TRIES):
-            if fresh:
-                await self._refresh(key)
             revision, current = self._pools.get(key, (0, PoolHoldings(driver, pool)))
             updated = change(current)
             if updated.holdings == current.holdings:
-                return
+                if read:
+                    return
+                await self._refresh(key)
+                read = True
+                continue
             try:
                 if revision == 0:
                     new_revision = await self._kv.create(key, updated.encode())
@@ -313,6 +320,7 @@ class Reservations:
                 await self._refresh(key)
                 if not fresh:
                     raise ReservationConflict(f"pool {driver}/{pool} changed meanwhile") from exc
+                read = True
                 continue
             except _NATS_ERRORS as exc:
                 raise translate(exc, f"writing reservations of {driver}/{pool}") from exc

@@ -7,11 +7,12 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from gpudra_alloc.state import DeviceID
 from gpudra_allocator.errors import ReservationConflict
-from gpudra_allocator.holdings import ClaimRecord, Holding
+from gpudra_allocator.holdings import ClaimRecord, Holding, PoolHoldings, pool_key
 from gpudra_allocator.reservations import Reservations
 from gpudra_bus import BucketSpec, connect, ensure_bucket
 
@@ -234,3 +235,48 @@ async def test_holdings_of_follows_every_change(replicas: list[Reservations]) ->
     await asyncio.sleep(0.2)
     assert a.holdings_of("u1") == []
     assert a.state.devices == set()
+
+
+async def _reads_counted(nc: Client, kv: KeyValue) -> list[str]:
+    """Every read of the bucket's stream any client asks JetStream for, as it is asked."""
+    stream = f"KV_{kv._name}"  # nats-py keeps the bucket name private
+    reads: list[str] = []
+
+    async def seen(msg: Msg) -> None:
+        reads.append(msg.subject)
+
+    for subject in (f"$JS.API.STREAM.MSG.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>"):
+        await nc.subscribe(subject, cb=seen)
+    await nc.flush()
+    return reads
+
+
+@pytest.mark.parametrize(
+    ("other_writes_first", "reads_wanted"),
+    [
+        pytest.param(False, 0, id="mirror-current-no-read"),
+        pytest.param(True, 1, id="mirror-behind-refused-read-retried"),
+    ],
+)
+async def test_release_writes_from_the_mirror_and_reads_only_when_refused(
+    nc: Client, kv: KeyValue, other_writes_first: bool, reads_wanted: int
+) -> None:
+    # `b` mirrors nothing but its own writes (not started): a stand-in for a watch that lags.
+    a, b = Reservations(kv), Reservations(kv)
+    await a.start()
+    try:
+        await b.reserve({(DRIVER, "n"): [hold("gpu-0", "x")]})
+        if other_writes_first:
+            await reserve_fresh(a, {(DRIVER, "n"): [hold("gpu-1", "y")]})
+        reads = await _reads_counted(nc, kv)
+        assert await b.drop("x") == 1
+        await nc.flush()
+        await asyncio.sleep(0.05)
+        assert len(reads) == reads_wanted
+        entry = await kv.get(pool_key(DRIVER, "n"))
+        stored = PoolHoldings.decode(entry.value or b"")
+        wanted = ["gpu-1"] if other_writes_first else []
+        assert [h.device for h in stored.holdings] == wanted
+        assert b.holdings_of("x") == []
+    finally:
+        await a.stop()
