@@ -29,7 +29,10 @@ class InUseDevices(set[DeviceID]):
 
     `removals` grows whenever a device leaves the set and `pool_version[(driver, pool)]` whenever
     the set changes for that pool, so that callers may cache what they derive from it (a node is
-    full) and know when to look again, however the set is changed."""
+    full) and know when to look again, however the set is changed: every mutating method of
+    `set` (add, discard, remove, pop, clear, the four `*_update` methods and `|=`, `-=`, `&=`,
+    `^=`) goes through `add`/`discard` here. Only `set.<method>(s, ...)` called on the base class
+    skips the counters; `placement.search.masked` does that on a fresh set on purpose."""
 
     def __init__(self, items: Iterable[DeviceID] = ()) -> None:
         super().__init__()
@@ -72,6 +75,8 @@ class InUseDevices(set[DeviceID]):
                 self.discard(device)
 
     def pop(self) -> DeviceID:
+        if not self:
+            raise KeyError("pop from an empty set")
         device = next(iter(self))
         self.discard(device)
         return device
@@ -80,12 +85,34 @@ class InUseDevices(set[DeviceID]):
         for device in list(self):
             self.discard(device)
 
+    def intersection_update(self, *others: Iterable[Any]) -> None:
+        keep = set(self)
+        for other in others:
+            keep.intersection_update(other)
+        for device in [d for d in self if d not in keep]:
+            self.discard(device)
+
+    def symmetric_difference_update(self, other: Iterable[DeviceID]) -> None:
+        for device in set(other):
+            if device in self:
+                self.discard(device)
+            else:
+                self.add(device)
+
     def __ior__(self, other: AbstractSet[Any]) -> InUseDevices:  # type: ignore[override,misc]
         self.update(other)
         return self
 
     def __isub__(self, other: AbstractSet[Any]) -> InUseDevices:  # type: ignore[misc]
         self.difference_update(other)
+        return self
+
+    def __iand__(self, other: AbstractSet[Any]) -> InUseDevices:  # type: ignore[misc]
+        self.intersection_update(other)
+        return self
+
+    def __ixor__(self, other: AbstractSet[Any]) -> InUseDevices:  # type: ignore[override,misc]
+        self.symmetric_difference_update(other)
         return self
 
 

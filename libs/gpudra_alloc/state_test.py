@@ -1,0 +1,100 @@
+"""InUseDevices: every mutating set operation keeps the set's contents as a plain set would and
+bumps the change counters (removals, removal log, per-pool versions) of exactly the pools whose
+devices changed, so that the caches built on them never miss a change."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpudra_alloc.state import AllocatedState, DeviceID, InUseDevices
+
+A0 = DeviceID("gpu", "a", "0")
+A1 = DeviceID("gpu", "a", "1")
+B0 = DeviceID("gpu", "b", "0")
+C0 = DeviceID("gpu", "c", "0")
+START = {A0, A1, B0}
+
+
+def _ixor(s: Any) -> None:
+    s ^= {A1, C0}
+
+
+def _iand(s: Any) -> None:
+    s &= {A0, C0}
+
+
+def _ior(s: Any) -> None:
+    s |= {C0, A0}
+
+
+def _isub(s: Any) -> None:
+    s -= {B0, C0}
+
+
+OPS: list[Any] = [
+    pytest.param(lambda s: s.add(C0), id="add"),
+    pytest.param(lambda s: s.add(A0), id="add-present"),
+    pytest.param(lambda s: s.discard(B0), id="discard"),
+    pytest.param(lambda s: s.discard(C0), id="discard-absent"),
+    pytest.param(lambda s: s.remove(A1), id="remove"),
+    pytest.param(lambda s: s.pop(), id="pop"),
+    pytest.param(lambda s: s.clear(), id="clear"),
+    pytest.param(lambda s: s.update([C0], {A0}), id="update"),
+    pytest.param(lambda s: s.difference_update([A0], {B0, C0}), id="difference_update"),
+    pytest.param(lambda s: s.intersection_update([A0, A1, C0], {A0, B0}), id="intersection_update"),
+    pytest.param(lambda s: s.intersection_update(), id="intersection_update-no-args"),
+    pytest.param(lambda s: s.symmetric_difference_update([A1, C0, C0]), id="sym_diff_update"),
+    pytest.param(_ior, id="ior"),
+    pytest.param(_isub, id="isub"),
+    pytest.param(_iand, id="iand"),
+    pytest.param(_ixor, id="ixor"),
+]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_every_mutation_counts(op: Callable[[Any], None]) -> None:
+    plain = set(START)
+    tracked = InUseDevices(START)
+    versions = dict(tracked.pool_version)
+    op(plain)
+    op(tracked)
+    assert isinstance(tracked, InUseDevices)
+    assert set(tracked) == plain
+    removed = START - plain
+    changed = {(d.driver, d.pool) for d in START ^ plain}
+    assert tracked.removals == len(removed)
+    assert sorted(tracked.removal_log) == sorted((d.driver, d.pool) for d in removed)
+    for key in {(d.driver, d.pool) for d in START | plain | {C0}}:
+        moved = tracked.pool_version.get(key, 0) != versions.get(key, 0)
+        assert moved == (key in changed), key
+
+
+def test_remove_absent_raises_and_counts_nothing() -> None:
+    tracked = InUseDevices(START)
+    versions = dict(tracked.pool_version)
+    with pytest.raises(KeyError):
+        tracked.remove(C0)
+    assert tracked.pool_version == versions
+    assert tracked.removals == 0
+
+
+def test_pop_empty_raises() -> None:
+    with pytest.raises(KeyError):
+        InUseDevices().pop()
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_state_pool_version_follows_in_place_changes(op: Callable[[Any], None]) -> None:
+    state = AllocatedState(devices=set(START))
+    before = {pool: state.pool_version("gpu", pool) for pool in "abc"}
+    releases = state.releases
+    plain = set(START)
+    op(plain)
+    op(state.devices)
+    for pool in "abc":
+        changed = any(d.pool == pool for d in START ^ plain)
+        assert (state.pool_version("gpu", pool) != before[pool]) == changed, pool
+    assert state.releases - releases == len(START - plain)
