@@ -18,7 +18,8 @@ Promises (the `Store` contract, mapped onto KV):
   at a revision never changes, so the content of the revisions this store read or wrote lately is
   kept (`_RECENT` keys) and used as the old object; the revision-checked write itself then proves
   the key is still at that revision. A write refused on that path is decided again the slow way
-  (read, compare), so the answer (NotFound, Conflict) is the same as without the memo.
+  (read, compare), so the answer (NotFound, Conflict) is the same as without the memo. Revisions a
+  watch of this store delivers are remembered too (`seen_at` answers from them without a read).
 - A create costs one round trip when the name was never used: it is written expecting no entry
   under the key; only a refusal (the object exists, or a tombstone of it does) reads the key to
   tell AlreadyExists from a re-creation over the tombstone. While the connection is down, the
@@ -138,6 +139,22 @@ class KvStore:
         self._recent[where] = (seq, data)
         if len(self._recent) > _RECENT:
             del self._recent[next(iter(self._recent))]
+
+    def _seen(self, resource: Resource, subject: str, seq: int, data: bytes | None) -> None:
+        """Remember what a watch delivered, unless this store knows a later revision already."""
+        key = subject.removeprefix(f"$KV.{self._bucket(resource)}.")
+        known = self._recent.get((self._bucket(resource), key))
+        if known is None or known[0] < seq:
+            self._remember(resource, key, seq, data)
+
+    def seen_at(
+        self, resource: Resource, name: str, namespace: str | None, resource_version: str
+    ) -> KubeObject | None:
+        """The object at `resource_version` when this store read, wrote or watched that revision
+        lately (no round trip), else None. What a key held at a revision never changes, but the
+        key may have moved on since: a write built on the answer must name the revision."""
+        key = object_key(resource, name, namespace)
+        return self._remembered(resource, key, resource_version)
 
     def _remembered(self, resource: Resource, key: str, wanted: object) -> KubeObject | None:
         """The object at revision `wanted` when this store saw that revision lately."""
@@ -262,6 +279,12 @@ class KvStore:
             async for msg in stream:
                 seq = msg.metadata.sequence.stream
                 headers = msg.headers or {}
+                self._seen(
+                    resource,
+                    msg.subject,
+                    seq,
+                    None if headers.get(_KV_OP) in _TOMBSTONES else msg.data,
+                )
                 if headers.get(_KV_OP) in _TOMBSTONES:
                     gone = _decode(msg.data, seq, resource, msg.subject) if msg.data else None
                     if gone is None:

@@ -248,3 +248,35 @@ async def test_create_reads_only_when_the_name_was_used(
     finally:
         await disconnect(spy)
         await disconnect(nc)
+
+
+async def test_seen_at_answers_watched_and_written_revisions_only(nats_url: str) -> None:
+    nc = await connect(nats_url, name="t", deadline=5)
+    try:
+        bucket = "t-kv-seen-at"
+        await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        other = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        first = await other.create(RESOURCE_CLAIMS, claim("c1"))
+        v1 = first["metadata"]["resourceVersion"]
+        assert store.seen_at(RESOURCE_CLAIMS, "c1", "default", v1) is None  # never seen here
+        events = store.watch(RESOURCE_CLAIMS, "default", resource_version="0")
+        seen = await anext(events)
+        assert seen.object["metadata"]["resourceVersion"] == v1
+        known = store.seen_at(RESOURCE_CLAIMS, "c1", "default", v1)
+        assert known == seen.object
+        assert known is not seen.object  # a copy of its own for the caller
+        first["metadata"]["labels"] = {"v": "2"}
+        second = await store.replace(RESOURCE_CLAIMS, first)
+        v2 = second["metadata"]["resourceVersion"]
+        # A watch delivering the revision this store wrote keeps it.
+        again = store.watch(RESOURCE_CLAIMS, "default", resource_version="0")
+        assert (await anext(again)).object["metadata"]["resourceVersion"] == v2
+        await again.aclose()  # type: ignore[attr-defined]
+        assert store.seen_at(RESOURCE_CLAIMS, "c1", "default", v1) is None
+        now = store.seen_at(RESOURCE_CLAIMS, "c1", "default", v2)
+        assert now is not None
+        assert now["metadata"]["labels"] == {"v": "2"}
+        await events.aclose()  # type: ignore[attr-defined]
+    finally:
+        await disconnect(nc)

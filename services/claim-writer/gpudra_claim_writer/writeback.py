@@ -2,7 +2,10 @@
 
 Promises:
 - ALLOCATED: the claim gets the delete-protection finalizer and then `status.allocation`, each
-  write carrying the resourceVersion just read; a 409 re-reads and decides again. An allocation
+  write carrying the resourceVersion just read; a 409 re-reads and decides again. The first try
+  may start from the claim as the standalone KV store last saw it at the decision's
+  resourceVersion (its watch delivered it to the intake; no read) when it was pending then: the
+  writes name that version, so a claim changed since is refused (409) and read again. An allocation
   that is already there is left alone (decisions repeat after restarts). A claim that is gone, or
   was re-created under the same name with another UID, gets a DELETED event instead, so the
   allocator frees the devices it reserved for it.
@@ -76,6 +79,7 @@ from gpudra_claim_writer.consumers import consumers_left, pod_waiting_for
 from gpudra_claim_writer.events import Kind, publish_event
 from gpudra_claim_writer.kube_events import ClaimEvents
 from gpudra_kube.errors import ConflictError, KubePermanentError, KubeRetryableError, NotFoundError
+from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_kube.store import Store
 from gpudrapb.v1 import claims_pb2
@@ -202,8 +206,24 @@ class Writeback:
             else:
                 raise BusPermanentError(f"decision with unknown outcome {decision.outcome}")
 
-    async def _current(self, ref: claims_pb2.ClaimRef) -> dict[str, Any] | None:
-        """The claim the decision is for; None when it is gone or is another claim by now."""
+    async def _current(
+        self, ref: claims_pb2.ClaimRef, *, seen: bool = False
+    ) -> dict[str, Any] | None:
+        """The claim the decision is for; None when it is gone or is another claim by now.
+
+        With `seen`, a pending claim the KV store remembers at `ref`'s resourceVersion is taken
+        without a read (only a write naming that version may follow)."""
+        if seen and isinstance(self._store, KvStore) and ref.resource_version:
+            known = self._store.seen_at(
+                RESOURCE_CLAIMS, ref.name, ref.namespace, ref.resource_version
+            )
+            if (
+                known is not None
+                and ref_of(known).uid == ref.uid
+                and state_of(known) is ClaimState.PENDING
+                and allocation_of(known) is None
+            ):
+                return known
         try:
             claim = await self._store.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
         except NotFoundError:
@@ -232,8 +252,8 @@ class Writeback:
             },
         ):
             carrier = {k: v for k, v in tracing.inject().items() if k in TRACE_ANNOTATIONS and v}
-            for _ in range(_MAX_TRIES):
-                claim = await self._current(ref)
+            for attempt in range(_MAX_TRIES):
+                claim = await self._current(ref, seen=attempt == 0)
                 if claim is None or state_of(claim) is ClaimState.DELETING:
                     await self._release_stale(ref)
                     return

@@ -202,3 +202,65 @@ async def test_a_released_claim_goes_out_again_only_as_its_consumers_allow(
     assert len(offers) == reoffered
     assert len(published) == alone
     assert writeback.counts["waiting"] == (1 if consumers_left and not reoffered else 0)
+
+
+@pytest.mark.parametrize(
+    ("changed_since", "reads_wanted"),
+    [
+        pytest.param(False, 0, id="as-watched-no-read"),
+        # The refused write reads to say why (the store's slow path), the retry reads again.
+        pytest.param(True, 2, id="changed-since-refused-then-read"),
+    ],
+)
+async def test_a_decision_starts_from_the_claim_its_event_saw(
+    nc: Client, changed_since: bool, reads_wanted: int
+) -> None:
+    store, other = KvStore(nc), KvStore(nc)
+    claim = await other.create(RESOURCE_CLAIMS, new_claim("seen"))
+    version = claim["metadata"]["resourceVersion"]
+    # The intake's watch delivers the claim at `version` to this store.
+    events = store.watch(RESOURCE_CLAIMS, "default", resource_version=str(int(version) - 1))
+    first = await anext(events)
+    await events.aclose()  # type: ignore[attr-defined]
+    assert first.object["metadata"]["resourceVersion"] == version
+    if changed_since:
+        claim["metadata"]["labels"] = {"changed": "since"}
+        await other.replace(RESOURCE_CLAIMS, claim)
+    reads: list[str] = []
+
+    async def heard(msg: Msg) -> None:
+        reads.append(msg.subject)
+
+    for subject in (
+        "$JS.API.STREAM.MSG.GET.KV_gpudra-claims",
+        "$JS.API.DIRECT.GET.KV_gpudra-claims.>",
+    ):
+        await nc.subscribe(subject, cb=heard)
+    publisher = Publisher(nc)
+    writeback = Writeback(nc, store, publisher, consumer="seen-test")
+    task = asyncio.create_task(writeback.run())
+    try:
+        ref = claims_pb2.ClaimRef(
+            namespace="default", name="seen", uid=claim["metadata"]["uid"], resource_version=version
+        )
+        decision = claims_pb2.AllocationDecision(
+            claim=ref,
+            outcome=claims_pb2.AllocationDecision.OUTCOME_ALLOCATED,
+            allocation_json=json.dumps(ALLOCATION).encode(),
+            node_name="n1",
+        )
+        await publisher.publish(
+            subjects.allocations("default", "seen"), decision, ALLOCATION_DECISION, msg_id="s/1"
+        )
+        await until(lambda: writeback.counts["allocated"] == 1)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await nc.flush()
+    stored = await other.get(RESOURCE_CLAIMS, "seen", "default")
+    assert stored["status"]["allocation"] == ALLOCATION
+    assert FINALIZER in stored["metadata"]["finalizers"]
+    # Nothing written meanwhile is lost: the refused write was decided again on a fresh read.
+    assert stored["metadata"].get("labels") == ({"changed": "since"} if changed_since else None)
+    assert len(reads) - 1 == reads_wanted  # the last read is the `get` above
