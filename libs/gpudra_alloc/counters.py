@@ -5,15 +5,69 @@ devices consume (devices of the pool on any node); devices taken during the sear
 on top. As in Kubernetes, availability is keyed by pool name, a counter may go negative in the
 "left" view (then nothing fits), and a device that takes counters but is then refused by a later
 check keeps them for the rest of the search.
+
+Arithmetic is exact, as Kubernetes' (inf.Dec) is, but in integers: every amount is counted in
+nano units, the finest a parsed quantity has, and only an amount that is not a whole number of
+nano units (a quantity built by arithmetic) stays a `Fraction` of them; Python adds and compares
+the two kinds exactly. No floats. Each device's consumption is converted once and remembered.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from gpudra_alloc.pools import DeviceEntry, Pool
 from gpudra_alloc.state import AllocatedState, DeviceID
-from gpudra_api import Quantity
+from gpudra_api import Device, Quantity, ResourceSlice
 
-Counters = dict[str, dict[str, Quantity]]  # counter set -> counter -> amount
+Amount = int | Fraction  # nano units: an int whenever the quantity is a whole number of them
+Counters = dict[str, dict[str, Amount]]  # counter set -> counter -> amount
+# A device's consumption: (counter set, ((counter, amount), ...)) in the order it is written.
+Consumption = tuple[tuple[str, tuple[tuple[str, Amount], ...]], ...]
+
+_NANO = 1_000_000_000
+_MAX_CACHED = 262_144
+# id(device) -> (device, its consumption); the device is held so a reused id cannot match.
+_CONSUMPTION: dict[int, tuple[Device, Consumption]] = {}
+# id(slice) -> (slice, its counter-consuming devices with their consumption); held likewise.
+_CONSUMERS: dict[int, tuple[ResourceSlice, list[tuple[DeviceID, Consumption]]]] = {}
+
+
+def nanos(quantity: Quantity) -> Amount:
+    """The exact amount of `quantity` in nano units (an int when it is whole)."""
+    scaled = quantity.value * _NANO
+    return scaled.numerator if scaled.denominator == 1 else scaled
+
+
+def consumption_of(device: Device) -> Consumption:
+    """What `device` takes from its pool's counter sets, in nano units (remembered per device)."""
+    found = _CONSUMPTION.get(id(device))
+    if found is not None and found[0] is device:
+        return found[1]
+    converted = tuple(
+        (c.counter_set, tuple((name, nanos(value)) for name, value in c.counters.items()))
+        for c in device.consumes_counters
+    )
+    if len(_CONSUMPTION) >= _MAX_CACHED:
+        _CONSUMPTION.clear()
+    _CONSUMPTION[id(device)] = (device, converted)
+    return converted
+
+
+def consumers_of(slice_: ResourceSlice) -> list[tuple[DeviceID, Consumption]]:
+    """The devices of `slice_` that consume counters, with what they take (remembered)."""
+    found = _CONSUMERS.get(id(slice_))
+    if found is not None and found[0] is slice_:
+        return found[1]
+    consumers = [
+        (DeviceID(slice_.driver, slice_.pool.name, device.name), consumption_of(device))
+        for device in slice_.devices
+        if device.consumes_counters
+    ]
+    if len(_CONSUMERS) >= _MAX_CACHED:
+        _CONSUMERS.clear()
+    _CONSUMERS[id(slice_)] = (slice_, consumers)
+    return consumers
 
 
 class CounterLedger:
@@ -26,19 +80,21 @@ class CounterLedger:
         found = self.available.get(pool.name)
         if found is not None:
             return found
-        left = {name: dict(cs.counters) for name, cs in pool.counter_sets.items()}
+        left: Counters = {
+            name: {counter: nanos(value) for counter, value in cs.counters.items()}
+            for name, cs in pool.counter_sets.items()
+        }
+        is_allocated = self.state.is_allocated
         for group in (pool.slices, pool.slices_not_targeting_node):
             for slice_ in group:
-                for device in slice_.devices:
-                    if not device.consumes_counters:
+                for device_id, consumption in consumers_of(slice_):
+                    if not is_allocated(device_id):
                         continue
-                    if not self.state.is_allocated(
-                        DeviceID(slice_.driver, slice_.pool.name, device.name)
-                    ):
-                        continue
-                    for consumption in device.consumes_counters:
-                        counters = left.get(consumption.counter_set, {})
-                        for name, value in consumption.counters.items():
+                    for set_name, amounts in consumption:
+                        counters = left.get(set_name)
+                        if counters is None:
+                            continue
+                        for name, value in amounts:
                             if name in counters:
                                 counters[name] = counters[name] - value
         self.available[pool.name] = left
@@ -48,23 +104,28 @@ class CounterLedger:
         """Take the device's counters; False (and nothing taken) when they do not fit."""
         left = self._left(pool)
         consumed = self.consumed.setdefault(pool.name, {})
-        for consumption in entry.device.consumes_counters:
-            taken = consumed.setdefault(consumption.counter_set, {})
-            for name, value in consumption.counters.items():
-                taken[name] = taken[name] + value if name in taken else value
+        for set_name, amounts in consumption_of(entry.device):
+            taken = consumed.setdefault(set_name, {})
+            for name, value in amounts:
+                taken[name] = taken.get(name, 0) + value
         for set_name, counters in left.items():
-            taken = consumed.get(set_name, {})
+            used = consumed.get(set_name)
+            if used is None:
+                # nothing taken from this set yet: it fits unless already overdrawn
+                if any(value < 0 for value in counters.values()):
+                    self.give_back(entry)
+                    return False
+                continue
             for name, value in counters.items():
-                used = taken.get(name)
-                if (used is not None and value < used) or (used is None and value.sign < 0):
+                if value < used.get(name, 0):
                     self.give_back(entry)
                     return False
         return True
 
     def give_back(self, entry: DeviceEntry) -> None:
         consumed = self.consumed.get(entry.id.pool, {})
-        for consumption in entry.device.consumes_counters:
-            taken = consumed.get(consumption.counter_set, {})
-            for name, value in consumption.counters.items():
+        for set_name, amounts in consumption_of(entry.device):
+            taken = consumed.get(set_name, {})
+            for name, value in amounts:
                 if name in taken:
                     taken[name] = taken[name] - value
