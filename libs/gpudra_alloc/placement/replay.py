@@ -8,7 +8,9 @@ state changed since (placements only take capacity away elsewhere), so a pending
 on the released nodes only (on all nodes when a topology reserve is set and the release made a
 large NVLink domain whole again, since the reserve may have held the pod back elsewhere); a pending gang is retried on all nodes, whenever a release frees at
 least as many devices as its smallest pod needs. A `release` of a pod still pending withdraws it
-(its job gave up). Every placement goes through the same search as the contract.
+(its job gave up). Every placement goes through the same search as the contract. Before each
+attempt the topology chooser is told how many pending pods need a whole large NVLink domain
+(`large_pods_waiting`: each pod of a gang counts, so a gang of 2 x 8 GPUs waits for two).
 """
 
 from __future__ import annotations
@@ -131,9 +133,7 @@ class Replay:
 
     def _try(self, record: PodRecord, nodes: list[Node], index: int, at: float) -> bool:
         self.attempts += 1
-        self.chooser.waiting_large = sum(
-            1 for r in self.pending if r is not record and _largest_pod(r) >= LARGE_DOMAIN
-        )
+        self.chooser.waiting_large = large_pods_waiting(self.pending, record)
         start = time.perf_counter()
         try:
             placed = self._place(record, nodes)
@@ -222,9 +222,18 @@ def _shape(raw: list[Any]) -> str:
     return "pod"
 
 
-def _largest_pod(record: PodRecord) -> int:
-    pods = record.gang.pods if record.gang is not None else [record.claims]
-    return max(_pod_size(pod) for pod in pods)
+def large_pods_waiting(pending: list[PodRecord], trying: PodRecord | None = None) -> int:
+    """Pods of the pending records (but `trying`) that each need a whole large NVLink domain:
+    a gang of 2 x 8 GPUs waits for two domains, so it counts twice."""
+    return sum(
+        sum(1 for pod in _pods(r) if _pod_size(pod) >= LARGE_DOMAIN)
+        for r in pending
+        if r is not trying
+    )
+
+
+def _pods(record: PodRecord) -> list[list[ResourceClaim]]:
+    return record.gang.pods if record.gang is not None else [record.claims]
 
 
 def _pod_size(pod: list[ResourceClaim]) -> int:

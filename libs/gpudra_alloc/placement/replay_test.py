@@ -5,9 +5,11 @@ from collections import Counter
 import pytest
 
 from gpudra_alloc.errors import ProblemError
-from gpudra_alloc.placement.replay import Replay
+from gpudra_alloc.placement.gang import Gang
+from gpudra_alloc.placement.replay import PodRecord, Replay, large_pods_waiting
 from gpudra_alloc.placement.topology import result_devices
 from gpudra_alloc.workload import ChurnConfig, Fleet, churn_problem, resource_claim
+from gpudra_api import parse_resource_claim
 
 SMALL = Fleet(counts={"a100-mig": 1, "dgx-h100": 2, "gb200-tray": 4, "hgx-b200": 1, "l4-pcie": 1})
 DAY = churn_problem(ChurnConfig(seed=11, hours=5, load=2.0, fleet=SMALL))
@@ -104,3 +106,33 @@ def test_mig_rules_place_only_what_kubernetes_accepts(mig_homes: int, hold_all: 
     assert "gpu-8-nvl" in on_a100
     if not hold_all:
         assert "mig" in on_a100
+
+
+def _record(name: str, pods: list[str], gang: bool = False) -> PodRecord:
+    claims = [[parse_resource_claim(resource_claim(s, f"{name}-{i}"))] for i, s in enumerate(pods)]
+    flat = [c for pod in claims for c in pod]
+    return PodRecord(name, pods[0], flat, 0, 0.0, Gang(name, claims) if gang else None)
+
+
+@pytest.mark.parametrize(
+    ("pending", "waiting"),
+    [
+        pytest.param([], 0, id="nobody-waits"),
+        pytest.param([("a", ["gpu-8-nvl"], False), ("b", ["gpu-4-nvl"], False)], 1, id="pods"),
+        pytest.param([("g", ["gpu-8-nvl", "gpu-8-nvl"], True)], 2, id="gang-2x8-counts-twice"),
+        pytest.param([("g", ["gpu-4-nvl"] * 4, True)], 0, id="gang-4x4-needs-no-large-domain"),
+        pytest.param(
+            [("a", ["gpu-8-nvl"], False), ("g", ["gpu-8-nvl", "gpu-8-nvl"], True)],
+            3,
+            id="pod-and-gang",
+        ),
+    ],
+)
+def test_large_pods_waiting_counts_every_pod_that_needs_a_whole_domain(
+    pending: list[tuple[str, list[str], bool]], waiting: int
+) -> None:
+    records = [_record(name, pods, gang) for name, pods, gang in pending]
+    assert large_pods_waiting(records) == waiting
+    if records:  # the pod being tried is not waiting for itself
+        own = sum(1 for s in pending[0][1] if s == "gpu-8-nvl")
+        assert large_pods_waiting(records, records[0]) == waiting - own

@@ -8,6 +8,10 @@ the reasons for every weight). The value of a node's free state is the sum of:
   taking one GPU from an intact 8-block costs 5.8 while taking one from a domain with 5 free
   costs 1: best fit by domain, and whole domains stay whole. PCIe-only GPUs form blocks of at
   most 2 (nothing larger can use them).
+- Large NVLink domains (>= 8 GPUs: DGX H100, HGX B200, A100): every free GPU there adds 1.0
+  more, so 1/2/4-GPU work goes to a GB200 tray, a PCIe GPU or a 4-GPU domain before it takes
+  GPUs of a domain only 8-GPU claims can use whole (a 4-GPU claim fills a whole tray, loss 8.0,
+  rather than the last 4 free GPUs of a DGX, loss 9.8).
 - Scarce GPU kinds (what each node type is precious for): every free GPU with >= 150 GiB memory
   adds 0.3 (only those take the large-memory claims), every free GPU of compute capability
   >= 9.0 with >= 40 GiB adds 0.2, every free whole MIG-capable GPU adds 0.5 (only those take
@@ -18,7 +22,8 @@ the reasons for every weight). The value of a node's free state is the sum of:
   A freshly partitioned GPU is therefore worth at most 0.55, less than the whole GPU it was, so
   MIG packs onto GPUs already partitioned and breaks a whole GPU only when none has room.
 
-A node's value depends on that node's free state only (its `NodeView` and `FreeState`): no other
+A node's value depends on that node's free state only (its `NodeView`: GPU attributes and the
+size of each NVLink domain; and its `FreeState`): no other
 node, no queue, no claim. What a candidate may take besides depends on the whole-domain reserve
 (`Chooser.held_domains`: held domains and the MIG home's guard, both fleet-wide); that enters a
 node's search only through its `held_on` entry, which node keys and memo keys include.
@@ -38,6 +43,8 @@ WHOLE_CLIQUE_VALUE = 1.0
 PARTITIONABLE_VALUE = 0.5
 PARTITION_COUNTER_VALUE = 0.05
 PARTITION_HALF_VALUE = 0.2
+LARGE_DOMAIN_SIZE = 8  # GPUs: an NVLink domain that can take an 8-GPU claim
+LARGE_DOMAIN_GPU_VALUE = 1.0
 
 
 def block_value(free: int, blocks: tuple[tuple[int, float], ...] = BLOCKS) -> float:
@@ -52,6 +59,8 @@ def node_value(view: NodeView, free: FreeState) -> float:
     total = 0.0
     for domain, count in free.domains.items():
         total += block_value(count, PCIE_BLOCKS if domain == PCIE else BLOCKS)
+        if domain != PCIE and view.domain_sizes.get(domain, 0) >= LARGE_DOMAIN_SIZE:
+            total += LARGE_DOMAIN_GPU_VALUE * count
     clique_free: dict[str, int] = {}
     for gpu in free.gpus:
         if gpu.memory_gib >= LARGE_MEMORY_GIB:
