@@ -16,6 +16,9 @@ that do not make sense (a size that is no whole number in range, a size without 
 Pods (`PodUnits`, fed by the pod watch of `gates`): a pending claim that a known pod uses is
 published with that pod (`pod_uid`, `pod_name`, `pod_claims` = the UIDs of the pod's gpudra claims)
 so the allocator places the pod's claims together, on one node, all or none. Rules:
+- Only pods that may run count (`consumers.is_active`): a finished pod, or one being deleted, uses
+  its claims no more, as kube-controller-manager sees it. A claim whose consumers left
+  (`gpudra.io/consumers-left`) never goes out alone, only with a pod.
 - A pod is *complete* once every claim it names exists (a template's claim is named only once the
   pod's `status.resourceClaimStatuses` says which claim was generated for it). Its claims go out
   only then; until then they are held, so none is allocated alone.
@@ -50,6 +53,7 @@ from gpudra_claim_writer.claims import (
     ref_of,
     state_of,
 )
+from gpudra_claim_writer.consumers import consumers_left, is_active
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.errors import KubeError, NotFoundError
 from gpudra_kube.resources import RESOURCE_CLAIMS
@@ -130,8 +134,8 @@ class PodEntry:
     def of(pod: KubeObject) -> PodEntry | None:
         """The entry of a pod that uses claims (None for one that uses none)."""
         meta = pod.get("metadata") or {}
-        if not (pod.get("spec") or {}).get("resourceClaims"):
-            return None
+        if not (pod.get("spec") or {}).get("resourceClaims") or not is_active(pod):
+            return None  # uses no claim, or never will again (finished, being deleted)
         names = pod_claim_names(pod)
         return PodEntry(
             str(meta.get("namespace") or "default"),
@@ -322,6 +326,8 @@ class PodUnits:
         ref = ref_of(claim)
         if self._was_sent(ref) or state_of(claim) is not ClaimState.PENDING:
             return
+        if consumers_left(claim):
+            return  # allocated again only for a pod that names it (`consumers`)
         if not await self._ownership.claim_is_ours(claim):
             return
         await publish_event(

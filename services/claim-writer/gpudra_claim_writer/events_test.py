@@ -356,3 +356,24 @@ async def test_a_deallocated_claim_is_offered_again_with_its_pod(
     assert [(e.pod_name, sorted(u.removeprefix("uid-") for u in e.pod_claims)) for e in again] == [
         sent
     ]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "status", "tracked"),
+    [
+        pytest.param({}, {}, True, id="new"),
+        pytest.param({}, {"phase": "Running"}, True, id="running"),
+        pytest.param({}, {"phase": "Succeeded"}, False, id="finished"),
+        pytest.param({}, {"phase": "Failed"}, False, id="failed"),
+        pytest.param({"deletionTimestamp": "2026-01-01T00:00:00Z"}, {}, False, id="deleting"),
+    ],
+)
+def test_only_pods_that_may_run_are_units(
+    metadata: dict[str, Any], status: dict[str, Any], tracked: bool
+) -> None:
+    pod = {
+        "metadata": {"name": "p", "namespace": "default", "uid": "u", **metadata},
+        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]},
+        "status": status,
+    }
+    assert (PodEntry.of(pod) is not None) is tracked
