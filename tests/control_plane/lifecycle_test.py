@@ -229,3 +229,42 @@ async def test_kubernetes_mode_a_claim_cleared_after_its_pod_waits_for_the_next_
         await wait_for(lambda: ungated("job-2"), 60, "data allocated for job-2", cluster)
         logs = cluster.logs()
         assert "Traceback" not in logs, logs
+
+
+async def test_a_claim_whose_pod_finished_waits_for_the_next_pod(
+    nc: Client, cluster: Cluster
+) -> None:
+    """A Job's pod finishes and stays (phase Succeeded): the claim is released and waits; the
+    Job's next pod, created later beside the finished one, gets it."""
+    store = KvStore(nc)
+    await publish_nodes(nc, ["node-1"])
+    cluster.start_inventory()
+    cluster.start_allocator()
+    cluster.start_claim_writer()
+    await slices_ready(nc, cluster, 1)
+    await store.create(PODS, pod_naming("run-1", "data"))
+    await store.create(RESOURCE_CLAIMS, claim_manifest("data", count=2))
+
+    async def used_by(pod: str) -> dict[str, Any] | None:
+        claim = await claim_or_none(store, "data")
+        return claim if devices_of(claim or {}) and consumers(claim) == [pod] else None
+
+    await wait_for(lambda: used_by("run-1"), 60, "data allocated for run-1", cluster)
+    finished = await store.get(PODS, "run-1", "default")
+    finished["status"] = {"phase": "Succeeded"}
+    await store.replace_status(PODS, finished)
+
+    async def released() -> dict[str, Any] | None:
+        claim = await claim_or_none(store, "data")
+        idle = claim is not None and not devices_of(claim) and "default/data" not in await held(nc)
+        return claim if idle else None
+
+    await wait_for(released, 60, "data released and its devices free", cluster)
+    await asyncio.sleep(3.0)
+    still = await claim_or_none(store, "data")
+    assert still is not None
+    assert not devices_of(still), "re-allocated for a finished pod"
+    await store.create(PODS, pod_naming("run-2", "data"))
+    await wait_for(lambda: used_by("run-2"), 60, "data allocated for run-2", cluster)
+    logs = cluster.logs()
+    assert "Traceback" not in logs, logs

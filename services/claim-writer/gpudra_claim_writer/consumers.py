@@ -23,9 +23,8 @@ made again only when a pod that references the claim is scheduled. gpudra follow
 allocated *with* consumers (`had_consumers`) whose allocation is then cleared gets the annotation
 `gpudra.io/consumers-left` (`with_consumers_left`, written by the intake before it reports the
 deallocation) and from then on is offered to the allocator only with a pod that uses it
-(`pod_waiting_for`), never alone; a finished pod still counts at the release for now, since the
-pod watch (`events.PodUnits`) keeps finished pods and would make one the claim's home, so that a
-pod created later would wait behind it. The annotation is never removed: once consumed, a claim is
+and may run (`pod_waiting_for`), never alone (`events.PodUnits` ignores finished pods). The
+annotation is never removed: once consumed, a claim is
 always allocated for a pod. A claim that never had a consumer (`gpudra apply` of bare claims, the
 demo) is still allocated eagerly, and so is one whose allocation was cleared while nobody used it.
 """

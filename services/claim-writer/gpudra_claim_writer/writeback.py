@@ -21,9 +21,8 @@ Promises:
 - Released after a deallocation: if the claim still exists and is pending, it is offered for
   allocation again: with its pod as one unit when a complete pod uses it (`PodUnits.reoffer`),
   else alone — unless its consumers left it (annotation `gpudra.io/consumers-left`, see
-  `consumers`): then only with a pod that names it, never alone (it waits for a pod, as in
-  Kubernetes; counted "waiting"). A finished pod still counts for now (`PodUnits` would make it
-  the claim's home and a later pod would wait behind it).
+  `consumers`): then only with a pod that may run and names it, never alone (it waits for a pod,
+  as in Kubernetes; counted "waiting").
 - The message is acknowledged after the write; a decision that cannot be written now (API away) is
   redelivered. Malformed messages are dead-lettered.
 - Spans: each decision is processed under the trace its headers carry (the claim's trace), with a
@@ -324,11 +323,10 @@ class Writeback:
         if claim is None or state_of(claim) is not ClaimState.PENDING:
             return
         if consumers_left(claim):
-            # Allocated again only for a pod. A finished pod still counts while `PodUnits` keeps
-            # finished pods as homes: a pod created later would otherwise wait behind it forever.
+            # Allocated again only for a pod that may run (`PodUnits` ignores finished pods).
             if not (
                 self._reoffer is not None
-                and await pod_waiting_for(self._store, claim, may_run=False)
+                and await pod_waiting_for(self._store, claim)
                 and await self._reoffer(claim)
             ):
                 self.counts["waiting"] += 1

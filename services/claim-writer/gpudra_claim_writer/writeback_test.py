@@ -159,8 +159,7 @@ def pod_naming(name: str, claim_name: str, phase: str) -> dict[str, Any]:
     ("consumers_left", "pod_phase", "reoffered", "alone"),
     [
         pytest.param(True, "", 0, 0, id="consumers-left-no-pod-waits"),
-        # Until PodUnits drops finished pods, the finished pod is its home: it goes with it.
-        pytest.param(True, "Succeeded", 1, 0, id="consumers-left-finished-pod-still-counts"),
+        pytest.param(True, "Succeeded", 0, 0, id="consumers-left-finished-pod-waits"),
         pytest.param(True, "Pending", 1, 0, id="consumers-left-new-pod-takes-it"),
         pytest.param(False, "", 0, 1, id="never-consumed-goes-alone"),
         pytest.param(False, "Pending", 1, 0, id="never-consumed-goes-with-its-pod"),
