@@ -14,10 +14,17 @@ takes the first value that fits the whole gang, `topology` the one that costs th
 then the one that leaves the fewest GPUs free in its group (best fit: whole cliques stay whole).
 Nothing is reserved unless every pod fits; placement is greedy across pods (no backtracking
 from a later pod into an earlier pod's choice).
+
+Cost: the groups depend only on the nodes and their pools, so they are computed once per node
+list and attribute and kept until a node's pools change (`allocator.pools_for` returns new
+objects); within a group each node's mask is computed once and again only after a pod took
+devices from one of its pools; the free GPUs left in a group (`left`) are counted only where
+they decide between groups (topology, more than one group).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +34,7 @@ from gpudra_alloc.constraints import lookup_attribute
 from gpudra_alloc.placement.choose import Chooser
 from gpudra_alloc.placement.errors import GangError
 from gpudra_alloc.placement.search import copy_state, masked, safe_mask, solutions
+from gpudra_alloc.pools import Pool
 from gpudra_alloc.state import AllocatedState, DeviceID
 from gpudra_api import AllocationResult, ApiError, Node, ResourceClaim, parse_resource_claim
 
@@ -77,30 +85,68 @@ class GangPlacement:
     group: str | None = None
     cost: float = 0.0
     failed_pod: int | None = None
-    left: int = 0  # GPUs its group's nodes still have free afterwards (best fit across groups)
+    # GPUs its group's nodes still have free afterwards (best fit across groups); counted only
+    # where it decides (topology with more than one group), else 0
+    left: int = 0
 
     @property
     def results(self) -> list[AllocationResult]:
         return [r for _, results in self.pods or [] for r in results]
 
 
-def _groups(
-    allocator: Allocator, nodes: list[Node], attribute: str
-) -> dict[str, tuple[list[Node], set[DeviceID]]]:
-    """Attribute value -> (nodes publishing it, devices on those nodes that do not carry it)."""
-    values_by_node: dict[str, dict[DeviceID, str | None]] = {}
-    for node in nodes:
+Groups = dict[str, tuple[list[Node], set[DeviceID]]]
+
+
+@dataclass
+class _Grouping:
+    """Groups of one node list by one attribute, and the pools they were computed from."""
+
+    nodes: list[Node]
+    pools: list[list[Pool]]
+    groups: Groups
+
+
+# allocator -> (attribute, node names) -> grouping; kept while the allocator lives
+_GROUPINGS: weakref.WeakKeyDictionary[Allocator, dict[tuple[str, tuple[str, ...]], _Grouping]] = (
+    weakref.WeakKeyDictionary()
+)
+_MAX_GROUPINGS = 64
+
+
+def _groups(allocator: Allocator, nodes: list[Node], attribute: str) -> Groups:
+    """Attribute value -> (nodes publishing it, devices on those nodes that do not carry it),
+    values sorted; remembered per node list until a node's pools change. Callers must not
+    change what is returned."""
+    pools = [allocator.pools_for(node) for node in nodes]
+    kept = _GROUPINGS.setdefault(allocator, {})
+    key = (attribute, tuple(node.name for node in nodes))
+    found = kept.get(key)
+    if (
+        found is not None
+        and all(a is b or a == b for a, b in zip(found.nodes, nodes, strict=True))
+        and all(a is b for a, b in zip(found.pools, pools, strict=True))
+    ):
+        return found.groups
+    groups = _compute_groups(nodes, pools, attribute)
+    if len(kept) >= _MAX_GROUPINGS:
+        kept.clear()
+    kept[key] = _Grouping(list(nodes), pools, groups)
+    return groups
+
+
+def _compute_groups(nodes: list[Node], pools: list[list[Pool]], attribute: str) -> Groups:
+    values_by_node: list[dict[DeviceID, str | None]] = []
+    for node_pools in pools:
         seen: dict[DeviceID, str | None] = {}
-        for pool in allocator.pools_for(node):
+        for pool in node_pools:
             for entries in pool.device_entries():
                 for entry in entries:
                     attr = lookup_attribute(entry.device, entry.id, attribute)
                     value = None if attr is None or attr.is_list else str(attr.scalar)
                     seen[entry.id] = value
-        values_by_node[node.name] = seen
-    groups: dict[str, tuple[list[Node], set[DeviceID]]] = {}
-    for node in nodes:
-        seen = values_by_node[node.name]
+        values_by_node.append(seen)
+    groups: Groups = {}
+    for node, seen in zip(nodes, values_by_node, strict=True):
         for value in sorted({v for v in seen.values() if v is not None}):
             members, mask = groups.setdefault(value, ([], set()))
             members.append(node)
@@ -127,8 +173,11 @@ def place_gang(
         groups = {"": (nodes, set())}
     best: GangPlacement | None = None
     worst_failure = GangPlacement(None, failed_pod=0)
+    count_left = policy != "first-fit" and len(groups) > 1
     for value, (members, wanted) in groups.items():
-        attempt = _place_in_group(allocator, members, wanted, gang, policy, chooser, pins)
+        attempt = _place_in_group(
+            allocator, members, wanted, gang, policy, chooser, pins, count_left
+        )
         attribute = gang.match_attribute
         if (
             attempt.pods is not None
@@ -173,6 +222,7 @@ def _place_in_group(
     policy: str,
     chooser: Chooser | None,
     pins: Sequence[str] = (),
+    count_left: bool = False,
 ) -> GangPlacement:
     scratch: AllocatedState = copy_state(allocator.state)
     order = list(range(len(gang.pods)))
@@ -181,13 +231,12 @@ def _place_in_group(
     pin = {i: node for i, node in enumerate(pins) if node}
     order.sort(key=lambda i: i not in pin)  # stable: pinned pods first, each order kept
     placed: dict[int, tuple[Node, list[AllocationResult]]] = {}
+    masks = _Masks(allocator, nodes, wanted, scratch)
     cost = 0.0
     for position, i in enumerate(order):
         claims = gang.pods[i]
         allowed = [n for n in nodes if n.name == pin[i]] if i in pin else nodes
-        mask: set[DeviceID] = set()
-        for node in allowed:
-            mask |= safe_mask(allocator, node, scratch, wanted)
+        mask = masks.union(allowed)
         if policy == "first-fit":
             found = _first_fit(allocator, allowed, claims, masked(scratch, mask))
             if found is None:
@@ -201,12 +250,48 @@ def _place_in_group(
             node, results = choice.node, choice.results
             cost += choice.score.cost
         scratch.apply(results)
+        masks.taken(results)
         placed[i] = (node, results)
     left = 0
-    if chooser is not None or policy != "first-fit":
+    if count_left:
         views = chooser or Chooser(allocator)
         left = sum(views.view(node).free(scratch).free_gpus for node in nodes)
     return GangPlacement([placed[i] for i in range(len(gang.pods))], cost=cost, left=left)
+
+
+class _Masks:
+    """Each node's `safe_mask` of the group's unwanted devices under the gang's scratch state,
+    recomputed only for the nodes whose pools a placed pod took devices from (a node's safe
+    mask reads only the in-use state of its own pools' devices)."""
+
+    def __init__(
+        self, allocator: Allocator, nodes: list[Node], wanted: set[DeviceID], state: AllocatedState
+    ) -> None:
+        self.allocator = allocator
+        self.wanted = wanted
+        self.state = state
+        self.by_node: dict[str, set[DeviceID]] = {}
+        self.nodes: dict[str, Node] = {}
+        if wanted:
+            for node in nodes:
+                self.nodes[node.name] = node
+                self.by_node[node.name] = safe_mask(allocator, node, state, wanted)
+
+    def union(self, nodes: list[Node]) -> set[DeviceID]:
+        out: set[DeviceID] = set()
+        if not self.wanted:
+            return out
+        for node in nodes:
+            out |= self.by_node[node.name]
+        return out
+
+    def taken(self, results: list[AllocationResult]) -> None:
+        if not self.wanted:
+            return
+        pools = {(r.driver, r.pool) for result in results for r in result.results}
+        for name, node in self.nodes.items():
+            if any((p.driver, p.name) in pools for p in self.allocator.pools_for(node)):
+                self.by_node[name] = safe_mask(self.allocator, node, self.state, self.wanted)
 
 
 def _first_fit(
