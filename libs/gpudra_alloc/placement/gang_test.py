@@ -1,13 +1,19 @@
 from __future__ import annotations
 
+import copy
+import random
 from typing import Any
 
 import pytest
 
+from gpudra_alloc import Allocator
 from gpudra_alloc.placement import GangError, parse_gang, place_gang, validate_allocation
-from gpudra_alloc.placement.choose_test import cluster
-from gpudra_alloc.placement.search import copy_state
-from gpudra_alloc.workload import resource_claim
+from gpudra_alloc.placement.choose_test import claim, cluster
+from gpudra_alloc.placement.gang import _GROUPINGS, _compute_groups, _groups, _Masks
+from gpudra_alloc.placement.search import copy_state, safe_mask
+from gpudra_alloc.state import DeviceID
+from gpudra_alloc.workload import Fleet, build_fleet, device_classes, resource_claim
+from gpudra_api import Node, parse_device_class, parse_resource_slice
 
 CLIQUE = "gpu.nvidia.com/cliqueID"
 
@@ -94,3 +100,82 @@ def test_topology_gang_prefers_the_clique_it_fills_best() -> None:
 def test_bad_gang_is_a_clear_error(doc: Any) -> None:
     with pytest.raises(GangError):
         parse_gang(doc)
+
+
+def test_groups_are_kept_until_pools_change() -> None:
+    objects = build_fleet(Fleet(counts={"gb200-tray": 20}))
+    allocator = Allocator(
+        [parse_device_class(c) for c in device_classes()],
+        [parse_resource_slice(s) for s in objects.slices],
+    )
+    nodes = [Node(n["name"], n["labels"]) for n in objects.nodes]
+    first = _groups(allocator, nodes, CLIQUE)
+    assert _groups(allocator, nodes, CLIQUE) is first
+    assert _groups(allocator, list(nodes), CLIQUE) is first  # an equal list of the same nodes
+    assert [len(m) for m, _ in first.values()] == [18, 2]
+    part = _groups(allocator, nodes[:3], CLIQUE)
+    assert [len(m) for m, _ in part.values()] == [3]
+    # a new generation of gb200-19's slice moves it into the first clique: groups follow
+    moved = copy.deepcopy(next(s for s in objects.slices if s["spec"]["nodeName"] == "gb200-19"))
+    moved["spec"]["pool"]["generation"] += 1
+    clique = next(iter(first))
+    for device in moved["spec"]["devices"]:
+        device["attributes"]["cliqueID"] = {"string": clique}
+    allocator.add_slice(parse_resource_slice(moved))
+    after = _groups(allocator, nodes, CLIQUE)
+    assert after is not first
+    assert [len(m) for m, _ in after.values()] == [19, 1]
+    assert after == _compute_groups(nodes, [allocator.pools_for(n) for n in nodes], CLIQUE)
+
+
+@pytest.mark.parametrize(
+    ("counts", "shape", "changes"),
+    [
+        pytest.param({"a100-mig": 4}, "mig", True, id="mig-counters"),
+        pytest.param({"gb200-tray": 4}, "gpu-1", False, id="trays"),
+        pytest.param({"dgx-h100": 2, "a100-mig": 2}, "mig", True, id="mixed"),
+    ],
+)
+def test_masks_follow_every_take(counts: dict[str, int], shape: str, changes: bool) -> None:
+    """The kept per-node masks equal a fresh `safe_mask` after every pod's take (a mask holds a
+    whole GPU only while none of its counters is taken, so MIG takes change masks)."""
+    allocator, nodes = cluster(counts)
+    rng = random.Random(7)
+    wanted: set[DeviceID] = set()
+    for index, node in enumerate(nodes):  # all of every other node, some of the rest
+        for pool in allocator.pools_for(node):
+            for entries in pool.device_entries():
+                wanted.update(e.id for e in entries if index % 2 == 0 or rng.random() < 0.5)
+    scratch = copy_state(allocator.state)
+    masks = _Masks(allocator, nodes, wanted, scratch)
+    start = dict(masks.by_node)
+    for i in range(12):
+        node = nodes[i % len(nodes)]
+        outcome = allocator.allocate(node, [claim(shape, f"c{i}")], scratch)
+        if outcome.results is None:
+            continue
+        scratch.apply(outcome.results)
+        masks.taken(outcome.results)
+        for n in nodes:
+            assert masks.by_node[n.name] == safe_mask(allocator, n, scratch, wanted), (i, n.name)
+    assert (masks.by_node != start) == changes
+    assert masks.union(nodes) == set().union(
+        *(safe_mask(allocator, n, scratch, wanted) for n in nodes)
+    )
+
+
+@pytest.mark.parametrize("policy", [pytest.param(p, id=p) for p in ("first-fit", "topology")])
+def test_kept_groups_place_as_fresh_ones(policy: str) -> None:
+    """A sequence of gangs, each applied: placing with the groups kept from the step before
+    gives exactly what placing with groups computed afresh gives."""
+    allocator, nodes = cluster({"gb200-tray": 22, "dgx-h100": 2})
+    for step in range(5):
+        gang = parse_gang(gang_doc(2 + step % 3))
+        kept = place_gang(allocator, nodes, gang, policy)
+        _GROUPINGS.clear()
+        fresh = place_gang(allocator, nodes, gang, policy)
+        assert kept.pods is not None
+        assert fresh.pods is not None
+        assert [(n.name, r) for n, r in kept.pods] == [(n.name, r) for n, r in fresh.pods]
+        assert (kept.group, kept.cost, kept.left) == (fresh.group, fresh.cost, fresh.left)
+        allocator.state.apply(kept.results)
