@@ -22,11 +22,12 @@ an allocation that kube-controller-manager cleared because the claim's last cons
 made again only when a pod that references the claim is scheduled. gpudra follows: a claim seen
 allocated *with* consumers (`had_consumers`) whose allocation is then cleared gets the annotation
 `gpudra.io/consumers-left` (`with_consumers_left`, written by the intake before it reports the
-deallocation) and from then on is offered to the allocator only with a pod that uses it
-and may run (`pod_waiting_for`), never alone (`events.PodUnits` ignores finished pods). The
-annotation is never removed: once consumed, a claim is
-always allocated for a pod. A claim that never had a consumer (`gpudra apply` of bare claims, the
-demo) is still allocated eagerly, and so is one whose allocation was cleared while nobody used it.
+deallocation) and from then on is offered to the allocator only with a pod that uses it and may
+run (`pod_waiting_for`; `events.PodUnits` ignores finished pods too), never alone. The annotation
+is never removed: once consumed, a claim is always allocated for a pod. A claim that never had a
+consumer (`gpudra apply` of bare claims, the demo) is still allocated eagerly, and so is one whose
+allocation was cleared while nobody used it. Not covered: an allocation cleared while the
+claim-writer was down is not seen as a deallocation at its restart (the claim is then unmarked).
 """
 
 from __future__ import annotations
