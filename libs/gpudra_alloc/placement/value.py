@@ -6,7 +6,7 @@ the reasons for every weight). The value of a node's free state is the sum of:
 - NVLink blocks: each NVLink domain's free whole GPUs are cut greedily into blocks of 8, 4, 2
   and 1 GPUs worth 14, 5, 2.2 and 1 (per block). A block is worth more than its GPUs apart, so
   taking one GPU from an intact 8-block costs 5.8 while taking one from a domain with 5 free
-  costs 1: best fit by domain, and whole domains stay whole. PCIe-only GPUs form blocks of at
+  costs 1 (each + 1.0 in a large domain, below): best fit by domain, and whole domains stay whole. PCIe-only GPUs form blocks of at
   most 2 (nothing larger can use them).
 - Large NVLink domains (>= 8 GPUs: DGX H100, HGX B200, A100): every free GPU there adds 1.0
   more, so 1/2/4-GPU work goes to a GB200 tray, a PCIe GPU or a 4-GPU domain before it takes
