@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 _ROOT = Path(__file__).resolve().parents[1]
 for _p in ("libs", "proto/gen", "tests"):
@@ -49,6 +50,7 @@ for _p in ("libs", "proto/gen", "tests"):
         sys.path.insert(0, str(_ROOT / _p))
 
 from nats.aio.client import Client  # noqa: E402
+from nats.aio.msg import Msg  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
 from control_plane.cluster import (  # noqa: E402
@@ -138,6 +140,44 @@ def cpu_by_process(cluster: Cluster, server: NatsServer) -> dict[str, float]:
         out["nats-server"] = cpu_seconds(proc.pid)
     out["bench"] = time.process_time()
     return out
+
+
+class RequestCounter:
+    """Counts, by kind, the JetStream API requests and KV writes any client sends during the
+    claims phase (a subscription of the bench's own sees every one): round trips per claim do not
+    depend on the machine's load, CPU time per claim does, somewhat."""
+
+    KINDS = (
+        ("$JS.API.DIRECT.GET.", "KV/stream reads"),
+        ("$JS.API.STREAM.MSG.GET.", "KV/stream reads"),
+        ("$JS.API.CONSUMER.MSG.NEXT.", "pull requests"),
+        ("$JS.API.", "other JetStream API"),
+        ("$KV.", "KV writes"),
+    )
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._subs: list[Any] = []
+
+    @classmethod
+    async def start(cls, nc: Client) -> RequestCounter:
+        counter = cls()
+        for subject in ("$JS.API.>", "$KV.>"):
+            counter._subs.append(await nc.subscribe(subject, cb=counter._seen))
+        await nc.flush()
+        return counter
+
+    async def _seen(self, msg: Msg) -> None:
+        kind = next((k for prefix, k in self.KINDS if msg.subject.startswith(prefix)), "other")
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    async def stop(self) -> None:
+        for sub in self._subs:
+            await sub.unsubscribe()
+
+    def report(self, claims: int) -> str:
+        per = {k: n / max(claims, 1) for k, n in sorted(self.counts.items())}
+        return "requests per claim: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items())
 
 
 def summarise_profiles(directory: Path, top: int = 30) -> None:
@@ -236,6 +276,7 @@ async def run(args: argparse.Namespace) -> int:
         await asyncio.sleep(1.0)
         interval = 1.0 / args.rate
         bench_profile = cProfile.Profile(time.process_time) if profile_dir is not None else None
+        counter = await RequestCounter.start(nc) if args.count_requests else None
         cpu_before = cpu_by_process(cluster, server)
         cluster.profile(True)
         if bench_profile is not None:
@@ -270,6 +311,8 @@ async def run(args: argparse.Namespace) -> int:
                 bench_profile.dump_stats(str(profile_dir / f"bench-{os.getpid()}.prof"))
             cluster.profile(False)
             cpu_after = cpu_by_process(cluster, server)
+            if counter is not None:
+                await counter.stop()
             total_time = max(latency.values(), default=0.0) + (
                 max(created.values()) - t0 if created else 0.0
             )
@@ -292,7 +335,9 @@ async def run(args: argparse.Namespace) -> int:
                 f"max {max(values):.1f} ms, mean {statistics.mean(values):.1f} ms"
             )
             print(f"sustained: {len(values) / max(total_time, 1e-9):.1f} claims/s end to end")
-            # CPU time per claim does not depend on what else runs on the machine.
+            # CPU time per claim depends far less than latency on what else runs on the machine
+            # (not at all, though: a process that waited for a core handles several messages per
+            # wake-up, so a busier machine shows somewhat less; compare runs made back to back).
             per_claim = {
                 name: (cpu_after[name] - cpu_before.get(name, 0.0)) * 1000 / len(values)
                 for name in cpu_after
@@ -304,6 +349,8 @@ async def run(args: argparse.Namespace) -> int:
                 + " ".join(f"{x:.1f}" for x in os.getloadavg())
                 + ")"
             )
+            if counter is not None:
+                print(counter.report(len(values)))
         await nc.drain()
         return 0 if len(values) == args.claims else 1
     finally:
@@ -333,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("console", "none"),
         help="the services' span exporter: console (one JSON line per span, as the "
         "cross-service tests run them) or none (the services' default: context still propagated)",
+    )
+    parser.add_argument(
+        "--count-requests",
+        action="store_true",
+        help="count JetStream API requests and KV writes per claim (adds a subscriber's cost)",
     )
     parser.add_argument(
         "--profile", default="", help="directory for per-process cProfile output (slows all)"
