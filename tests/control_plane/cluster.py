@@ -24,12 +24,13 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from gpudra_bus import Codec, Publisher, subjects
+from gpudra_bus import SLICES_BUCKET, Codec, Publisher, subjects
 from gpudra_kube.errors import NotFoundError
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_nvml.inventory import snapshot
 from gpudra_nvml.loader import open_simulator
+from gpudra_testing.kvkeys import bucket_keys
 from gpudrapb.v1 import inventory_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,6 +201,16 @@ async def wait_for(
     raise AssertionError(
         f"timed out after {timeout}s waiting for {what} (last: {last!r})\n{detail}"
     )
+
+
+async def slices_ready(nc: Client, cluster: Cluster, count: int, what: str = "") -> None:
+    """Wait until the inventory has stored at least `count` slices."""
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+
+    async def enough() -> bool:
+        return len(await bucket_keys(kv)) >= count
+
+    await wait_for(enough, 60, what or f"{count} slices in the bucket", cluster)
 
 
 async def claims(store: KvStore, namespace: str = "default") -> dict[str, dict[str, Any]]:

@@ -24,35 +24,24 @@ from control_plane.cluster import (
     claims,
     devices_of,
     publish_nodes,
+    slices_ready,
     wait_for,
 )
 from gpudra_bus import (
     DEADLETTER_STREAM,
     RESERVATIONS_BUCKET,
-    SLICES_BUCKET,
 )
 from gpudra_kube.errors import KubeRetryableError
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
+from gpudra_testing.kvkeys import bucket_keys
 
 pytestmark = pytest.mark.slow
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
 TRACEPARENT = "gpudra.io/traceparent"
-
-
-async def slices_ready(nc: Client, cluster: Cluster, count: int) -> None:
-    kv = await nc.jetstream().key_value(SLICES_BUCKET)
-
-    async def enough() -> bool:
-        try:
-            return len(await kv.keys()) >= count
-        except Exception:  # - "no keys yet" is an exception in nats-py
-            return False
-
-    await wait_for(enough, 60, f"{count} slices in the bucket", cluster)
 
 
 def all_distinct(objs: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -224,10 +213,9 @@ async def test_two_allocator_replicas_never_allocate_one_device_twice(
     # Both replicas took part: each decision's record names the replica that won it.
     kv = await nc.jetstream().key_value(RESERVATIONS_BUCKET)
     deciders: Counter[str] = Counter()
-    for key in await kv.keys():
-        if key.startswith("c."):
-            entry = await kv.get(key)
-            deciders[json.loads(entry.value or b"{}").get("allocator", "")] += 1
+    for key in await bucket_keys(kv, "c."):
+        entry = await kv.get(key)
+        deciders[json.loads(entry.value or b"{}").get("allocator", "")] += 1
     assert sum(deciders.values()) == capacity, deciders
     assert set(deciders) == {"allocator-1", "allocator-2"}, deciders
     logs = cluster.logs()
@@ -432,5 +420,5 @@ async def test_malformed_events_are_dead_lettered_and_a_nats_outage_loses_nothin
     for name, claim in before.items():
         assert devices_of(final[name]) == devices_of(claim), "decisions survive an outage"
     kv = await nc.jetstream().key_value(RESERVATIONS_BUCKET)
-    records = [k for k in await kv.keys() if k.startswith("c.")]
+    records = await bucket_keys(kv, "c.")
     assert len(records) == 8, records

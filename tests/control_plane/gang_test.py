@@ -22,17 +22,18 @@ from control_plane.cluster import (
     claims,
     devices_of,
     node_inventory,
+    slices_ready,
     wait_for,
 )
 from gpudra_allocator.gangs import decision_key, members_key
 from gpudra_bus import (
     RESERVATIONS_BUCKET,
-    SLICES_BUCKET,
     Publisher,
     subjects,
 )
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_testing.kvkeys import bucket_keys
 from gpudrapb.v1 import inventory_pb2 as pb
 
 pytestmark = pytest.mark.slow
@@ -77,10 +78,9 @@ async def holders(nc: Client) -> set[str]:
     """Claims (namespace/name) holding any device in the reservations bucket."""
     kv = await nc.jetstream().key_value(RESERVATIONS_BUCKET)
     out = set()
-    for key in await kv.keys():
-        if key.startswith("p."):
-            entry = await kv.get(key)
-            out |= {h["claim"] for h in json.loads(entry.value or b"{}").get("holdings", [])}
+    for key in await bucket_keys(kv, "p."):
+        entry = await kv.get(key)
+        out |= {h["claim"] for h in json.loads(entry.value or b"{}").get("holdings", [])}
     return out
 
 
@@ -91,15 +91,7 @@ async def test_a_gang_is_placed_all_together_or_holds_nothing(nc: Client, cluste
     cluster.start_allocator("allocator-1")
     cluster.start_allocator("allocator-2")
     cluster.start_claim_writer()
-    kv = await nc.jetstream().key_value(SLICES_BUCKET)
-
-    async def slices() -> bool:
-        try:
-            return len(await kv.keys()) >= len(clique_of)
-        except Exception:  # - "no keys yet" is an exception in nats-py
-            return False
-
-    await wait_for(slices, 60, "every tray's slices", cluster)
+    await slices_ready(nc, cluster, len(clique_of), "every tray's slices")
 
     # Three of four members: nobody holds anything, each says what it waits for.
     for i in range(3):
@@ -157,7 +149,7 @@ async def test_a_gang_is_placed_all_together_or_holds_nothing(nc: Client, cluste
     assert {clique_of[p] for _, p, _ in used} == {"large"}
     # The first gang's members left it when deleted: its membership and decision keys are gone.
     kv = await nc.jetstream().key_value(RESERVATIONS_BUCKET)
-    gang_keys = sorted(k for k in await kv.keys() if k[:2] in ("m.", "g."))
+    gang_keys = sorted(k for k in await bucket_keys(kv) if k[:2] in ("m.", "g."))
     assert gang_keys == [decision_key("default/again"), members_key("default/again")], gang_keys
     logs = cluster.logs()
     assert "Traceback" not in logs, logs

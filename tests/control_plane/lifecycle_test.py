@@ -26,10 +26,10 @@ from control_plane.cluster import (
     claim_or_none,
     devices_of,
     publish_nodes,
+    slices_ready,
     wait_for,
 )
-from control_plane.pod_unit_test import held
-from gpudra_bus import SLICES_BUCKET
+from control_plane.gang_test import holders as held
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
@@ -38,18 +38,6 @@ from gpudra_testing.kubeapi import FakeKubeApi
 pytestmark = pytest.mark.slow
 
 CONSUMERS_LEFT = "gpudra.io/consumers-left"
-
-
-async def slices_ready(nc: Client, cluster: Cluster, count: int) -> None:
-    kv = await nc.jetstream().key_value(SLICES_BUCKET)
-
-    async def enough() -> bool:
-        try:
-            return len(await kv.keys()) >= count
-        except Exception:  # - "no keys yet" is an exception in nats-py
-            return False
-
-    await wait_for(enough, 60, f"{count} slices in the bucket", cluster)
 
 
 def pod_naming(name: str, claim: str) -> dict[str, Any]:

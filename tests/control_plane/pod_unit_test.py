@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
-from nats.js.errors import NoKeysError
 
 from control_plane.cluster import (
     UNSCHEDULABLE,
@@ -30,10 +29,10 @@ from control_plane.cluster import (
     claims,
     devices_of,
     publish_nodes,
+    slices_ready,
     wait_for,
 )
 from control_plane.gang_test import holders
-from gpudra_bus import SLICES_BUCKET
 from gpudra_cli.standalone.apply import apply_plan
 from gpudra_cli.standalone.client import Client as CliClient
 from gpudra_cli.standalone.manifests import plan_files
@@ -119,14 +118,6 @@ async def create_pod(
     await store.replace_status(PODS, pod)
 
 
-async def held(nc: Client) -> set[str]:
-    """Claims holding devices (`holders`); none while the bucket has no key at all."""
-    try:
-        return await holders(nc)
-    except NoKeysError:
-        return set()
-
-
 def nodes_of(claim: dict[str, Any]) -> set[str]:
     return {pool for _, pool, _ in devices_of(claim)}
 
@@ -144,15 +135,7 @@ async def test_a_pods_claims_land_on_one_node_or_hold_nothing(
     cluster.start_allocator("allocator-1")
     cluster.start_allocator("allocator-2")
     cluster.start_claim_writer()
-    kv = await nc.jetstream().key_value(SLICES_BUCKET)
-
-    async def slices() -> bool:
-        try:
-            return len(await kv.keys()) >= len(NODES)
-        except Exception:  # - "no keys yet" is an exception in nats-py
-            return False
-
-    await wait_for(slices, 60, "every node's slices", cluster)
+    await slices_ready(nc, cluster, len(NODES), "every node's slices")
 
     # 4 + 4 GPUs: both claims, one node (a whole one). Applied as `gpudra apply` applies a
     # manifest: the pod recorded, its template claims generated and owned by it.
@@ -185,7 +168,7 @@ async def test_a_pods_claims_land_on_one_node_or_hold_nothing(
     ), reason(objs["split-gpu0"])
     assert not devices_of(objs["split-gpu0"])
     assert not devices_of(objs["split-gpu1"])
-    assert await held(nc) == {"default/fits-gpu0-0", "default/fits-gpu1-0"}
+    assert await holders(nc) == {"default/fits-gpu0-0", "default/fits-gpu1-0"}
 
     # A gang of two pods, 4 + 3 GPUs each: each pod on one node, so the two free nodes.
     gang = {"gpudra.io/gang": "train", "gpudra.io/gang-size": "4"}
@@ -215,13 +198,13 @@ async def test_a_pods_claims_land_on_one_node_or_hold_nothing(
         await store.delete(RESOURCE_CLAIMS, f"fits-gpu{i}-0", "default")
 
     async def freed() -> bool:
-        return "default/fits-gpu0-0" not in await held(nc)
+        return "default/fits-gpu0-0" not in await holders(nc)
 
     await wait_for(freed, 60, "the first pod's devices released", cluster)
     objs = await claims(store)
     assert not devices_of(objs["split-gpu0"])
     assert not devices_of(objs["split-gpu1"])
-    assert not {"default/split-gpu0", "default/split-gpu1"} & await held(nc)
+    assert not {"default/split-gpu0", "default/split-gpu1"} & await holders(nc)
 
     # A claim allocated before any pod used it pins the claims of the pod that comes later: the
     # 1-GPU claim joins it on node-1 although two nodes have exactly one GPU left (where a lone
@@ -299,15 +282,7 @@ async def test_kubernetes_mode_a_gated_pods_claims_land_together_and_the_gate_li
         cluster.start_inventory("--mode", "kubernetes", "--kubeconfig", kubeconfig)
         cluster.start_allocator()
         cluster.start_claim_writer("--mode", "kubernetes", "--kubeconfig", kubeconfig)
-        kv = await nc.jetstream().key_value(SLICES_BUCKET)
-
-        async def slices() -> bool:
-            try:
-                return len(await kv.keys()) >= 2
-            except Exception:  # - "no keys yet" is an exception in nats-py
-                return False
-
-        await wait_for(slices, 60, "both nodes' slices", cluster)
+        await slices_ready(nc, cluster, 2, "both nodes' slices")
         # One GPU of each node is taken already (kube-scheduler, adopted): 7 + 7 free, so a pod
         # of 5 + 3 fits on neither node as a unit; 4 + 3 fits on either.
         for node in ("node-a", "node-b"):
@@ -329,7 +304,7 @@ async def test_kubernetes_mode_a_gated_pods_claims_land_together_and_the_gate_li
             await api.put(RESOURCE_CLAIMS, taken)
 
         async def adopted() -> bool:
-            return {"default/taken-node-a", "default/taken-node-b"} <= await held(nc)
+            return {"default/taken-node-a", "default/taken-node-b"} <= await holders(nc)
 
         await wait_for(adopted, 30, "the taken GPUs adopted", cluster)
 
@@ -405,6 +380,6 @@ async def test_kubernetes_mode_a_gated_pods_claims_land_together_and_the_gate_li
         too_big = find(PODS, "too-big")
         assert too_big is not None
         assert too_big["spec"].get("schedulingGates"), "gated while its claims wait"
-        assert not {"default/too-big-0", "default/too-big-1"} & await held(nc)
+        assert not {"default/too-big-0", "default/too-big-1"} & await holders(nc)
         logs = cluster.logs()
         assert "Traceback" not in logs, logs
