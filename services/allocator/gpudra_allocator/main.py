@@ -3,7 +3,8 @@
 Start-up order: tracing, NATS (waits for a server; credentials and TLS from the shared settings),
 streams and buckets (idempotent, created with `stream-replicas` replicas), the
 reservation mirror, the slice index and the applied DeviceClasses (all fully read before the first
-claim is decided; applied classes override the built-in ones of the same name), the health server,
+claim is decided; applied classes override the built-in ones of the same name), the health server
+(`/healthz`, `/readyz`, and `/statusz`: what this replica indexed and decided, see `status`),
 then the claim consumer. SIGTERM/SIGINT stop the loop; the exit stack then stops
 the watches and drains the NATS connection. Exit status: 0 after a signal, 1 on a fatal error, 2
 for bad settings (also those found while starting: DeviceClasses file, unreadable NATS TLS files,
@@ -21,6 +22,7 @@ from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.index import class_index, slice_index
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
+from gpudra_allocator.status import AllocatorStatus
 from gpudra_allocator.worker import Worker
 from gpudra_bus import (
     DEVICE_CLASSES_BUCKET,
@@ -56,8 +58,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await classes.start()
         stack.push_async_callback(classes.stop)
         worker = Worker(nc, settings, engine, index, reservations, classes)
+        status = AllocatorStatus(worker, index, reservations, classes, policy=settings.policy)
         health = await HealthServer(
-            settings.health_host, settings.health_port, ready=lambda: worker.ready
+            settings.health_host, settings.health_port, ready=lambda: worker.ready, status=status
         ).start()
         stack.push_async_callback(health.stop)
         log.info("health server on port %d", health.port)

@@ -42,6 +42,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Mapping
 
 import nats.errors
 from nats.aio.client import Client
@@ -115,6 +116,7 @@ class Worker(GangSteps):
         self.decided = 0
         self.unschedulable = 0
         self.released = 0
+        self.last_decision_at: float | None = None  # epoch seconds; read by `/statusz`
         self._decide_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._inflight: set[asyncio.Task[None]] = set()
@@ -123,6 +125,22 @@ class Worker(GangSteps):
             reservations.kv,
             grace_for(settings.ack_wait, settings.retry_interval),
         )
+
+    # Read-only views for `/statusz` (`status.AllocatorStatus`).
+    @property
+    def waiting(self) -> Mapping[str, Waiting]:
+        """The claims held for retry, by UID."""
+        return self._waiting
+
+    @property
+    def dead_letters(self) -> Mapping[str, int]:
+        """Malformed events dead-lettered, by kind."""
+        return self._dead.counts
+
+    @property
+    def in_flight(self) -> int:
+        """Claim events being handled now."""
+        return len(self._inflight)
 
     async def _collect_tombstones(self) -> None:
         while True:
@@ -365,6 +383,7 @@ class Worker(GangSteps):
             msg_id=f"{ref.uid}/{record.token}/allocated",
         )
         self.decided += 1
+        self.last_decision_at = time.time()
 
     async def _unschedulable(self, waiting: Waiting, reason: str) -> None:
         if reason == waiting.reason:
@@ -387,6 +406,7 @@ class Worker(GangSteps):
             msg_id=f"{ref.uid}/unschedulable/{digest}",
         )
         self.unschedulable += 1
+        self.last_decision_at = time.time()
 
     def _hold(self, waiting: Waiting) -> None:
         self._waiting[waiting.event.claim.uid] = waiting

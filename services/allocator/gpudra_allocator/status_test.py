@@ -1,0 +1,197 @@
+"""`/statusz` of a running allocator, read over real HTTP from the service's own `serve` wiring,
+against a real nats-server: the shape, and counters that follow what the replica did."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import nats
+import pytest
+
+from gpudra_allocator.main import serve
+from gpudra_allocator.settings import Settings
+from gpudra_allocator.status import rfc3339
+from gpudra_bus import CLAIM_EVENT, SLICES_BUCKET, Publisher, subjects
+from gpudra_standalone.nats_server import NatsServer
+from gpudrapb.v1 import claims_pb2
+
+TOP = {"replica", "policy", "ready", "index", "reservations", "claims", "waiting"}
+TOP |= {"deadLetters", "lastDecisionAt"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get_status(port: int) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/statusz", timeout=2) as reply:
+            assert reply.headers["Content-Type"] == "application/json"
+            doc = json.loads(reply.read())
+    except (urllib.error.URLError, OSError):
+        return None
+    assert isinstance(doc, dict)
+    return doc
+
+
+async def until(port: int, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    last: dict[str, Any] | None = None
+    for _ in range(200):
+        last = await asyncio.to_thread(get_status, port)
+        if last is not None and check(last):
+            return last
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"/statusz never got there; last: {last}")
+
+
+@pytest.fixture
+async def allocator(fresh_nats_server: NatsServer) -> AsyncIterator[int]:
+    port = free_port()
+    settings = Settings(
+        nats_url=fresh_nats_server.url,
+        health_host="127.0.0.1",
+        health_port=port,
+        replica_id="alloc-a",
+        policy="first-fit",
+        retry_interval=0.5,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(settings, stop))
+    try:
+        await until(port, lambda s: bool(s["ready"]))
+        yield port
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 15)
+
+
+def slice_doc(node: str, gpus: int) -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-slice"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}}
+                    for i in range(gpus)
+                ],
+            },
+        }
+    ).encode()
+
+
+def claim_event(name: str, count: int) -> claims_pb2.ClaimEvent:
+    doc = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
+                    }
+                ]
+            }
+        },
+    }
+    return claims_pb2.ClaimEvent(
+        kind=claims_pb2.ClaimEvent.KIND_PENDING,
+        claim=claims_pb2.ClaimRef(namespace="default", name=name, uid=f"uid-{name}", generation=1),
+        claim_json=json.dumps(doc).encode(),
+    )
+
+
+async def test_a_fresh_replica_says_who_it_is(allocator: int) -> None:
+    status = await until(allocator, lambda s: True)
+    assert set(status) == TOP
+    assert status["replica"] == "alloc-a"
+    assert status["policy"] == "first-fit"
+    assert status["index"] == {
+        "version": 0,
+        "slices": 0,
+        "pools": 0,
+        "devices": 0,
+        "rejected": 0,
+        "classesVersion": 0,
+    }
+    assert status["claims"] == {"decided": 0, "unschedulable": 0, "released": 0, "inFlight": 0}
+    assert status["waiting"] == {
+        "claims": 0,
+        "lone": 0,
+        "gangs": 0,
+        "pods": 0,
+        "reasons": 0,
+        "topReasons": [],
+    }
+    assert status["deadLetters"] == {"total": 0, "byKind": {}}
+    assert status["lastDecisionAt"] is None
+
+
+async def test_counters_follow_slices_decisions_and_dead_letters(
+    allocator: int, fresh_nats_server: NatsServer
+) -> None:
+    nc = await nats.connect(fresh_nats_server.url)
+    try:
+        kv = await nc.jetstream().key_value(SLICES_BUCKET)
+        await kv.put("node-a-slice", slice_doc("node-a", 2))
+        await kv.put("node-b-slice", slice_doc("node-b", 2))
+        await kv.put("broken", b"{not json")
+        status = await until(allocator, lambda s: s["index"]["slices"] == 2)
+        assert status["index"]["pools"] == 2
+        assert status["index"]["devices"] == 4
+        assert status["index"]["rejected"] == 1
+        assert status["index"]["version"] >= 2
+
+        publisher = Publisher(nc)
+        await publisher.publish(
+            subjects.claims("default", "fits"), claim_event("fits", 1), CLAIM_EVENT
+        )
+        await publisher.publish(
+            subjects.claims("default", "too-big"), claim_event("too-big", 8), CLAIM_EVENT
+        )
+        await nc.jetstream().publish(subjects.claims("default", "junk"), b"\x00not a claim event")
+        status = await until(
+            allocator,
+            lambda s: s["claims"]["decided"] >= 1
+            and s["waiting"]["claims"] == 1
+            and s["deadLetters"]["total"] == 1,
+        )
+    finally:
+        await nc.close()
+    assert status["claims"]["unschedulable"] == 1
+    assert status["waiting"]["lone"] == 1
+    assert status["waiting"]["reasons"] == 1
+    [top] = status["waiting"]["topReasons"]
+    assert top["claims"] == 1
+    assert "node(s) tried" in top["reason"]
+    assert status["deadLetters"]["byKind"] == {"claims": 1}
+    assert isinstance(status["lastDecisionAt"], str)
+    assert status["lastDecisionAt"].endswith("Z")
+
+
+@pytest.mark.parametrize(
+    ("epoch", "text"),
+    [
+        pytest.param(None, None, id="never"),
+        pytest.param(0.0, "1970-01-01T00:00:00.000Z", id="epoch"),
+        pytest.param(1_700_000_000.25, "2023-11-14T22:13:20.250Z", id="milliseconds"),
+    ],
+)
+def test_rfc3339(epoch: float | None, text: str | None) -> None:
+    assert rfc3339(epoch) == text
