@@ -16,7 +16,7 @@ from __future__ import annotations
 from gpudra_bus import subjects, tracing
 from gpudra_bus.codec import DEFAULT_MAX_BYTES, SCHEMA_HEADER, Codec, Schema, schema_of
 from gpudra_bus.codecs import ALLOCATION_DECISION, CLAIM_EVENT, RELEASED
-from gpudra_bus.connection import Backoff, connect, disconnect, translate
+from gpudra_bus.connection import Backoff, connect, disconnect, translate, wrong_revision
 from gpudra_bus.consume import fetch_ready
 from gpudra_bus.errors import (
     BusError,
@@ -105,4 +105,5 @@ __all__ = [
     "subjects",
     "tracing",
     "translate",
+    "wrong_revision",
 ]

@@ -9,6 +9,8 @@ Promises:
   Subscriptions are replayed by nats-py; publishers that need an ack retry (see `publisher`).
 - `translate()` maps nats-py exceptions onto `BusError`s: outages and timeouts become
   `BusRetryableError`s, everything else `BusPermanentError`.
+- `wrong_revision()` says whether a nats-py exception is a revision-checked write that lost to
+  another writer (the one definition every service's compare-and-set uses).
 """
 
 from __future__ import annotations
@@ -86,6 +88,22 @@ def translate(exc: BaseException, what: str) -> BusError:
         # which it uses for bad configurations) do not change by retrying.
         return StreamConfigError(detail)
     return BusPermanentError(detail)
+
+
+# JetStream's "wrong last sequence" answers to a revision-checked publish (JSStreamWrongLastSequenceErrF
+# and JSStreamWrongLastSequenceConstantErr); nats-py's KV maps them to KeyWrongLastSequenceError,
+# a raw `js.publish` with an expected-last-sequence header leaves them as APIError.
+_WRONG_LAST_SEQUENCE = (10071, 10164)
+
+
+def wrong_revision(exc: BaseException) -> bool:
+    """True when `exc` says a revision-checked write lost: the key's (or subject's) last revision
+    was not the one the write was checked against. Another writer got there first; re-read."""
+    return isinstance(exc, nats.js.errors.KeyWrongLastSequenceError) or (
+        # Some of nats-py's APIError subclasses (KeyNotFoundError, ...) never set err_code.
+        isinstance(exc, nats.js.errors.APIError)
+        and getattr(exc, "err_code", None) in _WRONG_LAST_SEQUENCE
+    )
 
 
 def _server_picker(

@@ -7,7 +7,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from gpudra_bus.connection import Backoff, connect, disconnect, translate
+from gpudra_bus.connection import Backoff, connect, disconnect, translate, wrong_revision
 from gpudra_bus.errors import (
     BusPermanentError,
     BusRetryableError,
@@ -61,6 +61,23 @@ def test_translate(exc: BaseException, expected: type[Exception]) -> None:
     err = translate(exc, "doing x")
     assert type(err) is expected
     assert "doing x" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("exc", "lost"),
+    [
+        pytest.param(nats.js.errors.KeyWrongLastSequenceError(), True, id="kv-wrong-last"),
+        pytest.param(nats.js.errors.APIError(err_code=10071), True, id="js-10071"),
+        pytest.param(nats.js.errors.APIError(err_code=10164), True, id="js-10164"),
+        pytest.param(nats.js.errors.APIError(err_code=10058), False, id="js-other-code"),
+        pytest.param(nats.js.errors.APIError(), False, id="js-no-code"),
+        pytest.param(nats.js.errors.KeyNotFoundError(), False, id="kv-not-found"),
+        pytest.param(nats.errors.TimeoutError(), False, id="timeout"),
+        pytest.param(ValueError("10071"), False, id="foreign"),
+    ],
+)
+def test_wrong_revision(exc: BaseException, lost: bool) -> None:
+    assert wrong_revision(exc) is lost
 
 
 async def test_connect_gives_up_at_the_deadline() -> None:

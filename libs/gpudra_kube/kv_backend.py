@@ -40,6 +40,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
 
+from gpudra_bus.connection import wrong_revision
 from gpudra_bus.errors import InvalidSubjectError
 from gpudra_bus.streams import (
     CLAIM_TEMPLATES_BUCKET,
@@ -83,8 +84,6 @@ BUCKETS: Mapping[Resource, str] = {
 _KV_OP = "KV-Operation"
 _EVENT_HEADER = "Gpudra-Event"
 _TOMBSTONES = ("DEL", "PURGE")
-# JetStream's "wrong last sequence" error codes (the compare-and-set failed).
-_WRONG_LAST_SEQUENCE = (10071, 10164)
 # Keys whose last read or written content is remembered (see the module docstring).
 _RECENT = 4096
 
@@ -320,13 +319,11 @@ class KvStore:
             ack = await self._js.publish(
                 self._subject(resource, key), data, headers=headers, stream=self._stream(resource)
             )
-        except nats.js.errors.APIError as exc:
-            if exc.err_code in _WRONG_LAST_SEQUENCE:
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            if wrong_revision(exc):
                 raise ConflictError(
                     f"{resource.kind} {key} changed concurrently; re-read and retry", status=409
                 ) from exc
-            raise UnavailableError(f"write {resource.kind} {key}: {exc}") from exc
-        except (nats.errors.Error, OSError, TimeoutError) as exc:
             raise UnavailableError(f"write {resource.kind} {key}: {exc}") from exc
         obj["metadata"]["resourceVersion"] = str(ack.seq)
         self._remember(resource, key, int(ack.seq), None if event == "DELETED" else data)

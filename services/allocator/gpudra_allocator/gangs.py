@@ -36,7 +36,7 @@ from nats.js.kv import KeyValue
 
 from gpudra_allocator.errors import ReservationConflict
 from gpudra_allocator.holdings import BadReservationError
-from gpudra_bus import translate
+from gpudra_bus import translate, wrong_revision
 from gpudrapb.v1 import claims_pb2
 
 _NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
@@ -211,9 +211,9 @@ class GangBook:
                 await self._kv.create(key, value)
             else:
                 await self._kv.update(key, value, last=revision)
-        except nats.js.errors.KeyWrongLastSequenceError:
-            return False
         except _NATS_ERRORS as exc:
+            if wrong_revision(exc):
+                return False
             raise translate(exc, f"writing {key}") from exc
         return True
 
@@ -259,9 +259,10 @@ class GangBook:
             try:
                 await self._kv.delete(decision_key(gang))
                 await self._kv.delete(key, last=revision)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue
             except _NATS_ERRORS as exc:
+                # A revision-checked delete that lost comes back as a plain APIError.
+                if wrong_revision(exc):
+                    continue
                 raise translate(exc, f"removing gang {gang}") from exc
             return
         raise ReservationConflict(f"gang {gang}: members keep changing")
@@ -294,9 +295,10 @@ class GangBook:
             return False
         try:
             await self._kv.delete(key, last=revision)
-        except nats.js.errors.KeyWrongLastSequenceError:
-            return False
         except _NATS_ERRORS as exc:
+            # A revision-checked delete that lost comes back as a plain APIError.
+            if wrong_revision(exc):
+                return False
             raise translate(exc, f"voiding the decision of {record.gang}") from exc
         return True
 

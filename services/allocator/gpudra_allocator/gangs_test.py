@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
@@ -191,3 +191,29 @@ async def test_void_removes_only_the_decision_it_read(
     assert await book.void(record) is voided
     assert (await book.decision("default/g") is None) is voided
     assert await book.void(record) is False, "nothing left to void"
+
+
+class _LosingDeletes:
+    """A bucket in which every revision-checked delete loses: another replica rewrites the key
+    just before it. nats-py answers such a delete with a plain APIError, not the KV's
+    KeyWrongLastSequenceError."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kv, name)
+
+    async def delete(self, key: str, last: int | None = None) -> bool:
+        if last:
+            entry = await self._kv.get(key)
+            await self._kv.put(key, entry.value or b"")
+        return await self._kv.delete(key, last=last)
+
+
+async def test_a_lost_revision_checked_delete_is_a_lost_race_not_an_error(kv: KeyValue) -> None:
+    book = GangBook(cast(KeyValue, _LosingDeletes(kv)))
+    await book.join(event("m0", size=1))
+    record = await book.decide(GangRecord("default/g", "tok", None, {}))
+    assert await book.void(record) is False, "another replica rewrote the decision first"
+    assert await book.decision("default/g") == record

@@ -50,7 +50,7 @@ from gpudra_allocator.holdings import (
     claim_key,
     pool_key,
 )
-from gpudra_bus import translate
+from gpudra_bus import translate, wrong_revision
 
 log = logging.getLogger(__name__)
 
@@ -202,12 +202,12 @@ class Reservations:
             try:
                 await self._kv.create(key, record.encode())
                 return record
-            except nats.js.errors.KeyWrongLastSequenceError:
+            except _NATS_ERRORS as exc:
+                if not wrong_revision(exc):
+                    raise translate(exc, f"recording decision for {uid}") from exc
                 existing = await self.record(uid)
                 if existing is not None:
                     return existing
-            except _NATS_ERRORS as exc:
-                raise translate(exc, f"recording decision for {uid}") from exc
         raise ReservationConflict(f"claim record {uid} keeps changing")
 
     # -- holdings ------------------------------------------------------------------------------
@@ -316,14 +316,14 @@ class Reservations:
                     new_revision = await self._kv.create(key, updated.encode())
                 else:
                     new_revision = await self._kv.update(key, updated.encode(), last=revision)
-            except nats.js.errors.KeyWrongLastSequenceError as exc:
+            except _NATS_ERRORS as exc:
+                if not wrong_revision(exc):
+                    raise translate(exc, f"writing reservations of {driver}/{pool}") from exc
                 await self._refresh(key)
                 if not fresh:
                     raise ReservationConflict(f"pool {driver}/{pool} changed meanwhile") from exc
                 read = True
                 continue
-            except _NATS_ERRORS as exc:
-                raise translate(exc, f"writing reservations of {driver}/{pool}") from exc
             self._set(key, new_revision, updated)
             return
         raise ReservationConflict(f"pool {driver}/{pool} keeps changing")
