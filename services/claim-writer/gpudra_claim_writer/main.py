@@ -6,7 +6,8 @@ streams and buckets (idempotent, created with `stream-replicas` replicas), the c
 so both modes run the same code), the health server, then the loops: intake (claims → events),
 write-back (decisions → claim status), pod gates and, in kubernetes mode, the DeviceClass mirror
 (cluster classes → the allocator's KV bucket) and the Events writer, in standalone mode the
-consumers (pods → claims' `reservedFor`, the last one leaving releases). SIGTERM/SIGINT cancel the
+consumers (pods → claims' `reservedFor`, the last one leaving releases). `/statusz` says what
+each loop did (`status`: the mode, each watch's last resourceVersion and resync, the counters). SIGTERM/SIGINT cancel the
 loops; the exit stack closes the store and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for
 bad settings (also those found while starting: unreadable NATS TLS files, a probe port in use).
 """
@@ -36,11 +37,13 @@ from gpudra_claim_writer.intake import Intake
 from gpudra_claim_writer.kube_events import CONTROLLER, ClaimEvents
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_claim_writer.settings import Settings
+from gpudra_claim_writer.status import ClaimWriterStatus, WatchBook
 from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.errors import KubeError
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.recorder import EventRecorder
+from gpudra_kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import Store
 from gpudra_service import HealthServer, nats_options, run_service
 
@@ -61,11 +64,12 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             store = KvStore(nc)
         stack.push_async_callback(store.close)
         publisher = Publisher(nc)
+        watches = WatchBook()  # each loop's watch, observed for `/statusz`
         ownership = Ownership(store)
         # The pod watch (gates) tells which claims belong to one pod; without it, claim by claim.
         pods = PodUnits(store, publisher, ownership) if settings.gate_pods else None
         gates = Gates(
-            store,
+            watches.store(store, "gates", PODS) if settings.gate_pods else store,
             settings.namespace,
             settings.watch_timeout,
             ownership,
@@ -77,12 +81,20 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 await gates.claim_changed(namespace, name)
 
         intake = Intake(
-            store, publisher, settings.namespace, settings.watch_timeout, on_claim, ownership, pods
+            watches.store(store, "intake", RESOURCE_CLAIMS),
+            publisher,
+            settings.namespace,
+            settings.watch_timeout,
+            on_claim,
+            ownership,
+            pods,
         )
 
         # Standalone mode has no kube-scheduler/kube-controller-manager to keep reservedFor.
         consumers = (
-            Consumers(store, settings.namespace, settings.watch_timeout)
+            Consumers(
+                watches.store(store, "consumers", PODS), settings.namespace, settings.watch_timeout
+            )
             if settings.mode == "standalone" and settings.record_consumers
             else None
         )
@@ -108,10 +120,33 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             events=events,
             reoffer=pods.reoffer if pods is not None else None,
         )
+        mirror = (
+            ClassMirror(
+                watches.store(store, "classes", DEVICE_CLASSES),
+                buckets[DEVICE_CLASSES_BUCKET],
+                watch_timeout=settings.watch_timeout,
+            )
+            if settings.mode == "kubernetes" and settings.mirror_classes
+            else None
+        )
+
+        def ready() -> bool:
+            return intake.synced.is_set() and writeback.ready
+
+        status = ClaimWriterStatus(
+            mode=settings.mode,
+            ready=ready,
+            watches=watches,
+            intake=intake.published,
+            writeback=writeback.counts,
+            dead_letters=writeback.dead_letters,
+            events=events.recorder.counts if events.recorder is not None else None,
+            classes=mirror.counts if mirror is not None else None,
+            lifted=(lambda: gates.lifted) if settings.gate_pods else None,
+            consumers=consumers.counts if consumers is not None else None,
+        )
         health = await HealthServer(
-            settings.health_host,
-            settings.health_port,
-            ready=lambda: intake.synced.is_set() and writeback.ready,
+            settings.health_host, settings.health_port, ready=ready, status=status
         ).start()
         stack.push_async_callback(health.stop)
         log.info("health server on port %d", health.port)
@@ -122,10 +157,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             loops.append(events.run())
         if consumers is not None:
             loops.append(consumers.run())
-        if settings.mode == "kubernetes" and settings.mirror_classes:
-            mirror = ClassMirror(
-                store, buckets[DEVICE_CLASSES_BUCKET], watch_timeout=settings.watch_timeout
-            )
+        if mirror is not None:
             loops.append(mirror.run())
         tasks = [asyncio.create_task(loop) for loop in loops]
         stopper = asyncio.create_task(stop.wait())

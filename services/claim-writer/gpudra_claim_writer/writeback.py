@@ -37,7 +37,7 @@ import functools
 import json
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import nats.errors
@@ -120,6 +120,11 @@ class Writeback:
         self.ready = False
         self._slots = asyncio.Semaphore(concurrency)
         self._inflight: set[asyncio.Task[None]] = set()
+
+    @property
+    def dead_letters(self) -> Mapping[str, int]:
+        """Malformed decisions dead-lettered, by kind (read by `/statusz`)."""
+        return self._dead.counts
 
     async def run(self) -> None:
         sub = await self._nc.jetstream().pull_subscribe(
@@ -276,6 +281,7 @@ class Writeback:
                     )
                 except ConflictError as exc:
                     log.info("claim %s/%s changed (%s); re-reading", ref.namespace, ref.name, exc)
+                    self.counts["conflicts"] += 1
                     continue
                 self.counts["allocated"] += 1
                 if existing is None:  # not a repeated decision: say so once
@@ -312,6 +318,7 @@ class Writeback:
                 self._events.unschedulable(claim, decision.reason)
                 return
             except ConflictError:
+                self.counts["conflicts"] += 1
                 continue
         raise KubeRetryableError(f"claim {ref.namespace}/{ref.name} keeps changing")
 

@@ -1,0 +1,228 @@
+"""`/statusz` of a running claim-writer, read over real HTTP from the service's own `serve`
+wiring, against a real nats-server and (kubernetes mode) the HTTP-level fake API: the shape per
+mode, watches that report their resourceVersion and lists, counters that follow the loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+
+from gpudra_bus import ALLOCATION_DECISION, Publisher, connect, subjects
+from gpudra_claim_writer.main import serve
+from gpudra_claim_writer.settings import Settings
+from gpudra_claim_writer.status import rfc3339
+from gpudra_kube.api_backend import ApiStore
+from gpudra_kube.kv_backend import KvStore
+from gpudra_kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS
+from gpudra_kube.store import Store
+from gpudra_standalone.nats_server import NatsServer
+from gpudra_testing.kubeapi import FakeKubeApi
+from gpudrapb.v1 import claims_pb2
+
+TOP = {"mode", "ready", "watches", "intake", "writeback", "events", "classes", "gates"}
+TOP |= {"consumers", "deadLetters"}
+WATCH = {"resource", "watching", "resourceVersion", "lists", "lastListAt", "watchesOpened"}
+WATCH |= {"events", "lastEventAt"}
+ALLOCATION: dict[str, Any] = {
+    "devices": {
+        "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
+    },
+    "nodeSelector": {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+        ]
+    },
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get_status(port: int) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/statusz", timeout=2) as reply:
+            assert reply.headers["Content-Type"] == "application/json"
+            doc = json.loads(reply.read())
+    except (urllib.error.URLError, OSError):
+        return None
+    assert isinstance(doc, dict)
+    return doc
+
+
+async def until(port: int, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    last: dict[str, Any] | None = None
+    for _ in range(300):
+        last = await asyncio.to_thread(get_status, port)
+        if last is not None and check(last):
+            return last
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"/statusz never got there; last: {last}")
+
+
+@contextlib.asynccontextmanager
+async def service(settings: Settings) -> AsyncIterator[Client]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(settings, stop))
+    nc = await connect(settings.nats_url, name="status-test", deadline=10)
+    try:
+        await until(settings.health_port, lambda s: bool(s["ready"]))
+        yield nc
+    finally:
+        await nc.drain()
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+def claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+    }
+
+
+async def decide(nc: Client, created: dict[str, Any], *, reason: str = "") -> None:
+    meta = created["metadata"]
+    ref = claims_pb2.ClaimRef(namespace="default", name=meta["name"], uid=meta["uid"])
+    decision = claims_pb2.AllocationDecision(claim=ref)
+    if reason:
+        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_UNSCHEDULABLE
+        decision.reason = reason
+    else:
+        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_ALLOCATED
+        decision.allocation_json = json.dumps(ALLOCATION).encode()
+        decision.node_name = "n1"
+    await Publisher(nc).publish(
+        subjects.allocations("default", meta["name"]),
+        decision,
+        ALLOCATION_DECISION,
+        msg_id=f"{meta['uid']}/{reason or 'allocated'}",
+    )
+
+
+async def test_standalone_mode_reports_its_watches_and_writes(
+    fresh_nats_server: NatsServer,
+) -> None:
+    settings = Settings(
+        nats_url=fresh_nats_server.url,
+        health_host="127.0.0.1",
+        health_port=free_port(),
+        watch_timeout=1.0,
+    )
+    async with service(settings) as nc:
+        port = settings.health_port
+        status = await until(port, lambda s: True)
+        assert set(status) == TOP
+        assert status["mode"] == "standalone"
+        assert set(status["watches"]) == {"intake", "gates", "consumers"}
+        for name, resource in [("intake", "resourceclaims"), ("gates", "pods")]:
+            watch = status["watches"][name]
+            assert set(watch) == WATCH, name
+            assert watch["resource"] == resource
+            assert watch["lists"] == 1
+            assert watch["lastListAt"] is not None
+        assert status["events"] is None
+        assert status["classes"] is None
+        assert status["gates"] == {"lifted": 0}
+        assert status["writeback"]["allocated"] == 0
+        assert status["writeback"]["conflicts"] == 0
+        assert status["deadLetters"] == {"total": 0, "byKind": {}}
+
+        store = KvStore(nc)
+        created = await store.create(RESOURCE_CLAIMS, claim("one"))
+        version = created["metadata"]["resourceVersion"]
+        status = await until(port, lambda s: s["intake"]["pending"] == 1)
+        intake = status["watches"]["intake"]
+        assert intake["watching"] is True
+        assert intake["events"] >= 1
+        assert int(intake["resourceVersion"]) >= int(version)
+        assert intake["lastEventAt"] is not None
+
+        await decide(nc, created)
+        await nc.jetstream().publish(subjects.allocations("default", "junk"), b"\x00junk")
+        status = await until(
+            port,
+            lambda s: s["writeback"]["allocated"] == 1 and s["deadLetters"]["total"] == 1,
+        )
+        assert status["deadLetters"]["byKind"] == {"allocations": 1}
+        written = await store.get(RESOURCE_CLAIMS, "one", "default")
+        assert int(status["watches"]["intake"]["resourceVersion"]) <= int(
+            written["metadata"]["resourceVersion"]
+        )
+
+
+async def test_kubernetes_mode_counts_classes_mirrored_and_events_recorded(
+    fresh_nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
+        settings = Settings(
+            nats_url=fresh_nats_server.url,
+            health_host="127.0.0.1",
+            health_port=free_port(),
+            mode="kubernetes",
+            kubeconfig=str(fake.write_kubeconfig(tmp_path / "kubeconfig")),
+            watch_timeout=1.0,
+            gate_pods=False,
+        )
+        api: Store = await ApiStore.from_kubeconfig(settings.kubeconfig)
+        try:
+            async with service(settings) as nc:
+                port = settings.health_port
+                status = await until(port, lambda s: True)
+                assert status["mode"] == "kubernetes"
+                assert set(status["watches"]) == {"intake", "classes"}
+                assert status["gates"] is None
+                assert status["consumers"] is None
+                await api.create(
+                    DEVICE_CLASSES,
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "DeviceClass",
+                        "metadata": {"name": "cluster.example.com"},
+                        "spec": {},
+                    },
+                )
+                status = await until(port, lambda s: s["classes"]["written"] == 1)
+                assert status["watches"]["classes"]["resource"] == "deviceclasses"
+                created = await api.create(RESOURCE_CLAIMS, claim("big"))
+                await decide(nc, created, reason="needs 8 GPUs in one NVLink domain")
+                status = await until(
+                    port,
+                    lambda s: s["writeback"]["unschedulable"] == 1 and s["events"]["created"] == 1,
+                )
+                assert status["events"]["dropped"] == 0
+                # Bookmarks move the watch's version on without any change.
+                before = status["watches"]["intake"]["events"]
+                await until(port, lambda s: s["watches"]["intake"]["events"] > before)
+        finally:
+            await api.close()
+
+
+@pytest.mark.parametrize(
+    ("epoch", "text"),
+    [
+        pytest.param(None, None, id="never"),
+        pytest.param(0.0, "1970-01-01T00:00:00.000Z", id="epoch"),
+        pytest.param(1_700_000_000.25, "2023-11-14T22:13:20.250Z", id="milliseconds"),
+    ],
+)
+def test_rfc3339(epoch: float | None, text: str | None) -> None:
+    assert rfc3339(epoch) == text
