@@ -45,6 +45,15 @@ SCHEDULING_GATE = "gpudra.io/allocation"
 Mutation = Callable[[KubeObject], KubeObject | None]
 
 
+def without_delete_protection(claim: KubeObject) -> KubeObject | None:
+    """A `Mutation`: the claim without the delete-protection finalizer (None: it has none)."""
+    finalizers = claim["metadata"].get("finalizers") or []
+    if DELETE_PROTECTION_FINALIZER not in finalizers:
+        return None
+    claim["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
+    return claim
+
+
 class ClaimStore:
     """See the module docstring."""
 
@@ -158,18 +167,9 @@ class ClaimStore:
             claim["status"] = status
             return claim
 
-        def unprotect(claim: KubeObject) -> KubeObject | None:
-            finalizers = claim["metadata"].get("finalizers") or []
-            if DELETE_PROTECTION_FINALIZER not in finalizers:
-                return None
-            claim["metadata"]["finalizers"] = [
-                f for f in finalizers if f != DELETE_PROTECTION_FINALIZER
-            ]
-            return claim
-
         released = await self.mutate_status(RESOURCE_CLAIMS, name, namespace, clear)
         try:
-            return await self.mutate(RESOURCE_CLAIMS, name, namespace, unprotect)
+            return await self.mutate(RESOURCE_CLAIMS, name, namespace, without_delete_protection)
         except NotFoundError:  # that was the last finalizer of a claim being deleted
             return released
 

@@ -7,7 +7,12 @@ from typing import Any
 import pytest
 
 from gpudra_kube.api_backend_test import ALLOCATION, claim, resource_slice
-from gpudra_kube.claims import DELETE_PROTECTION_FINALIZER, SCHEDULING_GATE, ClaimStore
+from gpudra_kube.claims import (
+    DELETE_PROTECTION_FINALIZER,
+    SCHEDULING_GATE,
+    ClaimStore,
+    without_delete_protection,
+)
 from gpudra_kube.errors import AlreadyAllocatedError, ConflictError, NotFoundError
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS, KubeObject
 from gpudra_kube.store import Store
@@ -149,3 +154,28 @@ async def test_apply_slice_create_then_update(store: Store) -> None:
     assert await claims.list_slices("other.driver") == []
     assert await claims.delete_slice(first["metadata"]["name"])
     assert not await claims.delete_slice(first["metadata"]["name"])
+
+
+@pytest.mark.parametrize(
+    ("finalizers", "left"),
+    [
+        pytest.param(None, None, id="no-finalizers"),
+        pytest.param(["other.io/f"], None, id="only-others"),
+        pytest.param([DELETE_PROTECTION_FINALIZER], [], id="only-protection"),
+        pytest.param(
+            ["a.io/f", DELETE_PROTECTION_FINALIZER, "b.io/f"],
+            ["a.io/f", "b.io/f"],
+            id="others-kept",
+        ),
+    ],
+)
+def test_without_delete_protection(finalizers: list[str] | None, left: list[str] | None) -> None:
+    obj = claim("c")
+    if finalizers is not None:
+        obj["metadata"]["finalizers"] = finalizers
+    changed = without_delete_protection(obj)
+    if left is None:
+        assert changed is None, "nothing to change: no write"
+    else:
+        assert changed is not None
+        assert changed["metadata"]["finalizers"] == left

@@ -22,7 +22,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from gpudra_kube.claims import DELETE_PROTECTION_FINALIZER, ClaimStore
+from gpudra_kube.claims import ClaimStore, without_delete_protection
 from gpudra_kube.errors import NotFoundError
 from gpudra_kube.resources import RESOURCE_CLAIMS, KubeObject
 
@@ -122,19 +122,10 @@ async def unreserve(claims: ClaimStore, namespace: str, name: str, uid: str) -> 
         outcome, new = without_consumer(claim, uid)
         return new
 
-    def unprotect(claim: KubeObject) -> KubeObject | None:
-        finalizers = claim["metadata"].get("finalizers") or []
-        if DELETE_PROTECTION_FINALIZER not in finalizers:
-            return None
-        claim["metadata"]["finalizers"] = [
-            f for f in finalizers if f != DELETE_PROTECTION_FINALIZER
-        ]
-        return claim
-
     try:
         await claims.mutate_status(RESOURCE_CLAIMS, name, namespace, apply)
         if outcome is Outcome.RELEASED:
-            await claims.mutate(RESOURCE_CLAIMS, name, namespace, unprotect)
+            await claims.mutate(RESOURCE_CLAIMS, name, namespace, without_delete_protection)
     except NotFoundError:
         return Outcome.GONE if outcome is not Outcome.RELEASED else outcome
     return outcome
