@@ -216,6 +216,56 @@ async def test_kubernetes_mode_counts_classes_mirrored_and_events_recorded(
             await api.close()
 
 
+async def test_a_relist_after_410_gone_shows_as_a_second_list(
+    fresh_nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=60.0) as fake:
+        settings = Settings(
+            nats_url=fresh_nats_server.url,
+            health_host="127.0.0.1",
+            health_port=free_port(),
+            mode="kubernetes",
+            kubeconfig=str(fake.write_kubeconfig(tmp_path / "kubeconfig")),
+            watch_timeout=30.0,
+            gate_pods=False,
+            mirror_classes=False,
+        )
+        api: Store = await ApiStore.from_kubeconfig(settings.kubeconfig)
+        try:
+            async with service(settings):
+                port = settings.health_port
+                await api.create(RESOURCE_CLAIMS, claim("a"))
+                seen = await until(port, lambda s: s["intake"]["pending"] == 1)
+                assert seen["watches"]["intake"]["lists"] == 1
+                assert seen["watches"]["intake"]["watchesOpened"] == 1
+                # A change the claim watch never sees, then history forgotten: the watch's
+                # next start is from a version that is gone, so the informer lists again.
+                await api.create(
+                    DEVICE_CLASSES,
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "DeviceClass",
+                        "metadata": {"name": "other.example.com"},
+                        "spec": {},
+                    },
+                )
+                fake.compact()
+                await fake.close_watches()
+                status = await until(
+                    port,
+                    lambda s: s["watches"]["intake"]["lists"] == 2
+                    and s["watches"]["intake"]["watching"],
+                )
+                intake = status["watches"]["intake"]
+                assert intake["watchesOpened"] >= 2
+                assert int(intake["resourceVersion"]) > int(
+                    seen["watches"]["intake"]["resourceVersion"]
+                )
+                assert status["intake"]["pending"] == 1  # the relist repeated nothing
+        finally:
+            await api.close()
+
+
 @pytest.mark.parametrize(
     ("epoch", "text"),
     [
