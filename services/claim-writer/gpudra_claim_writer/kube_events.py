@@ -95,26 +95,21 @@ class ClaimEvents:
         self.recorder = recorder
 
     def unschedulable(self, claim: Mapping[str, Any], reason: str) -> None:
-        if self.recorder is None:
-            return
-        self.recorder.record(
-            _claim_ref(claim),
-            type=WARNING,
-            reason=FAILED,
-            action=ACTION,
-            note=reason or "cannot allocate",
-            related=related_pod(claim),
-        )
+        self._record(claim, WARNING, FAILED, reason or "cannot allocate")
 
     def allocated(self, claim: Mapping[str, Any], allocation: Mapping[str, Any]) -> None:
+        self._record(claim, NORMAL, ALLOCATED, allocation_note(allocation))
+
+    def _record(self, claim: Mapping[str, Any], type_: str, reason: str, note: str) -> None:
+        """An allocation event about `claim`, related to the pod that waits for it."""
         if self.recorder is None:
             return
         self.recorder.record(
             _claim_ref(claim),
-            type=NORMAL,
-            reason=ALLOCATED,
+            type=type_,
+            reason=reason,
             action=ACTION,
-            note=allocation_note(allocation),
+            note=note,
             related=related_pod(claim),
         )
 
