@@ -8,7 +8,6 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import nats.js.errors
@@ -35,16 +34,6 @@ def device_class(
         "metadata": {"name": name},
         "spec": {"selectors": [{"cel": {"expression": expression}}]},
     }
-
-
-@pytest_asyncio.fixture
-async def api(tmp_path: Path) -> AsyncIterator[tuple[FakeKubeApi, ApiStore]]:
-    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
-        store = await ApiStore.from_kubeconfig(str(fake.write_kubeconfig(tmp_path / "kc")))
-        try:
-            yield fake, store
-        finally:
-            await store.close()
 
 
 @pytest_asyncio.fixture

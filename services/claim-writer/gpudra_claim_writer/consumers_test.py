@@ -14,6 +14,7 @@ from nats.aio.client import Client
 
 from gpudra_bus.connection import connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket
+from gpudra_claim_writer.conftest import new_claim
 from gpudra_claim_writer.consumers import (
     CONSUMERS_LEFT_ANNOTATION,
     Consumers,
@@ -45,19 +46,6 @@ async def store(nats_url: str) -> AsyncIterator[KvStore]:
         yield KvStore(nc, buckets=buckets)
     finally:
         await disconnect(nc)
-
-
-def claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
-            }
-        },
-    }
 
 
 def pod(name: str, *claims: str) -> dict[str, Any]:
@@ -118,7 +106,7 @@ def reserved(c: dict[str, Any]) -> list[str]:
 
 async def test_pods_become_consumers_and_the_last_one_leaving_releases(store: KvStore) -> None:
     claims = ClaimStore(store)
-    created = await claims.create_claim(claim("shared"))
+    created = await claims.create_claim(new_claim("shared"))
     await store.create(PODS, pod("p1", "shared"))
     await store.create(PODS, pod("p2", "shared"))
     await store.create(PODS, pod("other", "unrelated"))
@@ -156,7 +144,7 @@ async def test_consumers_gone_while_nobody_watched_are_removed_after_the_list(
     store: KvStore,
 ) -> None:
     claims = ClaimStore(store)
-    created = await claims.create_claim(claim("c"))
+    created = await claims.create_claim(new_claim("c"))
     await claims.write_allocation(
         "default", "c", uid=created["metadata"]["uid"], allocation=ALLOCATION
     )
@@ -191,7 +179,7 @@ async def _count(consumers: Consumers, outcome: str, n: int) -> bool:
 def test_consumers_left_marker(
     annotations: dict[str, str] | None, marked: bool, rewritten: bool
 ) -> None:
-    c = claim("c")
+    c = new_claim("c")
     if annotations is not None:
         c["metadata"]["annotations"] = dict(annotations)
     new = with_consumers_left(c)
@@ -200,7 +188,7 @@ def test_consumers_left_marker(
     assert consumers_left(result) is marked
     for key, value in (annotations or {}).items():
         assert result["metadata"]["annotations"][key] == value
-    assert consumers_left(claim("c")) is False, "the input is never changed"
+    assert consumers_left(new_claim("c")) is False, "the input is never changed"
 
 
 @pytest.mark.parametrize(
@@ -219,7 +207,7 @@ def test_consumers_left_marker(
     ],
 )
 def test_had_consumers(status: dict[str, Any], had: bool) -> None:
-    assert had_consumers({**claim("c"), "status": status}) is had
+    assert had_consumers({**new_claim("c"), "status": status}) is had
 
 
 @pytest.mark.parametrize(
@@ -242,4 +230,4 @@ async def test_pod_waiting_for(
         created = await store.create(PODS, pod(name, claim_name))
         created["status"] = {"phase": phase}
         await store.replace_status(PODS, created)
-    assert await pod_waiting_for(store, claim("c"), may_run=may_run) is waiting
+    assert await pod_waiting_for(store, new_claim("c"), may_run=may_run) is waiting

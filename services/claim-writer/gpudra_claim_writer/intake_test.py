@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from gpudra_bus import Publisher, connect, ensure_buckets, ensure_streams, subjects
+from gpudra_bus import Publisher, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
 from gpudra_claim_writer.consumers import consumers_left
 from gpudra_claim_writer.events import PodUnits
@@ -21,17 +19,7 @@ from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS
 from gpudra_kube.store import EventType, WatchEvent
-from gpudra_standalone.nats_server import NatsServer
 from gpudrapb.v1 import claims_pb2
-
-
-@pytest_asyncio.fixture
-async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
-    client = await connect(fresh_nats_server.url, name="intake-test", deadline=10)
-    await ensure_streams(client.jetstream())
-    await ensure_buckets(client.jetstream())
-    yield client
-    await client.drain()
 
 
 def claim(name: str, device_class: str) -> dict[str, Any]:

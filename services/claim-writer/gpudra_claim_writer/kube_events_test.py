@@ -6,23 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from nats.aio.client import Client
 
 from gpudra_bus import (
     ALLOCATION_DECISION,
     Publisher,
-    connect,
-    ensure_buckets,
-    ensure_streams,
     subjects,
 )
 from gpudra_claim_writer.claims import UNSCHEDULABLE_ANNOTATION
+from gpudra_claim_writer.conftest import new_claim
 from gpudra_claim_writer.kube_events import (
     CONTROLLER,
     ClaimEvents,
@@ -33,7 +28,6 @@ from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.recorder import EventRecorder
 from gpudra_kube.resources import EVENTS, RESOURCE_CLAIMS
-from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import claims_pb2
 
@@ -113,38 +107,6 @@ def test_without_a_recorder_nothing_happens() -> None:
 
 
 # -- through the write-back ------------------------------------------------------------------------
-
-
-@pytest_asyncio.fixture
-async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
-    client = await connect(fresh_nats_server.url, name="kube-events-test", deadline=10)
-    await ensure_streams(client.jetstream())
-    await ensure_buckets(client.jetstream())
-    yield client
-    await client.drain()
-
-
-@pytest_asyncio.fixture
-async def api(tmp_path: Path) -> AsyncIterator[tuple[FakeKubeApi, ApiStore]]:
-    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
-        store = await ApiStore.from_kubeconfig(str(fake.write_kubeconfig(tmp_path / "kc")))
-        try:
-            yield fake, store
-        finally:
-            await store.close()
-
-
-def new_claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
-            }
-        },
-    }
 
 
 async def decide(

@@ -21,6 +21,7 @@ from gpudra_bus import (
     connect,
     subjects,
 )
+from gpudra_claim_writer.conftest import ALLOCATION, new_claim
 from gpudra_claim_writer.main import serve
 from gpudra_claim_writer.settings import Settings
 from gpudra_kube.api_backend import ApiStore
@@ -31,30 +32,6 @@ from gpudra_kube.store import Store
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import claims_pb2
-
-ALLOCATION: dict[str, Any] = {
-    "devices": {
-        "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
-    },
-    "nodeSelector": {
-        "nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
-        ]
-    },
-}
-
-
-def claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
-            }
-        },
-    }
 
 
 @contextlib.asynccontextmanager
@@ -132,7 +109,7 @@ async def test_kubernetes_mode_mirrors_classes_and_records_events(
                     return (await kv.get("cluster.example.com")).value is not None
 
                 await until(mirrored)
-                created = await api.create(RESOURCE_CLAIMS, claim("big"))
+                created = await api.create(RESOURCE_CLAIMS, new_claim("big"))
                 await decide(nc, created, reason="needs 8 GPUs in one NVLink domain")
 
                 async def warned() -> list[dict[str, Any]]:
@@ -166,7 +143,7 @@ async def test_standalone_mode_records_consumers_and_releases_after_the_last(
             return True
 
         await until(buckets_ready)
-        created = await store.create(RESOURCE_CLAIMS, claim("shared"))
+        created = await store.create(RESOURCE_CLAIMS, new_claim("shared"))
         await store.create(
             PODS,
             {

@@ -18,6 +18,7 @@ import pytest
 from nats.aio.client import Client
 
 from gpudra_bus import ALLOCATION_DECISION, Publisher, connect, subjects
+from gpudra_claim_writer.conftest import ALLOCATION, new_claim
 from gpudra_claim_writer.main import serve
 from gpudra_claim_writer.settings import Settings
 from gpudra_claim_writer.status import rfc3339
@@ -33,16 +34,6 @@ TOP = {"mode", "ready", "watches", "intake", "writeback", "events", "classes", "
 TOP |= {"consumers", "deadLetters"}
 WATCH = {"resource", "watching", "resourceVersion", "lists", "lastListAt", "watchesOpened"}
 WATCH |= {"events", "lastEventAt"}
-ALLOCATION: dict[str, Any] = {
-    "devices": {
-        "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
-    },
-    "nodeSelector": {
-        "nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
-        ]
-    },
-}
 
 
 def free_port() -> int:
@@ -84,19 +75,6 @@ async def service(settings: Settings) -> AsyncIterator[Client]:
         await nc.drain()
         stop.set()
         await asyncio.wait_for(task, 20)
-
-
-def claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
-            }
-        },
-    }
 
 
 async def decide(nc: Client, created: dict[str, Any], *, reason: str = "") -> None:
@@ -147,7 +125,7 @@ async def test_standalone_mode_reports_its_watches_and_writes(
         assert status["deadLetters"] == {"total": 0, "byKind": {}}
 
         store = KvStore(nc)
-        created = await store.create(RESOURCE_CLAIMS, claim("one"))
+        created = await store.create(RESOURCE_CLAIMS, new_claim("one"))
         version = created["metadata"]["resourceVersion"]
         status = await until(port, lambda s: s["intake"]["pending"] == 1)
         intake = status["watches"]["intake"]
@@ -202,7 +180,7 @@ async def test_kubernetes_mode_counts_classes_mirrored_and_events_recorded(
                 )
                 status = await until(port, lambda s: s["classes"]["written"] == 1)
                 assert status["watches"]["classes"]["resource"] == "deviceclasses"
-                created = await api.create(RESOURCE_CLAIMS, claim("big"))
+                created = await api.create(RESOURCE_CLAIMS, new_claim("big"))
                 await decide(nc, created, reason="needs 8 GPUs in one NVLink domain")
                 status = await until(
                     port,
@@ -234,7 +212,7 @@ async def test_a_relist_after_410_gone_shows_as_a_second_list(
         try:
             async with service(settings):
                 port = settings.health_port
-                await api.create(RESOURCE_CLAIMS, claim("a"))
+                await api.create(RESOURCE_CLAIMS, new_claim("a"))
                 seen = await until(port, lambda s: s["intake"]["pending"] == 1)
                 assert seen["watches"]["intake"]["lists"] == 1
                 assert seen["watches"]["intake"]["watchesOpened"] == 1

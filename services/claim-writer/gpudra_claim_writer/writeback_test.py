@@ -6,62 +6,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from gpudra_bus import (
     ALLOCATION_DECISION,
     Publisher,
-    connect,
-    ensure_buckets,
-    ensure_streams,
     subjects,
 )
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
+from gpudra_claim_writer.conftest import ALLOCATION, new_claim
 from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import WatchEvent
-from gpudra_standalone.nats_server import NatsServer
 from gpudrapb.v1 import claims_pb2
-
-ALLOCATION: dict[str, Any] = {
-    "devices": {
-        "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
-    },
-    "nodeSelector": {
-        "nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
-        ]
-    },
-}
-
-
-@pytest_asyncio.fixture
-async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
-    client = await connect(fresh_nats_server.url, name="writeback-test", deadline=10)
-    await ensure_streams(client.jetstream())
-    await ensure_buckets(client.jetstream())
-    yield client
-    await client.drain()
-
-
-def new_claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
-            }
-        },
-    }
 
 
 async def decide(publisher: Publisher, claim: dict[str, Any], reason: str = "") -> None:

@@ -1,0 +1,64 @@
+"""What the claim-writer's tests share: a client of a fresh nats-server with gpudra's streams and
+buckets (`nc`), the HTTP-level fake Kubernetes API with an `ApiStore` on it (`api`), and the plain
+claim and allocation most tests write (`new_claim`, `ALLOCATION`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+from nats.aio.client import Client
+
+from gpudra_bus import connect, ensure_buckets, ensure_streams
+from gpudra_kube.api_backend import ApiStore
+from gpudra_standalone.nats_server import NatsServer
+from gpudra_testing.kubeapi import FakeKubeApi
+
+__all__ = ["ALLOCATION", "api", "nc", "new_claim"]
+
+# One GPU on node n1, with the node selector the write-back puts into every allocation.
+ALLOCATION: dict[str, Any] = {
+    "devices": {
+        "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
+    },
+    "nodeSelector": {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+        ]
+    },
+}
+
+
+def new_claim(name: str) -> dict[str, Any]:
+    """A ResourceClaim in `default` asking for one `gpu.nvidia.com` device."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+    }
+
+
+@pytest_asyncio.fixture
+async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
+    client = await connect(fresh_nats_server.url, name="claim-writer-test", deadline=10)
+    await ensure_streams(client.jetstream())
+    await ensure_buckets(client.jetstream())
+    yield client
+    await client.drain()
+
+
+@pytest_asyncio.fixture
+async def api(tmp_path: Path) -> AsyncIterator[tuple[FakeKubeApi, ApiStore]]:
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
+        store = await ApiStore.from_kubeconfig(str(fake.write_kubeconfig(tmp_path / "kc")))
+        try:
+            yield fake, store
+        finally:
+            await store.close()
