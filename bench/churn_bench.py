@@ -161,12 +161,16 @@ def run_policy(
     mig_homes: int,
     progress: Progress,
     task: Any,
+    home_whole: bool = False,
+    whole_tray: float = 0.0,
 ) -> Run:
     replay = Replay.from_problem(
         problem, policy, *((reserve, floor) if policy == "topology" else (0, 0))
     )
     replay.chooser.hold_mig_domains = hold_mig
     replay.chooser.mig_homes = mig_homes
+    replay.chooser.home_whole = home_whole
+    replay.chooser.whole_tray = whole_tray
     run = Run(policy, replay)
     next_sample = 0.0
     start = time.perf_counter()
@@ -341,6 +345,18 @@ def main(argv: list[str] | None = None) -> int:
         help="topology: MIG-capable domains the reserve leaves to MIG (0: holds none of them)",
     )
     parser.add_argument(
+        "--home-whole",
+        action="store_true",
+        help="topology: an 8-GPU claim may take the MIG home whole while none of its GPUs is "
+        "partitioned",
+    )
+    parser.add_argument(
+        "--whole-tray",
+        type=float,
+        default=0.0,
+        help="topology: value of a whole free GB200 tray (keeps trays for 4-GPU work)",
+    )
+    parser.add_argument(
         "--policies", nargs="+", choices=POLICIES, default=list(POLICIES), help="policies to run"
     )
     parser.add_argument("--node-order", choices=("shuffled", "sorted"), default="shuffled")
@@ -384,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
                     args.mig_homes,
                     progress,
                     tasks[policy],
+                    args.home_whole,
+                    args.whole_tray,
                 )
             )
     day = args.hours * 60

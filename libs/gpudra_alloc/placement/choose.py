@@ -74,6 +74,12 @@ class Chooser:
     # is never taken whole, and its last whole GPU goes only to a MIG partition while none of its
     # partitioned GPUs still takes a half-GPU partition. 0: never hold MIG-capable domains.
     mig_homes: int = 1
+    # Whether an 8-GPU claim may take a MIG home whole while none of the home's node GPUs is
+    # partitioned (a new home is then chosen among the other MIG-capable domains).
+    home_whole: bool = False
+    # Value of a small NVLink domain (a GB200 tray) whose GPUs are all free (`value.node_value`):
+    # > 0 keeps whole trays for 4-GPU work and clique gangs. 0: not valued.
+    whole_tray: float = 0.0
     views: dict[str, NodeView] = field(default_factory=dict)
     # Best scores per node key, reused for every node with that key (`memo.py`, `groups.py`).
     memo: ScoreMemo = field(default_factory=ScoreMemo)
@@ -230,13 +236,15 @@ class Chooser:
         for mask in steered:
             found.extend(solutions(self.allocator, node, claims, masked(state, mask), limit))
         before_free = view.free(state)
-        before = node_value(view, before_free)
+        before = node_value(view, before_free, self.whole_tray)
         best: Choice | None = None
         for n, results in enumerate(found):
             after_free = view.free(state, result_devices(results))
-            if protect and _splits_held(node.name, protect, before_free, after_free):
+            if protect and _splits_held(
+                node.name, protect, before_free, after_free, self.home_whole
+            ):
                 continue
-            loss = before - node_value(view, after_free)
+            loss = before - node_value(view, after_free, self.whole_tray)
             steps = alternative_steps(claims, results)
             score = Score(
                 round(loss + ALTERNATIVE_PENALTY * steps, 6), after_free.free_gpus, index, n
@@ -278,17 +286,29 @@ def _remember(score: Score) -> tuple[float, int, int]:
 
 
 def _splits_held(
-    node: str, held: set[tuple[str, str]], before: FreeState, after: FreeState
+    node: str,
+    held: set[tuple[str, str]],
+    before: FreeState,
+    after: FreeState,
+    home_whole: bool = False,
 ) -> bool:
     """True when a held domain would lose GPUs without being taken whole, or a MIG home its
     last whole GPU other than to a MIG partition while no partitioned GPU of the node still
-    takes a half-GPU partition."""
+    takes a half-GPU partition. `home_whole`: a home none of whose node's GPUs is partitioned
+    may be taken whole (all of its LARGE_DOMAIN or more GPUs at once)."""
     for name, domain in held:
         if name != node:
             continue
         if domain.startswith(MIG_HOME):
             home = domain[len(MIG_HOME) :]
             if before.domains.get(home, 0) and not after.domains.get(home, 0):
+                if (
+                    home_whole
+                    and not before.partitioned
+                    and not after.partitioned
+                    and before.domains[home] >= LARGE_DOMAIN
+                ):
+                    continue
                 partitioned = len(after.partitioned) > len(before.partitioned)
                 room = any(half for _, half in after.partitioned.values())
                 if not partitioned and not room:

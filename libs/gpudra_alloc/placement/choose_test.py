@@ -344,3 +344,41 @@ def test_eight_gpu_claim_goes_to_the_held_domain_not_the_mig_home() -> None:
     assert first.node.name == "a100-01"
     allocator.state.apply(first.results)
     assert chooser.choose(nodes, [claim("gpu-8-nvl", "b")]) is None
+
+
+@pytest.mark.parametrize(
+    ("busy", "shape", "fits"),
+    [
+        pytest.param((), "gpu-8-nvl", True, id="home-without-slices-taken-whole"),
+        pytest.param(
+            (("a100-00", "gpu-7-mig-1g-10gb-0"),),
+            "gpu-8-nvl",
+            False,
+            id="home-with-a-slice-in-use-not-taken",
+        ),
+        pytest.param(SEVEN_BUSY, "gpu-1", False, id="last-whole-gpu-still-kept-for-mig"),
+    ],
+)
+def test_home_whole(busy: tuple[tuple[str, str], ...], shape: str, fits: bool) -> None:
+    allocator, nodes = cluster({"a100-mig": 1}, busy)
+    choice = Chooser(allocator, reserve=1, home_whole=True).choose(nodes, [claim(shape)])
+    assert (choice is not None) == fits
+    if choice is not None:
+        problems = validate_allocation(allocator, choice.node, [claim(shape)], choice.results)
+        assert problems == []
+
+
+def test_home_whole_moves_the_home_to_another_domain() -> None:
+    allocator, nodes = cluster({"a100-mig": 2})
+    chooser = Chooser(allocator, reserve=2, home_whole=True)
+    placed = []
+    for name in ("a", "b"):
+        choice = chooser.choose(nodes, [claim("gpu-8-nvl", name)])
+        assert choice is not None
+        assert (
+            validate_allocation(allocator, choice.node, [claim("gpu-8-nvl", name)], choice.results)
+            == []
+        )
+        allocator.state.apply(choice.results)
+        placed.append(choice.node.name)
+    assert sorted(placed) == ["a100-00", "a100-01"]

@@ -55,12 +55,19 @@ def block_value(free: int, blocks: tuple[tuple[int, float], ...] = BLOCKS) -> fl
     return total
 
 
-def node_value(view: NodeView, free: FreeState) -> float:
+def node_value(view: NodeView, free: FreeState, whole_tray: float = 0.0) -> float:
+    """`whole_tray`: added per small NVLink domain (fewer than LARGE_DOMAIN_SIZE GPUs, a GB200
+    tray) whose GPUs are all free (0: the default rules; measured in `docs/PLACEMENT.md`)."""
     total = 0.0
     for domain, count in free.domains.items():
         total += block_value(count, PCIE_BLOCKS if domain == PCIE else BLOCKS)
-        if domain != PCIE and view.domain_sizes.get(domain, 0) >= LARGE_DOMAIN_SIZE:
+        if domain == PCIE:
+            continue
+        size = view.domain_sizes.get(domain, 0)
+        if size >= LARGE_DOMAIN_SIZE:
             total += LARGE_DOMAIN_GPU_VALUE * count
+        elif whole_tray and count == size:
+            total += whole_tray
     clique_free: dict[str, int] = {}
     for gpu in free.gpus:
         if gpu.memory_gib >= LARGE_MEMORY_GIB:

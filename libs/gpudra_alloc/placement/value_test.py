@@ -78,3 +78,46 @@ def test_small_work_keeps_off_large_domains(
     assert choice is not None
     assert choice.node.name == node
     assert validate_allocation(allocator, choice.node, claims, choice.results) == []
+
+
+@pytest.mark.parametrize(
+    ("machine", "node", "busy", "value"),
+    [
+        # 8.0 (above) + 1.5 for the whole tray
+        pytest.param("gb200-tray", "gb200-00", 0, 9.5, id="tray-whole"),
+        # 2.2 + 1.0 (3 GPUs) + 3 x 0.5: no longer whole, no tray or clique bonus
+        pytest.param("gb200-tray", "gb200-00", 1, 4.7, id="tray-used"),
+        # large domains are not trays
+        pytest.param("dgx-h100", "dgx-00", 0, 23.6, id="dgx-not-a-tray"),
+        # PCIe GPUs are not an NVLink domain
+        pytest.param("l4-pcie", "l4-00", 0, 4.4, id="pcie-not-a-tray"),
+    ],
+)
+def test_whole_tray_value(machine: str, node: str, busy: int, value: float) -> None:
+    allocator, nodes = cluster({machine: 1}, gpus(node, busy))
+    view = NodeView(nodes[0], allocator.pools_for(nodes[0]))
+    assert node_value(view, view.free(allocator.state), 1.5) == pytest.approx(value)
+
+
+@pytest.mark.parametrize(
+    ("busy", "shape", "node"),
+    [
+        pytest.param(
+            gpus("dgx-00", 2) + gpus("l4-00", 4),
+            "gpu-2",
+            "dgx-00",
+            id="2-gpu-on-a-used-dgx-not-a-tray",
+        ),
+        pytest.param(gpus("dgx-00", 2), "gpu-4-nvl", "gb200-00", id="4-gpu-still-takes-the-tray"),
+        pytest.param((), "gpu-1", "l4-00", id="1-gpu-on-pcie"),
+    ],
+)
+def test_whole_tray_keeps_trays_for_4_gpu_work(
+    busy: tuple[tuple[str, str], ...], shape: str, node: str
+) -> None:
+    allocator, nodes = cluster({"dgx-h100": 1, "gb200-tray": 1, "l4-pcie": 1}, busy)
+    claims = [parse_resource_claim(resource_claim(shape, "c"))]
+    choice = Chooser(allocator, whole_tray=1.0).choose(nodes, claims)
+    assert choice is not None
+    assert choice.node.name == node
+    assert validate_allocation(allocator, choice.node, claims, choice.results) == []
