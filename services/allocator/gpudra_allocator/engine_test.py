@@ -5,30 +5,12 @@ from typing import Any
 import pytest
 
 from gpudra_alloc import AllocatedState, DeviceID
+from gpudra_allocator.conftest import gpu_slice
 from gpudra_allocator.engine import Engine, load_classes, summary
 from gpudra_allocator.errors import SettingsError
-from gpudra_api import parse_resource_claim, parse_resource_slice
+from gpudra_api import parse_resource_claim
 from gpudra_cel import compile_selector
 from gpudra_cel.selector import _compile
-
-
-def slice_(node: str, gpus: int) -> Any:
-    return parse_resource_slice(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-slice"},
-            "spec": {
-                "driver": "gpu.nvidia.com",
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [
-                    {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}}
-                    for i in range(gpus)
-                ],
-            },
-        }
-    )
 
 
 def claim(count: int) -> Any:
@@ -61,7 +43,7 @@ def claim(count: int) -> Any:
 )
 def test_decide(count: int, node: str, allocated: bool) -> None:
     engine = Engine(load_classes(), "first-fit")
-    slices = [slice_("node-a", 2), slice_("node-b", 4)]
+    slices = [gpu_slice("node-a", 2), gpu_slice("node-b", 4)]
     decision = engine.decide([claim(count)], slices, 1, AllocatedState())
     assert decision.allocated == allocated
     assert decision.node == node
@@ -100,7 +82,7 @@ def test_bad_class_file_is_a_settings_error(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize("count", [pytest.param(1, id="one"), pytest.param(3, id="three")])
 def test_topology_is_deterministic_and_reserves_nothing_itself(count: int) -> None:
-    slices = [slice_("node-a", 2), slice_("node-b", 4)]
+    slices = [gpu_slice("node-a", 2), gpu_slice("node-b", 4)]
     state = AllocatedState()
     first = Engine(load_classes(), "topology").decide([claim(count)], slices, 1, state)
     second = Engine(load_classes(), "topology").decide([claim(count)], slices, 1, state)
@@ -111,7 +93,7 @@ def test_topology_is_deterministic_and_reserves_nothing_itself(count: int) -> No
 
 def test_unschedulable_reason_is_a_sentence() -> None:
     decision = Engine(load_classes(), "topology").decide(
-        [claim(5)], [slice_("node-a", 2), slice_("node-b", 4)], 1, AllocatedState()
+        [claim(5)], [gpu_slice("node-a", 2), gpu_slice("node-b", 4)], 1, AllocatedState()
     )
     assert not decision.allocated
     assert decision.reason.startswith("needs 5 GPUs"), decision.reason
@@ -150,7 +132,7 @@ def test_full_nodes_are_passed_over_after_every_change(
     """Whatever fills or frees, a decision lands on a node with a free device (the first such
     node for first-fit), as when every device is looked at."""
     nodes = {"node-a": 2, "node-b": 4, "node-c": 1}
-    slices = [slice_(n, g) for n, g in nodes.items()]
+    slices = [gpu_slice(n, g) for n, g in nodes.items()]
     state = AllocatedState()
     engine = Engine(load_classes(), policy)
     engine.decide([claim(1)], slices, 1, state)  # builds the engine's memos
@@ -171,14 +153,14 @@ def test_full_nodes_are_passed_over_after_every_change(
 
 def test_candidate_list_is_one_object_until_slices_change() -> None:
     # The core's and the placement layer's per-node memos are keyed on this list's identity.
-    slices = [slice_("node-a", 2), slice_("node-b", 4)]
+    slices = [gpu_slice("node-a", 2), gpu_slice("node-b", 4)]
     state = AllocatedState()
     engine = Engine(load_classes(), "first-fit")
     first = engine.candidates([claim(1)], slices, 1, state)
     state.devices.add(DeviceID("gpu.nvidia.com", "node-a", "gpu-0"))
     state.devices.add(DeviceID("gpu.nvidia.com", "node-a", "gpu-1"))
     assert engine.candidates([claim(1)], slices, 1, state) is first
-    grown = [*slices, slice_("node-c", 1)]
+    grown = [*slices, gpu_slice("node-c", 1)]
     assert [n.name for n in engine.candidates([claim(1)], grown, 2, state)] == [
         "node-a",
         "node-b",

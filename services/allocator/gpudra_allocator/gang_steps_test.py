@@ -3,18 +3,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
 import pytest_asyncio
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from gpudra_alloc import AllocatedState, DeviceID
+from gpudra_allocator.conftest import gpu_claim, gpu_slice
 from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.gang_steps import (
     EMPTY_CLAIM,
@@ -27,8 +26,6 @@ from gpudra_allocator.gangs import GangBook, Members, pods_of, unit_of, unit_siz
 from gpudra_allocator.holdings import ClaimRecord, holdings_for
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
-from gpudra_api import parse_resource_claim, parse_resource_slice
-from gpudra_bus import BucketSpec, connect, ensure_bucket
 from gpudrapb.v1 import claims_pb2
 
 
@@ -117,45 +114,6 @@ def test_members_needed_is_every_claim_the_pods_name(events: list[Any], needed: 
     assert members.needed() == {f"uid-{n}" for n in needed}
 
 
-def node_slice(node: str, gpus: int = 4) -> Any:
-    return parse_resource_slice(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-slice"},
-            "spec": {
-                "driver": "gpu.nvidia.com",
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [
-                    {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}}
-                    for i in range(gpus)
-                ],
-            },
-        }
-    )
-
-
-def claim(name: str, count: int) -> Any:
-    return parse_resource_claim(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
-                        }
-                    ]
-                }
-            },
-        }
-    )
-
-
 def taken(node: str, count: int) -> set[DeviceID]:
     return {DeviceID("gpu.nvidia.com", node, f"gpu-{i}") for i in range(count)}
 
@@ -222,10 +180,10 @@ def test_place_unit(
     nodes: list[list[str]] | None,
     reason: str,
 ) -> None:
-    slices = [node_slice("node-a"), node_slice("node-b")]
+    slices = [gpu_slice("node-a"), gpu_slice("node-b")]
     state = AllocatedState(devices={d for n, c in used.items() for d in taken(n, c)})
     claim_pods = [
-        [claim(f"p{i}c{j}", count) for j, count in enumerate(pod)] for i, pod in enumerate(pods)
+        [gpu_claim(f"p{i}c{j}", count) for j, count in enumerate(pod)] for i, pod in enumerate(pods)
     ]
     engine = Engine(load_classes(), policy)
     decision = place_unit(engine, unit, claim_pods, None, slices, 1, state, pinned)
@@ -245,13 +203,6 @@ def test_place_unit(
     devices = [d["device"] for _, r in decision.placed for d in r.to_json()["devices"]["results"]]
     pools = [d["pool"] for _, r in decision.placed for d in r.to_json()["devices"]["results"]]
     assert len(set(zip(pools, devices, strict=True))) == len(devices), "no device twice"
-
-
-@pytest_asyncio.fixture
-async def kv(nats_url: str) -> AsyncIterator[KeyValue]:
-    client: Client = await connect(nats_url, name="gang-steps-test", deadline=5)
-    yield await ensure_bucket(client.jetstream(), BucketSpec(f"units-{uuid.uuid4().hex[:10]}"))
-    await client.drain()
 
 
 class Planner(GangSteps):
@@ -365,10 +316,10 @@ def test_place_unit_pins_gang_pods(
     nodes: list[list[str]] | None,
     reason: str,
 ) -> None:
-    slices = [node_slice("node-a"), node_slice("node-b")]
+    slices = [gpu_slice("node-a"), gpu_slice("node-b")]
     state = AllocatedState(devices={d for n, c in used.items() for d in taken(n, c)})
     claim_pods = [
-        [claim(f"p{i}c{j}", count) for j, count in enumerate(pod)] for i, pod in enumerate(pods)
+        [gpu_claim(f"p{i}c{j}", count) for j, count in enumerate(pod)] for i, pod in enumerate(pods)
     ]
     engine = Engine(load_classes(), policy)
     decision = place_unit(engine, "ns/g", claim_pods, None, slices, 1, state, pins=pins)
@@ -395,7 +346,7 @@ def test_place_unit_pins_gang_pods(
 )
 def test_engine_placement_is_decides_allocator(policy: str, chooser: bool) -> None:
     engine = Engine(load_classes(), policy)
-    slices = [node_slice("node-a")]
+    slices = [gpu_slice("node-a")]
     state = AllocatedState()
     allocator, got = engine.placement(slices, 1, state)
     assert allocator.node_names() == ["node-a"]
@@ -482,7 +433,7 @@ class Decider(Planner):
         self.replica = replica
         self._settings = Settings()
         self._engine = Engine(load_classes(), "first-fit")
-        self._index = cast(Any, Slices({n: node_slice(n) for n in ("node-a", "node-b")}))
+        self._index = cast(Any, Slices({n: gpu_slice(n) for n in ("node-a", "node-b")}))
         self._gang_reasons = {}
         self._decide_lock = asyncio.Lock()
         self.announced: dict[str, str] = {}  # claim name -> node
@@ -511,7 +462,7 @@ class Decider(Planner):
     async def take(self, name: str, node: str, count: int, token: str = "lone") -> None:
         """A lone decision of claim `name` on `node`, reserved and recorded (as `Worker._commit`)."""
         decision = self._engine.decide(
-            [claim(name, count)], [node_slice(node)], 99, self._res.state
+            [gpu_claim(name, count)], [gpu_slice(node)], 99, self._res.state
         )
         assert decision.allocated, decision.reason
         uid, key = f"uid-{name}", f"default/{name}"

@@ -1,29 +1,18 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
-import pytest_asyncio
-from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from gpudra_alloc import AllocatedState
+from gpudra_allocator.conftest import gpu_claim
 from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.gangs import GangBook, GangRecord, Members, decision_key, members_key
 from gpudra_allocator.holdings import BadReservationError
-from gpudra_api import parse_resource_claim, parse_resource_slice
-from gpudra_bus import BucketSpec, connect, ensure_bucket
+from gpudra_api import parse_resource_slice
 from gpudrapb.v1 import claims_pb2
-
-
-@pytest_asyncio.fixture
-async def kv(nats_url: str) -> AsyncIterator[KeyValue]:
-    client: Client = await connect(nats_url, name="gangs-test", deadline=5)
-    yield await ensure_bucket(client.jetstream(), BucketSpec(f"gang-{uuid.uuid4().hex[:10]}"))
-    await client.drain()
 
 
 def event(name: str, gang: str = "default/g", size: int = 2, generation: int = 1) -> Any:
@@ -124,26 +113,6 @@ def tray(node: str, clique: str) -> Any:
     )
 
 
-def gpus(name: str, count: int) -> Any:
-    return parse_resource_claim(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
-                        }
-                    ]
-                }
-            },
-        }
-    )
-
-
 @pytest.mark.parametrize("policy", ["first-fit", "topology"])
 @pytest.mark.parametrize(
     ("members", "allocated"),
@@ -156,7 +125,7 @@ def test_decide_gang(policy: str, members: int, allocated: bool) -> None:
     slices = [tray(f"small-{i}", "small") for i in range(3)]
     slices += [tray(f"large-{i}", "large") for i in range(4)]
     engine = Engine(load_classes(), policy)
-    claims = [gpus(f"m{i}", 4) for i in range(members)]
+    claims = [gpu_claim(f"m{i}", 4) for i in range(members)]
     decision = engine.decide_gang(
         "default/g", claims, "gpu.nvidia.com/cliqueID", slices, 1, AllocatedState()
     )

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,21 +13,8 @@ from gpudra_alloc.state import DeviceID
 from gpudra_allocator.errors import ReservationConflict
 from gpudra_allocator.holdings import ClaimRecord, Holding, PoolHoldings, pool_key
 from gpudra_allocator.reservations import Reservations
-from gpudra_bus import BucketSpec, connect, ensure_bucket
 
 DRIVER = "gpu.nvidia.com"
-
-
-@pytest_asyncio.fixture
-async def nc(nats_url: str) -> AsyncIterator[Client]:
-    client = await connect(nats_url, name="reservations-test", deadline=5)
-    yield client
-    await client.drain()
-
-
-@pytest_asyncio.fixture
-async def kv(nc: Client) -> KeyValue:
-    return await ensure_bucket(nc.jetstream(), BucketSpec(f"res-{uuid.uuid4().hex[:10]}"))
 
 
 @pytest_asyncio.fixture

@@ -1,33 +1,17 @@
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from gpudra_allocator.holdings import ClaimRecord, claim_key
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.tombstones import TombstoneCollector, grace_for
-from gpudra_bus import BucketSpec, connect, ensure_bucket
 
 GRACE = 600.0
 ALLOCATED = ClaimRecord("allocated", "default/c", 1, "tok", "node-a", {"devices": {}}, "a")
-
-
-@pytest_asyncio.fixture
-async def nc(nats_url: str) -> AsyncIterator[Client]:
-    client = await connect(nats_url, name="tombstones-test", deadline=5)
-    yield client
-    await client.drain()
-
-
-@pytest_asyncio.fixture
-async def kv(nc: Client) -> KeyValue:
-    return await ensure_bucket(nc.jetstream(), BucketSpec(f"tomb-{uuid.uuid4().hex[:10]}"))
 
 
 def collector(nc: Client, kv: KeyValue, later: float) -> TombstoneCollector:

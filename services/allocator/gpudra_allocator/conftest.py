@@ -1,0 +1,71 @@
+"""What the allocator's tests share: a client of the session's nats-server (`nc`), a KV bucket of
+its own for each test (`kv`, so tests on the shared server never see each other's keys), and the
+plain GPU slice and claim the gang and engine tests build (`gpu_slice`, `gpu_claim`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest_asyncio
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from gpudra_api import parse_resource_claim, parse_resource_slice
+from gpudra_bus import BucketSpec, connect, ensure_bucket
+
+__all__ = ["gpu_claim", "gpu_slice", "kv", "nc"]
+
+
+def gpu_slice(node: str, gpus: int = 4) -> Any:
+    """The one slice of `node`'s pool: `gpus` plain `gpu.nvidia.com` devices, gpu-0 upwards."""
+    return parse_resource_slice(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-slice"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}}
+                    for i in range(gpus)
+                ],
+            },
+        }
+    )
+
+
+def gpu_claim(name: str, count: int) -> Any:
+    """Claim `default/name` (uid `uid-<name>`) asking for `count` `gpu.nvidia.com` devices."""
+    return parse_resource_claim(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
+                        }
+                    ]
+                }
+            },
+        }
+    )
+
+
+@pytest_asyncio.fixture
+async def nc(nats_url: str) -> AsyncIterator[Client]:
+    client = await connect(nats_url, name="allocator-test", deadline=5)
+    yield client
+    await client.drain()
+
+
+@pytest_asyncio.fixture
+async def kv(nc: Client) -> KeyValue:
+    return await ensure_bucket(nc.jetstream(), BucketSpec(f"t-{uuid.uuid4().hex[:10]}"))
