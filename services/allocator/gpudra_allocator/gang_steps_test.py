@@ -224,6 +224,18 @@ class Planner(GangSteps):
     async def _finish(self, uid: str, msg: Msg) -> None:
         self.finished.append(uid)
 
+    async def record(self, records: dict[str, str]) -> None:
+        """Claim records as an allocator would have left them: claim name -> its node, "" for
+        one allocated without a node (network-attached), "released" for one released."""
+        for name, node in records.items():
+            if node == "released":
+                await self._res.release(f"uid-{name}", f"default/{name}")
+            else:
+                await self._res.commit(
+                    f"uid-{name}",
+                    ClaimRecord("allocated", claim=f"default/{name}", node=node, allocation={}),
+                )
+
 
 async def test_a_pod_naming_too_many_claims_is_refused_not_stalled(kv: KeyValue) -> None:
     planner = Planner(kv)
@@ -260,14 +272,7 @@ async def test_plan_of_a_pod(
     kv: KeyValue, arrived: list[str], records: dict[str, str], pinned: str | None, why: str
 ) -> None:
     planner = Planner(kv)
-    for name, node in records.items():
-        if node == "released":
-            await planner._res.release(f"uid-{name}", f"default/{name}")
-        else:
-            await planner._res.commit(
-                f"uid-{name}",
-                ClaimRecord("allocated", claim=f"default/{name}", node=node, allocation={}),
-            )
+    await planner.record(records)
     members = None
     for name in arrived:
         members = await planner._gangs.join(event(name, "p", ("a", "b", "c")))
@@ -368,14 +373,7 @@ async def test_plan_of_a_gang_pins_each_pod(
     kv: KeyValue, records: dict[str, str], pins: tuple[str, ...], why: str
 ) -> None:
     planner = Planner(kv)
-    for name, node in records.items():
-        if node == "released":
-            await planner._res.release(f"uid-{name}", f"default/{name}")
-        else:
-            await planner._res.commit(
-                f"uid-{name}",
-                ClaimRecord("allocated", claim=f"default/{name}", node=node, allocation={}),
-            )
+    await planner.record(records)
     members = None
     for p in range(2):
         # Each pod: two gang members and a named claim of its own outside the gang.
