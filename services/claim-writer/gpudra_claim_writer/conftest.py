@@ -1,9 +1,11 @@
 """What the claim-writer's tests share: a client of a fresh nats-server with gpudra's streams and
 buckets (`nc`), the HTTP-level fake Kubernetes API with an `ApiStore` on it (`api`), and the plain
-claim and allocation most tests write (`new_claim`, `ALLOCATION`)."""
+claim and allocation most tests write (`new_claim`, `ALLOCATION`), and the allocator's decision
+about such a claim (`decide`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,12 +13,20 @@ from typing import Any
 import pytest_asyncio
 from nats.aio.client import Client
 
-from gpudra_bus import connect, ensure_buckets, ensure_streams
+from gpudra_bus import (
+    ALLOCATION_DECISION,
+    Publisher,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+    subjects,
+)
 from gpudra_kube.api_backend import ApiStore
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
+from gpudrapb.v1 import claims_pb2
 
-__all__ = ["ALLOCATION", "api", "nc", "new_claim"]
+__all__ = ["ALLOCATION", "api", "decide", "nc", "new_claim"]
 
 # One GPU on node n1, with the node selector the write-back puts into every allocation.
 ALLOCATION: dict[str, Any] = {
@@ -43,6 +53,27 @@ def new_claim(name: str) -> dict[str, Any]:
             }
         },
     }
+
+
+async def decide(publisher: Publisher, claim: dict[str, Any], *, reason: str = "") -> None:
+    """Publish the allocator's decision about the stored `claim`: `ALLOCATION` on n1, or
+    unschedulable for `reason`. One message id per outcome, so a repeat is deduplicated."""
+    meta = claim["metadata"]
+    ref = claims_pb2.ClaimRef(namespace="default", name=meta["name"], uid=meta["uid"])
+    decision = claims_pb2.AllocationDecision(claim=ref)
+    if reason:
+        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_UNSCHEDULABLE
+        decision.reason = reason
+    else:
+        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_ALLOCATED
+        decision.allocation_json = json.dumps(ALLOCATION).encode()
+        decision.node_name = "n1"
+    await publisher.publish(
+        subjects.allocations("default", meta["name"]),
+        decision,
+        ALLOCATION_DECISION,
+        msg_id=f"{meta['uid']}/{reason or 'allocated'}",
+    )
 
 
 @pytest_asyncio.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,11 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from gpudra_bus import (
-    ALLOCATION_DECISION,
     DEVICE_CLASSES_BUCKET,
     Publisher,
     connect,
-    subjects,
 )
-from gpudra_claim_writer.conftest import ALLOCATION, new_claim
+from gpudra_claim_writer.conftest import decide, new_claim
 from gpudra_claim_writer.main import serve
 from gpudra_claim_writer.settings import Settings
 from gpudra_kube.api_backend import ApiStore
@@ -31,7 +28,6 @@ from gpudra_kube.resources import DEVICE_CLASSES, EVENTS, PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import Store
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
-from gpudrapb.v1 import claims_pb2
 
 
 @contextlib.asynccontextmanager
@@ -57,25 +53,6 @@ async def until(check: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> A
                 return result
         assert loop.time() < deadline, "timed out"
         await asyncio.sleep(0.05)
-
-
-async def decide(nc: Client, created: dict[str, Any], *, reason: str = "") -> None:
-    meta = created["metadata"]
-    ref = claims_pb2.ClaimRef(namespace="default", name=meta["name"], uid=meta["uid"])
-    decision = claims_pb2.AllocationDecision(claim=ref)
-    if reason:
-        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_UNSCHEDULABLE
-        decision.reason = reason
-    else:
-        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_ALLOCATED
-        decision.allocation_json = json.dumps(ALLOCATION).encode()
-        decision.node_name = "n1"
-    await Publisher(nc).publish(
-        subjects.allocations("default", meta["name"]),
-        decision,
-        ALLOCATION_DECISION,
-        msg_id=f"{meta['uid']}/{reason or 'allocated'}",
-    )
 
 
 async def test_kubernetes_mode_mirrors_classes_and_records_events(
@@ -110,7 +87,7 @@ async def test_kubernetes_mode_mirrors_classes_and_records_events(
 
                 await until(mirrored)
                 created = await api.create(RESOURCE_CLAIMS, new_claim("big"))
-                await decide(nc, created, reason="needs 8 GPUs in one NVLink domain")
+                await decide(Publisher(nc), created, reason="needs 8 GPUs in one NVLink domain")
 
                 async def warned() -> list[dict[str, Any]]:
                     return [e for e in fake.objects(EVENTS) if e["reason"] == "FailedAllocation"]
@@ -156,7 +133,7 @@ async def test_standalone_mode_records_consumers_and_releases_after_the_last(
                 },
             },
         )
-        await decide(nc, created)
+        await decide(Publisher(nc), created)
 
         async def reserved() -> list[str]:
             current = await store.get(RESOURCE_CLAIMS, "shared", "default")

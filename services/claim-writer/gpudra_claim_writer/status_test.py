@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from gpudra_bus import ALLOCATION_DECISION, Publisher, connect, subjects
-from gpudra_claim_writer.conftest import ALLOCATION, new_claim
+from gpudra_bus import Publisher, connect, subjects
+from gpudra_claim_writer.conftest import decide, new_claim
 from gpudra_claim_writer.main import serve
 from gpudra_claim_writer.settings import Settings
 from gpudra_claim_writer.status import rfc3339
@@ -28,7 +28,6 @@ from gpudra_kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS
 from gpudra_kube.store import Store
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
-from gpudrapb.v1 import claims_pb2
 
 TOP = {"mode", "ready", "watches", "intake", "writeback", "events", "classes", "gates"}
 TOP |= {"consumers", "deadLetters"}
@@ -77,25 +76,6 @@ async def service(settings: Settings) -> AsyncIterator[Client]:
         await asyncio.wait_for(task, 20)
 
 
-async def decide(nc: Client, created: dict[str, Any], *, reason: str = "") -> None:
-    meta = created["metadata"]
-    ref = claims_pb2.ClaimRef(namespace="default", name=meta["name"], uid=meta["uid"])
-    decision = claims_pb2.AllocationDecision(claim=ref)
-    if reason:
-        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_UNSCHEDULABLE
-        decision.reason = reason
-    else:
-        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_ALLOCATED
-        decision.allocation_json = json.dumps(ALLOCATION).encode()
-        decision.node_name = "n1"
-    await Publisher(nc).publish(
-        subjects.allocations("default", meta["name"]),
-        decision,
-        ALLOCATION_DECISION,
-        msg_id=f"{meta['uid']}/{reason or 'allocated'}",
-    )
-
-
 async def test_standalone_mode_reports_its_watches_and_writes(
     fresh_nats_server: NatsServer,
 ) -> None:
@@ -134,7 +114,7 @@ async def test_standalone_mode_reports_its_watches_and_writes(
         assert int(intake["resourceVersion"]) >= int(version)
         assert intake["lastEventAt"] is not None
 
-        await decide(nc, created)
+        await decide(Publisher(nc), created)
         await nc.jetstream().publish(subjects.allocations("default", "junk"), b"\x00junk")
         status = await until(
             port,
@@ -181,7 +161,7 @@ async def test_kubernetes_mode_counts_classes_mirrored_and_events_recorded(
                 status = await until(port, lambda s: s["classes"]["written"] == 1)
                 assert status["watches"]["classes"]["resource"] == "deviceclasses"
                 created = await api.create(RESOURCE_CLAIMS, new_claim("big"))
-                await decide(nc, created, reason="needs 8 GPUs in one NVLink domain")
+                await decide(Publisher(nc), created, reason="needs 8 GPUs in one NVLink domain")
                 status = await until(
                     port,
                     lambda s: s["writeback"]["unschedulable"] == 1 and s["events"]["created"] == 1,

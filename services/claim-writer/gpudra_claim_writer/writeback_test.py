@@ -18,31 +18,12 @@ from gpudra_bus import (
     subjects,
 )
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
-from gpudra_claim_writer.conftest import ALLOCATION, new_claim
+from gpudra_claim_writer.conftest import ALLOCATION, decide, new_claim
 from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import WatchEvent
 from gpudrapb.v1 import claims_pb2
-
-
-async def decide(publisher: Publisher, claim: dict[str, Any], reason: str = "") -> None:
-    meta = claim["metadata"]
-    ref = claims_pb2.ClaimRef(namespace="default", name=meta["name"], uid=meta["uid"])
-    decision = claims_pb2.AllocationDecision(claim=ref)
-    if reason:
-        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_UNSCHEDULABLE
-        decision.reason = reason
-    else:
-        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_ALLOCATED
-        decision.allocation_json = json.dumps(ALLOCATION).encode()
-        decision.node_name = "n1"
-    await publisher.publish(
-        subjects.allocations("default", meta["name"]),
-        decision,
-        ALLOCATION_DECISION,
-        msg_id=f"{meta['uid']}/{reason or 'allocated'}",
-    )
 
 
 def annotations_of(claim: dict[str, Any]) -> dict[str, str]:
