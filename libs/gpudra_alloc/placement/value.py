@@ -18,6 +18,8 @@ the reasons for every weight). The value of a node's free state is the sum of:
   MIG claims).
 - Fabric cliques: a node whose GPUs of a clique are all free adds 1.0 (racks kept whole for
   multi-node gangs).
+- Whole small NVLink domains (GB200 trays), only when asked (`whole_tray` > 0, off by default:
+  measured in `docs/PLACEMENT.md`, round 3): + `whole_tray` per tray with all GPUs free.
 - Partitioned GPUs (MIG): 0.05 per free counter plus 0.2 while a half-GPU partition still fits.
   A freshly partitioned GPU is therefore worth at most 0.55, less than the whole GPU it was, so
   MIG packs onto GPUs already partitioned and breaks a whole GPU only when none has room.
