@@ -118,6 +118,19 @@ def taken(node: str, count: int) -> set[DeviceID]:
     return {DeviceID("gpu.nvidia.com", node, f"gpu-{i}") for i in range(count)}
 
 
+def two_nodes(
+    used: dict[str, int], pods: list[list[int]]
+) -> tuple[list[Any], AllocatedState, list[list[Any]]]:
+    """node-a and node-b with 4 GPUs each, `used[node]` of them taken, and one claim per count
+    of each pod (claim j of pod i: `p<i>c<j>`)."""
+    slices = [gpu_slice("node-a"), gpu_slice("node-b")]
+    state = AllocatedState(devices={d for n, c in used.items() for d in taken(n, c)})
+    claim_pods = [
+        [gpu_claim(f"p{i}c{j}", count) for j, count in enumerate(pod)] for i, pod in enumerate(pods)
+    ]
+    return slices, state, claim_pods
+
+
 @pytest.mark.parametrize("policy", ["first-fit", "topology"])
 @pytest.mark.parametrize(
     ("unit", "pods", "pinned", "used", "nodes", "reason"),
@@ -180,11 +193,7 @@ def test_place_unit(
     nodes: list[list[str]] | None,
     reason: str,
 ) -> None:
-    slices = [gpu_slice("node-a"), gpu_slice("node-b")]
-    state = AllocatedState(devices={d for n, c in used.items() for d in taken(n, c)})
-    claim_pods = [
-        [gpu_claim(f"p{i}c{j}", count) for j, count in enumerate(pod)] for i, pod in enumerate(pods)
-    ]
+    slices, state, claim_pods = two_nodes(used, pods)
     engine = Engine(load_classes(), policy)
     decision = place_unit(engine, unit, claim_pods, None, slices, 1, state, pinned)
     if nodes is None:
@@ -321,11 +330,7 @@ def test_place_unit_pins_gang_pods(
     nodes: list[list[str]] | None,
     reason: str,
 ) -> None:
-    slices = [gpu_slice("node-a"), gpu_slice("node-b")]
-    state = AllocatedState(devices={d for n, c in used.items() for d in taken(n, c)})
-    claim_pods = [
-        [gpu_claim(f"p{i}c{j}", count) for j, count in enumerate(pod)] for i, pod in enumerate(pods)
-    ]
+    slices, state, claim_pods = two_nodes(used, pods)
     engine = Engine(load_classes(), policy)
     decision = place_unit(engine, "ns/g", claim_pods, None, slices, 1, state, pins=pins)
     if nodes is None:
