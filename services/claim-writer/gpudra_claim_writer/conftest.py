@@ -1,12 +1,13 @@
 """What the claim-writer's tests share: a client of a fresh nats-server with gpudra's streams and
 buckets (`nc`), the HTTP-level fake Kubernetes API with an `ApiStore` on it (`api`), and the plain
 claim and allocation most tests write (`new_claim`, `ALLOCATION`), and the allocator's decision
-about such a claim (`decide`)."""
+about such a claim (`decide`); `until` polls a plain condition."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import claims_pb2
 
-__all__ = ["ALLOCATION", "api", "decide", "nc", "new_claim"]
+__all__ = ["ALLOCATION", "api", "decide", "nc", "new_claim", "until"]
 
 # One GPU on node n1, with the node selector the write-back puts into every allocation.
 ALLOCATION: dict[str, Any] = {
@@ -74,6 +75,15 @@ async def decide(publisher: Publisher, claim: dict[str, Any], *, reason: str = "
         ALLOCATION_DECISION,
         msg_id=f"{meta['uid']}/{reason or 'allocated'}",
     )
+
+
+async def until(check: Callable[[], object], timeout: float = 10.0) -> None:
+    """Wait until `check()` is true; fail the test after `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
 
 
 @pytest_asyncio.fixture

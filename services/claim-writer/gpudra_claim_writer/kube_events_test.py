@@ -17,7 +17,7 @@ from gpudra_bus import (
     subjects,
 )
 from gpudra_claim_writer.claims import UNSCHEDULABLE_ANNOTATION
-from gpudra_claim_writer.conftest import new_claim
+from gpudra_claim_writer.conftest import new_claim, until
 from gpudra_claim_writer.kube_events import (
     CONTROLLER,
     ClaimEvents,
@@ -128,14 +128,6 @@ async def decide(
         ALLOCATION_DECISION,
         msg_id=f"{meta['uid']}/{n}",
     )
-
-
-async def until(check: Any, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 async def test_retried_unschedulable_is_one_warning_series_then_one_normal_event(

@@ -18,7 +18,7 @@ from gpudra_bus import (
     subjects,
 )
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
-from gpudra_claim_writer.conftest import ALLOCATION, decide, new_claim
+from gpudra_claim_writer.conftest import ALLOCATION, decide, new_claim, until
 from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
@@ -75,14 +75,6 @@ async def test_no_revision_shows_an_allocation_beside_a_reason(
     # Two writes for the allocation itself: the metadata (finalizer, reason gone) and the status.
     writes = [e for e in seen if UNSCHEDULABLE_ANNOTATION not in annotations_of(e.object)]
     assert len(writes) == 2
-
-
-async def until(check: Any, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 def pod_naming(name: str, claim_name: str, phase: str) -> dict[str, Any]:
