@@ -2,12 +2,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.errors import (
@@ -70,13 +69,10 @@ def resource_slice(name: str = "n1-gpu.nvidia.com-0", generation: int = 1) -> di
     }
 
 
-@pytest_asyncio.fixture
-async def store(kubeconfig: Path) -> AsyncIterator[ApiStore]:
-    s = await ApiStore.from_kubeconfig(str(kubeconfig))
-    try:
-        yield s
-    finally:
-        await s.close()
+@pytest.fixture
+def store(api_store: ApiStore) -> ApiStore:
+    """This module tests the API backend only (conftest's `store` is both backends)."""
+    return api_store
 
 
 async def test_create_get_list(store: ApiStore, kube_api: FakeKubeApi) -> None:

@@ -21,7 +21,7 @@ __all__ = ["api_store", "kube_api", "kubeconfig", "kv_store", "store"]
 
 
 @pytest_asyncio.fixture
-async def api_store(kubeconfig: Path) -> AsyncIterator[Store]:
+async def api_store(kubeconfig: Path) -> AsyncIterator[ApiStore]:
     api = await ApiStore.from_kubeconfig(str(kubeconfig))
     try:
         yield api

@@ -3,9 +3,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 
-import pytest_asyncio
+import pytest
 
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.api_backend_test import claim
@@ -15,13 +14,10 @@ from gpudra_kube.store import EventType, WatchEvent
 from gpudra_testing.kubeapi import FakeKubeApi
 
 
-@pytest_asyncio.fixture
-async def store(kubeconfig: Path) -> AsyncIterator[ApiStore]:
-    s = await ApiStore.from_kubeconfig(str(kubeconfig))
-    try:
-        yield s
-    finally:
-        await s.close()
+@pytest.fixture
+def store(api_store: ApiStore) -> ApiStore:
+    """This module tests the API backend only (conftest's `store` is both backends)."""
+    return api_store
 
 
 class Events:

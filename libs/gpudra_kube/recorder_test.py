@@ -4,12 +4,9 @@ real v1.34 `events.k8s.io/v1` schema (strict: unknown fields fail)."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.recorder import NOTE_MAX_BYTES, WARNING, EventRecorder, cut_note, reference
@@ -36,15 +33,6 @@ def claim_ref(name: str = "c1", uid: str = "uid-1") -> dict[str, str]:
 
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"}}
-
-
-@pytest_asyncio.fixture
-async def api_store(kubeconfig: Path) -> AsyncIterator[ApiStore]:
-    store = await ApiStore.from_kubeconfig(str(kubeconfig))
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 def recorder(store: ApiStore, clock: Clock, **options: Any) -> EventRecorder:
