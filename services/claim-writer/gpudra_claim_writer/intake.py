@@ -90,6 +90,7 @@ class Intake:
         self._consumed: set[str] = set()  # claims seen allocated with consumers
         self.synced = asyncio.Event()
         self.published: Counter[str] = Counter()
+        self.conflicts = 0  # metadata writes refused by a changed resourceVersion, re-read
 
     async def run(self) -> None:
         events = informer(
@@ -222,6 +223,8 @@ class Intake:
                 return await self._store.replace(RESOURCE_CLAIMS, updated)
             except (ConflictError, KubeRetryableError) as exc:
                 log.info("claim %s/%s: %s; re-reading", ref.namespace, ref.name, exc)
+                if isinstance(exc, ConflictError):
+                    self.conflicts += 1
                 try:
                     current = await self._store.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
                 except KubeError:
@@ -248,6 +251,8 @@ class Intake:
                 return
             except (ConflictError, KubeRetryableError) as exc:
                 log.info("claim %s/%s: %s; re-reading", ref.namespace, ref.name, exc)
+                if isinstance(exc, ConflictError):
+                    self.conflicts += 1
                 try:
                     current = await self._store.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
                 except NotFoundError:

@@ -138,6 +138,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             ready=ready,
             watches=watches,
             intake=intake.published,
+            intake_conflicts=lambda: intake.conflicts,
             writeback=writeback.counts,
             dead_letters=writeback.dead_letters,
             events=events.recorder.counts if events.recorder is not None else None,

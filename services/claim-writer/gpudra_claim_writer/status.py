@@ -13,7 +13,8 @@ goes straight through (the write-back keeps the bare store: it asks it for what 
   event or a bookmark), `lists` (1 + the relists), `lastListAt`, `watchesOpened`, `events`
   (bookmarks included) and `lastEventAt` (RFC 3339 UTC or null);
 - `intake`: events published by kind (`pending`, `with-pod`, `deleted`, `deallocated`,
-  `external`, `foreign`, `waiting`);
+  `external`, `foreign`, `waiting`) and `conflicts` (its finalizer/annotation writes refused by a
+  changed resourceVersion, then read again);
 - `writeback`: `allocated` (allocations written, repeats of a decision included), `conflicts`
   (writes refused by a changed resourceVersion, then read and decided again), `unschedulable`
   (reasons written), `released`, `stale`, `foreign`, `waiting`;
@@ -182,6 +183,7 @@ class ClaimWriterStatus:
     ready: Callable[[], bool]
     watches: WatchBook
     intake: Mapping[str, int]
+    intake_conflicts: Callable[[], int]
     writeback: Mapping[str, int]
     dead_letters: Mapping[str, int]
     events: Mapping[str, int] | None = None
@@ -195,7 +197,10 @@ class ClaimWriterStatus:
             "mode": self.mode,
             "ready": self.ready(),
             "watches": self.watches.to_json(),
-            "intake": counted(self.intake, INTAKE_COUNTS),
+            "intake": {
+                **(counted(self.intake, INTAKE_COUNTS) or {}),
+                "conflicts": self.intake_conflicts(),
+            },
             "writeback": counted(self.writeback, WRITEBACK_COUNTS),
             "events": counted(self.events, EVENT_COUNTS),
             "classes": counted(self.classes, CLASS_COUNTS),

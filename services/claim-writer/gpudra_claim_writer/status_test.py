@@ -102,6 +102,7 @@ async def test_standalone_mode_reports_its_watches_and_writes(
         assert status["gates"] == {"lifted": 0}
         assert status["writeback"]["allocated"] == 0
         assert status["writeback"]["conflicts"] == 0
+        assert status["intake"]["conflicts"] == 0
         assert status["deadLetters"] == {"total": 0, "byKind": {}}
 
         store = KvStore(nc)
@@ -161,11 +162,16 @@ async def test_kubernetes_mode_counts_classes_mirrored_and_events_recorded(
                 status = await until(port, lambda s: s["classes"]["written"] == 1)
                 assert status["watches"]["classes"]["resource"] == "deviceclasses"
                 created = await api.create(RESOURCE_CLAIMS, new_claim("big"))
+                # The reason's write is refused once as if the claim had changed: read again.
+                fake.inject_error(
+                    409, reason="Conflict", method="PUT", path_contains="/resourceclaims/big"
+                )
                 await decide(Publisher(nc), created, reason="needs 8 GPUs in one NVLink domain")
                 status = await until(
                     port,
                     lambda s: s["writeback"]["unschedulable"] == 1 and s["events"]["created"] == 1,
                 )
+                assert status["writeback"]["conflicts"] == 1
                 assert status["events"]["dropped"] == 0
                 # Bookmarks move the watch's version on without any change.
                 before = status["watches"]["intake"]["events"]
