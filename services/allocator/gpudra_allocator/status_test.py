@@ -6,11 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import urllib.error
-import urllib.request
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import nats
 import pytest
@@ -20,37 +16,11 @@ from gpudra_allocator.settings import Settings
 from gpudra_allocator.status import rfc3339
 from gpudra_bus import CLAIM_EVENT, SLICES_BUCKET, Publisher, subjects
 from gpudra_standalone.nats_server import NatsServer
+from gpudra_testing.statusz import free_port, until_status
 from gpudrapb.v1 import claims_pb2
 
 TOP = {"replica", "policy", "ready", "index", "reservations", "claims", "waiting"}
 TOP |= {"deadLetters", "lastDecisionAt"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get_status(port: int) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/statusz", timeout=2) as reply:
-            assert reply.headers["Content-Type"] == "application/json"
-            doc = json.loads(reply.read())
-    except (urllib.error.URLError, OSError):
-        return None
-    assert isinstance(doc, dict)
-    return doc
-
-
-async def until(port: int, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    last: dict[str, Any] | None = None
-    for _ in range(200):
-        last = await asyncio.to_thread(get_status, port)
-        if last is not None and check(last):
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"/statusz never got there; last: {last}")
 
 
 @pytest.fixture
@@ -67,7 +37,7 @@ async def allocator(fresh_nats_server: NatsServer) -> AsyncIterator[int]:
     stop = asyncio.Event()
     task = asyncio.create_task(serve(settings, stop))
     try:
-        await until(port, lambda s: bool(s["ready"]))
+        await until_status(port, lambda s: bool(s["ready"]))
         yield port
     finally:
         stop.set()
@@ -118,7 +88,7 @@ def claim_event(name: str, count: int) -> claims_pb2.ClaimEvent:
 
 
 async def test_a_fresh_replica_says_who_it_is(allocator: int) -> None:
-    status = await until(allocator, lambda s: True)
+    status = await until_status(allocator, lambda s: True)
     assert set(status) == TOP
     assert status["replica"] == "alloc-a"
     assert status["policy"] == "first-fit"
@@ -152,7 +122,7 @@ async def test_counters_follow_slices_decisions_and_dead_letters(
         await kv.put("node-a-slice", slice_doc("node-a", 2))
         await kv.put("node-b-slice", slice_doc("node-b", 2))
         await kv.put("broken", b"{not json")
-        status = await until(allocator, lambda s: s["index"]["slices"] == 2)
+        status = await until_status(allocator, lambda s: s["index"]["slices"] == 2)
         assert status["index"]["pools"] == 2
         assert status["index"]["devices"] == 4
         assert status["index"]["rejected"] == 1
@@ -166,7 +136,7 @@ async def test_counters_follow_slices_decisions_and_dead_letters(
             subjects.claims("default", "too-big"), claim_event("too-big", 8), CLAIM_EVENT
         )
         await nc.jetstream().publish(subjects.claims("default", "junk"), b"\x00not a claim event")
-        status = await until(
+        status = await until_status(
             allocator,
             lambda s: s["claims"]["decided"] >= 1
             and s["waiting"]["claims"] == 1

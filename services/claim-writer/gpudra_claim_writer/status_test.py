@@ -6,13 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import socket
-import urllib.error
-import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from nats.aio.client import Client
@@ -28,38 +23,12 @@ from gpudra_kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS
 from gpudra_kube.store import Store
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
+from gpudra_testing.statusz import free_port, until_status
 
 TOP = {"mode", "ready", "watches", "intake", "writeback", "events", "classes", "gates"}
 TOP |= {"consumers", "deadLetters"}
 WATCH = {"resource", "watching", "resourceVersion", "lists", "lastListAt", "watchesOpened"}
 WATCH |= {"events", "lastEventAt"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get_status(port: int) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/statusz", timeout=2) as reply:
-            assert reply.headers["Content-Type"] == "application/json"
-            doc = json.loads(reply.read())
-    except (urllib.error.URLError, OSError):
-        return None
-    assert isinstance(doc, dict)
-    return doc
-
-
-async def until(port: int, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    last: dict[str, Any] | None = None
-    for _ in range(300):
-        last = await asyncio.to_thread(get_status, port)
-        if last is not None and check(last):
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"/statusz never got there; last: {last}")
 
 
 @contextlib.asynccontextmanager
@@ -68,7 +37,7 @@ async def service(settings: Settings) -> AsyncIterator[Client]:
     task = asyncio.create_task(serve(settings, stop))
     nc = await connect(settings.nats_url, name="status-test", deadline=10)
     try:
-        await until(settings.health_port, lambda s: bool(s["ready"]))
+        await until_status(settings.health_port, lambda s: bool(s["ready"]))
         yield nc
     finally:
         await nc.drain()
@@ -87,7 +56,7 @@ async def test_standalone_mode_reports_its_watches_and_writes(
     )
     async with service(settings) as nc:
         port = settings.health_port
-        status = await until(port, lambda s: True)
+        status = await until_status(port, lambda s: True)
         assert set(status) == TOP
         assert status["mode"] == "standalone"
         assert set(status["watches"]) == {"intake", "gates", "consumers"}
@@ -108,7 +77,7 @@ async def test_standalone_mode_reports_its_watches_and_writes(
         store = KvStore(nc)
         created = await store.create(RESOURCE_CLAIMS, new_claim("one"))
         version = created["metadata"]["resourceVersion"]
-        status = await until(port, lambda s: s["intake"]["pending"] == 1)
+        status = await until_status(port, lambda s: s["intake"]["pending"] == 1)
         intake = status["watches"]["intake"]
         assert intake["watching"] is True
         assert intake["events"] >= 1
@@ -117,7 +86,7 @@ async def test_standalone_mode_reports_its_watches_and_writes(
 
         await decide(Publisher(nc), created)
         await nc.jetstream().publish(subjects.allocations("default", "junk"), b"\x00junk")
-        status = await until(
+        status = await until_status(
             port,
             lambda s: s["writeback"]["allocated"] == 1 and s["deadLetters"]["total"] == 1,
         )
@@ -145,7 +114,7 @@ async def test_kubernetes_mode_counts_classes_mirrored_and_events_recorded(
         try:
             async with service(settings) as nc:
                 port = settings.health_port
-                status = await until(port, lambda s: True)
+                status = await until_status(port, lambda s: True)
                 assert status["mode"] == "kubernetes"
                 assert set(status["watches"]) == {"intake", "classes"}
                 assert status["gates"] is None
@@ -159,7 +128,7 @@ async def test_kubernetes_mode_counts_classes_mirrored_and_events_recorded(
                         "spec": {},
                     },
                 )
-                status = await until(port, lambda s: s["classes"]["written"] == 1)
+                status = await until_status(port, lambda s: s["classes"]["written"] == 1)
                 assert status["watches"]["classes"]["resource"] == "deviceclasses"
                 created = await api.create(RESOURCE_CLAIMS, new_claim("big"))
                 # The reason's write is refused once as if the claim had changed: read again.
@@ -167,7 +136,7 @@ async def test_kubernetes_mode_counts_classes_mirrored_and_events_recorded(
                     409, reason="Conflict", method="PUT", path_contains="/resourceclaims/big"
                 )
                 await decide(Publisher(nc), created, reason="needs 8 GPUs in one NVLink domain")
-                status = await until(
+                status = await until_status(
                     port,
                     lambda s: s["writeback"]["unschedulable"] == 1 and s["events"]["created"] == 1,
                 )
@@ -175,7 +144,7 @@ async def test_kubernetes_mode_counts_classes_mirrored_and_events_recorded(
                 assert status["events"]["dropped"] == 0
                 # Bookmarks move the watch's version on without any change.
                 before = status["watches"]["intake"]["events"]
-                await until(port, lambda s: s["watches"]["intake"]["events"] > before)
+                await until_status(port, lambda s: s["watches"]["intake"]["events"] > before)
         finally:
             await api.close()
 
@@ -199,7 +168,7 @@ async def test_a_relist_after_410_gone_shows_as_a_second_list(
             async with service(settings):
                 port = settings.health_port
                 await api.create(RESOURCE_CLAIMS, new_claim("a"))
-                seen = await until(port, lambda s: s["intake"]["pending"] == 1)
+                seen = await until_status(port, lambda s: s["intake"]["pending"] == 1)
                 assert seen["watches"]["intake"]["lists"] == 1
                 assert seen["watches"]["intake"]["watchesOpened"] == 1
                 # A change the claim watch never sees, then history forgotten: the watch's
@@ -215,7 +184,7 @@ async def test_a_relist_after_410_gone_shows_as_a_second_list(
                 )
                 fake.compact()
                 await fake.close_watches()
-                status = await until(
+                status = await until_status(
                     port,
                     lambda s: s["watches"]["intake"]["lists"] == 2
                     and s["watches"]["intake"]["watching"],
