@@ -15,27 +15,29 @@ from nats.js.kv import KeyValue
 from gpudra_api import parse_resource_claim, parse_resource_slice
 from gpudra_bus import BucketSpec, connect, ensure_bucket
 
-__all__ = ["gpu_claim", "gpu_slice", "kv", "nc"]
+__all__ = ["gpu_claim", "gpu_slice", "gpu_slice_doc", "kv", "nc"]
+
+
+def gpu_slice_doc(node: str, gpus: int = 4) -> dict[str, Any]:
+    """The one slice of `node`'s pool as JSON: `gpus` plain `gpu.nvidia.com` devices, gpu-0 up."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-slice"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}} for i in range(gpus)
+            ],
+        },
+    }
 
 
 def gpu_slice(node: str, gpus: int = 4) -> Any:
-    """The one slice of `node`'s pool: `gpus` plain `gpu.nvidia.com` devices, gpu-0 upwards."""
-    return parse_resource_slice(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-slice"},
-            "spec": {
-                "driver": "gpu.nvidia.com",
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [
-                    {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}}
-                    for i in range(gpus)
-                ],
-            },
-        }
-    )
+    """`gpu_slice_doc`, parsed."""
+    return parse_resource_slice(gpu_slice_doc(node, gpus))
 
 
 def gpu_claim(name: str, count: int) -> Any:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import nats
 import pytest
 
+from gpudra_allocator.conftest import gpu_slice_doc
 from gpudra_allocator.main import serve
 from gpudra_allocator.settings import Settings
 from gpudra_allocator.status import rfc3339
@@ -46,22 +47,7 @@ async def allocator(fresh_nats_server: NatsServer) -> AsyncIterator[int]:
 
 
 def slice_doc(node: str, gpus: int) -> bytes:
-    return json.dumps(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-slice"},
-            "spec": {
-                "driver": "gpu.nvidia.com",
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [
-                    {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}}
-                    for i in range(gpus)
-                ],
-            },
-        }
-    ).encode()
+    return json.dumps(gpu_slice_doc(node, gpus)).encode()
 
 
 def claim_event(name: str, count: int) -> claims_pb2.ClaimEvent:
