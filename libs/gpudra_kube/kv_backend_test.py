@@ -6,8 +6,6 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
-from nats.aio.client import Client
-from nats.aio.msg import Msg
 
 from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket, ensure_buckets
@@ -24,6 +22,7 @@ from gpudra_kube.kv_backend import BUCKETS, KvStore, object_key
 from gpudra_kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, Resource
 from gpudra_kube.store import EventType, WatchEvent
 from gpudra_testing import NatsServer
+from gpudra_testing.kvkeys import bucket_reads
 
 
 @pytest.mark.parametrize(
@@ -142,19 +141,6 @@ async def test_listing_an_empty_namespace_does_not_wait(nats_url: str) -> None:
         await disconnect(nc)
 
 
-async def _reads_counted(nc: Client, bucket: str) -> list[str]:
-    """Every read of `bucket`'s stream any client asks JetStream for, as it is asked."""
-    reads: list[str] = []
-
-    async def seen(msg: Msg) -> None:
-        reads.append(msg.subject)
-
-    for subject in (f"$JS.API.STREAM.MSG.GET.KV_{bucket}", f"$JS.API.DIRECT.GET.KV_{bucket}.>"):
-        await nc.subscribe(subject, cb=seen)
-    await nc.flush()
-    return reads
-
-
 @pytest.mark.parametrize(
     ("meanwhile", "error"),
     [
@@ -181,7 +167,7 @@ async def test_update_of_a_version_read_lately_skips_the_read(
             await other.replace(RESOURCE_CLAIMS, theirs)
         elif meanwhile == "delete":
             await other.delete(RESOURCE_CLAIMS, "c1", "default")
-        reads = await _reads_counted(spy, bucket)
+        reads = await bucket_reads(spy, bucket)
         read["metadata"]["labels"] = {"by": "us"}
         read["status"] = {"allocation": {"ignored": True}}  # replace never writes status
         if error is not None:
@@ -232,7 +218,7 @@ async def test_create_reads_only_when_the_name_was_used(
             await store.delete(RESOURCE_CLAIMS, "c1", "default")
         elif before == "purged":
             await kv.purge("default.c1")
-        reads = await _reads_counted(spy, bucket)
+        reads = await bucket_reads(spy, bucket)
         if error is not None:
             with pytest.raises(error):
                 await store.create(RESOURCE_CLAIMS, claim("c1"))

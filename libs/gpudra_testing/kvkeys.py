@@ -1,6 +1,7 @@
-"""Listing a JetStream KV bucket's keys in tests, without nats-py's empty-listing race.
+"""JetStream KV buckets in tests: listing keys without nats-py's race, counting reads.
 
-nats-py's `KeyValue.keys()` lists through an ordered watcher that may signal "no more entries"
+`bucket_reads` records every read of a bucket's stream that any client asks JetStream for, so a
+test can say how many round trips an operation made. nats-py's `KeyValue.keys()` lists through an ordered watcher that may signal "no more entries"
 before it delivers the first one when it loses a race with them; it then raises `NoKeysError` for
 a bucket that has keys. Tests that read what the services stored (reservations, slices) call
 `bucket_keys` instead: an empty listing of a bucket whose stream holds messages is asked again.
@@ -11,6 +12,8 @@ from __future__ import annotations
 import asyncio
 
 import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 TRIES = 50
@@ -30,3 +33,18 @@ async def bucket_keys(kv: KeyValue, prefix: str = "") -> list[str]:
                 return []
             await asyncio.sleep(PAUSE)
     return sorted(k for k in keys if k.startswith(prefix))
+
+
+async def bucket_reads(nc: Client, bucket: str) -> list[str]:
+    """A list that grows by the subject of every read of `bucket`'s stream (message get or direct
+    get) any client asks JetStream for, as it is asked; listening on `nc`."""
+    reads: list[str] = []
+
+    async def seen(msg: Msg) -> None:
+        reads.append(msg.subject)
+
+    stream = f"KV_{bucket}"
+    for subject in (f"$JS.API.STREAM.MSG.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>"):
+        await nc.subscribe(subject, cb=seen)
+    await nc.flush()
+    return reads

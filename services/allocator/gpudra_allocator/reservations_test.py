@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from gpudra_alloc.state import DeviceID
 from gpudra_allocator.errors import ReservationConflict
 from gpudra_allocator.holdings import ClaimRecord, Holding, PoolHoldings, pool_key
 from gpudra_allocator.reservations import Reservations
+from gpudra_testing.kvkeys import bucket_reads
 
 DRIVER = "gpu.nvidia.com"
 
@@ -223,20 +223,6 @@ async def test_holdings_of_follows_every_change(replicas: list[Reservations]) ->
     assert a.state.devices == set()
 
 
-async def _reads_counted(nc: Client, kv: KeyValue) -> list[str]:
-    """Every read of the bucket's stream any client asks JetStream for, as it is asked."""
-    stream = f"KV_{kv._name}"  # nats-py keeps the bucket name private
-    reads: list[str] = []
-
-    async def seen(msg: Msg) -> None:
-        reads.append(msg.subject)
-
-    for subject in (f"$JS.API.STREAM.MSG.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>"):
-        await nc.subscribe(subject, cb=seen)
-    await nc.flush()
-    return reads
-
-
 @pytest.mark.parametrize(
     ("other_writes_first", "reads_wanted"),
     [
@@ -254,7 +240,7 @@ async def test_release_writes_from_the_mirror_and_reads_only_when_refused(
         await b.reserve({(DRIVER, "n"): [hold("gpu-0", "x")]})
         if other_writes_first:
             await reserve_fresh(a, {(DRIVER, "n"): [hold("gpu-1", "y")]})
-        reads = await _reads_counted(nc, kv)
+        reads = await bucket_reads(nc, kv._name)  # nats-py keeps the bucket name private
         assert await b.drop("x") == 1
         await nc.flush()
         await asyncio.sleep(0.05)
