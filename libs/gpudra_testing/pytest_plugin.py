@@ -2,7 +2,8 @@
 
 - `nats_server` (session): one real JetStream server for the whole run; tests isolate themselves
   with unique stream/bucket names. `fresh_nats_server` (function): a private server a test may kill
-  and restart. `nats_url`: the session server's URL.
+  and restart. `nats_url`: the session server's URL. `fresh_bus`: a client of a fresh server on
+  which gpudra's streams and buckets exist, as the services create them at start.
 - `_no_leaked_tasks` (autouse): fails a test that leaves asyncio tasks running, as kopf does; a
   leaked task is a bug (work silently lost at shutdown), not noise.
 """
@@ -14,7 +15,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
+from nats.aio.client import Client
 
+from gpudra_bus import connect, ensure_buckets, ensure_streams
 from gpudra_standalone.nats_server import NatsServer
 
 
@@ -39,6 +42,15 @@ def fresh_nats_server() -> Iterator[NatsServer]:
 @pytest.fixture
 def nats_url(nats_server: NatsServer) -> str:
     return nats_server.url
+
+
+@pytest_asyncio.fixture
+async def fresh_bus(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
+    client = await connect(fresh_nats_server.url, name="gpudra-test", deadline=10)
+    await ensure_streams(client.jetstream())
+    await ensure_buckets(client.jetstream())
+    yield client
+    await client.drain()
 
 
 @pytest_asyncio.fixture(autouse=True)

@@ -11,19 +11,16 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from nats.aio.client import Client
 
 from gpudra_bus import (
     ALLOCATION_DECISION,
     Publisher,
-    connect,
-    ensure_buckets,
-    ensure_streams,
     subjects,
 )
 from gpudra_kube.api_backend import ApiStore
-from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import claims_pb2
 
@@ -86,13 +83,10 @@ async def until(check: Callable[[], object], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
-@pytest_asyncio.fixture
-async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
-    client = await connect(fresh_nats_server.url, name="claim-writer-test", deadline=10)
-    await ensure_streams(client.jetstream())
-    await ensure_buckets(client.jetstream())
-    yield client
-    await client.drain()
+@pytest.fixture
+def nc(fresh_bus: Client) -> Client:
+    """gpudra's streams and buckets on a private server (`gpudra_testing`'s `fresh_bus`)."""
+    return fresh_bus
 
 
 @pytest_asyncio.fixture

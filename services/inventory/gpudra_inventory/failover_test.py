@@ -17,15 +17,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import nats.js.errors
 import pytest
-import pytest_asyncio
 from nats.aio.client import Client
 
-from gpudra_bus import SLICES_BUCKET, Publisher, connect, ensure_buckets, ensure_streams, subjects
+from gpudra_bus import SLICES_BUCKET, Publisher, subjects
 from gpudra_inventory.lease import LEASE_BUCKET, LEASE_KEY
 from gpudra_inventory.pools_test import inventory
 from gpudra_inventory.service import NODE_INVENTORY
@@ -107,13 +106,10 @@ def replicas(fresh_nats_server: NatsServer, tmp_path: Path) -> Iterator[dict[str
                 replica.proc.wait(timeout=20)
 
 
-@pytest_asyncio.fixture
-async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
-    client = await connect(fresh_nats_server.url, name="failover-test", deadline=10)
-    await ensure_streams(client.jetstream())
-    await ensure_buckets(client.jetstream())
-    yield client
-    await client.drain()
+@pytest.fixture
+def nc(fresh_bus: Client) -> Client:
+    """gpudra's streams and buckets on a private server (`gpudra_testing`'s `fresh_bus`)."""
+    return fresh_bus
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> float:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import nats.js.errors
-import pytest_asyncio
+import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
@@ -17,8 +17,6 @@ from gpudra_bus import (
     SLICES_BUCKET,
     Publisher,
     connect,
-    ensure_buckets,
-    ensure_streams,
     subjects,
 )
 from gpudra_inventory.lease import Lease, ensure_lease_bucket
@@ -29,13 +27,10 @@ from gpudra_standalone.nats_server import NatsServer
 from gpudrapb.v1 import inventory_pb2 as pb
 
 
-@pytest_asyncio.fixture
-async def nc(fresh_nats_server: NatsServer) -> AsyncIterator[Client]:
-    client = await connect(fresh_nats_server.url, name="inventory-test", deadline=10)
-    await ensure_streams(client.jetstream())
-    await ensure_buckets(client.jetstream())
-    yield client
-    await client.drain()
+@pytest.fixture
+def nc(fresh_bus: Client) -> Client:
+    """gpudra's streams and buckets on a private server (`gpudra_testing`'s `fresh_bus`)."""
+    return fresh_bus
 
 
 async def slices(kv: KeyValue) -> dict[str, dict[str, Any]]:
