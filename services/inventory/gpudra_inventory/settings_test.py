@@ -6,6 +6,7 @@ import pytest
 
 from gpudra_inventory.errors import SettingsError
 from gpudra_inventory.settings import Settings
+from gpudra_testing.configmap import SHARED_CONFIG_ENV, SHARED_CONFIG_FIELDS
 
 
 @pytest.mark.parametrize(
@@ -26,24 +27,8 @@ from gpudra_inventory.settings import Settings
         ),
         pytest.param(
             [],
-            {
-                "GPUDRA_NATS_TLS_CA": "/etc/gpudra/nats-tls/ca.crt",
-                "GPUDRA_NATS_TLS_CERT": "/etc/gpudra/nats-tls/tls.crt",
-                "GPUDRA_NATS_TLS_KEY": "/etc/gpudra/nats-tls/tls.key",
-                "GPUDRA_NATS_STREAM_REPLICAS": "3",
-                "GPUDRA_HEALTH_PORT": "9090",
-                "GPUDRA_LOG_LEVEL": "DEBUG",
-                "OTEL_TRACES_EXPORTER": "otlp",
-            },
-            {
-                "nats_tls_ca": "/etc/gpudra/nats-tls/ca.crt",
-                "nats_tls_cert": "/etc/gpudra/nats-tls/tls.crt",
-                "nats_tls_key": "/etc/gpudra/nats-tls/tls.key",
-                "stream_replicas": 3,
-                "health_port": 9090,
-                "log_level": "DEBUG",
-                "trace_exporter": "otlp",
-            },
+            SHARED_CONFIG_ENV,
+            SHARED_CONFIG_FIELDS,
             id="shared-config-map",
         ),
         pytest.param(
