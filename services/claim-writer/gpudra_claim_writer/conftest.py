@@ -6,6 +6,7 @@ about such a claim (`decide`); `until` polls a plain condition."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -18,13 +19,16 @@ from nats.aio.client import Client
 from gpudra_bus import (
     ALLOCATION_DECISION,
     Publisher,
+    connect,
     subjects,
 )
+from gpudra_claim_writer.main import serve
+from gpudra_claim_writer.settings import Settings
 from gpudra_kube.api_backend import ApiStore
 from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import claims_pb2
 
-__all__ = ["ALLOCATION", "api", "decide", "nc", "new_claim", "until"]
+__all__ = ["ALLOCATION", "api", "decide", "nc", "new_claim", "serving", "until"]
 
 # One GPU on node n1, with the node selector the write-back puts into every allocation.
 ALLOCATION: dict[str, Any] = {
@@ -97,3 +101,18 @@ async def api(tmp_path: Path) -> AsyncIterator[tuple[FakeKubeApi, ApiStore]]:
             yield fake, store
         finally:
             await store.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[Client]:
+    """The claim-writer running in this process with `settings` (its own `serve`), and a client
+    of its NATS server; stopped, and waited for, on the way out."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(settings, stop))
+    nc = await connect(settings.nats_url, name="claim-writer-test", deadline=10)
+    try:
+        yield nc
+    finally:
+        await nc.drain()
+        stop.set()
+        await asyncio.wait_for(task, 20)

@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import nats.js.errors
-from nats.aio.client import Client
 
 from gpudra_bus import (
     DEVICE_CLASSES_BUCKET,
     Publisher,
-    connect,
 )
-from gpudra_claim_writer.conftest import decide, new_claim
-from gpudra_claim_writer.main import serve
+from gpudra_claim_writer.conftest import decide, new_claim, serving
 from gpudra_claim_writer.settings import Settings
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.errors import InvalidObjectError
@@ -28,19 +25,6 @@ from gpudra_kube.resources import DEVICE_CLASSES, EVENTS, PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import Store
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
-
-
-@contextlib.asynccontextmanager
-async def service(settings: Settings) -> AsyncIterator[Client]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(settings, stop))
-    nc = await connect(settings.nats_url, name="main-test", deadline=10)
-    try:
-        yield nc
-    finally:
-        await nc.drain()
-        stop.set()
-        await asyncio.wait_for(task, 20)
 
 
 async def until(check: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> Any:
@@ -70,7 +54,7 @@ async def test_kubernetes_mode_mirrors_classes_and_records_events(
         )
         api: Store = await ApiStore.from_kubeconfig(settings.kubeconfig)
         try:
-            async with service(settings) as nc:
+            async with serving(settings) as nc:
                 await api.create(
                     DEVICE_CLASSES,
                     {
@@ -109,7 +93,7 @@ async def test_standalone_mode_records_consumers_and_releases_after_the_last(
         watch_timeout=1.0,
         gate_pods=False,
     )
-    async with service(settings) as nc:
+    async with serving(settings) as nc:
         store = KvStore(nc)
 
         async def buckets_ready() -> bool:

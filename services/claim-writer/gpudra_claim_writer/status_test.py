@@ -4,7 +4,6 @@ mode, watches that report their resourceVersion and lists, counters that follow 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,9 +11,8 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from gpudra_bus import Publisher, connect, subjects
-from gpudra_claim_writer.conftest import decide, new_claim
-from gpudra_claim_writer.main import serve
+from gpudra_bus import Publisher, subjects
+from gpudra_claim_writer.conftest import decide, new_claim, serving
 from gpudra_claim_writer.settings import Settings
 from gpudra_claim_writer.status import rfc3339
 from gpudra_kube.api_backend import ApiStore
@@ -33,16 +31,10 @@ WATCH |= {"events", "lastEventAt"}
 
 @contextlib.asynccontextmanager
 async def service(settings: Settings) -> AsyncIterator[Client]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(settings, stop))
-    nc = await connect(settings.nats_url, name="status-test", deadline=10)
-    try:
+    """`serving`, once the service says it is ready."""
+    async with serving(settings) as nc:
         await until_status(settings.health_port, lambda s: bool(s["ready"]))
         yield nc
-    finally:
-        await nc.drain()
-        stop.set()
-        await asyncio.wait_for(task, 20)
 
 
 async def test_standalone_mode_reports_its_watches_and_writes(
