@@ -58,6 +58,12 @@ def consumers(claim: dict[str, Any] | None) -> list[str]:
     return [str(r.get("name")) for r in reserved]
 
 
+async def used_by(store: KvStore, pod: str) -> dict[str, Any] | None:
+    """Claim `data`, once it is allocated and `pod` is its one consumer."""
+    claim = await claim_or_none(store, "data")
+    return claim if devices_of(claim or {}) and consumers(claim) == [pod] else None
+
+
 async def test_a_claim_whose_pod_left_waits_for_the_next_pod(nc: Client, cluster: Cluster) -> None:
     store = KvStore(nc)
     await publish_nodes(nc, ["node-1"])
@@ -69,11 +75,7 @@ async def test_a_claim_whose_pod_left_waits_for_the_next_pod(nc: Client, cluster
     await store.create(PODS, pod_naming("job-1", "data"))
     await store.create(RESOURCE_CLAIMS, claim_manifest("data", count=2))
 
-    async def used_by(pod: str) -> dict[str, Any] | None:
-        claim = await claim_or_none(store, "data")
-        return claim if devices_of(claim or {}) and consumers(claim) == [pod] else None
-
-    first = await wait_for(lambda: used_by("job-1"), 60, "data allocated for job-1", cluster)
+    first = await wait_for(lambda: used_by(store, "job-1"), 60, "data allocated for job-1", cluster)
     assert await held(nc) == {"default/data"}
     first_devices = devices_of(first)
     assert len(first_devices) == 2
@@ -104,7 +106,7 @@ async def test_a_claim_whose_pod_left_waits_for_the_next_pod(nc: Client, cluster
 
     # The next pod that names it brings it back, reserved for that pod.
     await store.create(PODS, pod_naming("job-2", "data"))
-    again = await wait_for(lambda: used_by("job-2"), 60, "data allocated for job-2", cluster)
+    again = await wait_for(lambda: used_by(store, "job-2"), 60, "data allocated for job-2", cluster)
     assert len(devices_of(again)) == 2
     assert await held(nc) == {"default/data", "default/other"}
     pod = await store.get(PODS, "job-2", "default")
@@ -233,11 +235,7 @@ async def test_a_claim_whose_pod_finished_waits_for_the_next_pod(
     await store.create(PODS, pod_naming("run-1", "data"))
     await store.create(RESOURCE_CLAIMS, claim_manifest("data", count=2))
 
-    async def used_by(pod: str) -> dict[str, Any] | None:
-        claim = await claim_or_none(store, "data")
-        return claim if devices_of(claim or {}) and consumers(claim) == [pod] else None
-
-    await wait_for(lambda: used_by("run-1"), 60, "data allocated for run-1", cluster)
+    await wait_for(lambda: used_by(store, "run-1"), 60, "data allocated for run-1", cluster)
     finished = await store.get(PODS, "run-1", "default")
     finished["status"] = {"phase": "Succeeded"}
     await store.replace_status(PODS, finished)
@@ -253,6 +251,6 @@ async def test_a_claim_whose_pod_finished_waits_for_the_next_pod(
     assert still is not None
     assert not devices_of(still), "re-allocated for a finished pod"
     await store.create(PODS, pod_naming("run-2", "data"))
-    await wait_for(lambda: used_by("run-2"), 60, "data allocated for run-2", cluster)
+    await wait_for(lambda: used_by(store, "run-2"), 60, "data allocated for run-2", cluster)
     logs = cluster.logs()
     assert "Traceback" not in logs, logs
