@@ -1,8 +1,9 @@
 """`python -m gpudra_node_agent`: settings, wiring, signals; the loop itself is `agent.NodeAgent`.
 
-Start-up order: settings (a bad one exits 2 with one line), NVML or the simulator (exits 1 with
-NVML's reason when neither is possible), NATS (waits for a server; a node-agent may start before
-NATS does), the inventory stream, then the loop. SIGTERM/SIGINT set an Event; on the way out the
+Start-up order (`main` is the shared `gpudra_service.run_service`): settings (a bad one exits 2
+with one line), logging and tracing, NVML or the simulator (exits 1 with NVML's reason when
+neither is possible), NATS (waits for a server; a node-agent may start before NATS does), the
+inventory stream, then the loop. SIGTERM/SIGINT set an Event; on the way out the
 event set is freed, NVML shut down and the NATS connection drained.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
@@ -20,10 +20,9 @@ from gpudra_bus import connect, disconnect, ensure_stream
 from gpudra_bus.errors import BusError
 from gpudra_bus.streams import INVENTORY_STREAM, STREAMS
 from gpudra_node_agent.agent import NodeAgent
-from gpudra_node_agent.errors import SettingsError
 from gpudra_node_agent.settings import Settings
 from gpudra_nvml import NvmlError, open_adapter
-from gpudra_service import HealthServer, nats_options, setup_tracing
+from gpudra_service import HealthServer, nats_options, run_service
 
 log = logging.getLogger("gpudra_node_agent")
 T = TypeVar("T")
@@ -47,14 +46,6 @@ async def until_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     """Run the agent until `stop` is set; resources are released in reverse order."""
     async with contextlib.AsyncExitStack() as stack:
-        stack.callback(
-            setup_tracing(
-                "gpudra-node-agent",
-                settings.trace_exporter,
-                settings.trace_endpoint,
-                settings.trace_file,
-            )
-        )
         opened = open_adapter(
             settings.simulator_profile,
             settings.fallback_profile,
@@ -102,27 +93,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
 
 async def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = Settings.load(argv)
-    except SettingsError as exc:
-        print(f"gpudra-node-agent: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await serve(settings, stop)
-    except (NvmlError, BusError) as exc:
-        log.error("%s", exc)
-        return 1
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
-    return 0
+    """The shared service skeleton (`gpudra_service.run_service`: settings, logging, tracing,
+    signals); NVML and NATS failures exit 1."""
+    return await run_service("node-agent", Settings.load, serve, argv, fatal=(NvmlError, BusError))
 
 
 def run() -> None:
