@@ -1,4 +1,4 @@
-"""The service skeleton every control-plane service runs: one `main` for all of them.
+"""The service skeleton the control-plane services and the node-agent run: one `main` for all.
 
 Promises: settings are loaded first (a `SettingsError` prints one line and exits 2 before anything
 starts); logging and tracing are set up from the common settings; SIGTERM and SIGINT set the stop
