@@ -60,7 +60,13 @@ from control_plane.cluster import (  # noqa: E402
     devices_of,
     publish_nodes,
 )
-from gpudra_bus import SLICES_BUCKET, connect, ensure_buckets, ensure_streams  # noqa: E402
+from gpudra_bus import (  # noqa: E402
+    SLICES_BUCKET,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+    flush_subscriptions,
+)
 from gpudra_kube.informer import informer  # noqa: E402
 from gpudra_kube.kv_backend import KvStore  # noqa: E402
 from gpudra_kube.resources import RESOURCE_CLAIMS  # noqa: E402
@@ -164,7 +170,7 @@ class RequestCounter:
         counter = cls()
         for subject in ("$JS.API.>", "$KV.>"):
             counter._subs.append(await nc.subscribe(subject, cb=counter._seen))
-        await nc.flush()
+        await flush_subscriptions(nc)
         return counter
 
     async def _seen(self, msg: Msg) -> None:

@@ -16,7 +16,14 @@ from __future__ import annotations
 from gpudra_bus import subjects, tracing
 from gpudra_bus.codec import DEFAULT_MAX_BYTES, SCHEMA_HEADER, Codec, Schema, schema_of
 from gpudra_bus.codecs import ALLOCATION_DECISION, CLAIM_EVENT, RELEASED
-from gpudra_bus.connection import Backoff, connect, disconnect, translate, wrong_revision
+from gpudra_bus.connection import (
+    Backoff,
+    connect,
+    disconnect,
+    flush_subscriptions,
+    translate,
+    wrong_revision,
+)
 from gpudra_bus.consume import fetch_ready
 from gpudra_bus.errors import (
     BusError,
@@ -95,6 +102,7 @@ __all__ = [
     "StreamSpec",
     "connect",
     "disconnect",
+    "flush_subscriptions",
     "ensure_bucket",
     "ensure_buckets",
     "ensure_stream",

@@ -194,6 +194,18 @@ async def connect(
             await asyncio.sleep(wait)
 
 
+async def flush_subscriptions(nc: Client, timeout: float = 10.0) -> None:
+    """Return once the server has every subscription `nc` made so far.
+
+    One `flush()` is not that barrier: nats-py writes its PING straight to the socket, ahead of
+    commands still queued for its flusher task (a SUB just made among them), so the PONG can come
+    back before the server has seen the SUB. By the time that PONG is read the flusher has run;
+    the second PING follows the SUB on the wire.
+    """
+    for _ in range(2):
+        await nc.flush(timeout=max(1, round(timeout)))
+
+
 async def disconnect(nc: Client, *, drain: bool = True) -> None:
     """Close `nc` for good: drain it (deliver what is in flight) when connected, else close.
 

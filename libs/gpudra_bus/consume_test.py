@@ -9,6 +9,7 @@ import nats
 import nats.errors
 import pytest
 
+from gpudra_bus.connection import flush_subscriptions
 from gpudra_bus.consume import fetch_ready
 
 
@@ -57,7 +58,7 @@ async def test_tops_up_only_when_more_are_pending(nats_url: str, queued: int, to
             requests.append(msg.data)
 
         await spy.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{name}.c", cb=seen)
-        await spy.flush()
+        await flush_subscriptions(spy)
         msgs = await fetch_ready(sub, 8, 5.0)
         assert [m.data for m in msgs] == [str(i).encode() for i in range(queued)]
         # The spy's callbacks run in their own task: give them time to see every request. The

@@ -16,6 +16,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
+from gpudra_bus import flush_subscriptions
+
 TRIES = 50
 PAUSE = 0.02
 
@@ -46,5 +48,5 @@ async def bucket_reads(nc: Client, bucket: str) -> list[str]:
     stream = f"KV_{bucket}"
     for subject in (f"$JS.API.STREAM.MSG.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>"):
         await nc.subscribe(subject, cb=seen)
-    await nc.flush()
+    await flush_subscriptions(nc)
     return reads

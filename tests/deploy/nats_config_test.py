@@ -28,7 +28,7 @@ from nats.aio.client import Client
 
 from deploy import manifests, tls_certs
 from deploy.nats_subjects import allows
-from gpudra_bus import streams
+from gpudra_bus import flush_subscriptions, streams
 from gpudra_inventory.lease import Lease, ensure_lease_bucket
 from gpudra_testing import find_nats_server_binary
 
@@ -417,7 +417,7 @@ async def test_claim_flow_with_per_service_users(sessions: dict[str, Session]) -
     seed = await plugin.js.get_last_msg(streams.INVENTORY_STREAM, "gpudra.inventory.node-1")
     assert seed.data == b"inventory"
     health = await plugin.nc.subscribe("gpudra.health.node-1")
-    await plugin.nc.flush(timeout=_TIMEOUT_S)  # the subscription is live before the publish
+    await flush_subscriptions(plugin.nc, _TIMEOUT_S)  # live before the publish
     await agent.nc.publish("gpudra.health.node-1", b"xid")
     assert (await health.next_msg(timeout=_TIMEOUT_S)).data == b"xid"
     await health.unsubscribe()
