@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpudra_service.errors import ServiceError, SettingsError
 from gpudra_service.health import HealthServer
 from gpudra_service.nats_options import nats_options
-from gpudra_service.runtime import run_service
+from gpudra_service.runtime import cancel_until_done, run_service
 from gpudra_service.settings import (
     SHARED_ENV,
     TRACE_EXPORTERS,
@@ -27,6 +27,7 @@ __all__ = [
     "ServiceError",
     "SettingsError",
     "build_parser",
+    "cancel_until_done",
     "doc",
     "env_names",
     "flag_name",

@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpudra_service.errors import SettingsError
 from gpudra_service.settings import CommonSettings
@@ -22,6 +22,19 @@ from gpudra_service.telemetry import setup_tracing
 
 S = TypeVar("S", bound=CommonSettings)
 log = logging.getLogger("gpudra_service")
+
+
+async def cancel_until_done(task: asyncio.Task[Any], every: float = 0.5) -> None:
+    """Cancel `task` and wait until it has finished, cancelling again every `every` seconds.
+
+    One `cancel()` is not always enough on Python 3.11: `asyncio.wait_for` drops a cancellation
+    that arrives just as the operation it waits for completes (nats-py's connection attempts run
+    under it), and the task goes on as if never cancelled. Exceptions the task ends with are the
+    caller's to read from `task`.
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=every)
 
 
 async def run_service(

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from gpudra_service.errors import SettingsError
-from gpudra_service.runtime import run_service
+from gpudra_service.runtime import cancel_until_done, run_service
 from gpudra_service.settings import CommonSettings, load
 
 
@@ -63,3 +63,34 @@ def test_settings_type_is_kept() -> None:
 
     assert asyncio.run(run_service("t", loader, serve, ["--extra", "4"])) == 0
     assert seen[0].extra == 4
+
+
+async def test_cancel_until_done_outlasts_a_swallowed_cancellation() -> None:
+    """A task that drops the first cancellation (as 3.11's wait_for can) still ends."""
+    cancellations = 0
+
+    async def stubborn() -> str:
+        nonlocal cancellations
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancellations += 1
+                if cancellations > 1:
+                    raise
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(cancel_until_done(task, every=0.01), 5)
+    assert task.cancelled()
+    assert cancellations == 2
+
+
+async def test_cancel_until_done_leaves_a_finished_task_alone() -> None:
+    async def quick() -> int:
+        return 7
+
+    task = asyncio.create_task(quick())
+    await task
+    await cancel_until_done(task)
+    assert task.result() == 7

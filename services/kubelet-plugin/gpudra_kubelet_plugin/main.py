@@ -37,7 +37,13 @@ from gpudra_kubelet_plugin.nodedevices import open_devices
 from gpudra_kubelet_plugin.plugin import KubeletPlugin
 from gpudra_kubelet_plugin.settings import Settings
 from gpudra_kubelet_plugin.state import DeviceState
-from gpudra_service import HealthServer, ServiceError, nats_options, setup_tracing
+from gpudra_service import (
+    HealthServer,
+    ServiceError,
+    cancel_until_done,
+    nats_options,
+    setup_tracing,
+)
 
 log = logging.getLogger("gpudra_kubelet_plugin")
 
@@ -153,7 +159,7 @@ async def _main(settings: Settings) -> int:
         if not serving.done() and not ready.is_set():
             # Stopped while still starting (e.g. waiting for NATS): unwind what has started.
             log.info("stopping before the plugin was ready")
-            serving.cancel()
+            await cancel_until_done(serving)
         with contextlib.suppress(asyncio.CancelledError):
             await serving
     except (KubeletPluginError, ServiceError) as exc:

@@ -76,6 +76,20 @@ async def http_get(port: int, path: str) -> str:
     return response.decode().split("\r\n", 1)[0]
 
 
+async def terminate(process: asyncio.subprocess.Process, timeout: float = 20) -> str:
+    """SIGTERM `process` and its stderr once it exits. A process still running after `timeout`
+    gets SIGABRT: with PYTHONFAULTHANDLER set it prints every thread's stack, and the test fails
+    with that stack (where it hung) instead of a bare timeout."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, err = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        process.send_signal(signal.SIGABRT)
+        _, err = await asyncio.wait_for(process.communicate(), 20)
+        pytest.fail(f"still running {timeout}s after SIGTERM:\n{err.decode()[-8000:]}")
+    return err.decode()
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -210,6 +224,7 @@ async def test_process_stops_cleanly_on_sigterm(short_root: Path, nats_url: str)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(sys.path),
+        "PYTHONFAULTHANDLER": "1",
         "GPUDRA_KUBELET_PLUGIN_NODE_NAME": NODE,
         "GPUDRA_KUBELET_PLUGIN_CLAIMS_BUCKET": bucket,
         "GPUDRA_KUBELET_PLUGIN_NATS_URL": nats_url,
@@ -230,9 +245,8 @@ async def test_process_stops_cleanly_on_sigterm(short_root: Path, nats_url: str)
     process = await asyncio.create_subprocess_exec(*argv, env=env, stderr=asyncio.subprocess.PIPE)
     try:
         await wait_for_socket(settings.registration_socket, timeout=20)
-        process.send_signal(signal.SIGTERM)
-        _, err = await asyncio.wait_for(process.communicate(), 20)
-        code, stderr = process.returncode, err.decode()
+        stderr = await terminate(process)
+        code = process.returncode
     finally:
         if process.returncode is None:
             process.kill()
@@ -273,6 +287,7 @@ async def test_process_stops_while_waiting_for_nats(short_root: Path) -> None:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(sys.path),
+        "PYTHONFAULTHANDLER": "1",
         "GPUDRA_KUBELET_PLUGIN_NATS_CONNECT_DEADLINE": "60",
         "GPUDRA_KUBELET_PLUGIN_HEALTH_HOST": "127.0.0.1",
         "GPUDRA_KUBELET_PLUGIN_HEALTH_PORT": str(settings.health_port),
@@ -305,11 +320,10 @@ async def test_process_stops_while_waiting_for_nats(short_root: Path) -> None:
             if not answered:
                 await asyncio.sleep(0.05)
         assert answered, "the probe server never answered"
-        process.send_signal(signal.SIGTERM)
-        _, err = await asyncio.wait_for(process.communicate(), 20)
+        stderr = await terminate(process)
     finally:
         if process.returncode is None:
             process.kill()
             await process.wait()
-    assert process.returncode == 0, err.decode()
-    assert "stopping before the plugin was ready" in err.decode()
+    assert process.returncode == 0, stderr
+    assert "stopping before the plugin was ready" in stderr
