@@ -115,3 +115,16 @@ async def test_allocator_device_classes_file_is_checked_at_start(
     argv = ["--nats-url", "nats://127.0.0.1:1", "--device-classes", "/nonexistent/classes.yaml"]
     assert await asyncio.wait_for(main.main(argv), 10) == 2
     assert "device classes /nonexistent/classes.yaml" in capsys.readouterr().err + caplog.text
+
+
+@pytest.mark.parametrize("package", SERVICES)
+async def test_stop_while_waiting_for_nats_returns(package: str) -> None:
+    """Connecting waits for NATS without bound; a stop (SIGTERM) must still end `serve`."""
+    main, settings_cls = _modules(package)
+    settings = settings_cls(nats_url="nats://127.0.0.1:1", health_host="127.0.0.1", health_port=0)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(main.serve(settings, stop))
+    await asyncio.sleep(0.5)
+    assert not serving.done(), "serve must keep waiting for NATS until it is stopped"
+    stop.set()
+    await asyncio.wait_for(serving, 10)

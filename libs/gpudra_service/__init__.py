@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpudra_service.errors import ServiceError, SettingsError
 from gpudra_service.health import HealthServer
 from gpudra_service.nats_options import nats_options
-from gpudra_service.runtime import cancel_until_done, run_service
+from gpudra_service.runtime import cancel_until_done, run_service, until_stopped
 from gpudra_service.settings import (
     SHARED_ENV,
     TRACE_EXPORTERS,
@@ -35,4 +35,5 @@ __all__ = [
     "nats_options",
     "run_service",
     "setup_tracing",
+    "until_stopped",
 ]

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from gpudra_service.errors import SettingsError
@@ -21,6 +21,7 @@ from gpudra_service.settings import CommonSettings
 from gpudra_service.telemetry import setup_tracing
 
 S = TypeVar("S", bound=CommonSettings)
+T = TypeVar("T")
 log = logging.getLogger("gpudra_service")
 
 
@@ -35,6 +36,23 @@ async def cancel_until_done(task: asyncio.Task[Any], every: float = 0.5) -> None
     while not task.done():
         task.cancel()
         await asyncio.wait({task}, timeout=every)
+
+
+async def until_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
+    """`await work`, unless `stop` is set first: then `work` is cancelled and None returned.
+
+    For start-up steps that wait without bound (connecting waits for NATS forever): a SIGTERM
+    must still end the process.
+    """
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        await cancel_until_done(task)
+        await asyncio.gather(stopper, return_exceptions=True)
+    return task.result() if not task.cancelled() else None
 
 
 async def run_service(

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from gpudra_service.errors import SettingsError
-from gpudra_service.runtime import cancel_until_done, run_service
+from gpudra_service.runtime import cancel_until_done, run_service, until_stopped
 from gpudra_service.settings import CommonSettings, load
 
 
@@ -94,3 +94,29 @@ async def test_cancel_until_done_leaves_a_finished_task_alone() -> None:
     await task
     await cancel_until_done(task)
     assert task.result() == 7
+
+
+async def test_until_stopped_returns_the_result() -> None:
+    async def work() -> int:
+        return 7
+
+    assert await until_stopped(work(), asyncio.Event()) == 7
+
+
+async def test_until_stopped_cancels_the_work_when_stopped() -> None:
+    stop = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def forever() -> int:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return 1
+
+    waiting = asyncio.create_task(until_stopped(forever(), stop))
+    await asyncio.sleep(0.01)
+    stop.set()
+    assert await asyncio.wait_for(waiting, 5) is None
+    assert cancelled.is_set()

@@ -33,7 +33,7 @@ from gpudra_bus import (
     ensure_buckets,
     ensure_streams,
 )
-from gpudra_service import HealthServer, nats_options, run_service
+from gpudra_service import HealthServer, nats_options, run_service, until_stopped
 
 log = logging.getLogger("gpudra_allocator")
 
@@ -41,9 +41,18 @@ log = logging.getLogger("gpudra_allocator")
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     engine = Engine(load_classes(settings.device_classes), settings.policy)
     async with contextlib.AsyncExitStack() as stack:
-        nc = await connect(
-            settings.nats_servers, name=f"allocator-{settings.replica}", **nats_options(settings)
+        connected = await until_stopped(
+            connect(
+                settings.nats_servers,
+                name=f"allocator-{settings.replica}",
+                **nats_options(settings),
+            ),
+            stop,
         )
+        if connected is None:
+            log.info("stopped before NATS was reachable")
+            return
+        nc = connected
         stack.push_async_callback(nc.drain)
         js = nc.jetstream()
         await ensure_streams(js, replicas=settings.stream_replicas)

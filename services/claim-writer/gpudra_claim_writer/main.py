@@ -45,14 +45,20 @@ from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.recorder import EventRecorder
 from gpudra_kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import Store
-from gpudra_service import HealthServer, nats_options, run_service
+from gpudra_service import HealthServer, nats_options, run_service, until_stopped
 
 log = logging.getLogger("gpudra_claim_writer")
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        nc = await connect(settings.nats_servers, name="claim-writer", **nats_options(settings))
+        connected = await until_stopped(
+            connect(settings.nats_servers, name="claim-writer", **nats_options(settings)), stop
+        )
+        if connected is None:
+            log.info("stopped before NATS was reachable")
+            return
+        nc = connected
         stack.push_async_callback(nc.drain)
         js = nc.jetstream()
         await ensure_streams(js, replicas=settings.stream_replicas)

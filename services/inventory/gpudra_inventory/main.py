@@ -25,14 +25,20 @@ from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.service import InventoryService
 from gpudra_inventory.settings import Settings
 from gpudra_kube.errors import KubeError
-from gpudra_service import HealthServer, nats_options, run_service
+from gpudra_service import HealthServer, nats_options, run_service, until_stopped
 
 log = logging.getLogger("gpudra_inventory")
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        nc = await connect(settings.nats_servers, name="inventory", **nats_options(settings))
+        connected = await until_stopped(
+            connect(settings.nats_servers, name="inventory", **nats_options(settings)), stop
+        )
+        if connected is None:
+            log.info("stopped before NATS was reachable")
+            return
+        nc = connected
         stack.push_async_callback(nc.drain)
         js = nc.jetstream()
         await ensure_streams(js, replicas=settings.stream_replicas)

@@ -13,8 +13,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
 from gpudra_bus import connect, disconnect, ensure_stream
 from gpudra_bus.errors import BusError
@@ -22,25 +21,9 @@ from gpudra_bus.streams import INVENTORY_STREAM, STREAMS
 from gpudra_node_agent.agent import NodeAgent
 from gpudra_node_agent.settings import Settings
 from gpudra_nvml import NvmlError, open_adapter
-from gpudra_service import HealthServer, nats_options, run_service
+from gpudra_service import HealthServer, nats_options, run_service, until_stopped
 
 log = logging.getLogger("gpudra_node_agent")
-T = TypeVar("T")
-
-
-async def until_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
-    """`await work`, unless `stop` is set first (then `work` is cancelled and None returned):
-    connecting waits for NATS forever, and a SIGTERM must still end the process."""
-    task = asyncio.ensure_future(work)
-    stopper = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, stopper, return_exceptions=True)
-    return task.result() if not task.cancelled() else None
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:

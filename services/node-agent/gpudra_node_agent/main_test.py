@@ -109,10 +109,3 @@ async def test_stop_while_waiting_for_nats() -> None:
     assert not task.done()
     stop.set()
     await asyncio.wait_for(task, timeout=5)
-
-
-async def test_until_stopped_returns_the_result() -> None:
-    async def work() -> int:
-        return 7
-
-    assert await agent_main.until_stopped(work(), asyncio.Event()) == 7
