@@ -28,6 +28,7 @@ from gpudra_api import (
     parse_resource_slice,
 )
 from gpudra_bus import translate
+from gpudra_service import cancel_until_done
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class KvIndex(Generic[T]):
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
+            await cancel_until_done(task)
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 

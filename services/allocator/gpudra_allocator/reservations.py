@@ -51,6 +51,7 @@ from gpudra_allocator.holdings import (
     pool_key,
 )
 from gpudra_bus import translate, wrong_revision
+from gpudra_service import cancel_until_done
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class Reservations:
     async def stop(self) -> None:
         task, self._watch_task = self._watch_task, None
         if task is not None:
-            task.cancel()
+            await cancel_until_done(task)
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 

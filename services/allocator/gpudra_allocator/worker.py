@@ -82,6 +82,7 @@ from gpudra_bus import (
 )
 from gpudra_bus.consume import fetch_ready
 from gpudra_bus.subjects import Kind
+from gpudra_service import cancel_until_done
 from gpudrapb.v1 import claims_pb2
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,7 @@ class Worker(GangSteps):
                 await self._retry_waiting()
         finally:
             self.ready = False
-            collector.cancel()
+            await cancel_until_done(collector)
             with contextlib.suppress(asyncio.CancelledError):
                 await collector
             # In-flight work gets a grace period; what does not finish is redelivered later.

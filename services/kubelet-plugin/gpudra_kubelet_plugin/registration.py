@@ -19,6 +19,7 @@ import grpc
 from grpc.aio import ServicerContext as Ctx
 
 from gpudra_kubelet_plugin.sockets import remove_socket, start_unix_server
+from gpudra_service import cancel_until_done
 from kubeletpb.pluginregistration.v1 import api_pb2 as reg
 from kubeletpb.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
@@ -95,7 +96,7 @@ class Registrar:
 
     async def stop(self) -> None:
         if self._retry_task is not None:
-            self._retry_task.cancel()
+            await cancel_until_done(self._retry_task)
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retry_task
             self._retry_task = None
