@@ -13,7 +13,8 @@ tried within the nodes that publish it, with the devices that do not carry it ma
 takes the first value that fits the whole gang, `topology` the one that costs the least value,
 then the one that leaves the fewest GPUs free in its group (best fit: whole cliques stay whole).
 Nothing is reserved unless every pod fits; placement is greedy across pods (no backtracking
-from a later pod into an earlier pod's choice).
+from a later pod into an earlier pod's choice). `group` limits the search to one attribute value
+(a gang's late pod, placed after the gang's decision, stays in the group the gang was given).
 
 Cost: the groups depend only on the nodes and their pools, so they are computed once per node
 list and attribute and kept until a node's pools change (`allocator.pools_for` returns new
@@ -161,14 +162,19 @@ def place_gang(
     policy: str,
     chooser: Chooser | None = None,
     pins: Sequence[str] = (),
+    group: str | None = None,
 ) -> GangPlacement:
     """Place every pod of `gang` or none; `allocator.state` is never changed here.
 
     `pins` (by pod index, "" for none): a pod pinned to a node is placed on that node only (one
-    of `nodes`), before the unpinned pods, which see the devices it takes.
+    of `nodes`), before the unpinned pods, which see the devices it takes. `group`: with
+    `gang.match_attribute`, only that attribute value is tried (no node publishing it: the gang
+    does not fit); ignored without one.
     """
     if gang.match_attribute:
         groups = _groups(allocator, nodes, gang.match_attribute)
+        if group is not None:
+            groups = {group: groups[group]} if group in groups else {}
     else:
         groups = {"": (nodes, set())}
     best: GangPlacement | None = None
@@ -198,6 +204,13 @@ def place_gang(
         ):
             best = attempt
     return best if best is not None else worst_failure
+
+
+def group_nodes(allocator: Allocator, nodes: list[Node], attribute: str, value: str) -> list[Node]:
+    """The nodes of `nodes` (in order) that publish a device whose `attribute` is `value`: where a
+    gang placed in that group may go."""
+    found = _groups(allocator, nodes, attribute).get(value)
+    return list(found[0]) if found is not None else []
 
 
 def _all_carry(allocator: Allocator, placed: GangPlacement, attribute: str, value: str) -> bool:

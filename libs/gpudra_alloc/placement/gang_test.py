@@ -9,7 +9,13 @@ import pytest
 from gpudra_alloc import Allocator
 from gpudra_alloc.placement import GangError, parse_gang, place_gang, validate_allocation
 from gpudra_alloc.placement.choose_test import claim, cluster
-from gpudra_alloc.placement.gang import _GROUPINGS, _compute_groups, _groups, _Masks
+from gpudra_alloc.placement.gang import (
+    _GROUPINGS,
+    _compute_groups,
+    _groups,
+    _Masks,
+    group_nodes,
+)
 from gpudra_alloc.placement.search import copy_state, safe_mask
 from gpudra_alloc.state import DeviceID
 from gpudra_alloc.workload import Fleet, build_fleet, device_classes, resource_claim
@@ -179,3 +185,63 @@ def test_kept_groups_place_as_fresh_ones(policy: str) -> None:
         assert [(n.name, r) for n, r in kept.pods] == [(n.name, r) for n, r in fresh.pods]
         assert (kept.group, kept.cost, kept.left) == (fresh.group, fresh.cost, fresh.left)
         allocator.state.apply(kept.results)
+
+
+@pytest.mark.parametrize("policy", [pytest.param(p, id=p) for p in ("first-fit", "topology")])
+@pytest.mark.parametrize(
+    ("group", "pods", "pins", "nodes"),
+    [
+        # clique 0: gb200-00..17, clique 1: gb200-18, gb200-19 (first-fit alone takes clique 0)
+        pytest.param(1, 2, (), ["gb200-18", "gb200-19"], id="small-group-kept"),
+        pytest.param(1, 1, ("gb200-19",), ["gb200-19"], id="pinned-inside-the-group"),
+        pytest.param(1, 3, (), None, id="group-has-no-room"),
+        pytest.param(1, 1, ("gb200-00",), None, id="pinned-outside-the-group"),
+        pytest.param("nope", 1, (), None, id="no-node-publishes-the-value"),
+    ],
+)
+def test_a_gang_limited_to_one_group_stays_in_it(
+    policy: str, group: int | str, pods: int, pins: tuple[str, ...], nodes: list[str] | None
+) -> None:
+    allocator, fleet = cluster({"gb200-tray": 20})
+    values = list(_groups(allocator, fleet, CLIQUE))
+    value = values[group] if isinstance(group, int) else group
+    gang = parse_gang(gang_doc(pods))
+    placed = place_gang(allocator, fleet, gang, policy, pins=pins, group=value)
+    if nodes is None:
+        assert placed.pods is None
+        assert placed.group is None
+        return
+    assert placed.pods is not None
+    assert sorted(node.name for node, _ in placed.pods) == nodes
+    assert placed.group == value
+    assert {_clique_of(allocator, node) for node, _ in placed.pods} == {value}
+    scratch = copy_state(allocator.state)
+    for pod, (node, results) in zip(gang.pods, placed.pods, strict=True):
+        assert validate_allocation(allocator, node, pod, results, scratch) == []
+        scratch.apply(results)
+
+
+def test_a_group_is_ignored_without_a_match_attribute() -> None:
+    allocator, fleet = cluster({"gb200-tray": 20})
+    gang = parse_gang(gang_doc(2, attribute=None))
+    placed = place_gang(allocator, fleet, gang, "first-fit", group="anything")
+    assert placed.pods is not None
+    assert [node.name for node, _ in placed.pods] == ["gb200-00", "gb200-01"]
+
+
+@pytest.mark.parametrize(
+    ("group", "count"),
+    [
+        pytest.param(0, 18, id="large-clique"),
+        pytest.param(1, 2, id="small-clique"),
+        pytest.param(None, 0, id="unknown-value"),
+    ],
+)
+def test_group_nodes(group: int | None, count: int) -> None:
+    allocator, fleet = cluster({"gb200-tray": 20, "dgx-h100": 1})
+    values = list(_groups(allocator, fleet, CLIQUE))
+    value = values[group] if group is not None else "nope"
+    found = group_nodes(allocator, fleet, CLIQUE, value)
+    assert len(found) == count
+    assert {_clique_of(allocator, node) for node in found} <= {value}
+    assert [n.name for n in found] == [n.name for n in fleet if n in found], "in fleet order"

@@ -18,9 +18,12 @@ on one node. A pod naming more than `MAX_POD_CLAIMS` claims is refused.
 
 Late members: a claim that joins a unit after its decision (re-created, or deallocated and pending
 again) is decided on its own attempt, pinned to the node of its pod's members already placed
-(within a gang's `gang_size`); its `c.<uid>` record is created directly (the unit's record stays
-as it was). When every member the decision placed has left, the decision is void and the unit is
-decided anew.
+(within a gang's `gang_size`) and, when the gang's decision recorded a match attribute group
+(`GangRecord.group`), to devices of that group only — with or without a pod-mate placed; no room
+there: it waits with the reason ("gang g is in <attribute> c1: no node in c1 has room for pod p")
+and is retried on change like any unschedulable claim. Its `c.<uid>` record is created directly
+(the unit's record stays as it was). When every member the decision placed has left, the
+decision is void and the unit is decided anew.
 
 Never split by a lone decision (a claim the claim-writer sent alone before it knew the pod, whose
 lone attempt races the pod's unit decision). A lone attempt can only win by creating `c.<uid>`
@@ -32,9 +35,8 @@ created before any other, by whichever settler comes first; if a lone attempt ho
 node, no settler ever gets past it, so no member of the unit's decision is committed: the settler
 voids the decision (revision-checked, only if unchanged), drops its holdings, and the next attempt
 is pinned to the lone record's node. If it is ours, that claim's lone attempt can no longer win.
-Residual limits: a pod with two or more claims each sent alone (the second could be taken after
-the first is ours: those lone decisions could split the pod by themselves anyway; logged); a
-gang's late pod with no member placed is placed without the gang's match attribute group.
+Residual limit: a pod with two or more claims each sent alone (the second could be taken after
+the first is ours: those lone decisions could split the pod by themselves anyway; logged).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from nats.aio.msg import Msg
 
 from gpudra_alloc import AllocatedState, AllocationInputError
 from gpudra_alloc.placement import Gang, place_gang, why_pending
+from gpudra_alloc.placement.gang import group_nodes
 from gpudra_allocator.engine import Engine, GangDecision, summary
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
 from gpudra_allocator.events import claim_doc, parse_claim
@@ -115,18 +118,23 @@ def place_unit(
     pinned: str = "",
     label: str = "",
     pins: Sequence[str] = (),
+    group: str | None = None,
+    pod_labels: Sequence[str] = (),
 ) -> GangDecision:
     """Every claim of every pod placed (each pod on one node), in pod order, or why not.
 
     `pinned`: every pod on that node; `pins`: per pod, its node ("" for free; over `pinned`).
-    One unpinned pod takes the engine's own pod step; a pinned pod or several pods go through the
-    placement layer's gang step. Nothing is reserved here.
+    `group` (with `match_attribute`): only devices whose attribute has that value (a gang's late
+    pods keep the group its decision recorded); `pod_labels`: how reasons name each pod.
+    One unpinned pod without a group takes the engine's own pod step; a pinned pod, a group or
+    several pods go through the placement layer's gang step. Nothing is reserved here.
     Raises `AllocationInputError` for invalid claims.
     """
     what = label or _what(unit)
     count = sum(len(pod) for pod in pods)
     pod_pins = [(pins[i] if i < len(pins) else "") or pinned for i in range(len(pods))]
-    if len(pods) == 1 and not pod_pins[0]:
+    within = group if match_attribute else None
+    if len(pods) == 1 and not pod_pins[0] and within is None:
         decision = engine.decide(pods[0], slices, version, state)
         if decision.allocated:
             return GangDecision(placed=tuple((decision.node, r) for r in decision.results))
@@ -136,7 +144,7 @@ def place_unit(
     allocator, chooser = engine.placement(slices, version, state)
     nodes = [Node(n) for n in allocator.node_names()]
     gang = Gang(unit, pods, match_attribute)
-    placed = place_gang(allocator, nodes, gang, engine.policy, chooser, pod_pins)
+    placed = place_gang(allocator, nodes, gang, engine.policy, chooser, pod_pins, within)
     if placed.pods is not None:
         return GangDecision(
             placed=tuple(
@@ -145,12 +153,22 @@ def place_unit(
             group=placed.group,
         )
     failed = placed.failed_pod or 0
-    explained = [n for n in nodes if n.name == pod_pins[failed]] if pod_pins[failed] else nodes
+    if pod_pins[failed]:
+        explained = [n for n in nodes if n.name == pod_pins[failed]]
+    elif match_attribute and within is not None:
+        explained = group_nodes(allocator, nodes, match_attribute, within)
+    else:
+        explained = nodes
     explanation = why_pending(allocator, explained, pods[failed])
     reason = summary(explanation)
     if explanation.get("sentence"):
         reason = f"{explanation['sentence']} ({reason})"
     distinct = sorted({p for p in pod_pins if p})
+    if match_attribute and within is not None:
+        return GangDecision(
+            reason=_group_reason(what, match_attribute, within, pods, pod_labels, distinct)
+            + f"; {reason}"
+        )
     if len(distinct) == 1 and len(pods) == 1:
         where = f" on {distinct[0]}, where its claims already allocated are"
     elif distinct:
@@ -165,6 +183,24 @@ def place_unit(
             f"(at most {failed} pod(s) placed); {reason}"
         )
     )
+
+
+def _group_reason(
+    what: str,
+    attribute: str,
+    value: str,
+    pods: list[list[ResourceClaim]],
+    pod_labels: Sequence[str],
+    pins: list[str],
+) -> str:
+    """Why pods kept to their gang's group wait: "gang g is in <attribute> c1: no node in c1
+    has room for pod p" (the pods named when there is one, counted otherwise)."""
+    if len(pods) == 1:
+        who = pod_labels[0] if pod_labels else "its pod"
+    else:
+        who = f"its {len(pods)} pods together"
+    where = f" beside its claims already allocated (on {', '.join(pins)})" if pins else ""
+    return f"{what} is in {attribute} {value}: no node in {value} has room for {who}{where}"
 
 
 class GangSteps:
@@ -231,7 +267,7 @@ class GangSteps:
                     await self._unschedulable(waiting, why)
                 self._hold(waiting)
                 return
-            decided = await self._decide_gang(waiting, members, plan, late=record is not None)
+            decided = await self._decide_gang(waiting, members, plan, record)
             if decided is None:
                 self._hold(waiting)
                 return
@@ -323,13 +359,15 @@ class GangSteps:
         return Plan(pods, tuple(pod_pins)), ""
 
     async def _decide_gang(
-        self, waiting: Waiting, members: Members, plan: Plan, late: bool = False
+        self, waiting: Waiting, members: Members, plan: Plan, decided: GangRecord | None = None
     ) -> GangRecord | None:
         """Place and reserve the plan's members; the decision that stands (None: not now).
 
-        The unit's decision is created once in `g.<unit>`; a late plan's record (`late`) is
-        only this attempt's, settled by this replica."""
+        The unit's decision is created once in `g.<unit>`; a late plan's record (the unit was
+        `decided` already) is only this attempt's, settled by this replica, and its members stay
+        in the group that decision recorded (if any)."""
         gang, what = members.gang, _what(members.gang, members)
+        late = decided is not None
         events = plan.events
         for event in events:
             if not await self._res.drop_stale(event.claim.uid, stale_after=self._settings.ack_wait):
@@ -346,6 +384,10 @@ class GangSteps:
         if not is_pod_unit(gang):
             annotations = (claim_doc(events[0]).get("metadata") or {}).get("annotations") or {}
             match = annotations.get(MATCH_ATTRIBUTE_ANNOTATION) or None
+            if decided is not None and decided.attribute:
+                match = decided.attribute  # the gang's constraint, whatever a late claim says
+        group = decided.group if decided is not None and match else None
+        labels = [_pod_label(pod[0]) for pod in plan.pods]
         self._refresh_classes()
         missing = self._engine.missing_classes(claims)
         if missing:
@@ -366,6 +408,8 @@ class GangSteps:
                         self._res.state,
                         label=what,
                         pins=plan.pins,
+                        group=group,
+                        pod_labels=labels,
                     )
                 except AllocationInputError as exc:
                     await self._gang_unschedulable(waiting, events, f"{what}: {exc}")
@@ -400,6 +444,7 @@ class GangSteps:
                     e.claim.uid: (node, result.to_json())
                     for e, (node, result) in zip(events, decision.placed, strict=True)
                 },
+                str(match) if match and decision.group is not None else None,
             )
             if late:
                 return record
@@ -485,6 +530,13 @@ class GangSteps:
 def _pod_key(event: claims_pb2.ClaimEvent) -> str:
     """The pod a member belongs to, as `gangs.pods_of` groups them."""
     return event.pod_uid or f"claim:{event.claim.uid}"
+
+
+def _pod_label(event: claims_pb2.ClaimEvent) -> str:
+    """How a reason names the pod of a member: `pod <namespace/name>`, else its claim."""
+    if event.pod_name or event.pod_uid:
+        return f"pod {event.pod_name or event.pod_uid}"
+    return f"claim {event.claim.namespace}/{event.claim.name}"
 
 
 def _may_go_alone(members: Members, uid: str) -> bool:

@@ -13,6 +13,7 @@ from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from gpudra_alloc import AllocatedState, DeviceID
+from gpudra_alloc.placement import validate_allocation
 from gpudra_allocator.conftest import gpu_claim, gpu_slice
 from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.gang_steps import (
@@ -26,6 +27,7 @@ from gpudra_allocator.gangs import GangBook, Members, pods_of, unit_of, unit_siz
 from gpudra_allocator.holdings import ClaimRecord, holdings_for
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
+from gpudra_api import Node, parse_resource_slice
 from gpudrapb.v1 import claims_pb2
 
 
@@ -641,3 +643,169 @@ async def test_a_gang_pod_is_pinned_beside_its_claim_already_allocated(decider: 
     await decider.attempt(g1)
     assert "g1" in decider.announced, decider.reasons
     assert "g2" not in decider.announced
+
+
+CLIQUE = "gpu.nvidia.com/cliqueID"
+
+
+def tray(node: str, clique: str) -> Any:
+    """A 4-GPU tray `node` whose GPUs are in fabric clique `clique`."""
+    return parse_resource_slice(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-slice"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {
+                        "name": f"gpu-{i}",
+                        "attributes": {"type": {"string": "gpu"}, "cliqueID": {"string": clique}},
+                    }
+                    for i in range(4)
+                ],
+            },
+        }
+    )
+
+
+# clique "a": tray a-0; clique "b": trays b-0, b-1 (first-fit alone takes a-0 first)
+TRAYS = {"a-0": "a", "b-0": "b", "b-1": "b"}
+
+
+@pytest.mark.parametrize("policy", ["first-fit", "topology"])
+@pytest.mark.parametrize(
+    ("group", "pods", "pin", "used", "nodes", "reason"),
+    [
+        pytest.param("b", [2], "", {}, ["b-0"], "", id="late-pod-placed-in-the-recorded-group"),
+        pytest.param(
+            "b", [2], "", {"b-0": 3}, ["b-1"], "", id="late-pod-takes-the-groups-free-node"
+        ),
+        pytest.param("b", [2], "b-1", {}, ["b-1"], "", id="late-pod-pinned-inside-the-group"),
+        pytest.param("b", [2, 2], "", {"b-0": 3}, ["b-1", "b-1"], "", id="two-late-pods"),
+        pytest.param(
+            "b",
+            [2],
+            "",
+            {"b-0": 3, "b-1": 3},
+            None,
+            f"gang ns/g is in {CLIQUE} b: no node in b has room for pod default/p0; ",
+            id="group-full-waits-though-another-clique-is-free",
+        ),
+        pytest.param(
+            "b",
+            [2],
+            "b-1",
+            {"b-1": 3},
+            None,
+            f"gang ns/g is in {CLIQUE} b: no node in b has room for pod default/p0 beside its "
+            "claims already allocated (on b-1); ",
+            id="pinned-node-of-the-group-full",
+        ),
+        pytest.param(
+            "b",
+            [2, 2],
+            "",
+            {"b-0": 3, "b-1": 2},
+            None,
+            f"gang ns/g is in {CLIQUE} b: no node in b has room for its 2 pods together; ",
+            id="two-late-pods-without-room",
+        ),
+        pytest.param(
+            "gone",
+            [2],
+            "",
+            {},
+            None,
+            f"gang ns/g is in {CLIQUE} gone: no node in gone has room for pod default/p0; ",
+            id="the-group-left-the-fleet",
+        ),
+        pytest.param(None, [2], "", {}, ["a-0"], "", id="no-group-as-before"),
+    ],
+)
+def test_place_unit_keeps_a_late_pod_in_the_gangs_group(
+    policy: str,
+    group: str | None,
+    pods: list[int],
+    pin: str,
+    used: dict[str, int],
+    nodes: list[str] | None,
+    reason: str,
+) -> None:
+    slices = [tray(node, clique) for node, clique in TRAYS.items()]
+    state = AllocatedState(devices={d for n, c in used.items() for d in taken(n, c)})
+    claims = [[gpu_claim(f"p{i}", count)] for i, count in enumerate(pods)]
+    engine = Engine(load_classes(), policy)
+    decision = place_unit(
+        engine,
+        "ns/g",
+        claims,
+        CLIQUE,
+        slices,
+        1,
+        state,
+        pins=[pin] * len(pods),
+        group=group,
+        pod_labels=[f"pod default/p{i}" for i in range(len(pods))],
+    )
+    if nodes is None:
+        assert not decision.allocated
+        assert decision.reason.startswith(reason), decision.reason
+        assert "node(s) tried" in decision.reason, "the explanation follows"
+        return
+    assert decision.allocated, decision.reason
+    assert [node for node, _ in decision.placed] == nodes
+    if group is not None:
+        assert decision.group == group
+        assert {TRAYS[node] for node in nodes} == {group}
+    allocator, _ = engine.placement(slices, 1, state)
+    scratch = AllocatedState(devices=set(state.devices))
+    for claim_pod, (node, result) in zip(claims, decision.placed, strict=True):
+        assert validate_allocation(allocator, Node(node), claim_pod, [result], scratch) == []
+        scratch.apply([result])
+
+
+def clique_event(name: str, pod: str) -> Any:
+    """A member (4 GPUs, its pod's only claim) of a 2-pod gang kept in one fabric clique."""
+    ev = gang_event(name, 4, pod, (name,))
+    doc = json.loads(ev.claim_json)
+    doc["metadata"]["annotations"] = {"gpudra.io/gang-match-attribute": CLIQUE}
+    ev.claim_json = json.dumps(doc).encode()
+    return ev
+
+
+async def test_a_late_pod_with_no_member_placed_keeps_the_gangs_clique(decider: Decider) -> None:
+    """The gang lands in clique b (a has one tray); g1 is deallocated and its node taken: it
+    waits, with the reason, rather than take the free tray of clique a; when b has room again,
+    it is placed there."""
+    decider._index = cast(Any, Slices({n: tray(n, c) for n, c in TRAYS.items()}))
+    g0, g1 = clique_event("g0", "pod0"), clique_event("g1", "pod1")
+    await decider.attempt(g0)
+    await decider.attempt(g1)
+    assert decider.announced == {"g0": "b-0", "g1": "b-1"}, decider.reasons
+    record = await decider._gangs.decision("default/g")
+    assert record is not None
+    assert (record.group, record.attribute) == ("b", CLIQUE)
+
+    await decider.deallocated(g1)
+    await until(lambda: "uid-g1" not in holders(decider))
+    await decider.take("x", "b-1", 4)
+    await decider.attempt(g1)
+    assert "g1" not in decider.announced
+    assert decider.reasons[-1].startswith(
+        f"gang default/g is in {CLIQUE} b: no node in b has room for pod default/pod1; "
+    ), decider.reasons
+    assert "uid-g1" not in holders(decider), "nothing held while it waits"
+    assert decider.held[-1] == "uid-g1", "kept for a retry"
+
+    await decider._res.drop("uid-x")
+    await decider._res.forget("uid-x")
+    await until(lambda: "uid-x" not in holders(decider))
+    await decider.attempt(g1)
+    assert decider.announced == {"g0": "b-0", "g1": "b-1"}, decider.reasons
+    await until(lambda: holders(decider).get("uid-g1") == {"b-1"})
+    late = await decider._res.record("uid-g1")
+    assert late is not None
+    assert late.node == "b-1"

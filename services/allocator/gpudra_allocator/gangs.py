@@ -12,7 +12,8 @@ The durable consumer may hand a gang's claims to different replicas, so no repli
   as base64 protobuf). Every replica that receives a member adds it with a revision-checked write,
   so whichever replica completes the set sees every member's claim.
 - `g.<gang>`: the gang's decision, *created* once (`decide`): the token of the attempt whose
-  holdings stand and every member's node and allocation. A replica that loses the race uses the
+  holdings stand, every member's node and allocation, and the match attribute group it was
+  placed in (`group`, `attribute`), which late members keep to. A replica that loses the race uses the
   winner's record and removes its own attempt's holdings.
 `<gang>` is a hash of the unit id (gang names are free text; keys are not).
 
@@ -26,7 +27,7 @@ import base64
 import binascii
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import google.protobuf.message
@@ -156,21 +157,23 @@ class GangRecord:
     placed: dict[str, tuple[str, dict[str, Any]]] = field(
         default_factory=dict
     )  # uid -> node, alloc
+    # the match attribute whose value `group` is (None: no group, or a record written before
+    # the attribute was kept; then the members' annotation names it)
+    attribute: str | None = None
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "gang": self.gang,
-                "token": self.token,
-                "group": self.group,
-                "members": {
-                    uid: {"node": node, "allocation": allocation}
-                    for uid, (node, allocation) in sorted(self.placed.items())
-                },
+        doc: dict[str, Any] = {
+            "gang": self.gang,
+            "token": self.token,
+            "group": self.group,
+            "members": {
+                uid: {"node": node, "allocation": allocation}
+                for uid, (node, allocation) in sorted(self.placed.items())
             },
-            separators=(",", ":"),
-            sort_keys=True,
-        ).encode()
+        }
+        if self.attribute is not None:  # absent, not null: records without one read as before
+            doc["attribute"] = self.attribute
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @staticmethod
     def decode(data: bytes) -> GangRecord:
@@ -181,9 +184,13 @@ class GangRecord:
                 if not isinstance(member["allocation"], dict):
                     raise TypeError("allocation must be an object")
                 placed[str(uid)] = (str(member["node"]), member["allocation"])
-            group = doc.get("group")
+            group, attribute = doc.get("group"), doc.get("attribute")
             return GangRecord(
-                str(doc["gang"]), str(doc["token"]), None if group is None else str(group), placed
+                str(doc["gang"]),
+                str(doc["token"]),
+                None if group is None else str(group),
+                placed,
+                None if attribute is None else str(attribute),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BadReservationError(f"malformed gang record: {exc}") from exc
@@ -277,7 +284,7 @@ class GangBook:
             if uid not in record.placed:
                 return
             placed = {u: p for u, p in record.placed.items() if u != uid}
-            updated = GangRecord(record.gang, record.token, record.group, placed)
+            updated = replace(record, placed=placed)
             if await self._write(key, revision, updated.encode()):
                 return
         raise ReservationConflict(f"gang {gang}: decision keeps changing")

@@ -62,6 +62,40 @@ def test_gang_record_decode_rejects_garbage(data: bytes) -> None:
         GangRecord.decode(data)
 
 
+@pytest.mark.parametrize(
+    ("record", "has_attribute"),
+    [
+        pytest.param(GangRecord("default/g", "t", None, {}), False, id="no-group"),
+        pytest.param(
+            GangRecord("default/g", "t", "c1", {"u": ("n", {})}, "gpu.nvidia.com/cliqueID"),
+            True,
+            id="group-and-attribute",
+        ),
+        pytest.param(GangRecord("default/g", "t", "c1", {}), False, id="group-of-an-older-record"),
+    ],
+)
+def test_gang_record_round_trips(record: GangRecord, has_attribute: bool) -> None:
+    data = record.encode()
+    assert GangRecord.decode(data) == record
+    assert (b'"attribute"' in data) is has_attribute, "no attribute: encoded as before"
+
+
+async def test_a_member_leaving_keeps_the_decisions_group(kv: KeyValue) -> None:
+    book = GangBook(kv)
+    placed: dict[str, tuple[str, dict[str, Any]]] = {
+        f"uid-m{i}": ("n", {"devices": {}}) for i in range(2)
+    }
+    await book.decide(GangRecord("default/g", "tok", "c1", placed, "gpu.nvidia.com/cliqueID"))
+    await book.leave("default/g", "uid-m0")
+    left = await book.decision("default/g")
+    assert left is not None
+    assert (left.group, left.attribute, list(left.placed)) == (
+        "c1",
+        "gpu.nvidia.com/cliqueID",
+        ["uid-m1"],
+    )
+
+
 async def test_members_join_from_several_replicas_and_leave(kv: KeyValue) -> None:
     books = [GangBook(kv) for _ in range(3)]
     joined = await asyncio.gather(
