@@ -10,7 +10,9 @@ placed by shape, 8-GPU NVLink claims placed (topology / first-fit), GPU-hours pl
 stranded (free while some pod is pending: unusable for every pending shape), mean time-to-place
 (steps and minutes, placed pods only), placement throughput (attempts per second of placement
 work), and why 8-GPU pods waited: GPU-hours of the large NVLink domains by node type and by the
-shape holding them, sampled while an 8-GPU pod is pending. Writes a PNG of the free-capacity shape over the day for both policies, and the figures as
+shape holding them, sampled while an 8-GPU pod is pending; GPU-hours placed by shape, and
+GPU-hours idle while some pod is pending by node type (free whole GPUs, those the topology
+reserve holds or the MIG home guards, free MIG slices). Writes a PNG of the free-capacity shape over the day for both policies, and the figures as
 JSON next to it. Simulated fleet; no GPU is touched.
 """
 
@@ -32,7 +34,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpudra_alloc.placement.replay import PodRecord, Replay
+from gpudra_alloc.placement.choose import MIG_HOME
+from gpudra_alloc.placement.replay import PodRecord, Replay, large_pods_waiting
 from gpudra_alloc.placement.topology import NodeView
 from gpudra_alloc.state import AllocatedState, DeviceID
 from gpudra_alloc.workload import GANGS, SHAPES, ChurnConfig, churn_problem
@@ -68,6 +71,8 @@ class Run:
     large_use: dict[tuple[str, str], float] = field(default_factory=dict)
     minutes_waiting: float = 0.0
     large_gpus: dict[DeviceID, tuple[str, float]] | None = None
+    # while any pod is pending: GPU-hours idle by (node type, why: free / held / slices)
+    idle_pending: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 def large_gpus(replay: Replay) -> dict[DeviceID, tuple[str, float]]:
@@ -113,6 +118,54 @@ def large_domain_use(run: Run, minutes: float) -> None:
         for domain, count in free.domains.items():
             if domain and view.domain_sizes[domain] >= 8:
                 use[(kind, "free")] = use.get((kind, "free"), 0.0) + count * minutes / 60
+
+
+IDLE_FREE = "free GPUs"
+IDLE_HELD = "held by the reserve"
+IDLE_HOME = "in the MIG home"
+IDLE_SLICES = "free MIG slices (GPU share)"
+
+
+def idle_while_pending(run: Run, minutes: float) -> None:
+    """While any pod is pending: add `minutes` of idle capacity by node type and by why it is
+    idle: free whole GPUs of a domain the topology reserve holds (`IDLE_HELD`) or of the MIG
+    home (`IDLE_HOME`), other free whole GPUs, and the free counters of partitioned GPUs as a
+    GPU share (`IDLE_SLICES`). Every idle GPU-hour here is one the day did not place."""
+    replay = run.replay
+    if not replay.pending:
+        return
+    state = replay.allocator.state
+    chooser = replay.chooser
+    held: set[tuple[str, str]] = set()
+    if replay.policy == "topology" and chooser.reserve > 0:
+        count = min(chooser.reserve, max(chooser.reserve_floor, large_pods_waiting(replay.pending)))
+        held = chooser.held_domains(state, count) if count > 0 else set()
+    use = run.idle_pending
+    for node in replay.nodes:
+        view = chooser.view(node)
+        free = view.free(state)
+        kind = node.labels.get(MACHINE_LABEL, node.name)
+        for domain, count in free.domains.items():
+            why = IDLE_FREE
+            if (node.name, domain) in held:
+                why = IDLE_HELD
+            elif (node.name, MIG_HOME + domain) in held:
+                why = IDLE_HOME
+            use[(kind, why)] = use.get((kind, why), 0.0) + count * minutes / 60
+        for key, (counters, _) in free.partitioned.items():
+            share = counters / len(view.counter_names[key])
+            use[(kind, IDLE_SLICES)] = use.get((kind, IDLE_SLICES), 0.0) + share * minutes / 60
+
+
+def asked_gpus(shape: str) -> float | None:
+    """The GPUs a pod of `shape` asks for first (a gang: all its pods; MIG: its 1g.10gb slice,
+    1/8 of a GPU), from the workload's shape table; None for a shape the table lacks."""
+    if shape in GANGS:
+        gang = GANGS[shape]
+        return gang.pods * SHAPES[gang.pod_shape].gpus
+    if shape in SHAPES:
+        return SHAPES[shape].gpus
+    return None
 
 
 def gpu_share(views: dict[str, NodeView], record: PodRecord) -> float:
@@ -179,6 +232,7 @@ def run_policy(
         while at >= next_sample:
             run.samples.append(sample(replay, next_sample))
             large_domain_use(run, SAMPLE_MINUTES)
+            idle_while_pending(run, SAMPLE_MINUTES)
             next_sample += SAMPLE_MINUTES
         replay.step(index, step)
         progress.advance(task)
@@ -192,7 +246,9 @@ def figures(run: Run, day_minutes: float) -> dict[str, Any]:
     for node in replay.nodes:
         replay.chooser.view(node)
     by_shape: dict[str, list[int]] = {}
+    hours_by_shape: dict[str, float] = {}
     gpu_hours = 0.0
+    asked_hours = 0.0
     waits_steps: list[int] = []
     waits_min: list[float] = []
     for record in replay.records:
@@ -202,7 +258,12 @@ def figures(run: Run, day_minutes: float) -> dict[str, Any]:
             continue
         counts[0] += 1
         end = record.released_at if record.released_at is not None else day_minutes
-        gpu_hours += gpu_share(views, record) * (end - record.placed_at) / 60
+        share = gpu_share(views, record)
+        hours = share * (end - record.placed_at) / 60
+        gpu_hours += hours
+        asked = asked_gpus(record.shape)
+        asked_hours += (share if asked is None else asked) * (end - record.placed_at) / 60
+        hours_by_shape[record.shape] = hours_by_shape.get(record.shape, 0.0) + hours
         waits_steps.append(record.placed_step - record.arrived_step)
         waits_min.append(record.placed_at - record.arrived_at)
     placed = sum(c[0] for c in by_shape.values())
@@ -226,6 +287,15 @@ def figures(run: Run, day_minutes: float) -> dict[str, Any]:
             if gang.pod_shape == LARGE_WAITER
         ),
         "gpuHoursPlaced": round(gpu_hours, 1),
+        # a MIG claim counts the share of the GPU it got: a 1g.10gb slice 1/8, a full GPU 1
+        # every pod counted at the GPUs it asks for first (a MIG claim 1/8 of a GPU, whether
+        # it got a slice or fell back to a whole GPU): GPU-time of the work placed
+        "gpuHoursAsAsked": round(asked_hours, 1),
+        "gpuHoursByShape": {k: round(v, 1) for k, v in sorted(hours_by_shape.items())},
+        "gpuHoursIdleWhilePending": {
+            f"{kind} / {why}": round(hours, 1)
+            for (kind, why), hours in sorted(run.idle_pending.items())
+        },
         "meanGpusStranded": round(sum(stranded) / len(stranded), 2) if stranded else 0.0,
         "meanStepsToPlace": round(sum(waits_steps) / len(waits_steps), 2) if waits_steps else 0.0,
         "meanMinutesToPlace": round(sum(waits_min) / len(waits_min), 1) if waits_min else 0.0,
@@ -301,6 +371,7 @@ def report(console: Console, results: list[dict[str, Any]]) -> None:
         "gpu8NvlinkPlaced",
         "gpu8NvlinkPodsPlaced",
         "gpuHoursPlaced",
+        "gpuHoursAsAsked",
         "meanGpusStranded",
         "meanStepsToPlace",
         "meanMinutesToPlace",
@@ -320,6 +391,23 @@ def report(console: Console, results: list[dict[str, Any]]) -> None:
             key, *(str(r["largeDomainGpuHoursWhile8GpuPodWaits"].get(key, 0.0)) for r in results)
         )
     console.print(why)
+    hours = Table(title="GPU-hours placed by shape (a MIG claim: the share of the GPU it got)")
+    hours.add_column("shape")
+    for r in results:
+        hours.add_column(r["policy"], justify="right")
+    for shape in sorted({k for r in results for k in r["gpuHoursByShape"]}):
+        hours.add_row(shape, *(str(r["gpuHoursByShape"].get(shape, 0.0)) for r in results))
+    console.print(hours)
+    idle = Table(title="GPU-hours idle while some pod is pending (sampled)")
+    idle.add_column("node type / why idle")
+    for r in results:
+        idle.add_column(r["policy"], justify="right")
+    for key in sorted({k for r in results for k in r["gpuHoursIdleWhilePending"]}):
+        idle.add_row(key, *(str(r["gpuHoursIdleWhilePending"].get(key, 0.0)) for r in results))
+    idle.add_row(
+        "total", *(str(round(sum(r["gpuHoursIdleWhilePending"].values()), 1)) for r in results)
+    )
+    console.print(idle)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -417,6 +505,13 @@ def main(argv: list[str] | None = None) -> int:
             f"8-GPU NVLink claims placed, topology / first-fit: {ratio:.2f} "
             f"(first-fit placed {first['placedFraction']:.1%} of all claims); "
             f"GPU-hours topology - first-fit: {gained:+.1f}"
+        )
+        mig = [r["gpuHoursByShape"].get("mig", 0.0) for r in (first, topo)]
+        console.print(
+            f"of which MIG claims: {mig[1] - mig[0]:+.1f} (first-fit {mig[0]:.1f}, topology "
+            f"{mig[1]:.1f}); every other shape: {gained - (mig[1] - mig[0]):+.1f}; "
+            f"counting every claim at the GPUs it asks for first: "
+            f"{topo['gpuHoursAsAsked'] - first['gpuHoursAsAsked']:+.1f}"
         )
     title = (
         f"free capacity over the day (seed {args.seed}, load {args.load:g}, "
