@@ -3,7 +3,8 @@
 Two allocator replicas share the claim stream, so a gang's members reach both: membership and the
 gang's one decision live in the reservations bucket. The fleet is GB200 NVL72 trays (4 GPUs each)
 in two fabric cliques, 3 trays in one and 4 in the other; a gang of 4 claims x 4 GPUs in one
-clique fits only in the larger clique, all together.
+clique fits only in the larger clique, all together. A member re-created after the decision (a
+late member) is placed in the gang's clique only, or waits for room there.
 """
 
 from __future__ import annotations
@@ -153,3 +154,61 @@ async def test_a_gang_is_placed_all_together_or_holds_nothing(nc: Client, cluste
     assert gang_keys == [decision_key("default/again"), members_key("default/again")], gang_keys
     logs = cluster.logs()
     assert "Traceback" not in logs, logs
+
+
+async def test_a_gangs_late_member_keeps_the_gangs_clique(nc: Client, cluster: Cluster) -> None:
+    """A member deleted and re-created after its gang's decision is placed in the gang's clique
+    only: while that clique is full it waits (saying so) though the other clique has free
+    trays, and it lands in the gang's clique once a tray there is free again."""
+    store = KvStore(nc)
+    clique_of = await publish_trays(nc)
+    cluster.start_inventory()
+    cluster.start_allocator()
+    cluster.start_claim_writer()
+    await slices_ready(nc, cluster, len(clique_of), "every tray's slices")
+    for i in range(4):
+        await store.create(RESOURCE_CLAIMS, member("train", i, 4))
+
+    async def placed(names: list[str]) -> dict[str, dict[str, Any]] | None:
+        objs = await claims(store)
+        return objs if all(objs.get(n) and devices_of(objs[n]) for n in names) else None
+
+    gang = [f"train-{i}" for i in range(4)]
+    objs = await wait_for(lambda: placed(gang), 60, "the gang allocated", cluster)
+    assert {clique_of[p] for n in gang for _, p, _ in devices_of(objs[n])} == {"large"}
+
+    # train-3 goes; its tray is taken by a claim outside the gang (the large clique's only
+    # free tray fills it best); train-3 comes back (a new claim, the gang's late member).
+    await store.delete(RESOURCE_CLAIMS, "train-3", "default")
+    await wait_for(
+        lambda: _without(nc, "default/train-3"), 30, "train-3's devices released", cluster
+    )
+    await store.create(RESOURCE_CLAIMS, claim_manifest("blocker", count=4))
+    objs = await wait_for(lambda: placed(["blocker"]), 30, "the blocker allocated", cluster)
+    assert {clique_of[p] for _, p, _ in devices_of(objs["blocker"])} == {"large"}
+    await store.create(RESOURCE_CLAIMS, member("train", 3, 4))
+
+    async def waits() -> dict[str, Any] | None:
+        claim = (await claims(store)).get("train-3")
+        return claim if claim and "no node in cluster-1.large has room" in reason(claim) else None
+
+    waiting = await wait_for(waits, 30, "train-3 waiting for room in its gang's clique", cluster)
+    assert reason(waiting).startswith(
+        f"gang default/train is in {CLIQUE_ATTRIBUTE} cluster-1.large: "
+        "no node in cluster-1.large has room for claim default/train-3; "
+    ), reason(waiting)
+    assert not devices_of(waiting), "not placed in the small clique, free as it is"
+    assert "default/train-3" not in await holders(nc)
+
+    await store.delete(RESOURCE_CLAIMS, "blocker", "default")
+    objs = await wait_for(lambda: placed(["train-3"]), 30, "train-3 placed in the clique", cluster)
+    assert {clique_of[p] for _, p, _ in devices_of(objs["train-3"])} == {"large"}
+    assert not reason(objs["train-3"])
+    used = [d for n in gang for d in devices_of(objs[n])]
+    assert len(set(used)) == 16
+    logs = cluster.logs()
+    assert "Traceback" not in logs, logs
+
+
+async def _without(nc: Client, claim: str) -> bool:
+    return claim not in await holders(nc)
