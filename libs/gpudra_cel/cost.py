@@ -6,7 +6,8 @@ characters, at most 32 attributes/capacities per device, attribute strings and l
 so iteration and string work are bounded; literals have their own size. Costs: one unit per
 selection, index, variable, operator or call; string and list functions cost a tenth of a unit per
 character/element they may scan (cel-go's traversal factor), a regex that times a quarter per
-pattern character, `includes` the longest list attribute (48); a comprehension costs its range
+pattern character, `includes` the longest list attribute (48), URL / IP / CIDR functions as `net_cost` says; a
+comprehension costs its range
 size times its body plus loop overhead; `optMap`/`optFlatMap` run their body at most once, and
 optional selection/indexing (`.?`, `[?]`) costs what plain selection/indexing costs, as in
 cel-go. On Kubernetes' own test expressions the estimates land
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from gpudra_api.names import DEVICE_MAX_ID_LENGTH, DRIVER_NAME_MAX_LENGTH
 from gpudra_cel.checker import Checked
 from gpudra_cel.lib_kube import MAX_LIST_ATTRIBUTE_VALUES
+from gpudra_cel.net_cost import net_estimate
 from gpudra_cel.syntax import (
     Bind,
     Call,
@@ -38,6 +40,7 @@ from gpudra_cel.syntax import (
     OptSelect,
     Select,
 )
+from gpudra_cel.types import STRING
 
 __all__ = ["estimate_cost"]
 
@@ -145,6 +148,11 @@ class _Estimator:
         elif fn == "@in":
             cost += args[1].size
         overloads = self.checked.overloads.get(id(node), ())
+        takes_string = any(STRING in ov.args for ov in overloads)
+        member, sizes = node.target is not None, [a.size for a in args]
+        net = net_estimate(fn, member, subject.size, sizes, takes_string)
+        if net is not None:  # Kubernetes' URL / IP / CIDR libraries
+            return _Est(cost + net[0], net[1], net[2])
         kinds = {ov.cost for ov in overloads}
         if "regex" in kinds and args:
             pattern = args[0] if target is not None else args[1]  # s.matches(p) / matches(s, p)

@@ -12,6 +12,8 @@ from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.functions import Overload
+from gpudra_cel.netaddr import IPAddr, IPPrefix
+from gpudra_cel.neturl import ParsedURL
 from gpudra_cel.operators import Fn
 from gpudra_cel.types import CelType, value_has_type
 from gpudra_cel.values import CelOptional, CelUint, no_overload
@@ -38,6 +40,9 @@ _CLASSES: dict[str, tuple[type, ...]] = {
     "list": (tuple, list),
     "map": (dict,),
     "optional_type": (CelOptional,),
+    "net.IP": (IPAddr,),
+    "net.CIDR": (IPPrefix,),
+    "kubernetes.URL": (ParsedURL,),
 }
 
 

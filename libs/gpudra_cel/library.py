@@ -8,6 +8,7 @@ from gpudra_cel.functions import Overload
 from gpudra_cel.lib_core import CORE_OVERLOADS
 from gpudra_cel.lib_kube import KUBE_OVERLOADS
 from gpudra_cel.lib_lists import LIST_OVERLOADS
+from gpudra_cel.lib_net import NET_OVERLOADS
 from gpudra_cel.lib_strings import STRING_OVERLOADS
 
 __all__ = ["FUNCTIONS"]
@@ -21,4 +22,4 @@ def _index(*groups: tuple[Overload, ...]) -> MappingProxyType[str, tuple[Overloa
     return MappingProxyType({name: tuple(ovs) for name, ovs in table.items()})
 
 
-FUNCTIONS = _index(CORE_OVERLOADS, STRING_OVERLOADS, KUBE_OVERLOADS, LIST_OVERLOADS)
+FUNCTIONS = _index(CORE_OVERLOADS, STRING_OVERLOADS, KUBE_OVERLOADS, LIST_OVERLOADS, NET_OVERLOADS)

@@ -13,21 +13,26 @@ from dataclasses import dataclass, field
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
+from gpudra_cel.netaddr import IPAddr, IPPrefix
+from gpudra_cel.neturl import ParsedURL
 from gpudra_cel.values import CelOptional, CelUint
 
 __all__ = [
     "BOOL",
     "BYTES",
+    "CIDR",
     "DEVICE",
     "DEVICE_FIELDS",
     "DOUBLE",
     "DYN",
     "INT",
+    "IP",
     "NULL",
     "QUANTITY",
     "SEMVER",
     "STRING",
     "UINT",
+    "URL",
     "CelType",
     "assignable",
     "join",
@@ -64,6 +69,14 @@ NULL = CelType("null_type")
 QUANTITY = CelType("Quantity")
 SEMVER = CelType("Semver")
 DEVICE = CelType("kubernetes.DRADevice")
+IP = CelType("net.IP")  # Kubernetes' IP, CIDR and URL libraries (`lib_net`)
+CIDR = CelType("net.CIDR")
+URL = CelType("kubernetes.URL")
+_NET_CLASSES: dict[str, type] = {
+    "net.IP": IPAddr,
+    "net.CIDR": IPPrefix,
+    "kubernetes.URL": ParsedURL,
+}
 
 
 def list_of(elem: CelType) -> CelType:
@@ -152,6 +165,8 @@ def value_has_type(value: object, t: CelType) -> bool:
         return kind is Semver
     if name == "optional_type":
         return kind is CelOptional
+    if name in _NET_CLASSES:
+        return kind is _NET_CLASSES[name]
     if name == "null_type":
         return value is None
     return False

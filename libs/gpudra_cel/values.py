@@ -2,7 +2,9 @@
 
 Representation (chosen so a device's own values need no conversion):
 `bool`, `int` (int64), `CelUint` (uint64, an `int` subclass), `float` (double), `str`, `bytes`,
-`None` (null), `tuple`/`list` (list), `Mapping` (map), `Quantity`, `Semver`, `CelOptional`.
+`None` (null), `tuple`/`list` (list), `Mapping` (map), `Quantity`, `Semver`, `CelOptional`,
+and Kubernetes' `net.IP` / `net.CIDR` / `kubernetes.URL` (`netaddr.IPAddr`, `IPPrefix`,
+`neturl.ParsedURL`).
 
 Promises: no implicit conversions (`1 == true` is false, `"a" < 1` is an error); equality is
 CEL's heterogeneous equality (numbers compare by value across int/uint/double, other kinds of
@@ -19,6 +21,8 @@ from typing import Final
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
 from gpudra_cel.errors import CelEvaluationError
+from gpudra_cel.netaddr import IPAddr, IPPrefix
+from gpudra_cel.neturl import ParsedURL
 
 INT64_MIN: Final = -(1 << 63)
 INT64_MAX: Final = (1 << 63) - 1
@@ -101,6 +105,13 @@ class DefaultingMap(Mapping[object, object]):
         return f"DefaultingMap({self.entries!r})"
 
 
+_NET_TYPE_NAMES: dict[type, str] = {
+    IPAddr: "net.IP",
+    IPPrefix: "net.CIDR",
+    ParsedURL: "kubernetes.URL",
+}
+
+
 def type_name(value: object) -> str:
     """CEL's name for the type of a run-time value (used in error messages)."""
     if value is None:
@@ -127,6 +138,8 @@ def type_name(value: object) -> str:
         return "Semver"
     if isinstance(value, CelOptional):
         return "optional_type"
+    if isinstance(value, IPAddr | IPPrefix | ParsedURL):
+        return _NET_TYPE_NAMES[type(value)]
     return type(value).__name__
 
 
@@ -158,8 +171,10 @@ def equal(a: object, b: object) -> bool:
             if not found or not equal(value, other):
                 return False
         return True
-    if ta is tb and ta in (float, Quantity, Semver, CelOptional, type(None)):
+    if ta is tb and ta in (float, Quantity, Semver, CelOptional, type(None), IPAddr, IPPrefix):
         return a == b
+    if isinstance(a, ParsedURL) and isinstance(b, ParsedURL):  # as Kubernetes: same String()
+        return a.key() == b.key()
     return False
 
 
