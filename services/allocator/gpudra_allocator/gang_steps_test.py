@@ -4,7 +4,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import pytest
@@ -23,7 +23,14 @@ from gpudra_allocator.gang_steps import (
     Waiting,
     place_unit,
 )
-from gpudra_allocator.gangs import GangBook, Members, pods_of, unit_of, unit_size
+from gpudra_allocator.gangs import (
+    GangBook,
+    Members,
+    decision_key,
+    pods_of,
+    unit_of,
+    unit_size,
+)
 from gpudra_allocator.holdings import ClaimRecord, holdings_for
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
@@ -776,10 +783,20 @@ def clique_event(name: str, pod: str) -> Any:
     return ev
 
 
-async def test_a_late_pod_with_no_member_placed_keeps_the_gangs_clique(decider: Decider) -> None:
+@pytest.mark.parametrize(
+    "older_record",
+    [
+        pytest.param(False, id="record-names-its-attribute"),
+        pytest.param(True, id="older-record-the-annotation-names-it"),
+    ],
+)
+async def test_a_late_pod_with_no_member_placed_keeps_the_gangs_clique(
+    decider: Decider, older_record: bool
+) -> None:
     """The gang lands in clique b (a has one tray); g1 is deallocated and its node taken: it
     waits, with the reason, rather than take the free tray of clique a; when b has room again,
-    it is placed there."""
+    it is placed there. A decision recorded before records kept the attribute (group only) is
+    kept to through the members' annotation."""
     decider._index = cast(Any, Slices({n: tray(n, c) for n, c in TRAYS.items()}))
     g0, g1 = clique_event("g0", "pod0"), clique_event("g1", "pod1")
     await decider.attempt(g0)
@@ -788,6 +805,10 @@ async def test_a_late_pod_with_no_member_placed_keeps_the_gangs_clique(decider: 
     record = await decider._gangs.decision("default/g")
     assert record is not None
     assert (record.group, record.attribute) == ("b", CLIQUE)
+    if older_record:
+        older = replace(record, attribute=None)
+        await decider._gangs._kv.put(decision_key("default/g"), older.encode())
+        assert await decider._gangs.decision("default/g") == older
 
     await decider.deallocated(g1)
     await until(lambda: "uid-g1" not in holders(decider))
