@@ -12,7 +12,7 @@ from __future__ import annotations
 from gpudra_alloc.placement.accept import kubernetes_accepts
 from gpudra_alloc.placement.choose import ALTERNATIVE_PENALTY, Choice, Chooser, Score
 from gpudra_alloc.placement.errors import GangError
-from gpudra_alloc.placement.gang import Gang, GangPlacement, parse_gang, place_gang
+from gpudra_alloc.placement.gang import Gang, GangPlacement, group_nodes, parse_gang, place_gang
 from gpudra_alloc.placement.policy import POLICIES, answer_gang, answer_pod, choose_node
 from gpudra_alloc.placement.replay import PodRecord, Replay
 from gpudra_alloc.placement.topology import FreeState, NodeView, result_devices
@@ -37,6 +37,7 @@ __all__ = [
     "answer_pod",
     "block_value",
     "choose_node",
+    "group_nodes",
     "kubernetes_accepts",
     "node_value",
     "parse_gang",

@@ -51,8 +51,7 @@ from dataclasses import dataclass, field
 from nats.aio.msg import Msg
 
 from gpudra_alloc import AllocatedState, AllocationInputError
-from gpudra_alloc.placement import Gang, place_gang, why_pending
-from gpudra_alloc.placement.gang import group_nodes
+from gpudra_alloc.placement import Gang, group_nodes, place_gang, why_pending
 from gpudra_allocator.engine import Engine, GangDecision, summary
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
 from gpudra_allocator.events import claim_doc, parse_claim
