@@ -26,8 +26,39 @@ deallocation) and from then on is offered to the allocator only with a pod that 
 run (`pod_waiting_for`; `events.PodUnits` ignores finished pods too), never alone. The annotation
 is never removed: once consumed, a claim is always allocated for a pod. A claim that never had a
 consumer (`gpudra apply` of bare claims, the demo) is still allocated eagerly, and so is one whose
-allocation was cleared while nobody used it. Not covered: an allocation cleared while the
-claim-writer was down is not seen as a deallocation at its restart (the claim is then unmarked).
+allocation was cleared while nobody used it (seen live, with the finalizer still on it).
+
+A clearing nobody watched (the claim-writer was down, or a 410 relist skipped the revisions):
+- The witness. The write-back's metadata write before an allocation (the one that adds the
+  delete-protection finalizer) also sets `gpudra.io/allocation-id` to an id of that decision
+  (`with_allocation_id`; no extra write). The consumers-left mark carries the id of the
+  allocation whose consumers left (value `true` when unknown: claims marked before ids existed).
+  A claim is *left unreported* (`left_unreported`) when it is pending (no allocation, not being
+  deleted), carries an allocation id, no longer carries the finalizer, and is not marked for that
+  id. Kube-controller-manager clears an allocation only when its last consumer stopped (the
+  transition "was used" to "is not used") and then removes the finalizer; standalone's
+  `gpudra_kube.consumers.unreserve` does the same. Nothing else in gpudra clears an allocation.
+  So such a claim had consumers, lost its allocation, and its release was never reported.
+- Why not another witness: the finalizer alone is not one — kube-controller-manager removes it
+  right after clearing the allocation, and the write-back adds it *before* writing the allocation,
+  so "finalizer, no allocation" is also a write-back interrupted between its two writes (its
+  decision is redelivered and written: reporting a release then would free devices about to be
+  written). The allocator's `c.<uid>` records and the decisions stream say "decided", never
+  whether the allocation was written and then cleared, and they are the allocator's. The trace
+  annotations are missing when tracing is off. The claims KV bucket exists in standalone mode
+  only. The id lives on the claim itself, in both modes, and costs no write.
+- At first sight of a pending claim (every (re)list and watch event of a claim this process has
+  not seen allocated), a claim left unreported has its deallocation published
+  (`<uid>/deallocated/<id>`) and is then marked with the id; until the mark lands the witness
+  itself counts as the mark (`needs_pod`: the write-back's re-offer and `events.PodUnits` treat
+  it so). Publishing first means a crash in between re-publishes the same message id at the next
+  start, never loses the release. Idempotent: once marked with the id, the claim is no longer
+  left unreported (a second restart, or a relist after 410, reports and marks nothing).
+- Still not covered: an allocation cleared in the moment between kube-controller-manager's two
+  writes (status cleared, finalizer still on) when the claim-writer starts is taken for a
+  write-back interrupted in between; a claim allocated by kube-scheduler (adopted, no allocation
+  id) or by a claim-writer older than the id; a clearing by hand (status edited) that also removes
+  the finalizer is taken for its consumers leaving.
 """
 
 from __future__ import annotations
@@ -38,7 +69,7 @@ import logging
 from collections import Counter
 from typing import Any
 
-from gpudra_claim_writer.claims import pod_claim_names
+from gpudra_claim_writer.claims import FINALIZER, pod_claim_names
 from gpudra_kube.claims import ClaimStore
 from gpudra_kube.consumers import Outcome, consumers_of, pod_consumer_uids, reserve, unreserve
 from gpudra_kube.errors import KubeError
@@ -50,6 +81,8 @@ log = logging.getLogger(__name__)
 
 _DONE_PHASES = ("Succeeded", "Failed")
 CONSUMERS_LEFT_ANNOTATION = "gpudra.io/consumers-left"
+ALLOCATION_ID_ANNOTATION = "gpudra.io/allocation-id"
+_UNKNOWN = "true"  # the mark of a claim whose allocation had no id
 
 
 def had_consumers(claim: dict[str, Any]) -> bool:
@@ -59,18 +92,59 @@ def had_consumers(claim: dict[str, Any]) -> bool:
 
 def consumers_left(claim: dict[str, Any]) -> bool:
     """Its consumers left it before: it is allocated again only for a pod (module docstring)."""
-    annotations = (claim.get("metadata") or {}).get("annotations") or {}
-    return CONSUMERS_LEFT_ANNOTATION in annotations
+    return CONSUMERS_LEFT_ANNOTATION in _annotations(claim)
 
 
-def with_consumers_left(claim: dict[str, Any]) -> dict[str, Any] | None:
-    """A copy carrying the consumers-left annotation; None when it carries it already."""
-    if consumers_left(claim):
+def with_consumers_left(claim: dict[str, Any], allocation: str = "") -> dict[str, Any] | None:
+    """A copy marked as left by the consumers of allocation `allocation` (its id; "" when it had
+    none); None when it carries that mark already (for "", any mark)."""
+    value = allocation or _UNKNOWN
+    current = _annotations(claim).get(CONSUMERS_LEFT_ANNOTATION)
+    if current is not None and (current == value or not allocation):
         return None
     new = copy.deepcopy(claim)
     meta = new.setdefault("metadata", {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), CONSUMERS_LEFT_ANNOTATION: "true"}
+    meta["annotations"] = {**(meta.get("annotations") or {}), CONSUMERS_LEFT_ANNOTATION: value}
     return new
+
+
+def allocation_id(claim: dict[str, Any]) -> str:
+    """The id of the last allocation the write-back wrote into the claim ("" for none)."""
+    return str(_annotations(claim).get(ALLOCATION_ID_ANNOTATION) or "")
+
+
+def with_allocation_id(claim: dict[str, Any], allocation: str) -> dict[str, Any] | None:
+    """A copy carrying allocation id `allocation`; None when it carries it already."""
+    if not allocation or allocation_id(claim) == allocation:
+        return None
+    new = copy.deepcopy(claim)
+    meta = new.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), ALLOCATION_ID_ANNOTATION: allocation}
+    return new
+
+
+def left_unreported(claim: dict[str, Any]) -> bool:
+    """Its allocation was cleared by its last consumer leaving, and that release was never
+    reported: pending, with an allocation id, without the finalizer, not marked for that id."""
+    meta = claim.get("metadata") or {}
+    allocation = allocation_id(claim)
+    return (
+        bool(allocation)
+        and not meta.get("deletionTimestamp")
+        and not (claim.get("status") or {}).get("allocation")
+        and FINALIZER not in (meta.get("finalizers") or [])
+        and _annotations(claim).get(CONSUMERS_LEFT_ANNOTATION) != allocation
+    )
+
+
+def needs_pod(claim: dict[str, Any]) -> bool:
+    """Allocated again only for a pod that uses it: marked, or left unreported (not marked yet)."""
+    return consumers_left(claim) or left_unreported(claim)
+
+
+def _annotations(claim: dict[str, Any]) -> dict[str, Any]:
+    annotations = (claim.get("metadata") or {}).get("annotations")
+    return annotations if isinstance(annotations, dict) else {}
 
 
 def uses(pod: dict[str, Any], name: str) -> bool:

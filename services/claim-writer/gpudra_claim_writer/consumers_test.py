@@ -16,12 +16,17 @@ from gpudra_bus.connection import connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket
 from gpudra_claim_writer.conftest import new_claim
 from gpudra_claim_writer.consumers import (
+    ALLOCATION_ID_ANNOTATION,
     CONSUMERS_LEFT_ANNOTATION,
     Consumers,
+    allocation_id,
     consumers_left,
     had_consumers,
     is_active,
+    left_unreported,
+    needs_pod,
     pod_waiting_for,
+    with_allocation_id,
     with_consumers_left,
 )
 from gpudra_kube.claims import DELETE_PROTECTION_FINALIZER, ClaimStore
@@ -189,6 +194,80 @@ def test_consumers_left_marker(
     for key, value in (annotations or {}).items():
         assert result["metadata"]["annotations"][key] == value
     assert consumers_left(new_claim("c")) is False, "the input is never changed"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "allocation", "value"),
+    [
+        pytest.param(None, "a1", "a1", id="marked-for-its-allocation"),
+        pytest.param(None, "", "true", id="allocation-without-id"),
+        pytest.param({CONSUMERS_LEFT_ANNOTATION: "a1"}, "a1", None, id="already-marked-for-it"),
+        pytest.param({CONSUMERS_LEFT_ANNOTATION: "a0"}, "a1", "a1", id="left-again-remarked"),
+        pytest.param({CONSUMERS_LEFT_ANNOTATION: "true"}, "a1", "a1", id="unknown-mark-named"),
+        pytest.param({CONSUMERS_LEFT_ANNOTATION: "a0"}, "", None, id="no-id-any-mark-will-do"),
+    ],
+)
+def test_the_mark_names_the_allocation_whose_consumers_left(
+    annotations: dict[str, str] | None, allocation: str, value: str | None
+) -> None:
+    c = new_claim("c")
+    if annotations is not None:
+        c["metadata"]["annotations"] = dict(annotations)
+    new = with_consumers_left(c, allocation)
+    if value is None:
+        assert new is None
+    else:
+        assert new is not None
+        assert new["metadata"]["annotations"][CONSUMERS_LEFT_ANNOTATION] == value
+
+
+def left_claim(
+    *, allocated: bool = False, finalizer: bool = False, mark: str = "", deleting: bool = False
+) -> dict[str, Any]:
+    """A claim the write-back allocated as `a1`, in the state given."""
+    c = new_claim("c")
+    c["metadata"]["annotations"] = {ALLOCATION_ID_ANNOTATION: "a1"}
+    if mark:
+        c["metadata"]["annotations"][CONSUMERS_LEFT_ANNOTATION] = mark
+    if finalizer:
+        c["metadata"]["finalizers"] = [DELETE_PROTECTION_FINALIZER]
+    if deleting:
+        c["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if allocated:
+        c["status"] = {"allocation": ALLOCATION}
+    return c
+
+
+@pytest.mark.parametrize(
+    ("claim", "unreported", "pod_needed"),
+    [
+        pytest.param(left_claim(), True, True, id="cleared-finalizer-gone-unmarked"),
+        pytest.param(left_claim(mark="true"), True, True, id="marked-before-ids"),
+        pytest.param(left_claim(mark="a0"), True, True, id="marked-for-an-earlier-allocation"),
+        pytest.param(left_claim(mark="a1"), False, True, id="marked-for-it-reported"),
+        pytest.param(left_claim(finalizer=True), False, False, id="write-back-between-its-writes"),
+        pytest.param(left_claim(allocated=True), False, False, id="allocated"),
+        pytest.param(left_claim(deleting=True), False, False, id="being-deleted"),
+        pytest.param(new_claim("c"), False, False, id="never-allocated-by-gpudra"),
+    ],
+)
+def test_left_unreported(claim: dict[str, Any], unreported: bool, pod_needed: bool) -> None:
+    assert left_unreported(claim) is unreported
+    assert needs_pod(claim) is pod_needed
+
+
+def test_allocation_id() -> None:
+    c = new_claim("c")
+    assert allocation_id(c) == ""
+    assert with_allocation_id(c, "") is None, "no id, nothing to write"
+    marked = with_allocation_id(c, "a1")
+    assert marked is not None
+    assert allocation_id(marked) == "a1"
+    assert with_allocation_id(marked, "a1") is None
+    again = with_allocation_id(marked, "a2")
+    assert again is not None
+    assert allocation_id(again) == "a2"
+    assert allocation_id(c) == "", "the input is never changed"
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,9 @@ published with that pod (`pod_uid`, `pod_name`, `pod_claims` = the UIDs of the p
 so the allocator places the pod's claims together, on one node, all or none. Rules:
 - Only pods that may run count (`consumers.is_active`): a finished pod, or one being deleted, uses
   its claims no more, as kube-controller-manager sees it. A claim whose consumers left
-  (`gpudra.io/consumers-left`) never goes out alone, only with a pod.
+  (`gpudra.io/consumers-left`) never goes out alone, only with a pod; one whose allocation was
+  cleared while nobody watched (`consumers.left_unreported`) does not go out at all until the
+  intake has reported its release and marked it (its old decision would be announced again).
 - A pod is *complete* once every claim it names exists (a template's claim is named only once the
   pod's `status.resourceClaimStatuses` says which claim was generated for it). Its claims go out
   only then; until then they are held, so none is allocated alone.
@@ -53,7 +55,7 @@ from gpudra_claim_writer.claims import (
     ref_of,
     state_of,
 )
-from gpudra_claim_writer.consumers import consumers_left, is_active
+from gpudra_claim_writer.consumers import is_active, left_unreported, needs_pod
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.errors import KubeError, NotFoundError
 from gpudra_kube.resources import RESOURCE_CLAIMS
@@ -295,6 +297,8 @@ class PodUnits:
         for claim, ref in zip(ours, refs, strict=True):
             if self._was_sent(ref) or state_of(claim) is not ClaimState.PENDING:
                 continue
+            if left_unreported(claim):
+                continue  # the intake reports its release first, then marks it
             shared = len(self.consumers(ref.namespace, ref.name)) > 1
             if shared and await self._home(ref.namespace, ref.name) != entry.uid:
                 continue
@@ -326,7 +330,7 @@ class PodUnits:
         ref = ref_of(claim)
         if self._was_sent(ref) or state_of(claim) is not ClaimState.PENDING:
             return
-        if consumers_left(claim):
+        if needs_pod(claim):
             return  # allocated again only for a pod that names it (`consumers`)
         if not await self._ownership.claim_is_ours(claim):
             return

@@ -377,3 +377,38 @@ def test_only_pods_that_may_run_are_units(
         "status": status,
     }
     assert (PodEntry.of(pod) is not None) is tracked
+
+
+def left(name: str, mark: str = "") -> dict[str, Any]:
+    """A claim whose allocation (id `0123`) was cleared, finalizer gone, while nobody watched;
+    marked for allocation `mark` ("" for not at all)."""
+    obj = claim(name)
+    obj["metadata"]["annotations"] = {"gpudra.io/allocation-id": "0123"}
+    if mark:
+        obj["metadata"]["annotations"]["gpudra.io/consumers-left"] = mark
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("stored", "with_pod", "alone"),
+    [
+        pytest.param(left("a"), ["b"], [], id="release-unreported-held-back"),
+        pytest.param(left("a", mark="0123"), ["a", "b"], [], id="marked-only-with-a-pod"),
+        pytest.param(claim("a"), ["a", "b"], ["a"], id="plain-with-its-pod-or-alone"),
+    ],
+)
+async def test_a_claim_cleared_unseen_goes_out_only_once_its_release_is_reported(
+    env: Env, stored: dict[str, Any], with_pod: list[str], alone: list[str]
+) -> None:
+    """Its old decision is still recorded: offered before the intake reported its release, the
+    allocator would only announce that decision again."""
+    await env.claims(stored, claim("b"))
+    await env.pod(pod("p", ["a", "b"]))
+    assert sorted(await env.sent()) == with_pod
+    await env.pod(pod("p", ["a", "b"]), deleted=True)
+    env.events.clear()
+    env.units.forget("uid-a")
+    # A pod that names it but is never complete goes: the claim is nobody's, alone if allowed.
+    await env.pod(pod("q", ["a", "never"]))
+    await env.pod(pod("q", ["a", "never"]), deleted=True)
+    assert sorted(await env.sent()) == alone

@@ -17,7 +17,15 @@ Promises:
   names it later publishes it with that pod (`events.PodUnits`). A pending claim carrying the
   annotation is never offered alone: it waits for a pod, as in Kubernetes (counted "waiting").
   Without the pod watch (`gate-pods` off) such a claim is not offered again by gpudra at all (in
-  a cluster kube-scheduler allocates it for the next pod).
+  a cluster kube-scheduler allocates it for the next pod). The mark names the allocation whose
+  consumers left (`gpudra.io/allocation-id`), so a claim that is allocated and left again is
+  marked again for its new allocation.
+- A clearing nobody watched (the claim-writer was down; a 410 relist skipped it): a pending claim
+  this process has not seen allocated that is `consumers.left_unreported` (`consumers` says why
+  that witness is sound) gets its deallocation published (`<uid>/deallocated/<allocation id>`)
+  and is then marked, its pod-unit record forgotten, and it is not offered (counted
+  "released-unseen"). A second restart or relist finds it marked and does nothing; within one
+  process, a release already published live is not published again (the claim is only marked).
 - With an `Ownership`, a pending claim that is not gpudra's (see `ownership`) is not offered to
   the allocator at all: another driver's claim gets no gpudra reason written into it.
 - Every claim seen (not deleted) is passed to `on_claim` (namespace, name): a gated pod waiting
@@ -48,7 +56,13 @@ from gpudra_claim_writer.claims import (
     state_of,
     without_finalizer,
 )
-from gpudra_claim_writer.consumers import consumers_left, had_consumers, with_consumers_left
+from gpudra_claim_writer.consumers import (
+    allocation_id,
+    consumers_left,
+    had_consumers,
+    left_unreported,
+    with_consumers_left,
+)
 from gpudra_claim_writer.events import Kind, PodUnits, publish_event
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.errors import ConflictError, KubeError, KubeRetryableError, NotFoundError
@@ -88,6 +102,8 @@ class Intake:
         self._gone: set[str] = set()
         self._ours: set[str] = set()
         self._consumed: set[str] = set()  # claims seen allocated with consumers
+        # claim uid -> id of the allocation whose deallocation this process published
+        self._reported: dict[str, str] = {}
         self.synced = asyncio.Event()
         self.published: Counter[str] = Counter()
         self.conflicts = 0  # metadata writes refused by a changed resourceVersion, re-read
@@ -133,8 +149,9 @@ class Intake:
     async def _pending(self, claim: dict[str, Any]) -> None:
         ref = ref_of(claim)
         if self._allocated.pop(ref.uid, None) is not None:
-            if ref.uid in self._consumed or consumers_left(claim):
-                claim = await self._mark_consumers_left(claim)
+            epoch = allocation_id(claim)
+            if ref.uid in self._consumed or consumers_left(claim) or left_unreported(claim):
+                claim = await self._mark_consumers_left(claim, epoch)
                 if self._pods is not None:
                     self._pods.forget(ref.uid)  # a pod naming it later publishes it again
             await publish_event(
@@ -143,7 +160,11 @@ class Intake:
                 claim,
                 msg_id=f"{ref.uid}/deallocated/{ref.resource_version}",
             )
+            self._reported[ref.uid] = epoch
             self.published["deallocated"] += 1
+            return
+        if left_unreported(claim):
+            await self._left_unseen(claim)
             return
         if consumers_left(claim):
             self.published["waiting"] += 1  # only a pod that names it brings it back
@@ -167,6 +188,21 @@ class Intake:
         )
         self._pending_sent.add(key)
         self.published["pending"] += 1
+
+    async def _left_unseen(self, claim: dict[str, Any]) -> None:
+        """Its consumers left and its allocation was cleared while nobody watched: report the
+        release (unless this process did), then mark it (see the module docstring)."""
+        ref, epoch = ref_of(claim), allocation_id(claim)
+        if self._reported.get(ref.uid) != epoch:
+            await publish_event(
+                self._publisher, Kind.KIND_DELETED, claim, msg_id=f"{ref.uid}/deallocated/{epoch}"
+            )
+            self._reported[ref.uid] = epoch
+            self.published["released-unseen"] += 1
+            log.info("claim %s/%s: allocation cleared unseen; released", ref.namespace, ref.name)
+        await self._mark_consumers_left(claim, epoch)
+        if self._pods is not None:
+            self._pods.forget(ref.uid)  # a pod naming it later publishes it again
 
     async def _allocated_seen(self, claim: dict[str, Any]) -> None:
         ref = ref_of(claim)
@@ -198,6 +234,7 @@ class Intake:
         self._allocated.pop(ref.uid, None)
         self._ours.discard(ref.uid)
         self._consumed.discard(ref.uid)
+        self._reported.pop(ref.uid, None)
         if self._pods is not None:
             self._pods.forget(ref.uid)
         if ref.uid in self._gone:
@@ -209,14 +246,14 @@ class Intake:
         self._pending_sent = {k for k in self._pending_sent if k[0] != ref.uid}
         self.published["deleted"] += 1
 
-    async def _mark_consumers_left(self, claim: dict[str, Any]) -> dict[str, Any]:
-        """Annotate the claim `gpudra.io/consumers-left` (conflicts re-read, never overwrite); the
-        claim as written, or as given when it is gone or the write keeps failing (logged: its
-        release must go out regardless)."""
+    async def _mark_consumers_left(self, claim: dict[str, Any], epoch: str) -> dict[str, Any]:
+        """Annotate the claim `gpudra.io/consumers-left` with allocation id `epoch` (conflicts
+        re-read, never overwrite); the claim as written, or as given when it is gone or the write
+        keeps failing (logged: its release must go out regardless)."""
         ref = ref_of(claim)
         current = claim
         for _ in range(_MAX_TRIES):
-            updated = with_consumers_left(current)
+            updated = with_consumers_left(current, epoch)
             if updated is None:
                 return current
             try:

@@ -13,6 +13,10 @@ Promises:
   sets the annotations `gpudra.io/traceparent` / `gpudra.io/tracestate` to the context of the
   `write claim status` span, so the kubelet plugin's prepare span, which reads them, joins the
   claim's trace in a real cluster too. Only a claim not yet carrying the allocation is annotated.
+- The same metadata write sets `gpudra.io/allocation-id` to an id of the decision (a hash of the
+  decision message: the same decision redelivered gives the same id, so a write interrupted
+  between its two steps is not written again); `consumers` explains how the intake uses it to
+  see, after a restart, an allocation that was cleared while nobody watched.
 - UNSCHEDULABLE: the reason lands in the claim's `gpudra.io/unschedulable` annotation (removed by
   the metadata write that adds the finalizer, before the allocation is written, so a claim never
   shows an allocation beside a stale reason: a reason written in between makes the allocation's
@@ -20,9 +24,9 @@ Promises:
   mode), in a Warning `FailedAllocation` Event; a newly written allocation gets a Normal `Allocated` Event (see `kube_events`).
 - Released after a deallocation: if the claim still exists and is pending, it is offered for
   allocation again: with its pod as one unit when a complete pod uses it (`PodUnits.reoffer`),
-  else alone — unless its consumers left it (annotation `gpudra.io/consumers-left`, see
-  `consumers`): then only with a pod that may run and names it, never alone (it waits for a pod,
-  as in Kubernetes; counted "waiting").
+  else alone — unless its consumers left it (annotation `gpudra.io/consumers-left`, or not marked
+  yet but `consumers.left_unreported`: `consumers.needs_pod`): then only with a pod that may run
+  and names it, never alone (it waits for a pod, as in Kubernetes; counted "waiting").
 - The message is acknowledged after the write; a decision that cannot be written now (API away) is
   redelivered. Malformed messages are dead-lettered.
 - Spans: each decision is processed under the trace its headers carry (the claim's trace), with a
@@ -34,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import logging
 from collections import Counter
@@ -74,7 +79,7 @@ from gpudra_claim_writer.claims import (
     with_reason,
     with_trace,
 )
-from gpudra_claim_writer.consumers import consumers_left, pod_waiting_for
+from gpudra_claim_writer.consumers import needs_pod, pod_waiting_for, with_allocation_id
 from gpudra_claim_writer.events import Kind, publish_event
 from gpudra_claim_writer.kube_events import ClaimEvents
 from gpudra_kube.errors import ConflictError, KubePermanentError, KubeRetryableError, NotFoundError
@@ -256,6 +261,7 @@ class Writeback:
             },
         ):
             carrier = {k: v for k, v in tracing.inject().items() if k in TRACE_ANNOTATIONS and v}
+            epoch = decision_id(decision)
             for attempt in range(_MAX_TRIES):
                 claim = await self._current(ref, seen=attempt == 0)
                 if claim is None or state_of(claim) is ClaimState.DELETING:
@@ -272,7 +278,9 @@ class Writeback:
                     return
                 # The trace goes with the first write of the allocation, never over a later one.
                 metadata = functools.partial(
-                    _metadata, carrier=carrier if existing is None else None
+                    _metadata,
+                    carrier=carrier if existing is None else None,
+                    allocation=epoch,
                 )
                 try:
                     claim = await self._write(claim, metadata, status=False)
@@ -329,7 +337,7 @@ class Writeback:
         claim = await self._current(released.claim)
         if claim is None or state_of(claim) is not ClaimState.PENDING:
             return
-        if consumers_left(claim):
+        if needs_pod(claim):
             # Allocated again only for a pod that may run (`PodUnits` ignores finished pods).
             if not (
                 self._reoffer is not None
@@ -349,11 +357,24 @@ class Writeback:
         )
 
 
-def _metadata(claim: dict[str, Any], carrier: dict[str, str] | None) -> dict[str, Any] | None:
-    """The finalizer without the unschedulable reason, plus the trace annotations when `carrier`
-    is given: one metadata write, before the allocation's."""
+def decision_id(decision: claims_pb2.AllocationDecision) -> str:
+    """The id an allocation written for `decision` carries (`gpudra.io/allocation-id`): 16 hex
+    digits of the hash of the decision message, the same for every delivery of it."""
+    return hashlib.sha256(decision.SerializeToString(deterministic=True)).hexdigest()[:16]
+
+
+def _metadata(
+    claim: dict[str, Any], carrier: dict[str, str] | None, allocation: str
+) -> dict[str, Any] | None:
+    """The finalizer without the unschedulable reason, plus the trace annotations and the
+    allocation id when `carrier` is given (a claim not allocated yet): one metadata write, before
+    the allocation's."""
     if carrier is None:
         return chained(claim, with_finalizer, lambda c: with_reason(c, None))
     return chained(
-        claim, with_finalizer, lambda c: with_reason(c, None), lambda c: with_trace(c, carrier)
+        claim,
+        with_finalizer,
+        lambda c: with_reason(c, None),
+        lambda c: with_trace(c, carrier),
+        lambda c: with_allocation_id(c, allocation),
     )

@@ -19,7 +19,8 @@ from gpudra_bus import (
 )
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
 from gpudra_claim_writer.conftest import ALLOCATION, decide, new_claim, until
-from gpudra_claim_writer.writeback import Writeback
+from gpudra_claim_writer.consumers import ALLOCATION_ID_ANNOTATION
+from gpudra_claim_writer.writeback import Writeback, decision_id
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import WatchEvent
@@ -93,6 +94,8 @@ def pod_naming(name: str, claim_name: str, phase: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("consumers_left", "pod_phase", "reoffered", "alone"),
     [
+        pytest.param("unmarked", "", 0, 0, id="left-unseen-not-marked-yet-waits"),
+        pytest.param("unmarked", "Pending", 1, 0, id="left-unseen-new-pod-takes-it"),
         pytest.param(True, "", 0, 0, id="consumers-left-no-pod-waits"),
         pytest.param(True, "Succeeded", 0, 0, id="consumers-left-finished-pod-waits"),
         pytest.param(True, "Pending", 1, 0, id="consumers-left-new-pod-takes-it"),
@@ -101,11 +104,14 @@ def pod_naming(name: str, claim_name: str, phase: str) -> dict[str, Any]:
     ],
 )
 async def test_a_released_claim_goes_out_again_only_as_its_consumers_allow(
-    nc: Client, consumers_left: bool, pod_phase: str, reoffered: int, alone: int
+    nc: Client, consumers_left: bool | str, pod_phase: str, reoffered: int, alone: int
 ) -> None:
     store = KvStore(nc)
     manifest = new_claim("named")
-    if consumers_left:
+    if consumers_left == "unmarked":
+        # Cleared while nobody watched: its release may come back before the intake's mark.
+        manifest["metadata"]["annotations"] = {"gpudra.io/allocation-id": "0123"}
+    elif consumers_left:
         manifest["metadata"]["annotations"] = {"gpudra.io/consumers-left": "true"}
     claim = await store.create(RESOURCE_CLAIMS, manifest)
     if pod_phase:
@@ -198,3 +204,38 @@ async def test_a_decision_starts_from_the_claim_its_event_saw(
     # Nothing written meanwhile is lost: the refused write was decided again on a fresh read.
     assert stored["metadata"].get("labels") == ({"changed": "since"} if changed_since else None)
     assert len(reads) - 1 == reads_wanted  # the last read is the `get` above
+
+
+async def test_the_allocation_carries_the_id_of_its_decision(nc: Client) -> None:
+    """Written with the finalizer; a redelivery of the same decision writes nothing new, a
+    decision written later (after a release) gets its own id."""
+    store = KvStore(nc)
+    publisher = Publisher(nc)
+    claim = await store.create(RESOURCE_CLAIMS, new_claim("c1"))
+    ref = claims_pb2.ClaimRef(namespace="default", name="c1", uid=claim["metadata"]["uid"])
+    decision = claims_pb2.AllocationDecision(
+        claim=ref,
+        outcome=claims_pb2.AllocationDecision.OUTCOME_ALLOCATED,
+        allocation_json=json.dumps(ALLOCATION).encode(),
+        node_name="n1",
+    )
+    decision.decided_at.FromSeconds(1_700_000_000)
+    writeback = Writeback(nc, store, publisher, consumer="id-test")
+    await writeback._allocated(decision)
+    first = await store.get(RESOURCE_CLAIMS, "c1", "default")
+    epoch = annotations_of(first)[ALLOCATION_ID_ANNOTATION]
+    assert epoch == decision_id(decision)
+    assert len(epoch) == 16
+    assert int(epoch, 16) >= 0
+    await writeback._allocated(decision)  # redelivered
+    again = await store.get(RESOURCE_CLAIMS, "c1", "default")
+    assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    # Released (the allocation cleared), then allocated again by a later decision.
+    again["status"] = {}
+    await store.replace_status(RESOURCE_CLAIMS, again)
+    later = claims_pb2.AllocationDecision()
+    later.CopyFrom(decision)
+    later.decided_at.FromSeconds(1_700_000_060)
+    await writeback._allocated(later)
+    second = await store.get(RESOURCE_CLAIMS, "c1", "default")
+    assert annotations_of(second)[ALLOCATION_ID_ANNOTATION] == decision_id(later) != epoch
