@@ -5,8 +5,9 @@ and `Query` do, with Go's error messages (`parse "../x": invalid URI for request
 
 Edge cases kept from Go: a scheme is lower-cased, text after `scheme:` without a `/` is opaque
 (no host, no path), `//host` without a scheme is a path for `ParseRequestURI` but a host for
-`Parse`, a host is `[IPv6]` (validated: an IPv6 address, no IPv4), a reg-name or IPv4 with an
-optional numeric `:port` (empty allowed), `%XX` escapes in hosts only for non-ASCII bytes (and
+`Parse`, a host is `[IPv6]` (validated, as Go does since 2025: an IPv6 address, no IPv4; for
+`http`/`https` no second colon outside brackets) or a reg-name or IPv4, with an optional numeric
+`:port` (empty allowed), `%XX` escapes in hosts only for non-ASCII bytes (and
 `%25` before a zone), control characters anywhere are errors, and `?k=a&k=b` keeps both values
 (a `;` in a pair drops that pair). Go works on bytes; text here is handled as UTF-8 bytes and
 results that are not valid UTF-8 are decoded with replacement characters.
@@ -163,15 +164,15 @@ def _parse(data: bytes, *, via_request: bool, raw: str = "") -> ParsedURL:
     if authority_form and rest.startswith(b"//"):
         authority, slash, tail = rest[2:].partition(b"/")
         rest = slash + tail
-        user, host = _parse_authority(authority)
+        user, host = _parse_authority(authority, scheme)
     path = _unescape(rest, _PATH)
     raw_path = b"" if _escape(path) == rest else rest
     return ParsedURL(raw, scheme, "", host, path, raw_path, raw_query, user)
 
 
-def _parse_authority(authority: bytes) -> tuple[tuple[bytes, ...], bytes]:
+def _parse_authority(authority: bytes, scheme: str) -> tuple[tuple[bytes, ...], bytes]:
     at = authority.rfind(b"@")
-    host = _parse_host(authority[at + 1 :] if at >= 0 else authority)
+    host = _parse_host(authority[at + 1 :] if at >= 0 else authority, scheme)
     if at < 0:
         return (), host
     userinfo = authority[:at]
@@ -187,31 +188,39 @@ def _valid_port(port: bytes) -> bool:
     return port[0] == 0x3A and all(0x30 <= c <= 0x39 for c in port[1:])
 
 
-def _parse_host(host: bytes) -> bytes:
-    if host.startswith(b"["):
+def _parse_host(host: bytes, scheme: str) -> bytes:
+    """Go's `parseHost` (with its checks of 2025: only an IPv6 address in brackets, and for
+    http/https one colon at most outside them)."""
+    open_bracket = host.rfind(b"[")
+    if open_bracket > 0:
+        raise _Error("invalid IP-literal")
+    if open_bracket == 0:
         close = host.rfind(b"]")
         if close < 0:
             raise _Error("missing ']' in host")
         colon_port = host[close + 1 :]
         if not _valid_port(colon_port):
             raise _Error(f"invalid port {go_quote(_text(colon_port))} after host")
-        zone = host.find(b"%25", 0, close)
-        literal = host[1 : zone if zone >= 0 else close]
+        port = _unescape(colon_port, _HOST)
+        literal = host[1:close]
+        zone = literal.find(b"%25")
+        if zone >= 0:
+            name = _unescape(literal[:zone], _HOST) + _unescape(literal[zone:], _ZONE)
+        else:
+            name = _unescape(literal, _HOST)
         try:
-            addr = parse_go_addr(_text(literal))
+            addr = parse_go_addr(_text(name))
         except AddrSyntaxError as exc:
             raise _Error(f"invalid host: {exc}") from None
         if not addr.v6:
             raise _Error("invalid IP-literal")
-        if zone >= 0:
-            return (
-                _unescape(host[:zone], _HOST)
-                + _unescape(host[zone:close], _ZONE)
-                + _unescape(host[close:], _HOST)
-            )
-    else:
-        colon = host.rfind(b":")
-        if colon >= 0 and not _valid_port(host[colon:]):
+        return b"[" + name + b"]" + port
+    colon = host.find(b":")
+    if colon >= 0:
+        last = host.rfind(b":")
+        if last != colon and scheme not in ("http", "https"):
+            colon = last
+        if not _valid_port(host[colon:]):
             raise _Error(f"invalid port {go_quote(_text(host[colon:]))} after host")
     return _unescape(host, _HOST)
 
