@@ -3,8 +3,9 @@
 `compile_selector(expression, options=CelOptions(...))` parses (cel-python's grammar),
 type-checks against the DRA environment the options describe (`device.driver`, `.attributes`,
 `.capacity`, `.allowMultipleAllocations` and `includes()` as the feature gates declare them,
-Kubernetes' quantity/semver/list/regex/string libraries with `format()`, `cel.bind`,
-`optional`), estimates the worst-case cost, and returns a `CompiledSelector` whose
+Kubernetes' quantity/semver/list/regex/string libraries with `format()`, its URL, IP and CIDR
+libraries (`url()`, `ip()`, `cidr()` and their accessors, `lib_net`), `cel.bind`, `optional`),
+estimates the worst-case cost, and returns a `CompiledSelector` whose
 `matches(DeviceView)` evaluates with CEL's semantics; when the estimate cannot rule out passing
 the cost limit, evaluations are metered and stopped at the limit, as in Kubernetes.
 """
