@@ -5,8 +5,9 @@
   devices are free, and it is NOT allocated again with nobody to use it (it carries
   `gpudra.io/consumers-left`); a new pod naming it brings it back: allocated, reserved for that pod.
 - Kubernetes mode (the fake API server): kube-controller-manager clearing a claim after its pod
-  left frees the devices and the claim waits (marked) for the next pod that names it; a claim
-  that cannot be placed gets a Warning `FailedAllocation` Event whose note is the allocator's
+  left frees the devices and the claim waits (marked) for the next pod that names it — also when
+  the clearing happened while the claim-writer was down (seen at its restart); a claim that
+  cannot be placed gets a Warning `FailedAllocation` Event whose note is the allocator's
   explanation.
 """
 
@@ -254,3 +255,72 @@ async def test_a_claim_whose_pod_finished_waits_for_the_next_pod(
     await wait_for(lambda: used_by(store, "run-2"), 60, "data allocated for run-2", cluster)
     logs = cluster.logs()
     assert "Traceback" not in logs, logs
+
+
+async def test_kubernetes_mode_a_claim_cleared_while_the_claim_writer_was_down_is_released(
+    nc: Client, cluster: Cluster, tmp_path: Path
+) -> None:
+    """The claim-writer is killed while the claim is reserved for its pod; the pod goes and
+    kube-controller-manager clears the allocation and then removes the delete-protection finalizer.
+    The restarted claim-writer releases the devices and marks the claim, which waits for the next
+    pod instead of getting its old allocation back."""
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        kube = ("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        await publish_nodes(nc, ["node-k"])
+        cluster.start_inventory(*kube)
+        cluster.start_allocator()
+        cluster.start_claim_writer(*kube)
+        await slices_ready(nc, cluster, 1)
+
+        def find(resource: Any, name: str) -> dict[str, Any] | None:
+            return next((o for o in api.objects(resource) if o["metadata"]["name"] == name), None)
+
+        first = await api.put(PODS, pod_naming("job-1", "data"))
+        await api.put(RESOURCE_CLAIMS, claim_manifest("data", count=2))
+
+        async def ungated(pod: str) -> dict[str, Any] | None:
+            claim, p = find(RESOURCE_CLAIMS, "data"), find(PODS, pod)
+            ready = claim and devices_of(claim) and p and not p["spec"].get("schedulingGates")
+            return claim if ready else None
+
+        claim = await wait_for(lambda: ungated("job-1"), 60, "data allocated for job-1", cluster)
+        assert await held(nc) == {"default/data"}
+        claim["status"]["reservedFor"] = [
+            {"resource": "pods", "name": "job-1", "uid": first["metadata"]["uid"]}
+        ]
+        await api.put(RESOURCE_CLAIMS, claim)
+
+        cluster.kill("claim-writer")
+        client = await ApiStore.from_kubeconfig(kubeconfig)
+        try:
+            await client.delete(PODS, "job-1", "default")
+        finally:
+            await client.close()
+        # kube-controller-manager: the allocation cleared, then its finalizer removed.
+        cleared = find(RESOURCE_CLAIMS, "data")
+        assert cleared is not None
+        cleared["status"] = {}
+        cleared = await api.put(RESOURCE_CLAIMS, cleared)
+        del cleared["metadata"]["finalizers"]
+        await api.put(RESOURCE_CLAIMS, cleared)
+        assert await held(nc) == {"default/data"}, "nobody told the allocator yet"
+
+        cluster.start_claim_writer(*kube)
+
+        async def released() -> dict[str, Any] | None:
+            claim = find(RESOURCE_CLAIMS, "data")
+            marked = CONSUMERS_LEFT in ((claim or {}).get("metadata", {}).get("annotations") or {})
+            free = "default/data" not in await held(nc)
+            return claim if marked and free and not devices_of(claim or {}) else None
+
+        await wait_for(released, 60, "data released and marked after the restart", cluster)
+        await asyncio.sleep(3.0)
+        still = find(RESOURCE_CLAIMS, "data")
+        assert still is not None
+        assert not devices_of(still), "re-allocated with no consumer after the restart"
+
+        await api.put(PODS, pod_naming("job-2", "data"))
+        await wait_for(lambda: ungated("job-2"), 60, "data allocated for job-2", cluster)
+        logs = cluster.logs()
+        assert "Traceback" not in logs, logs
