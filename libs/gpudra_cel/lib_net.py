@@ -25,7 +25,7 @@ from gpudra_cel.netaddr import IPAddr, IPPrefix, go_quote, parse_addr, parse_pre
 from gpudra_cel.neturl import ParsedURL, is_url, parse_url
 from gpudra_cel.types import BOOL, CIDR, INT, IP, STRING, URL, list_of, map_of
 
-__all__ = ["NET_OVERLOADS", "cidr", "ip"]
+__all__ = ["NET_OVERLOADS", "cidr", "ip", "url"]
 
 
 # ---------------------------------------------------------------------------- IP

@@ -397,3 +397,23 @@ def test_folded_literals_are_free_and_errors_stay_run_time() -> None:
     selector = compile_selector('url("../x").getHost() == ""')
     with pytest.raises(CelError, match="invalid URI for request"):
         selector.matches(EMPTY)
+
+
+_URLISH = st.text(alphabet="htps:/[]@%25#?&=+;.-_~ab19fF\x00 é", max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=40), _URLISH))
+def test_any_text_parses_or_fails_cleanly(text: str) -> None:
+    # bad input is an evaluation error, never a crash; the predicates agree with the parsers
+    for parse_fn, predicate in (("ip", "isIP"), ("cidr", "isCIDR"), ("url", "isURL")):
+        device = _device(s=text)
+        valid = _run(f"{predicate}({A}.s)", device)
+        outcome = _run(f"{parse_fn}({A}.s) == {parse_fn}({A}.s)", device)
+        if parse_fn == "url" and valid is True and "#" in text:
+            assert outcome is True or "invalid URL escape" in str(outcome)
+        else:
+            assert (outcome is True) is (valid is True), (text, outcome)
+    if _run(f"isIP({A}.s)", _device(s=text)) is True:
+        canonical = _run(f"string(ip({A}.s)) == {A}.s", _device(s=text))
+        assert canonical is _run(f"ip.isCanonical({A}.s)", _device(s=text))

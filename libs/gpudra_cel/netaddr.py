@@ -12,6 +12,7 @@ Python's `ipaddress` is not used: it differs from Go on zones, mapped addresses 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpudra_cel.errors import CelEvaluationError
@@ -28,6 +29,8 @@ __all__ = [
 
 _V4_MAPPED = 0xFFFF << 32
 _HEX = "0123456789abcdefABCDEF"
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"  # no leading zeros, as Go
+_DOTTED_QUAD = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
 
 
 def go_quote(text: str) -> str:
@@ -185,6 +188,10 @@ def parse_addr(text: str) -> IPAddr:
 
 def parse_go_addr(text: str) -> IPAddr:
     """`netip.ParseAddr`, raising `AddrSyntaxError`."""
+    quad = _DOTTED_QUAD.fullmatch(text)
+    if quad is not None:  # the common case, without the general parser's loop
+        a, b, c, d = (int(x) for x in quad.groups())
+        return IPAddr((a << 24) | (b << 16) | (c << 8) | d, False)
     for ch in text:
         if ch == ".":
             return IPAddr(_ipv4_fields(text, text), False)

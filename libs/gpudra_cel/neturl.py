@@ -15,6 +15,7 @@ results that are not valid UTF-8 are decoded with replacement characters.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 from gpudra_cel.errors import CelEvaluationError
@@ -29,6 +30,7 @@ _RESERVED = frozenset(b"$&+,/:;=?@")
 _USERINFO_OK = _ALNUM | frozenset(b"-._:~!$&'()*+,;=%@")
 _VALID_ENCODED = frozenset(b"!$&'()*+,;=:@[]%")
 _PATH, _HOST, _ZONE, _QUERY = "path", "host", "zone", "query"
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 
 
 class _Error(Exception):
@@ -138,7 +140,7 @@ def _scheme(data: bytes) -> tuple[bytes, bytes]:
 
 
 def _parse(data: bytes, *, via_request: bool, raw: str = "") -> ParsedURL:
-    if any(c < 0x20 or c == 0x7F for c in data):
+    if _CONTROL.search(data):
         raise _Error("net/url: invalid control character in URL")
     if not data and via_request:
         raise _Error("empty url")
@@ -244,6 +246,9 @@ def _should_escape(c: int, mode: str) -> bool:
 
 
 def _unescape(data: bytes, mode: str) -> bytes:
+    plain = b"%" not in data and not (mode == _QUERY and b"+" in data)
+    if plain and (mode not in (_HOST, _ZONE) or not data.translate(None, _HOST_PLAIN)):
+        return data  # the common case: nothing to check or decode
     i, n = 0, len(data)
     while i < n:
         c = data[i]
@@ -277,6 +282,8 @@ def _unescape(data: bytes, mode: str) -> bytes:
 
 def _escape(data: bytes) -> bytes:
     """Go's `escape(s, encodePath)`."""
+    if not data.translate(None, _PATH_PLAIN):
+        return data
     out = bytearray()
     for c in data:
         if _should_escape(c, _PATH):
@@ -298,3 +305,8 @@ def _split_host_port(host: bytes) -> tuple[bytes, bytes]:
     if host.startswith(b"[") and host.endswith(b"]"):
         host = host[1:-1]
     return host, port
+
+
+# bytes that pass through unchanged (fast paths of `_unescape` and `_escape`)
+_HOST_PLAIN = bytes(c for c in range(256) if c >= 0x80 or not _should_escape(c, _HOST))
+_PATH_PLAIN = bytes(c for c in range(256) if not _should_escape(c, _PATH))
