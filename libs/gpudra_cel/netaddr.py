@@ -319,9 +319,9 @@ def parse_prefix(text: str) -> IPPrefix:
     valid = bits_text.isascii() and bits_text.isdigit()
     if not valid or (len(bits_text) > 1 and bits_text[0] == "0"):
         raise fail(f"bad bits after slash: {go_quote(bits_text)}")
-    if len(bits_text) > 19:  # beyond int64: strconv.Atoi fails
+    bits = int(bits_text) if len(bits_text) <= 19 else 1 << 63
+    if bits >= 1 << 63:  # beyond int64: strconv.Atoi fails
         raise fail(f"bad bits after slash: {go_quote(bits_text)}")
-    bits = int(bits_text)
     if bits > addr.bit_len:
         raise fail("prefix length out of range")
     return IPPrefix(addr, bits)

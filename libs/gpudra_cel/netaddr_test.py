@@ -154,6 +154,15 @@ def test_prefix(text: str, printed: str, bits: int, masked: str) -> None:
         pytest.param("192.168.0.0/08", 'bad bits after slash: "08"', id="leading-zero"),
         pytest.param("192.168.0.0/33", "prefix length out of range", id="v4-too-long"),
         pytest.param("::1/129", "prefix length out of range", id="v6-too-long"),
+        pytest.param("::1/9223372036854775807", "prefix length out of range", id="int64-max"),
+        pytest.param(
+            "::1/9223372036854775808", 'bad bits after slash: "9223372036854775808"', id="atoi"
+        ),
+        pytest.param(
+            "::1/" + "9" * 5000,
+            'bad bits after slash: "' + "9" * 5000 + '"',
+            id="beyond-python-int-parsing-limit",
+        ),  # fmt: skip
         pytest.param("fe80::1%eth0/64", "IPv6 zones cannot be present in a prefix", id="zone"),
         pytest.param("1.2.3/8", 'ParseAddr("1.2.3"): IPv4 address too short', id="bad-addr"),
     ],
