@@ -4,6 +4,7 @@
   allocated and is added to its `reservedFor`; once the pod is deleted the claim is released, its
   devices are free, and it is NOT allocated again with nobody to use it (it carries
   `gpudra.io/consumers-left`); a new pod naming it brings it back: allocated, reserved for that pod.
+  A pod deleted while the claim-writer was down releases its claim the same way at the restart.
 - Kubernetes mode (the fake API server): kube-controller-manager clearing a claim after its pod
   left frees the devices and the claim waits (marked) for the next pod that names it — also when
   the clearing happened while the claim-writer was down (seen at its restart); a claim that
@@ -32,6 +33,8 @@ from control_plane.cluster import (
 )
 from control_plane.gang_test import holders as held
 from gpudra_kube.api_backend import ApiStore
+from gpudra_kube.claims import ClaimStore
+from gpudra_kube.consumers import Outcome, unreserve
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -324,3 +327,46 @@ async def test_kubernetes_mode_a_claim_cleared_while_the_claim_writer_was_down_i
         await wait_for(lambda: ungated("job-2"), 60, "data allocated for job-2", cluster)
         logs = cluster.logs()
         assert "Traceback" not in logs, logs
+
+
+async def test_a_claim_whose_pod_left_while_the_claim_writer_was_down_is_released(
+    nc: Client, cluster: Cluster
+) -> None:
+    """Standalone: the claim-writer keeps `reservedFor` itself. It removed the last consumer of a
+    claim (its pod was deleted), which cleared the allocation, and was killed before its intake
+    reported the release. The restarted claim-writer reports it and marks the claim."""
+    store = KvStore(nc)
+    await publish_nodes(nc, ["node-1"])
+    cluster.start_inventory()
+    cluster.start_allocator()
+    cluster.start_claim_writer()
+    await slices_ready(nc, cluster, 1)
+    await store.create(PODS, pod_naming("job-1", "data"))
+    await store.create(RESOURCE_CLAIMS, claim_manifest("data", count=2))
+    await wait_for(lambda: used_by(store, "job-1"), 60, "data allocated for job-1", cluster)
+    pod = await store.get(PODS, "job-1", "default")
+
+    cluster.kill("claim-writer")
+    await store.delete(PODS, "job-1", "default")
+    # What its consumers loop did last: the allocation cleared, the finalizer dropped.
+    assert await unreserve(ClaimStore(store), "default", "data", pod["metadata"]["uid"]) is (
+        Outcome.RELEASED
+    )
+    assert await held(nc) == {"default/data"}, "nobody told the allocator yet"
+    cluster.start_claim_writer()
+
+    async def released() -> dict[str, Any] | None:
+        claim = await claim_or_none(store, "data")
+        marked = CONSUMERS_LEFT in ((claim or {}).get("metadata", {}).get("annotations") or {})
+        free = "default/data" not in await held(nc)
+        return claim if marked and free and not devices_of(claim or {}) else None
+
+    await wait_for(released, 60, "data released and marked after the restart", cluster)
+    await asyncio.sleep(3.0)
+    still = await claim_or_none(store, "data")
+    assert still is not None
+    assert not devices_of(still), "re-allocated with no consumer after the restart"
+    await store.create(PODS, pod_naming("job-2", "data"))
+    await wait_for(lambda: used_by(store, "job-2"), 60, "data allocated for job-2", cluster)
+    logs = cluster.logs()
+    assert "Traceback" not in logs, logs
