@@ -10,7 +10,9 @@ Promises:
 - `unreserve` removes a pod by UID; when that was the last consumer of an allocated claim, the
   same status write clears the allocation (kube-controller-manager's deallocation: the claim is
   free again, and the claim-writer's intake reports the release), and then the delete-protection
-  finalizer is dropped.
+  finalizer is dropped — in that order, as kube-controller-manager does: a pending claim that
+  carries gpudra's allocation id but no finalizer is how the claim-writer recognises, after a
+  restart, a release it never reported (`gpudra_claim_writer.consumers`).
 - Both re-read and re-apply on a conflict (`ClaimStore.mutate_status`), so a consumer is never
   lost to a concurrent write; a claim that is gone is `Outcome.GONE`, not an error.
 """
