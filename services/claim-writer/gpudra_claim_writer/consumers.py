@@ -26,7 +26,8 @@ deallocation) and from then on is offered to the allocator only with a pod that 
 run (`pod_waiting_for`; `events.PodUnits` ignores finished pods too), never alone. The annotation
 is never removed: once consumed, a claim is always allocated for a pod. A claim that never had a
 consumer (`gpudra apply` of bare claims, the demo) is still allocated eagerly, and so is one whose
-allocation was cleared while nobody used it (seen live, with the finalizer still on it).
+allocation was cleared live while, as far as the intake saw, nobody used it (unless the witness
+below shows otherwise: a relist can hide the consumers).
 
 A clearing nobody watched (the claim-writer was down, or a 410 relist skipped the revisions):
 - The witness. The write-back's metadata write before an allocation (the one that adds the
@@ -54,11 +55,13 @@ A clearing nobody watched (the claim-writer was down, or a 410 relist skipped th
   it so). Publishing first means a crash in between re-publishes the same message id at the next
   start, never loses the release. Idempotent: once marked with the id, the claim is no longer
   left unreported (a second restart, or a relist after 410, reports and marks nothing).
-- Still not covered: an allocation cleared in the moment between kube-controller-manager's two
-  writes (status cleared, finalizer still on) when the claim-writer starts is taken for a
-  write-back interrupted in between; a claim allocated by kube-scheduler (adopted, no allocation
-  id) or by a claim-writer older than the id; a clearing by hand (status edited) that also removes
-  the finalizer is taken for its consumers leaving.
+- Still not covered: an allocation cleared in the moment between kube-controller-manager's (or
+  `unreserve`'s) two writes (status cleared, finalizer still on) when the claim-writer starts is
+  taken for a write-back interrupted in between (offered, its old decision written again); a
+  claim allocated by kube-scheduler (adopted, no allocation id) or by a claim-writer older than
+  the id; a clearing by hand (status edited) that also removes the finalizer is taken for its
+  consumers leaving. The allocator handles one claim's events concurrently, so a pod's event
+  published right after the mark may still meet the old decision (as on the live path).
 """
 
 from __future__ import annotations
