@@ -4,7 +4,9 @@ Types are small immutable values: `int`, `list(string)`, `map(string, map(string
 `optional_type(T)` (what `a.?b`, `m[?k]` and `optional.of(x)` yield). `dyn` is assignable to and
 from everything (attribute values are `dyn`, as in Kubernetes), and a single-letter name (`A`,
 `B`) is a type parameter that binds on first use in one overload; once bound to `dyn` it stays
-`dyn` (`optional(dyn).orValue(1)` is `dyn`, as in cel-go).
+`dyn` (`optional(dyn).orValue(1)` is `dyn`, as in cel-go). Kubernetes' opaque types `net.IP`,
+`net.CIDR` and `kubernetes.URL` (`lib_net`) are plain named types: `==` between two of the same
+type, no ordering, no conversion from strings except by `ip()` / `cidr()` / `url()`.
 """
 
 from __future__ import annotations
