@@ -13,7 +13,8 @@ goes straight through (the write-back keeps the bare store: it asks it for what 
   event or a bookmark), `lists` (1 + the relists), `lastListAt`, `watchesOpened`, `events`
   (bookmarks included) and `lastEventAt` (RFC 3339 UTC or null);
 - `intake`: events published by kind (`pending`, `with-pod`, `deleted`, `deallocated`,
-  `external`, `foreign`, `waiting`) and `conflicts` (its finalizer/annotation writes refused by a
+  `released-unseen` (deallocations found at a (re)list, see `consumers`), `external`, `foreign`,
+  `waiting`) and `conflicts` (its finalizer/annotation writes refused by a
   changed resourceVersion, then read again);
 - `writeback`: `allocated` (allocations written, repeats of a decision included), `conflicts`
   (writes refused by a changed resourceVersion, then read and decided again), `unschedulable`
@@ -45,7 +46,16 @@ WRITEBACK_COUNTS = (
     "foreign",
     "waiting",
 )
-INTAKE_COUNTS = ("pending", "with-pod", "deleted", "deallocated", "external", "foreign", "waiting")
+INTAKE_COUNTS = (
+    "pending",
+    "with-pod",
+    "deleted",
+    "deallocated",
+    "released-unseen",
+    "external",
+    "foreign",
+    "waiting",
+)
 EVENT_COUNTS = ("created", "updated", "dropped", "failed")
 CLASS_COUNTS = ("written", "deleted", "rejected")
 
