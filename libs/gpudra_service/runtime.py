@@ -38,8 +38,11 @@ async def cancel_until_done(task: asyncio.Task[Any], every: float = 0.5) -> None
         await asyncio.wait({task}, timeout=every)
 
 
-async def until_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
-    """`await work`, unless `stop` is set first: then `work` is cancelled and None returned.
+async def until_stopped(
+    work: Coroutine[Any, Any, T], stop: asyncio.Event, what: str = "NATS"
+) -> T | None:
+    """`await work`, unless `stop` is set first: then `work` is cancelled, "stopped before `what`
+    was reachable" logged and None returned.
 
     For start-up steps that wait without bound (connecting waits for NATS forever): a SIGTERM
     must still end the process.
@@ -52,7 +55,10 @@ async def until_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T 
         stopper.cancel()
         await cancel_until_done(task)
         await asyncio.gather(stopper, return_exceptions=True)
-    return task.result() if not task.cancelled() else None
+    if task.cancelled():
+        log.info("stopped before %s was reachable", what)
+        return None
+    return task.result()
 
 
 async def run_service(

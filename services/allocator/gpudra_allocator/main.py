@@ -50,7 +50,6 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             stop,
         )
         if connected is None:
-            log.info("stopped before NATS was reachable")
             return
         nc = connected
         stack.push_async_callback(nc.drain)

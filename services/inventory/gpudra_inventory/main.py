@@ -36,7 +36,6 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             connect(settings.nats_servers, name="inventory", **nats_options(settings)), stop
         )
         if connected is None:
-            log.info("stopped before NATS was reachable")
             return
         nc = connected
         stack.push_async_callback(nc.drain)

@@ -57,7 +57,6 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             stop,
         )
         if nc is None:
-            log.info("stopped before NATS was reachable")
             return
         stack.push_async_callback(disconnect, nc)
         spec = next(s for s in STREAMS if s.name == INVENTORY_STREAM)
