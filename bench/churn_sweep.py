@@ -8,7 +8,8 @@ For every (load, seed) it generates the churn day of `churn_bench.py` and replay
 `first-fit` and `topology` (the same code as `churn_bench.py`, same defaults), then prints one row
 per run and one summary line per load: the 8-GPU NVLink ratio (topology ÷ first-fit; the issue's
 goal is ≥ 1.5 where first-fit places under 85 % of claims), the GPU-hours topology places minus
-first-fit's (the issue requires ≥ 0), and claims placed by each. Writes a PNG of the three against
+first-fit's (the issue requires ≥ 0) both as held (a MIG claim first-fit hands a whole GPU counts a
+whole GPU) and as asked (every claim at its first alternative), and claims placed by each. Writes a PNG of the three against
 load and the rows as JSON beside it. Simulated fleet; no GPU is touched.
 """
 
@@ -47,6 +48,8 @@ class Row:
     large_topology: int
     gpu_hours_first_fit: float
     gpu_hours_topology: float
+    asked_hours_first_fit: float
+    asked_hours_topology: float
 
     @property
     def ratio(self) -> float:
@@ -54,7 +57,14 @@ class Row:
 
     @property
     def gpu_hours_gained(self) -> float:
+        """GPU-hours held (a MIG claim given a whole GPU counts a whole GPU)."""
         return round(self.gpu_hours_topology - self.gpu_hours_first_fit, 1)
+
+    @property
+    def asked_hours_gained(self) -> float:
+        """GPU-hours as asked (every claim counted at its first alternative: a 1g.10gb claim is
+        1/8 of a GPU whatever it got; `churn_bench.asked_gpus`)."""
+        return round(self.asked_hours_topology - self.asked_hours_first_fit, 1)
 
 
 def floats(text: str) -> list[float]:
@@ -113,6 +123,8 @@ def sweep(args: argparse.Namespace, console: Console) -> list[Row]:
                     large_topology=topo["gpu8NvlinkPlaced"],
                     gpu_hours_first_fit=first["gpuHoursPlaced"],
                     gpu_hours_topology=topo["gpuHoursPlaced"],
+                    asked_hours_first_fit=first["gpuHoursAsAsked"],
+                    asked_hours_topology=topo["gpuHoursAsAsked"],
                 )
             )
     return rows
@@ -131,6 +143,7 @@ def summary(rows: list[Row]) -> list[dict[str, Any]]:
                 "minRatio": round(min(r.ratio for r in at), 3),
                 "seedsAtGoal": [r.seed for r in at if r.ratio >= GOAL_RATIO],
                 "seedsBelowFirstFitGpuHours": [r.seed for r in at if r.gpu_hours_gained < 0],
+                "seedsBelowFirstFitAskedHours": [r.seed for r in at if r.asked_hours_gained < 0],
                 "firstFitPlacedMax": max(r.placed_first_fit for r in at),
                 "loadedOnEverySeed": all(r.placed_first_fit < LOADED for r in at),
             }
@@ -140,7 +153,8 @@ def summary(rows: list[Row]) -> list[dict[str, Any]]:
 
 def report(console: Console, rows: list[Row], lines: list[dict[str, Any]]) -> None:
     table = Table(title="churn day per load and seed (first-fit → topology)")
-    for column in ("load", "seed", "claims placed", "8-GPU NVLink", "ratio", "GPU-h gained"):
+    columns = ("load", "seed", "claims placed", "8-GPU NVLink", "ratio", "GPU-h held", "as asked")
+    for column in columns:
         table.add_column(column, justify="right")
     for r in rows:
         table.add_row(
@@ -150,10 +164,19 @@ def report(console: Console, rows: list[Row], lines: list[dict[str, Any]]) -> No
             f"{r.large_first_fit} → {r.large_topology}",
             f"{r.ratio:.2f}",
             f"{r.gpu_hours_gained:+.1f}",
+            f"{r.asked_hours_gained:+.1f}",
         )
     console.print(table)
     per_load = Table(title=f"per load (goal: ratio ≥ {GOAL_RATIO}, GPU-hours never below)")
-    for column in ("load", "mean ratio", "min", "seeds ≥ goal", "seeds below GPU-h", "loaded"):
+    for column in (
+        "load",
+        "mean ratio",
+        "min",
+        "seeds ≥ goal",
+        "below GPU-h held",
+        "below as asked",
+        "loaded",
+    ):
         per_load.add_column(column, justify="right")
     for line in lines:
         per_load.add_row(
@@ -162,6 +185,7 @@ def report(console: Console, rows: list[Row], lines: list[dict[str, Any]]) -> No
             f"{line['minRatio']:.2f}",
             ",".join(map(str, line["seedsAtGoal"])) or "-",
             ",".join(map(str, line["seedsBelowFirstFitGpuHours"])) or "-",
+            ",".join(map(str, line["seedsBelowFirstFitAskedHours"])) or "-",
             "yes" if line["loadedOnEverySeed"] else f"no (ff ≤ {line['firstFitPlacedMax']:.1%})",
         )
     console.print(per_load)
@@ -178,13 +202,25 @@ def plot(rows: list[Row], path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     panels: tuple[tuple[Callable[[Row], float], str, float], ...] = (
         (lambda r: r.ratio, "8-GPU NVLink claims placed, topology ÷ first-fit", GOAL_RATIO),
-        (lambda r: r.gpu_hours_gained, "GPU-hours placed, topology - first-fit", 0.0),
+        (
+            lambda r: r.gpu_hours_gained,
+            "GPU-hours, topology - first-fit (solid: held; dotted: as asked)",
+            0.0,
+        ),
         (lambda r: 100 * r.placed_first_fit, "claims placed by first-fit (%)", 100 * LOADED),
     )
     for ax, (value, label, line) in zip(axes, panels, strict=True):
         for seed in seeds:
             by_load = {r.load: value(r) for r in rows if r.seed == seed}
-            ax.plot(loads, [by_load[x] for x in loads], marker="o", label=f"seed {seed}")
+            drawn = ax.plot(loads, [by_load[x] for x in loads], marker="o", label=f"seed {seed}")
+            if ax is axes[1]:
+                asked = {r.load: r.asked_hours_gained for r in rows if r.seed == seed}
+                ax.plot(
+                    loads,
+                    [asked[x] for x in loads],
+                    linestyle=":",
+                    color=drawn[0].get_color(),
+                )
         ax.axhline(line, color="black", linestyle="--", linewidth=1)
         ax.set_xlabel("offered load (GPU-time ÷ capacity)")
         ax.set_title(label, fontsize=10)

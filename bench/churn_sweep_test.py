@@ -8,7 +8,7 @@ from churn_sweep import Row, floats, summary
 
 
 def row(load: float, seed: int, ff: int, topo: int, gained: float, placed: float) -> Row:
-    return Row(load, seed, placed, placed - 0.02, ff, topo, 1000.0, 1000.0 + gained)
+    return Row(load, seed, placed, placed - 0.02, ff, topo, 1000.0, 1000.0 + gained, 900.0, 905.0)
 
 
 def test_summary_per_load() -> None:
@@ -26,6 +26,7 @@ def test_summary_per_load() -> None:
         "minRatio": 1.2,
         "seedsAtGoal": [1],
         "seedsBelowFirstFitGpuHours": [2],
+        "seedsBelowFirstFitAskedHours": [],
         "firstFitPlacedMax": 0.84,
         "loadedOnEverySeed": True,
     }
