@@ -59,7 +59,7 @@ OPS: list[Any] = [
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_every_mutation_counts(op: Callable[[Any], None]) -> None:
+def test_every_mutation_counts(op: Callable[[Any], Any]) -> None:
     plain = set(START)
     tracked = InUseDevices(START)
     versions = dict(tracked.pool_version)
