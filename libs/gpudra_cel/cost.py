@@ -6,7 +6,8 @@ characters, at most 32 attributes/capacities per device, attribute strings and l
 so iteration and string work are bounded; literals have their own size. Costs: one unit per
 selection, index, variable, operator or call; string and list functions cost a tenth of a unit per
 character/element they may scan (cel-go's traversal factor), a regex that times a quarter per
-pattern character, `includes` the longest list attribute (48), URL / IP / CIDR functions as `net_cost` says; a
+pattern character, `includes` the longest list attribute (48), URL / IP / CIDR functions as
+`net_cost` says, `<format>.validate` as `lib_format_k8s` says; a
 comprehension costs its range
 size times its body plus loop overhead; `optMap`/`optFlatMap` run their body at most once, and
 optional selection/indexing (`.?`, `[?]`) costs what plain selection/indexing costs, as in
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from gpudra_api.names import DEVICE_MAX_ID_LENGTH, DRIVER_NAME_MAX_LENGTH
 from gpudra_cel.checker import Checked
+from gpudra_cel.lib_format_k8s import format_estimate
 from gpudra_cel.lib_kube import MAX_LIST_ATTRIBUTE_VALUES
 from gpudra_cel.net_cost import net_estimate
 from gpudra_cel.syntax import (
@@ -153,6 +155,10 @@ class _Estimator:
         net = net_estimate(fn, member, subject.size, sizes, takes_string)
         if net is not None:  # Kubernetes' URL / IP / CIDR libraries
             return _Est(cost + net[0], net[1], net[2])
+        receiver = node.target.function if isinstance(node.target, Call) else None
+        formatted = format_estimate(fn, receiver and receiver.removeprefix("format."), sizes)
+        if formatted is not None:  # Kubernetes' format library
+            return _Est(cost + formatted[0], formatted[1], formatted[2])
         kinds = {ov.cost for ov in overloads}
         if "regex" in kinds and args:
             pattern = args[0] if target is not None else args[1]  # s.matches(p) / matches(s, p)
@@ -165,6 +171,8 @@ class _Estimator:
         if listed is not None:
             return _Est(cost + listed.cost, listed.size, listed.elem)
         size, elem = self.result_size(fn, subject, args)
+        if fn == "join":  # priced at run time by the joined text: a tenth of twice its length
+            cost += _scan(2 * size)
         return _Est(cost, size, elem)
 
     def result_size(self, fn: str, subject: _Est, args: list[_Est]) -> tuple[int, int]:

@@ -12,6 +12,7 @@ from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.functions import Overload
+from gpudra_cel.k8s_formats import NamedFormat
 from gpudra_cel.netaddr import IPAddr, IPPrefix
 from gpudra_cel.neturl import ParsedURL
 from gpudra_cel.operators import Fn
@@ -43,6 +44,7 @@ _CLASSES: dict[str, tuple[type, ...]] = {
     "net.IP": (IPAddr,),
     "net.CIDR": (IPPrefix,),
     "kubernetes.URL": (ParsedURL,),
+    "kubernetes.NamedFormat": (NamedFormat,),
 }
 
 

@@ -6,6 +6,7 @@ from types import MappingProxyType
 
 from gpudra_cel.functions import Overload
 from gpudra_cel.lib_core import CORE_OVERLOADS
+from gpudra_cel.lib_format_k8s import FORMAT_OVERLOADS
 from gpudra_cel.lib_kube import KUBE_OVERLOADS
 from gpudra_cel.lib_lists import LIST_OVERLOADS
 from gpudra_cel.lib_net import NET_OVERLOADS
@@ -22,4 +23,11 @@ def _index(*groups: tuple[Overload, ...]) -> MappingProxyType[str, tuple[Overloa
     return MappingProxyType({name: tuple(ovs) for name, ovs in table.items()})
 
 
-FUNCTIONS = _index(CORE_OVERLOADS, STRING_OVERLOADS, KUBE_OVERLOADS, LIST_OVERLOADS, NET_OVERLOADS)
+FUNCTIONS = _index(
+    CORE_OVERLOADS,
+    STRING_OVERLOADS,
+    KUBE_OVERLOADS,
+    LIST_OVERLOADS,
+    NET_OVERLOADS,
+    FORMAT_OVERLOADS,
+)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.netaddr import AddrSyntaxError, go_quote, parse_go_addr
 
-__all__ = ["ParsedURL", "is_url", "parse_url"]
+__all__ = ["ParsedURL", "is_url", "parse_url", "request_uri_error"]
 
 _ALNUM = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 _HEXDIGITS = frozenset(b"0123456789abcdefABCDEF")
@@ -121,6 +121,16 @@ def is_url(text: str) -> bool:
     except _Error:
         return False
     return True
+
+
+def request_uri_error(text: str) -> str | None:
+    """Go's `url.ParseRequestURI(text)` error as Go prints it (`parse "x": invalid URI for
+    request`), or None when it accepts the text (the `uri` format of `lib_format_k8s`)."""
+    try:
+        _parse(text.encode("utf-8", errors="surrogatepass"), via_request=True)
+    except _Error as exc:
+        return f"parse {go_quote(text)}: {exc}"
+    return None
 
 
 def _scheme(data: bytes) -> tuple[bytes, bytes]:

@@ -16,7 +16,8 @@ tenth of the shorter operand; `in` a list: its length; string concatenation; `co
 `trim`, `replace`, `split`, `join`, `indexOf`, `lastIndexOf`, `includes`, `quantity`,
 `semver`, `format`, `strings.quote`; the lists extension's `slice`, `flatten`, `lists.range`,
 `reverse`, `distinct`, `sort` as cel-go's version 3 tracks them; Kubernetes' URL / IP / CIDR
-parsers and `containsIP` / `containsCIDR`, see `net_cost`); each iteration of a comprehension adds 3 for the loop's
+parsers and `containsIP` / `containsCIDR`, see `net_cost`; `<format>.validate`, see
+`lib_format_k8s`); each iteration of a comprehension adds 3 for the loop's
 condition and step (the estimator's figure). `has()` is free, as Kubernetes configures it.
 Where the compiler fuses several nodes into one closure (`device.attributes["d"].name`), the
 closure is charged the units of all of them. Fixed units are added once per charge point (see
@@ -35,6 +36,7 @@ from gpudra_cel.checker import Checked
 from gpudra_cel.compiler import Compiled, Const, _Compiler, _fn
 from gpudra_cel.dispatch import dispatch
 from gpudra_cel.errors import CelError, CelEvaluationError
+from gpudra_cel.lib_format_k8s import FORMAT_RUNTIME_PRICES
 from gpudra_cel.lib_lists import self_compare_cost
 from gpudra_cel.net_cost import NET_RUNTIME_PRICES
 from gpudra_cel.operators import BINARY, Fn
@@ -130,6 +132,7 @@ _SIZED: dict[str, Callable[[Sequence[object], object], int]] = {
     "distinct": lambda v, r: self_compare_cost(v[0]),  # type: ignore[arg-type]
     "sort": lambda v, r: self_compare_cost(v[0]),  # type: ignore[arg-type]
     **NET_RUNTIME_PRICES,  # url, ip, cidr, isIP, isCIDR, ip.isCanonical, containsIP/CIDR
+    **FORMAT_RUNTIME_PRICES,  # <format>.validate
 }
 
 

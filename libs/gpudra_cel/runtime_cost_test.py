@@ -78,6 +78,8 @@ EXPRESSIONS = [
     f"[[1], {A}.ids].flatten().size() == 49",
     f"[{{'attributes': {{'d': {A}.names}}}}].all(device, device.attributes.d.size() > 1)",
     f'device.attributes[?"{DRV}"].?model.orValue("").size() > 1',
+    f'format.named("dns1123Label").value().validate({A}.model).orValue([]).join(" ").size() > 9'
+    f' && !format.dns1035Label().validate("gpu-" + string({A}.index)).hasValue()',
 ]
 
 

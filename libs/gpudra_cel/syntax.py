@@ -57,7 +57,8 @@ _TWO_VAR = {
     "transformList": ("transformList", (3, 4)),
     "transformMap": ("transformMap", (3, 4)),
 }
-_NAMESPACES = frozenset({"optional", "cel", "sets", "strings", "lists", "ip"})  # ip.isCanonical
+# ip.isCanonical; format.named and format.dns1123Label() etc. (Kubernetes' format library)
+_NAMESPACES = frozenset({"optional", "cel", "sets", "strings", "lists", "ip", "format"})
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _UINT64_MAX = (1 << 64) - 1
 

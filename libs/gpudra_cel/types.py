@@ -6,7 +6,8 @@ from everything (attribute values are `dyn`, as in Kubernetes), and a single-let
 `B`) is a type parameter that binds on first use in one overload; once bound to `dyn` it stays
 `dyn` (`optional(dyn).orValue(1)` is `dyn`, as in cel-go). Kubernetes' opaque types `net.IP`,
 `net.CIDR` and `kubernetes.URL` (`lib_net`) are plain named types: `==` between two of the same
-type, no ordering, no conversion from strings except by `ip()` / `cidr()` / `url()`.
+type, no ordering, no conversion from strings except by `ip()` / `cidr()` / `url()`; so is
+`kubernetes.NamedFormat` (`lib_format_k8s`), made only by `format.<name>()` / `format.named()`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
+from gpudra_cel.k8s_formats import NamedFormat
 from gpudra_cel.netaddr import IPAddr, IPPrefix
 from gpudra_cel.neturl import ParsedURL
 from gpudra_cel.values import CelOptional, CelUint
@@ -27,6 +29,7 @@ __all__ = [
     "DEVICE_FIELDS",
     "DOUBLE",
     "DYN",
+    "FORMAT",
     "INT",
     "IP",
     "NULL",
@@ -74,10 +77,12 @@ DEVICE = CelType("kubernetes.DRADevice")
 IP = CelType("net.IP")  # Kubernetes' IP, CIDR and URL libraries (`lib_net`)
 CIDR = CelType("net.CIDR")
 URL = CelType("kubernetes.URL")
+FORMAT = CelType("kubernetes.NamedFormat")  # Kubernetes' format library (`lib_format_k8s`)
 _NET_CLASSES: dict[str, type] = {
     "net.IP": IPAddr,
     "net.CIDR": IPPrefix,
     "kubernetes.URL": ParsedURL,
+    "kubernetes.NamedFormat": NamedFormat,
 }
 
 

@@ -21,6 +21,7 @@ from typing import Final
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
 from gpudra_cel.errors import CelEvaluationError
+from gpudra_cel.k8s_formats import NamedFormat
 from gpudra_cel.netaddr import IPAddr, IPPrefix
 from gpudra_cel.neturl import ParsedURL
 
@@ -109,6 +110,7 @@ _NET_TYPE_NAMES: dict[type, str] = {
     IPAddr: "net.IP",
     IPPrefix: "net.CIDR",
     ParsedURL: "kubernetes.URL",
+    NamedFormat: "kubernetes.NamedFormat",
 }
 
 
@@ -138,7 +140,7 @@ def type_name(value: object) -> str:
         return "Semver"
     if isinstance(value, CelOptional):
         return "optional_type"
-    if isinstance(value, IPAddr | IPPrefix | ParsedURL):
+    if isinstance(value, IPAddr | IPPrefix | ParsedURL | NamedFormat):
         return _NET_TYPE_NAMES[type(value)]
     return type(value).__name__
 
@@ -172,6 +174,8 @@ def equal(a: object, b: object) -> bool:
                 return False
         return True
     if ta is tb and ta in (float, Quantity, Semver, CelOptional, type(None), IPAddr, IPPrefix):
+        return a == b
+    if ta is tb is NamedFormat:  # as Kubernetes: the same name
         return a == b
     if isinstance(a, ParsedURL) and isinstance(b, ParsedURL):  # as Kubernetes: same String()
         return a.key() == b.key()
