@@ -44,6 +44,61 @@ pytestmark = pytest.mark.slow
 CONSUMERS_LEFT = "gpudra.io/consumers-left"
 
 
+def _find(api: FakeKubeApi, resource: Any, name: str) -> dict[str, Any] | None:
+    return next((o for o in api.objects(resource) if o["metadata"]["name"] == name), None)
+
+
+async def _ungated(api: FakeKubeApi, pod: str) -> dict[str, Any] | None:
+    """Claim `data` once it is allocated and `pod`'s scheduling gate is lifted."""
+    claim, p = _find(api, RESOURCE_CLAIMS, "data"), _find(api, PODS, pod)
+    ready = claim and devices_of(claim) and p and not p["spec"].get("schedulingGates")
+    return claim if ready else None
+
+
+async def _reserved_for_job_1(
+    api: FakeKubeApi, nc: Client, cluster: Cluster, kube: tuple[str, ...]
+) -> None:
+    """Kubernetes mode: the three services up, claim `data` allocated for pod job-1 and reserved
+    for it (as kube-scheduler does when it binds the pod)."""
+    await publish_nodes(nc, ["node-k"])
+    cluster.start_inventory(*kube)
+    cluster.start_allocator()
+    cluster.start_claim_writer(*kube)
+    await slices_ready(nc, cluster, 1)
+    first = await api.put(PODS, pod_naming("job-1", "data"))
+    await api.put(RESOURCE_CLAIMS, claim_manifest("data", count=2))
+    claim = await wait_for(lambda: _ungated(api, "job-1"), 60, "data allocated for job-1", cluster)
+    assert await held(nc) == {"default/data"}
+    claim["status"]["reservedFor"] = [
+        {"resource": "pods", "name": "job-1", "uid": first["metadata"]["uid"]}
+    ]
+    await api.put(RESOURCE_CLAIMS, claim)
+
+
+async def _released_then_given_to_job_2(
+    api: FakeKubeApi, nc: Client, cluster: Cluster, when: str
+) -> None:
+    """Claim `data` is released (devices free) and marked, stays unallocated with nobody to use
+    it, and is allocated again once pod job-2 names it."""
+
+    async def released() -> dict[str, Any] | None:
+        claim = _find(api, RESOURCE_CLAIMS, "data")
+        marked = CONSUMERS_LEFT in ((claim or {}).get("metadata", {}).get("annotations") or {})
+        free = "default/data" not in await held(nc)
+        return claim if marked and free and not devices_of(claim or {}) else None
+
+    await wait_for(released, 60, f"data released and marked {when}", cluster)
+    await asyncio.sleep(3.0)
+    still = _find(api, RESOURCE_CLAIMS, "data")
+    assert still is not None
+    assert not devices_of(still), f"re-allocated with no consumer {when}"
+
+    await api.put(PODS, pod_naming("job-2", "data"))
+    await wait_for(lambda: _ungated(api, "job-2"), 60, "data allocated for job-2", cluster)
+    logs = cluster.logs()
+    assert "Traceback" not in logs, logs
+
+
 def pod_naming(name: str, claim: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -172,29 +227,9 @@ async def test_kubernetes_mode_a_claim_cleared_after_its_pod_waits_for_the_next_
     allocate the claim again until a new (gated) pod names it."""
     async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
         kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-        await publish_nodes(nc, ["node-k"])
-        cluster.start_inventory("--mode", "kubernetes", "--kubeconfig", kubeconfig)
-        cluster.start_allocator()
-        cluster.start_claim_writer("--mode", "kubernetes", "--kubeconfig", kubeconfig)
-        await slices_ready(nc, cluster, 1)
-
-        def find(resource: Any, name: str) -> dict[str, Any] | None:
-            return next((o for o in api.objects(resource) if o["metadata"]["name"] == name), None)
-
-        first = await api.put(PODS, pod_naming("job-1", "data"))
-        await api.put(RESOURCE_CLAIMS, claim_manifest("data", count=2))
-
-        async def ungated(pod: str) -> dict[str, Any] | None:
-            claim, p = find(RESOURCE_CLAIMS, "data"), find(PODS, pod)
-            ready = claim and devices_of(claim) and p and not p["spec"].get("schedulingGates")
-            return claim if ready else None
-
-        claim = await wait_for(lambda: ungated("job-1"), 60, "data allocated for job-1", cluster)
-        # kube-scheduler binds the pod and reserves the claim for it.
-        claim["status"]["reservedFor"] = [
-            {"resource": "pods", "name": "job-1", "uid": first["metadata"]["uid"]}
-        ]
-        await api.put(RESOURCE_CLAIMS, claim)
+        await _reserved_for_job_1(
+            api, nc, cluster, ("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        )
         await asyncio.sleep(1.0)  # the claim-writer sees the consumer
         # The pod goes; kube-controller-manager clears reservedFor and the allocation together.
         client = await ApiStore.from_kubeconfig(kubeconfig)
@@ -202,27 +237,11 @@ async def test_kubernetes_mode_a_claim_cleared_after_its_pod_waits_for_the_next_
             await client.delete(PODS, "job-1", "default")
         finally:
             await client.close()
-        cleared = find(RESOURCE_CLAIMS, "data")
+        cleared = _find(api, RESOURCE_CLAIMS, "data")
         assert cleared is not None
         cleared["status"] = {}
         await api.put(RESOURCE_CLAIMS, cleared)
-
-        async def released() -> dict[str, Any] | None:
-            claim = find(RESOURCE_CLAIMS, "data")
-            marked = CONSUMERS_LEFT in ((claim or {}).get("metadata", {}).get("annotations") or {})
-            free = "default/data" not in await held(nc)
-            return claim if marked and free and not devices_of(claim or {}) else None
-
-        await wait_for(released, 60, "data released and marked", cluster)
-        await asyncio.sleep(3.0)
-        still = find(RESOURCE_CLAIMS, "data")
-        assert still is not None
-        assert not devices_of(still), "re-allocated with no consumer"
-
-        await api.put(PODS, pod_naming("job-2", "data"))
-        await wait_for(lambda: ungated("job-2"), 60, "data allocated for job-2", cluster)
-        logs = cluster.logs()
-        assert "Traceback" not in logs, logs
+        await _released_then_given_to_job_2(api, nc, cluster, "")
 
 
 async def test_a_claim_whose_pod_finished_waits_for_the_next_pod(
@@ -270,29 +289,7 @@ async def test_kubernetes_mode_a_claim_cleared_while_the_claim_writer_was_down_i
     async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
         kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
         kube = ("--mode", "kubernetes", "--kubeconfig", kubeconfig)
-        await publish_nodes(nc, ["node-k"])
-        cluster.start_inventory(*kube)
-        cluster.start_allocator()
-        cluster.start_claim_writer(*kube)
-        await slices_ready(nc, cluster, 1)
-
-        def find(resource: Any, name: str) -> dict[str, Any] | None:
-            return next((o for o in api.objects(resource) if o["metadata"]["name"] == name), None)
-
-        first = await api.put(PODS, pod_naming("job-1", "data"))
-        await api.put(RESOURCE_CLAIMS, claim_manifest("data", count=2))
-
-        async def ungated(pod: str) -> dict[str, Any] | None:
-            claim, p = find(RESOURCE_CLAIMS, "data"), find(PODS, pod)
-            ready = claim and devices_of(claim) and p and not p["spec"].get("schedulingGates")
-            return claim if ready else None
-
-        claim = await wait_for(lambda: ungated("job-1"), 60, "data allocated for job-1", cluster)
-        assert await held(nc) == {"default/data"}
-        claim["status"]["reservedFor"] = [
-            {"resource": "pods", "name": "job-1", "uid": first["metadata"]["uid"]}
-        ]
-        await api.put(RESOURCE_CLAIMS, claim)
+        await _reserved_for_job_1(api, nc, cluster, kube)
 
         cluster.kill("claim-writer")
         client = await ApiStore.from_kubeconfig(kubeconfig)
@@ -301,7 +298,7 @@ async def test_kubernetes_mode_a_claim_cleared_while_the_claim_writer_was_down_i
         finally:
             await client.close()
         # kube-controller-manager: the allocation cleared, then its finalizer removed.
-        cleared = find(RESOURCE_CLAIMS, "data")
+        cleared = _find(api, RESOURCE_CLAIMS, "data")
         assert cleared is not None
         cleared["status"] = {}
         cleared = await api.put(RESOURCE_CLAIMS, cleared)
@@ -310,23 +307,7 @@ async def test_kubernetes_mode_a_claim_cleared_while_the_claim_writer_was_down_i
         assert await held(nc) == {"default/data"}, "nobody told the allocator yet"
 
         cluster.start_claim_writer(*kube)
-
-        async def released() -> dict[str, Any] | None:
-            claim = find(RESOURCE_CLAIMS, "data")
-            marked = CONSUMERS_LEFT in ((claim or {}).get("metadata", {}).get("annotations") or {})
-            free = "default/data" not in await held(nc)
-            return claim if marked and free and not devices_of(claim or {}) else None
-
-        await wait_for(released, 60, "data released and marked after the restart", cluster)
-        await asyncio.sleep(3.0)
-        still = find(RESOURCE_CLAIMS, "data")
-        assert still is not None
-        assert not devices_of(still), "re-allocated with no consumer after the restart"
-
-        await api.put(PODS, pod_naming("job-2", "data"))
-        await wait_for(lambda: ungated("job-2"), 60, "data allocated for job-2", cluster)
-        logs = cluster.logs()
-        assert "Traceback" not in logs, logs
+        await _released_then_given_to_job_2(api, nc, cluster, "after the restart")
 
 
 async def test_a_claim_whose_pod_left_while_the_claim_writer_was_down_is_released(
