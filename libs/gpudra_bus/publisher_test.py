@@ -111,7 +111,7 @@ async def test_receive_dead_letters_malformed_events(
     await js.publish(subject, data, headers=headers)
     await pub.publish(subjects.claims("default", "good"), _event("good"), CLAIM_EVENT)
     sub = await js.pull_subscribe(subjects.all_of(subjects.Kind.CLAIMS), durable="alloc")
-    bad_msg, good_msg = await sub.fetch(2, timeout=2)
+    bad_msg, good_msg = await sub.fetch(2, timeout=10)
     assert await receive(bad_msg, CLAIM_EVENT, dead) is None
     assert await receive(good_msg, CLAIM_EVENT, dead) == _event("good")
     await good_msg.ack_sync()
@@ -139,7 +139,7 @@ async def test_wrong_codec_is_dead_lettered(fresh_nc: Client) -> None:
     dead = DeadLetters(pub, service="claim-writer")
     await pub.publish(subjects.allocations("default", "c1"), _event(), CLAIM_EVENT)
     sub = await js.pull_subscribe(subjects.all_of(subjects.Kind.ALLOCATIONS), durable="cw")
-    (msg,) = await sub.fetch(1, timeout=2)
+    (msg,) = await sub.fetch(1, timeout=10)
     assert await receive(msg, ALLOCATION_DECISION, dead) is None
     assert dead.counts["allocations"] == 1
     await sub.unsubscribe()
@@ -157,7 +157,7 @@ async def test_trace_context_crosses_jetstream(fresh_nc: Client) -> None:
     with tracer.start_as_current_span("intake") as intake:
         await pub.publish(subject, _event("traced"), CLAIM_EVENT)
     sub = await js.pull_subscribe(subject, durable="traced")
-    (msg,) = await sub.fetch(1, timeout=2)
+    (msg,) = await sub.fetch(1, timeout=10)
     with tracing.process_span(msg.subject, msg.headers, tracer=tracer):
         pass
     await msg.ack()

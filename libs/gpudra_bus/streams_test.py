@@ -43,7 +43,7 @@ async def test_claims_stream_is_a_work_queue(fresh_nc: Client) -> None:
     assert info.config.retention == RetentionPolicy.WORK_QUEUE
     await js.publish(subjects.claims("default", "c1"), b"x")
     sub = await js.pull_subscribe(subjects.all_of(subjects.Kind.CLAIMS), durable="alloc")
-    (msg,) = await sub.fetch(1, timeout=2)
+    (msg,) = await sub.fetch(1, timeout=10)
     await msg.ack_sync()
     info = await js.stream_info(streams.CLAIMS_STREAM)
     assert info.state.messages == 0

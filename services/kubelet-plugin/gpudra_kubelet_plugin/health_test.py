@@ -55,13 +55,13 @@ async def test_watch_gets_full_lists_and_collapses_missed_changes() -> None:
     await h.update(HealthEvent("XID", True, "XID 48", device_uuid=GPU0, time=1234.0))
     await h.update(HealthEvent("XID", False, device_uuid=GPU0))
     assert await h.update(HealthEvent("XID", False, device_uuid=GPU0)) == []  # no change
-    second = await asyncio.wait_for(anext(watch), 1)
+    second = await asyncio.wait_for(anext(watch), 10)
     assert {d.status for d in second} == {"healthy"}  # the two changes arrive as the newest list
     pending = asyncio.ensure_future(anext(watch))
     await asyncio.sleep(0.01)
     assert not pending.done()  # no change, no message
     await h.update(HealthEvent("LOST", True, "x" * 5000, device_name="gpu-0"))
-    third = await asyncio.wait_for(pending, 1)
+    third = await asyncio.wait_for(pending, 10)
     gpu0 = next(d for d in third if d.device == "gpu-0")
     assert (gpu0.status, len(gpu0.message)) == ("unhealthy", MAX_MESSAGE)
     await watch.aclose()
@@ -212,7 +212,7 @@ async def test_unchanged_lists_are_refreshed(current: bool, stamp: float) -> Non
     watch = h.watch()
     await anext(watch)
     now[0] = 2000.0
-    refreshed = await asyncio.wait_for(anext(watch), 1)
+    refreshed = await asyncio.wait_for(anext(watch), 10)
     assert {d.updated for d in refreshed} == {stamp}
     assert {d.status for d in refreshed} == {"healthy"}
     await watch.aclose()
