@@ -24,6 +24,12 @@ The services export their spans with the console exporter (one JSON line per spa
 the cross-service tests run them) unless `--trace-exporter none`, the services' default, where
 only the trace context is propagated: the difference is what exporting spans costs per claim.
 
+`--slice-churn MS` rewrites one node's ResourceSlice every MS milliseconds during the claims phase
+(round robin over the fleet, its pool generation bumped, as the inventory does when a node's
+health, taints or MIG layout change): each write is a new slice-index version in the allocator,
+whose per-node state is rebuilt for it (off the claim path since the allocator warms up after a
+change; the flag measures what claims still pay). Compare with a run without it.
+
 The goal of issue 8 is p99 < 50 ms at 100 claims/s on 1,000 nodes. No GPU is involved; the nodes
 are simulator profiles.
 """
@@ -32,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import io
+import json
 import os
 import pstats
 import signal
@@ -232,6 +240,26 @@ async def warm_up(store: KvStore, count: int, timeout: float) -> None:
         print(f"warmed up with {count} claims")
 
 
+async def churn_slices(nc: Client, every_ms: float, stop: asyncio.Event) -> int:
+    """Until `stop`: every `every_ms` ms, put one node's slice back with its pool generation
+    bumped (nodes in key order, round robin). Returns how many slices were rewritten."""
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+    keys = sorted(await kv.keys())
+    written = 0
+    next_at = time.monotonic()
+    while not stop.is_set() and keys:
+        key = keys[written % len(keys)]
+        entry = await kv.get(key)
+        doc = json.loads(entry.value or b"{}")
+        doc["spec"]["pool"]["generation"] += 1
+        await kv.put(key, json.dumps(doc).encode())
+        written += 1
+        next_at += every_ms / 1000
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), max(0.0, next_at - time.monotonic()))
+    return written
+
+
 async def run(args: argparse.Namespace) -> int:
     server = NatsServer().start()
     tmp = Path(tempfile.mkdtemp(prefix="gpudra-e2e-"))
@@ -285,6 +313,12 @@ async def run(args: argparse.Namespace) -> int:
         counter = await RequestCounter.start(nc) if args.count_requests else None
         cpu_before = cpu_by_process(cluster, server)
         cluster.profile(True)
+        churn_stop = asyncio.Event()
+        churn = (
+            asyncio.create_task(churn_slices(nc, args.slice_churn, churn_stop))
+            if args.slice_churn > 0
+            else None
+        )
         if bench_profile is not None:
             bench_profile.enable()
         with Progress(
@@ -312,6 +346,8 @@ async def run(args: argparse.Namespace) -> int:
                 progress.update(got, completed=len(latency))
                 await asyncio.sleep(0.2)
             progress.update(got, completed=len(latency))
+            churn_stop.set()
+            rewritten = await churn if churn is not None else 0
             if bench_profile is not None and profile_dir is not None:
                 bench_profile.disable()
                 bench_profile.dump_stats(str(profile_dir / f"bench-{os.getpid()}.prof"))
@@ -341,6 +377,10 @@ async def run(args: argparse.Namespace) -> int:
                 f"max {max(values):.1f} ms, mean {statistics.mean(values):.1f} ms"
             )
             print(f"sustained: {len(values) / max(total_time, 1e-9):.1f} claims/s end to end")
+            if churn is not None:
+                print(
+                    f"slice churn: {rewritten} slices rewritten, one every {args.slice_churn:g} ms"
+                )
             # CPU time per claim depends far less than latency on what else runs on the machine
             # (not at all, though: a process that waited for a core handles several messages per
             # wake-up, so a busier machine shows somewhat less; compare runs made back to back).
@@ -386,6 +426,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("console", "none"),
         help="the services' span exporter: console (one JSON line per span, as the "
         "cross-service tests run them) or none (the services' default: context still propagated)",
+    )
+    parser.add_argument(
+        "--slice-churn",
+        type=float,
+        default=0.0,
+        help="rewrite one node's slice every this many ms while claims arrive (0: off)",
     )
     parser.add_argument(
         "--count-requests",
