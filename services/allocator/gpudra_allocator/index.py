@@ -3,7 +3,8 @@
 `KvIndex` promises: `start()` returns once every object stored at that moment has been read;
 afterwards a KV watch keeps `objects` current (new, changed and deleted keys). A value that does
 not parse as the expected kind is logged, counted and left out — it never stops the watch.
-`version` grows on every change and `changed` is set, so waiting claims can be retried.
+`version` grows on every change and `changed` is set, so waiting claims can be retried; each of
+`listeners` is called too (the worker's warm-up is told so).
 Two instances: the ResourceSlices (`gpudra-slices`, written by the inventory) and the DeviceClasses
 applied in standalone mode (`gpudra-deviceclasses`, written by `gpudra apply`).
 """
@@ -44,6 +45,7 @@ class KvIndex(Generic[T]):
         self.version = 0
         self.changed = asyncio.Event()
         self.rejected = 0
+        self.listeners: list[Callable[[], None]] = []
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -97,6 +99,8 @@ class KvIndex(Generic[T]):
     def _bump(self) -> None:
         self.version += 1
         self.changed.set()
+        for listener in self.listeners:
+            listener()
 
 
 def slice_index(kv: KeyValue) -> KvIndex[ResourceSlice]:

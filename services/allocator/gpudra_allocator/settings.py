@@ -63,6 +63,14 @@ class Settings(CommonSettings):
     max_waiting: int = field(
         default=10000, metadata=doc("unschedulable claims held for retry at most", "claims")
     )
+    warmup_delay: float = field(
+        default=0.03,
+        metadata=doc(
+            "after the slices or classes change, rebuild the per-node state once they have been "
+            "quiet this long, off the claim path; 0: the first claim after a change rebuilds it",
+            "seconds",
+        ),
+    )
 
     @property
     def replica(self) -> str:
@@ -75,6 +83,8 @@ class Settings(CommonSettings):
             raise SettingsError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         if self.ack_wait <= 0 or self.retry_interval <= 0:
             raise SettingsError("ack wait and retry interval must be > 0 seconds")
+        if self.warmup_delay < 0:
+            raise SettingsError("warm-up delay must be >= 0 seconds")
         if self.batch < 1 or self.max_waiting < 1 or self.concurrency < 1:
             raise SettingsError("batch, concurrency and max waiting must be >= 1")
         if not self.consumer.replace("-", "").replace("_", "").isalnum():

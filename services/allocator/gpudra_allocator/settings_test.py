@@ -37,6 +37,10 @@ from gpudra_testing.configmap import SHARED_CONFIG_ENV, SHARED_CONFIG_FIELDS
         pytest.param(
             ["--ack-wait", "2.5", "--batch", "8"], {}, {"ack_wait": 2.5, "batch": 8}, id="numbers"
         ),
+        pytest.param([], {}, {"warmup_delay": 0.03}, id="warm-up-by-default"),
+        pytest.param(
+            [], {"GPUDRA_ALLOCATOR_WARMUP_DELAY": "0"}, {"warmup_delay": 0.0}, id="warm-up-off"
+        ),
         pytest.param(
             [],
             SHARED_CONFIG_ENV,
@@ -57,6 +61,7 @@ def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) ->
         pytest.param(["--policy", "best"], "policy", id="unknown-policy"),
         pytest.param(["--ack-wait", "soon"], "--ack-wait: invalid value 'soon'", id="not-a-number"),
         pytest.param(["--ack-wait", "0"], "ack wait", id="zero-wait"),
+        pytest.param(["--warmup-delay", "-1"], "warm-up delay", id="negative-warm-up-delay"),
         pytest.param(["--health-port", "70000"], "TCP port", id="bad-port"),
         pytest.param(["--trace-exporter", "jaeger"], "trace-exporter", id="bad-exporter"),
         pytest.param(["--stream-replicas", "0"], "stream-replicas", id="zero-replicas"),

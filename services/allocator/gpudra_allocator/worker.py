@@ -27,6 +27,10 @@ Promises (with `Reservations` for the multi-replica part):
 - A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
   `Released`; a DELETED event that carries the claim is a cleared allocation of a claim that lives
   on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
+- Slice and class changes are warmed up for off the claim path (`warmup`): shortly after a burst
+  of changes the engine's per-node state is rebuilt between claims, so the first claim after a
+  change does not pay for it (`warmup_delay` 0: it does). A claim decided before that still sees
+  the newest slices.
 - Tombstones are removed once they are `grace_for(ack_wait, retry_interval)` old (at least ten
   minutes), long after any event of the claim can still arrive (`tombstones` says why that is
   safe); every replica runs a pass every quarter of that, at a jittered time.
@@ -65,6 +69,7 @@ from gpudra_allocator.index import KvIndex
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
 from gpudra_allocator.tombstones import TombstoneCollector, grace_for
+from gpudra_allocator.warmup import Warmer
 from gpudra_api import DeviceClass, ResourceSlice
 from gpudra_bus import (
     ALLOCATION_DECISION,
@@ -126,6 +131,12 @@ class Worker(GangSteps):
             reservations.kv,
             grace_for(settings.ack_wait, settings.retry_interval),
         )
+        self.warmer = Warmer(
+            engine,
+            lambda: (self._index.slices.values(), self._index.version, self._res.state),
+            settings.warmup_delay,
+            before=self._refresh_classes,
+        )
 
     # Read-only views for `/statusz` (`status.AllocatorStatus`).
     @property
@@ -168,6 +179,11 @@ class Worker(GangSteps):
         self.ready = True
         log.info("allocator %s consuming claim events", self.replica)
         collector = asyncio.create_task(self._collect_tombstones(), name="tombstones")
+        watched = [i for i in (self._index, self._classes) if i is not None]
+        if self._settings.warmup_delay > 0:
+            for index in watched:
+                index.listeners.append(self.warmer.notify)
+            self.warmer.start()
         try:
             while not stop.is_set():
                 try:
@@ -188,6 +204,10 @@ class Worker(GangSteps):
                 await self._retry_waiting()
         finally:
             self.ready = False
+            for index in watched:
+                with contextlib.suppress(ValueError):
+                    index.listeners.remove(self.warmer.notify)
+            await self.warmer.stop()
             await cancel_until_done(collector)
             with contextlib.suppress(asyncio.CancelledError):
                 await collector
