@@ -16,6 +16,9 @@ request that sees it. The shape is stable (every key always present; see `deploy
   (up to `TOP_REASONS` of `{"reason", "claims"}`, most claims first; "" is a unit member still
   waiting for the rest of its unit without a reason of its own);
 - `deadLetters`: `total` and `byKind` (malformed events parked);
+- `engine`: `builds` (per-node state rebuilt for new slices or classes, by a warm-up or by a
+  decision), `warmUps` (warm-ups run to the end: builds minus those are roughly what claims
+  paid), `warmUpsStopped` (cut short by a newer change);
 - `lastDecisionAt`: when this replica last published a decision (RFC 3339 UTC), or null.
 """
 
@@ -109,5 +112,10 @@ class AllocatorStatus:
             },
             "waiting": self._waiting(),
             "deadLetters": {"total": sum(dead.values()), "byKind": dead},
+            "engine": {
+                "builds": worker.engine_builds,
+                "warmUps": worker.warmer.runs,
+                "warmUpsStopped": worker.warmer.stopped_early,
+            },
             "lastDecisionAt": rfc3339(worker.last_decision_at),
         }

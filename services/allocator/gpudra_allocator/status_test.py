@@ -21,7 +21,7 @@ from gpudra_testing.statusz import free_port, until_status
 from gpudrapb.v1 import claims_pb2
 
 TOP = {"replica", "policy", "ready", "index", "reservations", "claims", "waiting"}
-TOP |= {"deadLetters", "lastDecisionAt"}
+TOP |= {"deadLetters", "engine", "lastDecisionAt"}
 
 
 @pytest.fixture
@@ -96,6 +96,7 @@ async def test_a_fresh_replica_says_who_it_is(allocator: int) -> None:
         "topReasons": [],
     }
     assert status["deadLetters"] == {"total": 0, "byKind": {}}
+    assert status["engine"] == {"builds": 0, "warmUps": 0, "warmUpsStopped": 0}
     assert status["lastDecisionAt"] is None
 
 
@@ -113,6 +114,11 @@ async def test_counters_follow_slices_decisions_and_dead_letters(
         assert status["index"]["devices"] == 4
         assert status["index"]["rejected"] == 1
         assert status["index"]["version"] >= 2
+        # the slice changes are warmed up for, off the claim path
+        status = await until_status(
+            allocator, lambda s: s["engine"]["warmUps"] >= 1 and s["index"]["slices"] == 2
+        )
+        assert status["engine"]["builds"] >= 1
 
         publisher = Publisher(nc)
         await publisher.publish(

@@ -150,6 +150,11 @@ class Worker(GangSteps):
         return self._dead.counts
 
     @property
+    def engine_builds(self) -> int:
+        """Times the engine rebuilt its per-node state (warm-ups and decisions)."""
+        return self._engine.builds
+
+    @property
     def in_flight(self) -> int:
         """Claim events being handled now."""
         return len(self._inflight)
