@@ -4,37 +4,23 @@
 test can say how many round trips an operation made. nats-py's `KeyValue.keys()` lists through an ordered watcher that may signal "no more entries"
 before it delivers the first one when it loses a race with them; it then raises `NoKeysError` for
 a bucket that has keys. Tests that read what the services stored (reservations, slices) call
-`bucket_keys` instead: an empty listing of a bucket whose stream holds messages is asked again.
+`bucket_keys` instead (`gpudra_bus.kvlist.live_keys`, which the services use too): an empty
+listing of a bucket whose stream holds messages is asked again.
 """
 
 from __future__ import annotations
 
-import asyncio
-
-import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from gpudra_bus import flush_subscriptions
-
-TRIES = 50
-PAUSE = 0.02
+from gpudra_bus.kvlist import live_keys
 
 
 async def bucket_keys(kv: KeyValue, prefix: str = "") -> list[str]:
-    """The bucket's live keys starting with `prefix`, sorted; [] only for a bucket with no
-    messages (or only deleted keys after `TRIES` listings)."""
-    keys: list[str] = []
-    for _ in range(TRIES):
-        try:
-            keys = await kv.keys()
-            break
-        except nats.js.errors.NoKeysError:
-            if (await kv.status()).values == 0:
-                return []
-            await asyncio.sleep(PAUSE)
-    return sorted(k for k in keys if k.startswith(prefix))
+    """The bucket's live keys starting with `prefix`, sorted (`gpudra_bus.kvlist.live_keys`)."""
+    return await live_keys(kv, prefix)
 
 
 async def bucket_reads(nc: Client, bucket: str) -> list[str]:

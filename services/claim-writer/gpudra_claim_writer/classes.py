@@ -37,6 +37,7 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from gpudra_api import ApiError, parse_device_class
+from gpudra_bus.kvlist import live_keys
 from gpudra_kube.errors import KubePermanentError
 from gpudra_kube.informer import informer
 from gpudra_kube.resources import DEVICE_CLASSES, KubeObject
@@ -169,10 +170,7 @@ class ClassMirror:
                 await self._remove(key)
 
     async def _keys(self) -> list[str]:
-        try:
-            return list(await self._kv.keys())
-        except nats.js.errors.NoKeysError:
-            return []
+        return await live_keys(self._kv)
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         attempt = 0
