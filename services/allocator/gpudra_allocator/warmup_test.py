@@ -113,7 +113,7 @@ async def test_stopping_cancels_a_pending_warm_up(pause: float) -> None:
 
 
 async def test_a_change_during_a_warm_up_stops_it_and_the_next_one_covers_it() -> None:
-    fleet = Fleet({f"node-{i:03d}": 2 for i in range(250)})  # three steps of 100 nodes
+    fleet = Fleet({f"node-{i:03d}": 2 for i in range(250)})  # ten steps of 25 nodes
     engine = Engine(load_classes(), "topology")
     loop = asyncio.get_running_loop()
     calls = 0
