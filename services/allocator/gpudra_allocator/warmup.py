@@ -8,13 +8,16 @@ pays it inside its decision. `Warmer` promises:
 - After a change (`notify`, wired as the indexes' listener) it waits until the inputs have been
   quiet for `delay` seconds, but no longer than `max_delay` after the first change of a burst,
   then runs `Engine.warm_up` for the inputs of that moment: a burst of changes gives one warm-up.
-- It runs on the event loop, one step (`Engine.warm_up`: 25 nodes, 2-4 ms) at a time, and after
-  each step it sleeps as long as the step took, so it takes at most half of the loop: a claim's
-  handling is a dozen hops through the loop (bus round trips, KV reads and writes), and a warm-up
-  that only yielded (`sleep(0)`) between steps would delay every hop by a step, which measured
-  as slow as the rebuild on the claim path. Engine objects are not thread-safe; nothing here uses
-  a thread, and a step never interleaves with a decision (both are synchronous calls).
-- A change during a warm-up stops it; the wait starts again. A decision that arrives before the
+- It runs on the event loop (engine objects are not thread-safe; nothing here uses a thread, and
+  a warm-up never interleaves with a decision: both are synchronous code between awaits). With
+  `share` 1 (the default) it runs in one go, about as long as the rebuild a claim would have
+  paid: claims that arrive meanwhile wait for the rest of it. With `share` < 1 it sleeps between
+  steps (`Engine.warm_up`: 25 nodes, 2-4 ms) so that it takes at most that part of the loop; but
+  then it lasts longer, and a claim decided before it ends computes the rest itself (measured:
+  no better than the rebuild on the claim path at 10 and 100 claims/s). Yielding with `sleep(0)`
+  alone between steps would delay every hop of a claim's handling (a dozen: bus round trips, KV
+  reads and writes) by a step.
+- A change during a warm-up (one that yields: `share` < 1) stops it; the wait starts again. A decision that arrives before the
   warm-up finished is still correct: the engine rebuilds for a version it was not built for
   (and a warm-up never replaces what such a decision built), so no decision uses slices older
   than the index version it read.
@@ -39,7 +42,6 @@ log = logging.getLogger(__name__)
 Inputs = Callable[[], tuple[Iterable[ResourceSlice], int, AllocatedState]]
 
 MAX_DELAY_FACTOR = 10  # a burst that never pauses is warmed up this many `delay`s after it began
-SHARE = 0.5  # of the event loop's time a running warm-up may take
 
 
 class Warmer:
@@ -50,15 +52,18 @@ class Warmer:
         delay: float,
         before: Callable[[], None] | None = None,
         max_delay: float | None = None,
+        share: float = 1.0,
     ) -> None:
         """`inputs()` gives the slices, their index version and the allocated state to warm up
         for (read when the warm-up starts); `before()` runs first (the worker applies changed
-        DeviceClasses there)."""
+        DeviceClasses there). `share`: the part of the event loop's time a running warm-up may
+        take (1: all of it, in one go)."""
         self._engine = engine
         self._inputs = inputs
         self._before = before
         self.delay = delay
         self.max_delay = max_delay if max_delay is not None else delay * MAX_DELAY_FACTOR
+        self.share = share
         self._pending = asyncio.Event()
         self._last_change = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -112,7 +117,9 @@ class Warmer:
         try:
             began = clock()
             for _ in steps:  # the first step builds, reading `slices` before any await
-                await asyncio.sleep((clock() - began) * (1 - SHARE) / SHARE)
+                if self.share >= 1:
+                    continue
+                await asyncio.sleep((clock() - began) * (1 - self.share) / self.share)
                 began = clock()
                 if self._pending.is_set():
                     self.stopped_early += 1

@@ -125,7 +125,7 @@ async def test_a_change_during_a_warm_up_stops_it_and_the_next_one_covers_it() -
             loop.call_soon(fleet.set, "node-new", 4)  # lands after the warm-up's first step
         return fleet.inputs()
 
-    warmer = Warmer(engine, inputs, 0.01)
+    warmer = Warmer(engine, inputs, 0.01, share=0.5)
     fleet.on_change = warmer.notify
     warmer.start()
     try:
