@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from gpudra_cel.errors import CelCompileError, CelEvaluationError
+from gpudra_cel.goquote import GO_ESCAPES, go_quote
 from gpudra_cel.lib_core import go_format_double
 from gpudra_cel.syntax import Call, ListLit, Literal, MapLit, Node
 from gpudra_cel.tree import walk
@@ -39,8 +40,6 @@ __all__ = ["check_format_literals", "format_string", "quote"]
 MAX_PRECISION = 10_000
 _SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 _SPECIAL_DOUBLES = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_ESCAPES |= {"\v": "\\v", "\\": "\\\\", '"': '\\"'}
 
 
 _KUBERNETES_TYPES = {"Quantity": "kubernetes.Quantity", "Semver": "kubernetes.Semver"}
@@ -92,35 +91,15 @@ def _as_string(v: object) -> str:
     )
 
 
-def _go_quote(text: str) -> str:
-    """Go's `%q`: a double-quoted string with Go escapes for what is not printable."""
-    out = ['"']
-    for ch in text:
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch.isprintable():
-            out.append(ch)
-        elif ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)
-
-
 def _element(v: object) -> str:
     """One list element or map value, as cel-go prints it inside `%s` of a list or map."""
     if isinstance(v, str):
-        return _go_quote(v)
+        return go_quote(v)
     if isinstance(v, bytes):
-        return "b" + _go_quote(_as_string(v))
+        return "b" + go_quote(_as_string(v))
     if isinstance(v, float):
         if math.isnan(v) or math.isinf(v):
-            return _go_quote("NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf"))
+            return go_quote("NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf"))
         return f"{v:.6f}"
     if isinstance(v, bool) or _is_int(v) or v is None or isinstance(v, tuple | list | Mapping):
         return _as_string(v)
@@ -135,7 +114,7 @@ def _format_map(mapping: Mapping[object, object]) -> str:
     pairs = []
     for key, value in mapping.items():
         if isinstance(key, str):
-            shown = _go_quote(key)
+            shown = go_quote(key)
         elif isinstance(key, bool) or _is_int(key):
             shown = _as_string(key)
         else:
@@ -328,7 +307,7 @@ def format_string(text: str, args: tuple[object, ...] | list[object]) -> str:
 def quote(text: str) -> str:
     """`strings.quote(text)`: double-quoted, with CEL escapes for quotes, backslashes and the
     control characters that have one; everything else is kept as it is."""
-    return '"' + "".join(_ESCAPES.get(ch, ch) for ch in text) + '"'
+    return '"' + "".join(GO_ESCAPES.get(ch, ch) for ch in text) + '"'
 
 
 # ---------------------------------------------------------------------------- compile time

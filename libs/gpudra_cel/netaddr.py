@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from gpudra_cel.errors import CelEvaluationError
+from gpudra_cel.goquote import go_quote
 
 __all__ = [
     "AddrSyntaxError",
@@ -31,24 +32,6 @@ _V4_MAPPED = 0xFFFF << 32
 _HEX = "0123456789abcdefABCDEF"
 _OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"  # no leading zeros, as Go
 _DOTTED_QUAD = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
-
-
-def go_quote(text: str) -> str:
-    """Go's `strconv.Quote` for the texts these messages quote."""
-    out = ['"']
-    for ch in text:
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(ch, f"\\x{ord(ch):02x}"))
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True)
