@@ -40,6 +40,14 @@ def gpu_slice(node: str, gpus: int = 4) -> Any:
     return parse_resource_slice(gpu_slice_doc(node, gpus))
 
 
+def tray(node: str, clique: str) -> Any:
+    """A 4-GPU tray `node` whose GPUs are in fabric clique `clique` (`gpu_slice` + `cliqueID`)."""
+    doc = gpu_slice_doc(node, 4)
+    for device in doc["spec"]["devices"]:
+        device["attributes"]["cliqueID"] = {"string": clique}
+    return parse_resource_slice(doc)
+
+
 def gpu_claim(name: str, count: int) -> Any:
     """Claim `default/name` (uid `uid-<name>`) asking for `count` `gpu.nvidia.com` devices."""
     return parse_resource_claim(

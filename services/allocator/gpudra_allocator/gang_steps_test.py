@@ -14,7 +14,7 @@ from nats.js.kv import KeyValue
 
 from gpudra_alloc import AllocatedState, DeviceID
 from gpudra_alloc.placement import validate_allocation
-from gpudra_allocator.conftest import gpu_claim, gpu_slice
+from gpudra_allocator.conftest import gpu_claim, gpu_slice, tray
 from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.gang_steps import (
     EMPTY_CLAIM,
@@ -34,7 +34,7 @@ from gpudra_allocator.gangs import (
 from gpudra_allocator.holdings import ClaimRecord, holdings_for
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
-from gpudra_api import Node, parse_resource_slice
+from gpudra_api import Node
 from gpudrapb.v1 import claims_pb2
 
 
@@ -653,29 +653,6 @@ async def test_a_gang_pod_is_pinned_beside_its_claim_already_allocated(decider: 
 
 
 CLIQUE = "gpu.nvidia.com/cliqueID"
-
-
-def tray(node: str, clique: str) -> Any:
-    """A 4-GPU tray `node` whose GPUs are in fabric clique `clique`."""
-    return parse_resource_slice(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-slice"},
-            "spec": {
-                "driver": "gpu.nvidia.com",
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [
-                    {
-                        "name": f"gpu-{i}",
-                        "attributes": {"type": {"string": "gpu"}, "cliqueID": {"string": clique}},
-                    }
-                    for i in range(4)
-                ],
-            },
-        }
-    )
 
 
 # clique "a": tray a-0; clique "b": trays b-0, b-1 (first-fit alone takes a-0 first)

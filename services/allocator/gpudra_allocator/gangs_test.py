@@ -7,11 +7,10 @@ import pytest
 from nats.js.kv import KeyValue
 
 from gpudra_alloc import AllocatedState
-from gpudra_allocator.conftest import gpu_claim
+from gpudra_allocator.conftest import gpu_claim, tray
 from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.gangs import GangBook, GangRecord, Members, decision_key, members_key
 from gpudra_allocator.holdings import BadReservationError
-from gpudra_api import parse_resource_slice
 from gpudrapb.v1 import claims_pb2
 
 
@@ -123,28 +122,6 @@ async def test_members_join_from_several_replicas_and_leave(kv: KeyValue) -> Non
     assert await books[0].decision("default/g") is None, "the last to leave clears the gang"
     fresh = await books[0].join(event("n0", size=1))
     assert list(fresh.events) == ["uid-n0"]
-
-
-def tray(node: str, clique: str) -> Any:
-    return parse_resource_slice(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-slice"},
-            "spec": {
-                "driver": "gpu.nvidia.com",
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [
-                    {
-                        "name": f"gpu-{i}",
-                        "attributes": {"type": {"string": "gpu"}, "cliqueID": {"string": clique}},
-                    }
-                    for i in range(4)
-                ],
-            },
-        }
-    )
 
 
 @pytest.mark.parametrize("policy", ["first-fit", "topology"])
