@@ -10,6 +10,7 @@ flushed on every way out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -30,12 +31,14 @@ async def cancel_until_done(task: asyncio.Task[Any], every: float = 0.5) -> None
 
     One `cancel()` is not always enough on Python 3.11: `asyncio.wait_for` drops a cancellation
     that arrives just as the operation it waits for completes (nats-py's connection attempts run
-    under it), and the task goes on as if never cancelled. Exceptions the task ends with are the
-    caller's to read from `task`.
+    under it), and the task goes on as if never cancelled. An exception the task ends with
+    (other than its cancellation) is raised here, as `await task` would.
     """
     while not task.done():
         task.cancel()
         await asyncio.wait({task}, timeout=every)
+    if not task.cancelled():
+        task.result()
 
 
 async def until_stopped(
@@ -53,7 +56,8 @@ async def until_stopped(
         await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopper.cancel()
-        await cancel_until_done(task)
+        with contextlib.suppress(Exception):  # the work's own error is raised below
+            await cancel_until_done(task)
         await asyncio.gather(stopper, return_exceptions=True)
     if task.cancelled():
         log.info("stopped before %s was reachable", what)

@@ -120,3 +120,16 @@ async def test_until_stopped_cancels_the_work_when_stopped() -> None:
     stop.set()
     assert await asyncio.wait_for(waiting, 5) is None
     assert cancelled.is_set()
+
+
+async def test_cancel_until_done_raises_what_the_task_ended_with() -> None:
+    async def fails_on_cancel() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise RuntimeError("cleanup failed") from None
+
+    task = asyncio.create_task(fails_on_cancel())
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="cleanup failed"):
+        await cancel_until_done(task)

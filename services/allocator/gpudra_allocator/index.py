@@ -66,8 +66,6 @@ class KvIndex(Generic[T]):
         task, self._task = self._task, None
         if task is not None:
             await cancel_until_done(task)
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
         try:

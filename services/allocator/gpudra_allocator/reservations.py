@@ -96,8 +96,6 @@ class Reservations:
         task, self._watch_task = self._watch_task, None
         if task is not None:
             await cancel_until_done(task)
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
         try:

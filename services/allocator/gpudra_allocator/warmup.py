@@ -27,7 +27,6 @@ pays it inside its decision. `Warmer` promises:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -88,8 +87,6 @@ class Warmer:
         task, self._task = self._task, None
         if task is not None:
             await cancel_until_done(task)
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -214,8 +214,6 @@ class Worker(GangSteps):
                     index.listeners.remove(self.warmer.notify)
             await self.warmer.stop()
             await cancel_until_done(collector)
-            with contextlib.suppress(asyncio.CancelledError):
-                await collector
             # In-flight work gets a grace period; what does not finish is redelivered later.
             if self._inflight:
                 _, stuck = await asyncio.wait(set(self._inflight), timeout=5.0)

@@ -10,7 +10,6 @@ a new socket file, so that is how a plugin asks again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -97,8 +96,6 @@ class Registrar:
     async def stop(self) -> None:
         if self._retry_task is not None:
             await cancel_until_done(self._retry_task)
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retry_task
             self._retry_task = None
         await self._unserve()
 
