@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from gpudra_alloc.features import Features
@@ -71,8 +71,19 @@ class Allocator:
         self._slice_generation = 0
         self._free: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[tuple[int, ...], int]] = {}
         self._pools_by_node: dict[tuple[str, str], set[str]] | None = None
+        self._by_pool: dict[tuple[str, str], list[ResourceSlice]] | None = None
+        # `add_slice` for each, without emptying the (still empty) caches every time
+        by_node = self.by_node
         for s in slices:
-            self.add_slice(s)
+            self.slices.append(s)
+            if s.node_name:
+                if s.node_name in by_node:
+                    by_node[s.node_name].append(s)
+                else:
+                    by_node[s.node_name] = [s]
+            else:
+                self.shared.append(s)
+        self._slice_generation = len(self.slices)
 
     def add_slice(self, s: ResourceSlice) -> None:
         self.slices.append(s)
@@ -85,6 +96,7 @@ class Allocator:
         self._known_full.clear()
         self._free.clear()
         self._pools_by_node = None
+        self._by_pool = None
         self._slice_generation += 1
 
     def node_names(self) -> list[str]:
@@ -107,6 +119,29 @@ class Allocator:
             pools = gather_pools(candidates, node, self.features, self.slices)
             self._pools[key] = pools
         return pools
+
+    def pool_slices(self) -> dict[tuple[str, str], list[ResourceSlice]]:
+        """(driver, pool) -> its slices in the order given, whatever node they name: everything
+        `pools_for` reads of the slices about one pool (kept until the slices change)."""
+        if self._by_pool is None:
+            found: dict[tuple[str, str], list[ResourceSlice]] = {}
+            for s in self.slices:
+                found.setdefault((s.driver, s.pool.name), []).append(s)
+            self._by_pool = found
+        return self._by_pool
+
+    def carry_over(self, old: Allocator, touched: Collection[str]) -> None:
+        """Take `old`'s pools of every node not named in `touched`, and under the same state its
+        free-device counts of them: the caller (`rebuild.rebuild`) vouches that those nodes'
+        pools read only slices both allocators share, in the same order, for the same classes
+        and features."""
+        kept = {key: pools for key, pools in old._pools.items() if key[0] not in touched}
+        kept.update(self._pools)
+        self._pools = kept
+        if old.state is self.state:
+            free = {key: free for key, free in old._free.items() if key[0] not in touched}
+            free.update(self._free)
+            self._free = free
 
     def _search(
         self, node: Node, claims: list[ResourceClaim], state: AllocatedState | None

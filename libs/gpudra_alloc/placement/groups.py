@@ -32,9 +32,9 @@ field and checks that the score changes only when the key does.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import count, repeat
 from typing import Any
 
 from gpudra_alloc.allocator import Allocator
@@ -88,7 +88,8 @@ class NodeKeys:
     _reads_ids: dict[ShapeReads | None, int] = field(default_factory=dict)
     _parts: dict[Hashable, int] = field(default_factory=dict)
     _states: dict[Hashable, int] = field(default_factory=dict)
-    _next_id: int = 0
+    # ids of interned parts, shared with the keys carried over from this one (`carried`)
+    _ids: Iterator[int] = field(default_factory=count)
     _lists: dict[tuple[str, ...], tuple[list[Node], list[_Node]]] = field(default_factory=dict)
     _last: tuple[list[Node], list[_Node]] | None = None
     # (id of a node-record list, reads id) -> its kept keys (`distinct`'s fast path)
@@ -112,6 +113,28 @@ class NodeKeys:
         """Compute the node part of every node's key now (about 60 ms per 1,000 DGX-like nodes),
         so that the first claim after the slices changed does not pay for it. Optional."""
         self._known(nodes)
+
+    def carried(self, allocator: Allocator, touched: Collection[str]) -> NodeKeys | None:
+        """Keys for `allocator`, rebuilt from this one's allocator for changed slices
+        (`gpudra_alloc.rebuild`): the pools of every node not in `touched` are the same objects,
+        so those nodes' records (node part, shape parts, in-use part) stay valid and carry over.
+        The interned parts and their ids are shared, not copied: a part has one id in both, so a
+        key means the same content in both and scores remembered on it (`memo.py`) stay valid.
+        None when `allocator` has other classes, features or CEL programs (start afresh)."""
+        old = self.allocator
+        if (
+            allocator.selectors is not old.selectors
+            or allocator.features != old.features
+            or allocator.classes.keys() != old.classes.keys()
+            or any(allocator.classes[name] is not c for name, c in old.classes.items())
+        ):
+            return None
+        new = NodeKeys(allocator, reads=self.reads, _ids=self._ids)
+        new.nodes = {name: known for name, known in self.nodes.items() if name not in touched}
+        new._reads_ids = self._reads_ids
+        new._parts = self._parts
+        new._states = self._states
+        return new
 
     def distinct(
         self,
@@ -331,8 +354,7 @@ class NodeKeys:
         """The id of `part` in `table`; ids are never reused, so equal ids mean equal parts."""
         found = table.get(part)
         if found is None:
-            found = self._next_id
-            self._next_id += 1
+            found = next(self._ids)
             table[part] = found
         return found
 

@@ -14,19 +14,23 @@ second, which the first claim would otherwise wait for — and every claim queue
 unschedulable decision carries the placement layer's explanation and its one-line sentence. The same inputs always give the same
 decision. Invalid input raises `AllocationInputError`.
 
-Rebuilding for new slices (about 75 ms per 1,000 DGX-like nodes under `topology`, mostly the
-per-node keys) is what the first decision after a slice change would pay; `warm_up` does it ahead,
-in steps a caller on an event loop can interleave with claims (the worker's `Warmer` runs it
-shortly after a change). A decision never depends on it: one that finds the engine built for
-another version (or another state) rebuilds, as before, and a warm-up that finds the engine
-moved on stops. `builds` counts the rebuilds.
+After a slice change the engine rebuilds from what it had (`gpudra_alloc.rebuild`,
+`placement.carry`): the pools, node keys, views and remembered scores of every node the change
+did not touch carry over, so a change on one node costs about one node's work (a full rebuild is
+about 75 ms per 1,000 DGX-like nodes under `topology`, mostly the per-node keys). A change to a
+pool that is not node-local (`nodeSelector`, `allNodes`) recomputes every node, and new classes
+(`use_classes`) build anew; decisions are the same as a freshly built engine's either way.
+`warm_up` does the rebuild ahead (the worker's `Warmer` runs it shortly after a change) so that
+the next decision does not; a decision never depends on it: one that finds the engine built for
+another version (or another state) rebuilds. `builds` counts the rebuilds, `nodes_rebuilt` the
+nodes whose per-node state they recomputed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,8 @@ import yaml
 from gpudra_alloc import AllocatedState, AllocationInputError, Allocator, Features, NodeOutcome
 from gpudra_alloc.builtin import builtin_class_documents
 from gpudra_alloc.placement import Chooser, Gang, choose_node, place_gang, why_pending
+from gpudra_alloc.placement.carry import carried_chooser
+from gpudra_alloc.rebuild import rebuild
 from gpudra_allocator.errors import SettingsError
 from gpudra_api import (
     AllocationResult,
@@ -47,8 +53,6 @@ from gpudra_api import (
     parse_device_class,
 )
 from gpudra_cel import CelError, compile_selector
-
-WARM_CHUNK = 25  # nodes prepared per `warm_up` step (2-4 ms for DGX-like nodes)
 
 
 @dataclass(frozen=True)
@@ -117,8 +121,14 @@ def summary(explanation: Mapping[str, Any]) -> str:
 
 class Engine:
     def __init__(
-        self, classes: Iterable[DeviceClass], policy: str, features: Features | None = None
+        self,
+        classes: Iterable[DeviceClass],
+        policy: str,
+        features: Features | None = None,
+        incremental: bool = True,
     ) -> None:
+        """`incremental` False: rebuild every node after each slice change (what a new engine
+        does; the incremental path is checked against it)."""
         self.builtin = list(classes)
         self.classes = list(self.builtin)
         self.policy = policy
@@ -129,7 +139,9 @@ class Engine:
         self._version = -1
         # the claims of the last allocated decision: `warm_up` searches for their shape
         self._recent: list[ResourceClaim] = []
+        self.incremental = incremental
         self.builds = 0
+        self.nodes_rebuilt = 0
         self.warm()
 
     def warm(self) -> None:
@@ -172,44 +184,39 @@ class Engine:
     def _for(
         self, version: int, slices: Iterable[ResourceSlice], state: AllocatedState
     ) -> Allocator:
-        if self._allocator is None or not self.current(version, state):
-            self._allocator = Allocator(self.classes, slices, self.features, state)
-            self._chooser = Chooser(self._allocator)
-            self._nodes = [Node(n) for n in self._allocator.node_names()]
-            self._version = version
-            self.builds += 1
-        return self._allocator
+        if self._allocator is not None and self.current(version, state):
+            return self._allocator
+        old, touched = self._allocator, None
+        if old is None or not self.incremental:
+            allocator = Allocator(self.classes, slices, self.features, state)
+            chooser = Chooser(allocator)
+        else:
+            rebuilt = rebuild(old, slices, state)
+            allocator, touched = rebuilt.allocator, rebuilt.touched
+            assert self._chooser is not None
+            chooser = carried_chooser(self._chooser, allocator, touched)
+        nodes = {node.name: node for node in self._nodes}  # Node objects kept: identity is cheap
+        self._nodes = [nodes.get(name) or Node(name) for name in allocator.node_names()]
+        self._allocator, self._chooser, self._version = allocator, chooser, version
+        self.builds += 1
+        if touched is None:
+            self.nodes_rebuilt += len(self._nodes)
+        else:
+            self.nodes_rebuilt += sum(1 for name in touched if name in allocator.by_node)
+        return allocator
 
-    def warm_up(
-        self,
-        slices: Iterable[ResourceSlice],
-        version: int,
-        state: AllocatedState,
-        chunk: int = WARM_CHUNK,
-    ) -> Generator[None, None, None]:
+    def warm_up(self, slices: Iterable[ResourceSlice], version: int, state: AllocatedState) -> None:
         """Build what the first decision at `version` would: the allocator and chooser (unless
-        built already), every node's pools and, under `topology`, its node keys (`chunk` nodes
-        per step), then the search for the last allocated claims' shape (one step, no
-        explanation). A generator: the caller may do other work between steps, decisions
-        included; when one of them rebuilt the engine (newer slices or classes), the rest is
-        skipped: a warm-up never replaces what a decision built."""
+        built already), the pools of every node and, under `topology`, its node keys (only
+        those of nodes the change touched are computed: the others carried over), then the
+        search for the last allocated claims' shape (no explanation)."""
         allocator = self._for(version, slices, state)
-        chooser = self._chooser
-        nodes = self._nodes
-        for start in range(0, len(nodes), max(1, chunk)):
-            yield
-            if self._allocator is not allocator:
-                return
-            part = nodes[start : start + max(1, chunk)]
-            if chooser is not None and self.policy == "topology":
-                chooser.node_keys.prepare(part)  # the pools too
-            else:
-                for node in part:
-                    allocator.pools_for(node)
-        if self._recent and nodes:
-            yield
-            if self._allocator is not allocator:
-                return
+        if self._chooser is not None and self.policy == "topology":
+            self._chooser.node_keys.prepare(self._nodes)  # the pools too
+        else:
+            for node in self._nodes:
+                allocator.pools_for(node)
+        if self._recent and self._nodes:
             with contextlib.suppress(AllocationInputError):
                 self._outcome(allocator, self._recent)
 

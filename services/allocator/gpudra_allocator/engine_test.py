@@ -182,38 +182,35 @@ def test_engine_compiles_its_classes_selectors_when_made() -> None:
 
 
 @pytest.mark.parametrize(
-    ("nodes", "chunk", "steps"),
+    "nodes",
     [
-        pytest.param(3, 100, 2, id="one-chunk-then-the-recent-claims"),
-        pytest.param(250, 100, 4, id="three-chunks-then-the-recent-claims"),
-        pytest.param(0, 100, 0, id="no-nodes"),
+        pytest.param(3, id="three-nodes"),
+        pytest.param(250, id="250-nodes"),
+        pytest.param(0, id="none"),
     ],
 )
 @pytest.mark.parametrize("policy", [pytest.param(p, id=p) for p in ("first-fit", "topology")])
-def test_warm_up_builds_once_in_steps(nodes: int, chunk: int, steps: int, policy: str) -> None:
+def test_warm_up_builds_once_and_only_the_changed_node(nodes: int, policy: str) -> None:
     slices = [gpu_slice(f"node-{i:03d}", 2) for i in range(nodes)]
     state = AllocatedState()
     engine = Engine(load_classes(), policy)
     engine.decide([claim(1)], slices, 1, state)
+    assert engine.nodes_rebuilt == nodes
     grown = [*slices, gpu_slice("node-new", 4)] if nodes else []
-    taken = sum(1 for _ in engine.warm_up(grown, 2, state, chunk))
-    assert taken == steps
+    engine.warm_up(grown, 2, state)
     assert engine.builds == 2
+    assert engine.nodes_rebuilt == nodes + (1 if nodes else 0), "only node-new was built"
     assert engine.current(2, state)
     decision = engine.decide([claim(3)], grown, 2, state)
     assert decision.node == ("node-new" if nodes else "")
     assert engine.builds == 2, "the decision after a warm-up rebuilds nothing"
 
 
-def test_warm_up_stops_when_a_decision_rebuilt_for_newer_slices() -> None:
-    slices = [gpu_slice(f"node-{i:03d}", 2) for i in range(250)]
+def test_new_classes_rebuild_every_node() -> None:
+    slices = [gpu_slice(f"node-{i}", 2) for i in range(3)]
     state = AllocatedState()
     engine = Engine(load_classes(), "topology")
-    steps = engine.warm_up(slices, 1, state, 100)
-    next(steps)
-    grown = [*slices, gpu_slice("node-new", 4)]
-    assert engine.decide([claim(3)], grown, 2, state).node == "node-new"
-    assert list(steps) == [], "it sees the engine moved on and stops"
-    assert engine.current(2, state)
-    assert not engine.current(1, state)
-    assert engine.builds == 2
+    engine.warm_up(slices, 1, state)
+    engine.use_classes([])
+    engine.warm_up(slices, 1, state)
+    assert (engine.builds, engine.nodes_rebuilt) == (2, 6)

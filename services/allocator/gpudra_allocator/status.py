@@ -17,8 +17,9 @@ request that sees it. The shape is stable (every key always present; see `deploy
   waiting for the rest of its unit without a reason of its own);
 - `deadLetters`: `total` and `byKind` (malformed events parked);
 - `engine`: `builds` (per-node state rebuilt for new slices or classes, by a warm-up or by a
-  decision), `warmUps` (warm-ups run to the end: builds minus those are roughly what claims
-  paid), `warmUpsStopped` (cut short by a newer change);
+  decision), `nodesRebuilt` (nodes whose per-node state those builds recomputed: after a slice
+  change only the nodes it touched), `warmUps` (warm-ups run: builds minus those are roughly
+  what claims paid);
 - `lastDecisionAt`: when this replica last published a decision (RFC 3339 UTC), or null.
 """
 
@@ -114,8 +115,8 @@ class AllocatorStatus:
             "deadLetters": {"total": sum(dead.values()), "byKind": dead},
             "engine": {
                 "builds": worker.engine_builds,
+                "nodesRebuilt": worker.engine_nodes_rebuilt,
                 "warmUps": worker.warmer.runs,
-                "warmUpsStopped": worker.warmer.stopped_early,
             },
             "lastDecisionAt": rfc3339(worker.last_decision_at),
         }

@@ -96,7 +96,7 @@ async def test_a_fresh_replica_says_who_it_is(allocator: int) -> None:
         "topReasons": [],
     }
     assert status["deadLetters"] == {"total": 0, "byKind": {}}
-    assert status["engine"] == {"builds": 0, "warmUps": 0, "warmUpsStopped": 0}
+    assert status["engine"] == {"builds": 0, "nodesRebuilt": 0, "warmUps": 0}
     assert status["lastDecisionAt"] is None
 
 
@@ -119,6 +119,7 @@ async def test_counters_follow_slices_decisions_and_dead_letters(
             allocator, lambda s: s["engine"]["warmUps"] >= 1 and s["index"]["slices"] == 2
         )
         assert status["engine"]["builds"] >= 1
+        assert status["engine"]["nodesRebuilt"] >= 2  # node-a and node-b, at least once each
 
         publisher = Publisher(nc)
         await publisher.publish(

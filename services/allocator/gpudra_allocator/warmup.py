@@ -1,26 +1,23 @@
 """Rebuilding the engine off the claim path: one debounced warm-up after the slices change.
 
 Every change of the slice index (a node's health, taints on missed heartbeats, MIG layout, a node
-joining) or of the applied DeviceClasses makes the engine rebuild its per-node state, about 75 ms
-per 1,000 DGX-like nodes under `topology`; without a warm-up the first claim after the change
-pays it inside its decision. `Warmer` promises:
+joining) or of the applied DeviceClasses makes the engine rebuild: for a slice change, the nodes
+it touched (about 1 ms for one DGX-like node under `topology`, plus a pass over the node list);
+for new classes or a pool that is not node-local, every node (about 75 ms per 1,000). Without a
+warm-up the first claim after the change pays it inside its decision. `Warmer` promises:
 
 - After a change (`notify`, wired as the indexes' listener) it waits until the inputs have been
   quiet for `delay` seconds, but no longer than `max_delay` after the first change of a burst,
   then runs `Engine.warm_up` for the inputs of that moment: a burst of changes gives one warm-up.
-- It runs on the event loop (engine objects are not thread-safe; nothing here uses a thread, and
-  a warm-up never interleaves with a decision: both are synchronous code between awaits). With
-  `share` 1 (the default) it runs in one go, about as long as the rebuild a claim would have
-  paid: claims that arrive meanwhile wait for the rest of it. With `share` < 1 it sleeps between
-  steps (`Engine.warm_up`: 25 nodes, 2-4 ms) so that it takes at most that part of the loop; but
-  then it lasts longer, and a claim decided before it ends computes the rest itself (measured:
-  no better than the rebuild on the claim path at 10 and 100 claims/s). Yielding with `sleep(0)`
-  alone between steps would delay every hop of a claim's handling (a dozen: bus round trips, KV
-  reads and writes) by a step.
-- A change during a warm-up (one that yields: `share` < 1) stops it; the wait starts again. A decision that arrives before the
-  warm-up finished is still correct: the engine rebuilds for a version it was not built for
-  (and a warm-up never replaces what such a decision built), so no decision uses slices older
-  than the index version it read.
+- It runs on the event loop, in one go (engine objects are not thread-safe; nothing here uses a
+  thread, and a warm-up never interleaves with a decision: both are synchronous code between
+  awaits), about as long as the rebuild a claim would have paid: claims that arrive meanwhile
+  wait for it. (A stepped warm-up that slept between chunks of nodes was measured no better than
+  the rebuild on the claim path at 10 and 100 claims/s; with the incremental rebuild there is
+  nothing left to spread out after a one-node change.)
+- A decision that arrives before the warm-up ran is still correct: the engine rebuilds for a
+  version it was not built for (and a warm-up never replaces what such a decision built), so no
+  decision uses slices older than the index version it read.
 - `stop` cancels a pending or running warm-up and returns once its task is gone.
 """
 
@@ -28,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterable
 
 from gpudra_alloc import AllocatedState
@@ -51,23 +47,19 @@ class Warmer:
         delay: float,
         before: Callable[[], None] | None = None,
         max_delay: float | None = None,
-        share: float = 1.0,
     ) -> None:
         """`inputs()` gives the slices, their index version and the allocated state to warm up
         for (read when the warm-up starts); `before()` runs first (the worker applies changed
-        DeviceClasses there). `share`: the part of the event loop's time a running warm-up may
-        take (1: all of it, in one go)."""
+        DeviceClasses there)."""
         self._engine = engine
         self._inputs = inputs
         self._before = before
         self.delay = delay
         self.max_delay = max_delay if max_delay is not None else delay * MAX_DELAY_FACTOR
-        self.share = share
         self._pending = asyncio.Event()
         self._last_change = 0.0
         self._task: asyncio.Task[None] | None = None
-        self.runs = 0  # warm-ups that ran to the end
-        self.stopped_early = 0  # warm-ups a newer change or a decision's rebuild cut short
+        self.runs = 0  # warm-ups run
 
     def notify(self) -> None:
         """The inputs changed: warm up once they have been quiet for `delay` seconds."""
@@ -101,29 +93,13 @@ class Warmer:
                 await asyncio.sleep(due - now)
             self._pending.clear()
             try:
-                await self._warm()
+                self._warm()
             except Exception:  # a warm-up is an optimisation: the next decision builds instead
                 log.exception("warming up the allocation engine failed")
 
-    async def _warm(self) -> None:
+    def _warm(self) -> None:
         if self._before is not None:
             self._before()
         slices, version, state = self._inputs()
-        steps = self._engine.warm_up(slices, version, state)
-        clock = time.perf_counter
-        try:
-            began = clock()
-            for _ in steps:  # the first step builds, reading `slices` before any await
-                if self.share >= 1:
-                    continue
-                await asyncio.sleep((clock() - began) * (1 - self.share) / self.share)
-                began = clock()
-                if self._pending.is_set():
-                    self.stopped_early += 1
-                    return
-        finally:
-            steps.close()
-        if self._engine.current(version, state):
-            self.runs += 1
-        else:
-            self.stopped_early += 1
+        self._engine.warm_up(slices, version, state)
+        self.runs += 1

@@ -64,7 +64,7 @@ async def test_a_burst_of_changes_is_warmed_up_once(policy: str, changes: int) -
             fleet.set(f"node-{i}", 1)
         assert engine.builds == 0, "nothing is built on the claim path's behalf yet"
         await until(lambda: warmer.runs == 1, "the warm-up")
-        assert (engine.builds, warmer.stopped_early) == (1, 0)
+        assert engine.builds == 1
         assert engine.current(fleet.version, fleet.state)
         decision = engine.decide([gpu_claim("c", 1)], *fleet.inputs())
         assert decision.allocated
@@ -110,34 +110,6 @@ async def test_stopping_cancels_a_pending_warm_up(pause: float) -> None:
     assert warmer.pending, "the change was never warmed up for"
     assert (warmer.runs, engine.builds) == (0, 0)
     await warmer.stop()  # a second stop is harmless
-
-
-async def test_a_change_during_a_warm_up_stops_it_and_the_next_one_covers_it() -> None:
-    fleet = Fleet({f"node-{i:03d}": 2 for i in range(250)})  # ten steps of 25 nodes
-    engine = Engine(load_classes(), "topology")
-    loop = asyncio.get_running_loop()
-    calls = 0
-
-    def inputs() -> tuple[Iterable[ResourceSlice], int, AllocatedState]:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            loop.call_soon(fleet.set, "node-new", 4)  # lands after the warm-up's first step
-        return fleet.inputs()
-
-    warmer = Warmer(engine, inputs, 0.01, share=0.5)
-    fleet.on_change = warmer.notify
-    warmer.start()
-    try:
-        fleet.set("node-000", 1)
-        await until(lambda: warmer.runs == 1, "the second warm-up")
-        assert (warmer.stopped_early, calls) == (1, 2)
-        assert engine.current(fleet.version, fleet.state)
-        builds = engine.builds
-        assert engine.decide([gpu_claim("c", 4)], *fleet.inputs()).node == "node-new"
-        assert engine.builds == builds
-    finally:
-        await warmer.stop()
 
 
 async def test_the_slice_index_tells_the_warmer(kv: KeyValue) -> None:

@@ -155,6 +155,11 @@ class Worker(GangSteps):
         return self._engine.builds
 
     @property
+    def engine_nodes_rebuilt(self) -> int:
+        """Nodes whose per-node state those rebuilds recomputed."""
+        return self._engine.nodes_rebuilt
+
+    @property
     def in_flight(self) -> int:
         """Claim events being handled now."""
         return len(self._inflight)

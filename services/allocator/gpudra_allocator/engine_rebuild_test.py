@@ -1,0 +1,336 @@
+"""The engine's incremental rebuild decides exactly as a freshly built engine, after any change.
+
+A seeded random walk over a heterogeneous fleet (DGX, B200, MIG A100 with partitionable devices,
+GB200 trays, L4) plus three pools that are not one node's own: NICs on `allNodes`, a fabric pool
+with a `nodeSelector`, and one pool whose two slices name two nodes. Each step changes the slices
+as the index would see it (a changed object is parsed anew, the others stay the same objects),
+the classes now and then, allocates and releases claims, and then asks both engines every probe
+claim: node, results, reason and explanation must be equal.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from gpudra_alloc import AllocatedState, DeviceID
+from gpudra_alloc.workload import SHAPES, Fleet, build_fleet, device_classes, resource_claim
+from gpudra_allocator.conftest import gpu_claim, gpu_slice_doc
+from gpudra_allocator.engine import Decision, Engine, load_classes
+from gpudra_api import (
+    DeviceClass,
+    ResourceClaim,
+    ResourceSlice,
+    parse_device_class,
+    parse_resource_claim,
+    parse_resource_slice,
+)
+
+NIC = "nic.example.com"
+SHARED_POOLS = ("switch", "fabric")  # the pools that are not node-local
+SPAN = "span"  # one pool, two slices, two nodes
+SPAN_SPEED = 300  # NICs of that speed are only in the span pool
+
+
+def _nic(name: str, speed: int = 100) -> dict[str, Any]:
+    return {"name": name, "attributes": {"speed": {"int": speed}}}
+
+
+def _slice(name: str, pool: str, generation: int, count: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": NIC,
+            "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+            **spec,
+        },
+    }
+
+
+def _selector(node: str) -> dict[str, Any]:
+    """Every node but `node` (a slice's selector has one term; a field selector one value)."""
+    requirement = {"key": "metadata.name", "operator": "NotIn", "values": [node]}
+    return {"nodeSelectorTerms": [{"matchFields": [requirement]}]}
+
+
+def classes(variant: int) -> list[DeviceClass]:
+    docs = device_classes()
+    docs.append(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": NIC},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{NIC}"'}}]},
+        }
+    )
+    if variant % 2:  # the NIC class narrowed: only fast NICs
+        docs[-1]["spec"]["selectors"].append(
+            {"cel": {"expression": f'device.attributes["{NIC}"].speed >= 200'}}
+        )
+    return [parse_device_class(d) for d in docs]
+
+
+def nic_claim(name: str, count: int, speed: int = 0) -> ResourceClaim:
+    """`count` NICs (of `speed` when given) and a GPU beside them."""
+    nic: dict[str, Any] = {"deviceClassName": NIC, "count": count}
+    if speed:
+        expression = f'device.attributes["{NIC}"].speed == {speed}'
+        nic["selectors"] = [{"cel": {"expression": expression}}]
+    return parse_resource_claim(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "nic", "exactly": nic},
+                        {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}},
+                    ]
+                }
+            },
+        }
+    )
+
+
+def probes() -> list[list[ResourceClaim]]:
+    out = [[parse_resource_claim(resource_claim(shape, f"probe-{shape}"))] for shape in SHAPES]
+    out.append([nic_claim("probe-nic", 1), nic_claim("probe-nic-2", 1)])
+    out.append([nic_claim("probe-nics", 3)])
+    out.append([nic_claim("probe-span", 1, SPAN_SPEED)])  # only the two-node pool has these
+    return out
+
+
+class Cluster:
+    """Slice documents by name, parsed once per change as the slice index keeps them."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        objects = build_fleet(
+            Fleet(
+                counts={"dgx-h100": 3, "hgx-b200": 2, "a100-mig": 2, "gb200-tray": 3, "l4-pcie": 2}
+            )
+        )
+        self.docs: dict[str, dict[str, Any]] = {s["metadata"]["name"]: s for s in objects.slices}
+        self.nodes = sorted({s["spec"]["nodeName"] for s in objects.slices})
+        self.template = copy.deepcopy(self.docs["dgx-00-gpus"])  # for nodes that join
+        self.docs["switch"] = _slice(
+            "switch", "switch", 1, 1, allNodes=True, devices=[_nic(f"sw-{i}") for i in range(3)]
+        )
+        self.docs["fabric"] = _slice(
+            "fabric",
+            "fabric",
+            1,
+            1,
+            nodeSelector=_selector(self.nodes[0]),
+            devices=[_nic(f"fab-{i}", 400) for i in range(4)],
+        )
+        for i, node in enumerate(self.nodes[-2:]):
+            self.docs[f"span-{i}"] = _slice(
+                f"span-{i}", SPAN, 1, 2, nodeName=node, devices=[_nic(f"span-{i}", SPAN_SPEED)]
+            )
+        self.parsed = {name: parse_resource_slice(doc) for name, doc in self.docs.items()}
+        self.version = 1
+        self.added = 0
+
+    def slices(self) -> list[ResourceSlice]:
+        return list(self.parsed.values())
+
+    def put(self, name: str, doc: dict[str, Any]) -> None:
+        self.docs[name] = doc
+        self.parsed[name] = parse_resource_slice(doc)
+        self.version += 1
+
+    def delete(self, name: str) -> None:
+        del self.docs[name], self.parsed[name]
+        self.version += 1
+
+    def _bumped(self, name: str) -> dict[str, Any]:
+        doc = copy.deepcopy(self.docs[name])
+        doc["spec"]["pool"]["generation"] += 1
+        return doc
+
+    def gpu_slices(self) -> list[str]:
+        return sorted(
+            n for n, d in self.docs.items() if n.endswith("-gpus") and d["spec"]["devices"]
+        )
+
+    def change(self, kind: str, state: AllocatedState) -> str:
+        """Apply one change of `kind`; returns what it did (for the failure message)."""
+        rng = self.rng
+        if kind == "bump":  # a republish: same devices, next generation
+            name = rng.choice(self.gpu_slices())
+            self.put(name, self._bumped(name))
+        elif kind == "drop-device":
+            name = rng.choice(self.gpu_slices())
+            doc = self._bumped(name)
+            doc["spec"]["devices"].pop(rng.randrange(len(doc["spec"]["devices"])))
+            self.put(name, doc)
+        elif kind == "add-device":  # to the fullest node: it may fit claims it could not
+            in_use = Counter(d.pool for d in state.devices)
+            name = max(self.gpu_slices(), key=lambda n: in_use[self.docs[n]["spec"]["nodeName"]])
+            doc = self._bumped(name)
+            device = copy.deepcopy(doc["spec"]["devices"][0])
+            device["name"] = f"gpu-extra-{self.version}"
+            doc["spec"]["devices"].append(device)
+            self.put(name, doc)
+        elif kind == "attribute":  # a device's attribute changed without a new generation
+            name = rng.choice(self.gpu_slices())
+            doc = copy.deepcopy(self.docs[name])
+            device = rng.choice(doc["spec"]["devices"])
+            device["attributes"]["nvlinkDomain"] = {"string": f"moved-{self.version}"}
+            self.put(name, doc)
+        elif kind == "add-node":
+            self.added += 1
+            node = f"dgx-new-{self.added}"
+            doc = copy.deepcopy(self.template)
+            doc["metadata"]["name"] = f"{node}-gpus"
+            doc["spec"]["nodeName"] = node
+            doc["spec"]["pool"]["name"] = node
+            self.put(f"{node}-gpus", doc)
+            name = node
+        elif kind == "remove-node":
+            node = rng.choice(
+                sorted({d["spec"].get("nodeName") for d in self.docs.values()} - {None})
+            )
+            for gone in [n for n, d in self.docs.items() if d["spec"].get("nodeName") == node]:
+                self.delete(gone)
+            name = node
+        elif kind == "switch":  # allNodes pool: a NIC more or less
+            doc = self._bumped("switch")
+            devices = doc["spec"]["devices"]
+            if len(devices) > 1 and rng.random() < 0.5:
+                devices.pop()
+            else:
+                devices.append(_nic(f"sw-{self.version}", rng.choice((100, 200))))
+            self.put("switch", doc)
+            name = "switch"
+        elif kind == "fabric":  # nodeSelector pool: other nodes see it
+            doc = self._bumped("fabric")
+            doc["spec"]["nodeSelector"] = _selector(rng.choice(self.nodes))
+            self.put("fabric", doc)
+            name = "fabric"
+        elif kind == "span":  # one slice of a two-node pool: the other node's pool changes too
+            name = f"span-{rng.randrange(2)}"
+            if name not in self.docs:
+                return f"{kind} (gone)"
+            doc = copy.deepcopy(self.docs[name])
+            if rng.random() < 0.5:
+                doc["spec"]["pool"]["generation"] += 1  # the pool incomplete until both move
+            else:
+                doc["spec"]["devices"][0]["attributes"]["speed"] = {
+                    "int": rng.choice((100, SPAN_SPEED))
+                }
+            self.put(name, doc)
+        else:
+            raise AssertionError(kind)
+        return f"{kind} {name}"
+
+
+KINDS = (
+    "bump",
+    "drop-device",
+    "add-device",
+    "attribute",
+    "add-node",
+    "remove-node",
+    "switch",
+    "fabric",
+    "span",
+    "classes",
+)
+
+
+def answer(decision: Decision) -> tuple[Any, ...]:
+    return (decision.node, decision.results, decision.reason, dict(decision.explanation))
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, id=f"seed-{s}") for s in range(4)])
+@pytest.mark.parametrize("policy", [pytest.param(p, id=p) for p in ("first-fit", "topology")])
+def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> None:
+    rng = random.Random(seed)
+    cluster = Cluster(rng)
+    variant = 0
+    state = AllocatedState()
+    engine = Engine(classes(variant), policy)
+    held: list[set[DeviceID]] = []
+    shapes = sorted(SHAPES)
+    engine.decide(probes()[0], cluster.slices(), cluster.version, state)  # the first build
+    assert engine.nodes_rebuilt == len(cluster.nodes)
+    rebuilt_before = engine.nodes_rebuilt
+    shuffled = False
+    for step in range(30):
+        kind = KINDS[step] if step < len(KINDS) else rng.choice(KINDS)
+        if kind == "classes":
+            variant += 1
+            engine.use_classes(classes(variant))
+            what = f"classes {variant}"
+        else:
+            what = cluster.change(kind, state)
+        slices = cluster.slices()
+        reordered = shuffled  # back in index order after a shuffled step: reordered too
+        shuffled = rng.random() < 0.2
+        if shuffled:  # the same slices in another order: compared pool by pool
+            rng.shuffle(slices)
+        if rng.random() < 0.5:
+            engine.warm_up(slices, cluster.version, state)
+        fresh = Engine(classes(variant), policy, incremental=False)
+        # claims come and go: the carried memos and keys must follow the in-use state
+        for n in range(rng.randrange(4)):
+            claims = [parse_resource_claim(resource_claim(rng.choice(shapes), f"c{step}-{n}"))]
+            mine = engine.decide(claims, slices, cluster.version, state)
+            assert answer(mine) == answer(fresh.decide(claims, slices, cluster.version, state))
+            if mine.allocated:
+                devices = {
+                    DeviceID(r.driver, r.pool, r.device) for a in mine.results for r in a.results
+                }
+                state.devices.update(devices)
+                held.append(devices)
+        if held and rng.random() < 0.6:
+            state.devices.difference_update(held.pop(rng.randrange(len(held))))
+        for claims in probes():
+            mine = engine.decide(claims, slices, cluster.version, state)
+            theirs = fresh.decide(claims, slices, cluster.version, state)
+            assert answer(mine) == answer(theirs), f"step {step}: {what}, {claims[0].name}"
+        one_node = ("bump", "drop-device", "add-device", "attribute")
+        if kind in one_node and not (shuffled or reordered):  # one node's own pool changed
+            assert engine.nodes_rebuilt - rebuilt_before == 1, what
+        rebuilt_before = engine.nodes_rebuilt
+    assert engine.builds == 31  # one per change, and the first
+
+
+@pytest.mark.parametrize(
+    ("change", "node"),
+    [
+        pytest.param("add", "node-a", id="device-added-to-the-full-node"),
+        pytest.param("drop", "node-b", id="device-dropped-elsewhere"),
+    ],
+)
+@pytest.mark.parametrize("policy", [pytest.param(p, id=p) for p in ("first-fit", "topology")])
+def test_a_full_node_that_grows_is_offered_again(policy: str, change: str, node: str) -> None:
+    """The full-node memo (free devices per node) of a changed node is not carried over."""
+    docs = {n: gpu_slice_doc(n, g) for n, g in (("node-a", 2), ("node-b", 4))}
+    slices = {n: parse_resource_slice(d) for n, d in docs.items()}
+    state = AllocatedState()
+    state.devices.update(DeviceID("gpu.nvidia.com", "node-a", f"gpu-{i}") for i in range(2))
+    engine = Engine(load_classes(), policy)
+    assert engine.decide([gpu_claim("c", 1)], slices.values(), 1, state).node == "node-b"
+    doc = copy.deepcopy(docs[node])
+    doc["spec"]["pool"]["generation"] = 2
+    if change == "add":
+        doc["spec"]["devices"].append({"name": "gpu-9", "attributes": {"type": {"string": "gpu"}}})
+    else:
+        doc["spec"]["devices"].pop()
+    slices[node] = parse_resource_slice(doc)
+    mine = engine.decide([gpu_claim("c", 1)], slices.values(), 2, state)
+    fresh = Engine(load_classes(), policy, incremental=False)
+    assert answer(mine) == answer(fresh.decide([gpu_claim("c", 1)], slices.values(), 2, state))
+    assert engine.nodes_rebuilt == 3
+    if policy == "first-fit":
+        assert mine.node == ("node-a" if change == "add" else "node-b")
