@@ -18,6 +18,11 @@ CEL selectors, and reports:
    `--fleet-nodes` nodes, as one contract `steps` document under each policy (parsing
    included): pods and gangs decided per second.
 
+`--rebuild 1000,10000` instead times what the allocator service does after one node's slice
+changed (its `Engine.warm_up`: the allocator, the topology chooser, every node's pools and keys,
+a search for the last claim's shape), rebuilding every node vs only what the change touched
+(`gpudra_alloc.rebuild`), under both policies: milliseconds per change, median.
+
 Each figure allocates into the same state the claims before it left behind, as a scheduler does.
 Times are this process's CPU time (the machine may be shared); parsing is not included.
 """
@@ -37,8 +42,10 @@ from typing import Any
 
 try:
     import gpudra_alloc  # noqa: F401
-except ImportError:  # plain `python bench/alloc_bench.py` from a checkout: use the source root
+    import gpudra_allocator  # noqa: F401
+except ImportError:  # plain `python bench/alloc_bench.py` from a checkout: use the source roots
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libs"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services" / "allocator"))
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -47,6 +54,7 @@ from rich.table import Table
 from gpudra_alloc import AllocatedState, Allocator, Features, solve
 from gpudra_alloc.placement import Chooser
 from gpudra_alloc.workload import ChurnConfig, Fleet, churn_problem
+from gpudra_allocator.engine import Engine
 from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
 
 DRIVER = "gpu.nvidia.com"
@@ -267,6 +275,51 @@ def run_fleet_day(nodes: int, hours: float, policy: str) -> tuple[int, float, st
     return decided, secs, ", ".join(f"{k} {v}" for k, v in sorted(counts_out.items()))
 
 
+def run_rebuild(
+    nodes: int, changes: int, policy: str, incremental: bool, progress: Progress
+) -> float:
+    """Median CPU ms of the engine's warm-up after one node's slice changed (a new generation,
+    the same devices), `changes` times, each on another node."""
+    docs = {f"node-{i:05d}": dgx_slice(f"node-{i:05d}") for i in range(nodes)}
+    slices = {name: parse_resource_slice(doc) for name, doc in docs.items()}
+    state = AllocatedState()
+    engine = Engine([parse_device_class(CLASS)], policy, incremental=incremental)
+    engine.decide([claim("first", 1, False)], slices.values(), 0, state)  # built; a recent shape
+    rng = random.Random(1)
+    times = []
+    what = "incremental" if incremental else "full"
+    task = progress.add_task(f"{nodes}: {policy} {what} rebuilds", total=changes)
+    for version in range(1, changes + 1):
+        name = rng.choice(sorted(docs))
+        docs[name]["spec"]["pool"]["generation"] += 1
+        slices[name] = parse_resource_slice(docs[name])
+        gc.collect()
+        began = time.process_time()
+        engine.warm_up(slices.values(), version, state)
+        times.append(time.process_time() - began)
+        progress.advance(task)
+    times.sort()
+    return 1e3 * times[len(times) // 2]
+
+
+def rebuild_figures(sizes: list[int], changes: int, console: Console, progress: Progress) -> None:
+    table = Table(
+        title="engine rebuild after one node's slice changed (ms of CPU, median of "
+        f"{changes} changes)"
+    )
+    for col in ("nodes", "policy", "every node", "touched only", "ratio"):
+        table.add_column(col, justify="right")
+    rows = []
+    for nodes in sizes:
+        for policy in ("first-fit", "topology"):
+            full = run_rebuild(nodes, max(3, changes // 4), policy, False, progress)
+            part = run_rebuild(nodes, changes, policy, True, progress)
+            rows.append([f"{nodes:,}", policy, f"{full:.1f}", f"{part:.2f}", f"{full / part:.0f}x"])
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=1000, help="cluster size for figures 1-2")
@@ -295,6 +348,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time topology with its optimisations off (slow: every node searched)",
     )
+    parser.add_argument(
+        "--rebuild",
+        default="",
+        help="only time the rebuild after a one-node slice change at these sizes (nodes, "
+        "comma separated), every node vs the touched ones",
+    )
+    parser.add_argument("--rebuild-changes", type=int, default=20, help="changes per figure")
     args = parser.parse_args(argv)
     policies = ["topology", "topology-plain"] if args.topology_plain else ["topology"]
     console = Console()
@@ -304,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
     )
+    if args.rebuild:
+        with Progress(*columns, console=console, transient=True) as progress:
+            sizes = [int(n) for n in args.rebuild.split(",") if n]
+            rebuild_figures(sizes, args.rebuild_changes, console, progress)
+        return 0
     figures: list[tuple[str, str]] = []
     scale_rows: list[list[str]] = []
     with Progress(*columns, console=console, transient=True) as progress:
