@@ -80,6 +80,10 @@ class Chooser:
     # Value of a small NVLink domain (a GB200 tray) whose GPUs are all free (`value.node_value`):
     # > 0 keeps whole trays for 4-GPU work and clique gangs. 0: not valued.
     whole_tray: float = 0.0
+    # P of the convex slice-packing term (`value.node_value`): > 0 puts a MIG slice on the
+    # partitioned GPU with the fewest free counters that takes it, and the search is steered
+    # onto each partitioned GPU of a node in turn (`_slice_masks`). 0: not valued.
+    slice_packing: float = 0.0
     views: dict[str, NodeView] = field(default_factory=dict)
     # Best scores per node key, reused for every node with that key (`memo.py`, `groups.py`).
     memo: ScoreMemo = field(default_factory=ScoreMemo)
@@ -229,6 +233,8 @@ class Chooser:
     ) -> Choice | None:
         view = self.view(node)
         steered = [safe_mask(self.allocator, node, state, m) for m in self._masks(view, state)]
+        if self.slice_packing:
+            steered.extend(self._slice_masks(node, view, state))
         limit = SOLUTIONS_PER_MASK if (view.partitions or len(view.domains) > 1) else 1
         found = solutions(self.allocator, node, claims, state, limit)
         if not found:
@@ -236,7 +242,7 @@ class Chooser:
         for mask in steered:
             found.extend(solutions(self.allocator, node, claims, masked(state, mask), limit))
         before_free = view.free(state)
-        before = node_value(view, before_free, self.whole_tray)
+        before = node_value(view, before_free, self.whole_tray, self.slice_packing)
         best: Choice | None = None
         for n, results in enumerate(found):
             after_free = view.free(state, result_devices(results))
@@ -244,7 +250,7 @@ class Chooser:
                 node.name, protect, before_free, after_free, self.home_whole
             ):
                 continue
-            loss = before - node_value(view, after_free, self.whole_tray)
+            loss = before - node_value(view, after_free, self.whole_tray, self.slice_packing)
             steps = alternative_steps(claims, results)
             score = Score(
                 round(loss + ALTERNATIVE_PENALTY * steps, 6), after_free.free_gpus, index, n
@@ -269,6 +275,36 @@ class Chooser:
                 if free.domains.get(domain):
                     masks.append({g.id for g in free.gpus if g.domain != domain})
         return masks
+
+    def _slice_masks(
+        self, node: Node, view: NodeView, state: AllocatedState
+    ) -> list[set[DeviceID]]:
+        """With two or more partitioned GPUs on the node, one mask per partitioned GPU: the whole
+        GPUs and every other partitioned GPU hidden, so that the search proposes solutions on
+        each of them (in its own order it meets the first partitioned GPU's slices first, and
+        all SOLUTIONS_PER_MASK solutions may lie there). A partitioned GPU is hidden by marking
+        in use a maximal set of its free partitions that take no counter twice and none in use:
+        no counter is overdrawn (`search.safe_mask`'s rule) and no partition of it fits beside."""
+        used = view.used_counters(state, set())
+        names = view.counter_names
+        parts = [key for key in names if used.get(key) and not used[key] >= names[key]]
+        if len(parts) < 2:
+            return []
+        whole = {key for key in names if not used.get(key)}
+        hide = {p.id for p in view.partitions if p.counter_set in whole}
+        hide.update(g.id for g in view.gpus if g.counter_set in whole)
+        hidden = safe_mask(self.allocator, node, state, hide) if whole else set()
+        fill: dict[tuple[str, str], set[DeviceID]] = {}
+        for key in parts:
+            taken = set(used[key])
+            block: set[DeviceID] = set()
+            members = [p for p in view.partitions if p.counter_set == key]
+            for p in sorted(members, key=lambda p: len(p.counters)):  # stable: device order
+                if p.counters.isdisjoint(taken) and not state.is_allocated(p.id):
+                    block.add(p.id)
+                    taken.update(p.counters)
+            fill[key] = block
+        return [hidden.union(*(fill[other] for other in parts if other != key)) for key in parts]
 
 
 def _settings(chooser: Chooser) -> tuple[object, ...]:

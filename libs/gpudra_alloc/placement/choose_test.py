@@ -382,3 +382,105 @@ def test_home_whole_moves_the_home_to_another_domain() -> None:
         allocator.state.apply(choice.results)
         placed.append(choice.node.name)
     assert sorted(placed) == ["a100-00", "a100-01"]
+
+
+def mig(node: str, gpu: int, profile: str, *starts: int) -> tuple[tuple[str, str], ...]:
+    return tuple((node, f"gpu-{gpu}-mig-{profile}-{s}") for s in starts)
+
+
+def medium_claim(name: str = "c") -> ResourceClaim:
+    """A claim for one 3g.40gb partition only (the `mig` shape's second alternative)."""
+    doc = resource_claim("mig", name)
+    request = doc["spec"]["devices"]["requests"][0]
+    request["firstAvailable"] = [s for s in request["firstAvailable"] if s["name"] == "medium"]
+    return parse_resource_claim(doc)
+
+
+# partitioned GPUs in device order emptiest first, so the search meets the emptiest one first
+FREE_5_3_1 = (
+    *mig("a100-00", 0, "1g-10gb", 0, 1, 2),  # free 3-7: 5, a 3g.40gb fits at 4
+    *mig("a100-00", 1, "3g-40gb", 0),  # free 5-7: 3
+    *mig("a100-00", 1, "1g-10gb", 4),
+    *mig("a100-00", 2, "3g-40gb", 4),  # free 3: 1
+    *mig("a100-00", 2, "1g-10gb", 0, 1, 2),
+)
+FREE_5_3_LAST = (
+    *FREE_5_3_1[:5],
+    *mig("a100-00", 2, "1g-10gb", *range(7)),  # free 7: 1, which no 1g.10gb covers
+)
+FREE_7_5_4_3 = (
+    *mig("a100-00", 0, "1g-10gb", 0),  # free 1-7: 7, a 3g.40gb fits at 4
+    *mig("a100-00", 1, "1g-10gb", 0, 1, 2),  # free 3-7: 5, a 3g.40gb fits at 4
+    *mig("a100-00", 2, "3g-40gb", 0),  # free 4-7: 4, a 3g.40gb fits at 4
+    *mig("a100-00", 3, "3g-40gb", 0),  # free 5-7: 3
+    *mig("a100-00", 3, "1g-10gb", 4),
+)
+
+
+@pytest.mark.parametrize(
+    ("busy", "medium", "packing", "picked"),
+    [
+        pytest.param(FREE_5_3_1, False, 0.3, "gpu-2-mig-1g-10gb-3", id="1g-on-the-1-free"),
+        pytest.param(
+            FREE_5_3_LAST,
+            False,
+            0.3,
+            "gpu-1-mig-1g-10gb-5",
+            id="1g-on-the-3-free-when-1-free-unfit",
+        ),
+        pytest.param(FREE_7_5_4_3, False, 0.3, "gpu-3-mig-1g-10gb-5", id="1g-on-the-3-free-of-4"),
+        pytest.param(FREE_5_3_1, True, 0.3, "gpu-0-mig-3g-40gb-4", id="3g-on-the-only-fit"),
+        pytest.param(FREE_7_5_4_3, True, 0.3, "gpu-2-mig-3g-40gb-4", id="3g-on-the-4-free"),
+        # without the rule the first partitioned GPU the search meets takes the slice
+        pytest.param(FREE_5_3_1, False, 0.0, "gpu-0-mig-1g-10gb-3", id="off-1g-first-met"),
+        pytest.param(FREE_7_5_4_3, True, 0.0, "gpu-0-mig-3g-40gb-4", id="off-3g-first-met"),
+    ],
+)
+def test_slice_packing_takes_the_fullest_partitioned_gpu(
+    busy: tuple[tuple[str, str], ...], medium: bool, packing: float, picked: str
+) -> None:
+    allocator, nodes = cluster({"a100-mig": 1}, busy)
+    claims = [medium_claim() if medium else claim("mig")]
+    choice = Chooser(allocator, slice_packing=packing).choose(nodes, claims)
+    assert choice is not None
+    assert devices(choice.results) == [picked]
+    assert validate_allocation(allocator, choice.node, claims, choice.results) == []
+
+
+def test_slice_packing_across_nodes() -> None:
+    # the emptier partitioned GPU is on the first node, the fuller one on the second
+    busy = (*mig("a100-00", 0, "1g-10gb", 0, 1), *mig("a100-01", 5, "1g-10gb", 0, 1, 2, 3, 4))
+    allocator, nodes = cluster({"a100-mig": 2}, busy)
+    claims = [claim("mig")]
+    for packing, node, picked in ((0.0, "a100-00", "gpu-0"), (0.3, "a100-01", "gpu-5")):
+        choice = Chooser(allocator, slice_packing=packing).choose(nodes, claims)
+        assert choice is not None
+        assert (choice.node.name, devices(choice.results)[0][:5]) == (node, picked)
+        assert validate_allocation(allocator, choice.node, claims, choice.results) == []
+
+
+def test_slice_packing_day_validates_and_matches_the_plain_chooser() -> None:
+    # MIG claims come and go on two A100 nodes: every placement valid, the optimised chooser
+    # (node keys, memo) answers as the plain one
+    import random
+
+    allocator, nodes = cluster({"a100-mig": 2, "l4-pcie": 1})
+    fast = Chooser(allocator, slice_packing=0.3)
+    plain = Chooser(allocator, slice_packing=0.3, optimise=False)
+    rng = random.Random(7)
+    live: list[tuple[ResourceClaim, list[AllocationResult]]] = []
+    for i in range(120):
+        if live and rng.random() < 0.45:
+            _, results = live.pop(rng.randrange(len(live)))
+            allocator.state.release(results)
+            continue
+        claims = [medium_claim(f"m{i}") if rng.random() < 0.15 else claim("mig", f"c{i}")]
+        got, want = fast.choose(nodes, claims), plain.choose(nodes, claims)
+        assert (got is None) == (want is None)
+        if got is None or want is None:
+            continue
+        assert (got.node.name, got.results, got.score) == (want.node.name, want.results, want.score)
+        assert validate_allocation(allocator, got.node, claims, got.results) == []
+        allocator.state.apply(got.results)
+        live.append((claims[0], got.results))
+    assert len(live) > 10

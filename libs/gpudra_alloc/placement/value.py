@@ -23,6 +23,9 @@ the reasons for every weight). The value of a node's free state is the sum of:
 - Partitioned GPUs (MIG): 0.05 per free counter plus 0.2 while a half-GPU partition still fits.
   A freshly partitioned GPU is therefore worth at most 0.55, less than the whole GPU it was, so
   MIG packs onto GPUs already partitioned and breaks a whole GPU only when none has room.
+- Slice packing, only when asked (`slice_packing` P > 0): + P x (free counters / counters)^2 per
+  partitioned GPU. Convex, so a slice costs least on the partitioned GPU with the fewest free
+  counters (best fit: the emptier ones drain back to whole GPUs); at most P more per GPU.
 
 A node's value depends on that node's free state only (its `NodeView`: GPU attributes and the
 size of each NVLink domain; and its `FreeState`): no other
@@ -57,9 +60,12 @@ def block_value(free: int, blocks: tuple[tuple[int, float], ...] = BLOCKS) -> fl
     return total
 
 
-def node_value(view: NodeView, free: FreeState, whole_tray: float = 0.0) -> float:
+def node_value(
+    view: NodeView, free: FreeState, whole_tray: float = 0.0, slice_packing: float = 0.0
+) -> float:
     """`whole_tray`: added per small NVLink domain (fewer than LARGE_DOMAIN_SIZE GPUs, a GB200
-    tray) whose GPUs are all free (0: the default rules; measured in `docs/PLACEMENT.md`)."""
+    tray) whose GPUs are all free (0: the default rules; measured in `docs/PLACEMENT.md`).
+    `slice_packing`: P of the convex term per partitioned GPU (0: not valued)."""
     total = 0.0
     for domain, count in free.domains.items():
         total += block_value(count, PCIE_BLOCKS if domain == PCIE else BLOCKS)
@@ -83,6 +89,8 @@ def node_value(view: NodeView, free: FreeState, whole_tray: float = 0.0) -> floa
     for clique, count in clique_free.items():
         if count == sum(1 for g in view.gpus if g.clique == clique):
             total += WHOLE_CLIQUE_VALUE
-    for counters, half in free.partitioned.values():
+    for key, (counters, half) in free.partitioned.items():
         total += PARTITION_COUNTER_VALUE * counters + (PARTITION_HALF_VALUE if half else 0.0)
+        if slice_packing:
+            total += slice_packing * (counters / len(view.counter_names[key])) ** 2
     return total

@@ -121,3 +121,43 @@ def test_whole_tray_keeps_trays_for_4_gpu_work(
     assert choice is not None
     assert choice.node.name == node
     assert validate_allocation(allocator, choice.node, claims, choice.results) == []
+
+
+def mig(node: str, gpu: int, profile: str, *starts: int) -> tuple[tuple[str, str], ...]:
+    return tuple((node, f"gpu-{gpu}-mig-{profile}-{s}") for s in starts)
+
+
+@pytest.mark.parametrize(
+    ("busy", "free"),
+    [
+        pytest.param(mig("a100-00", 0, "1g-10gb", 0), 7, id="one-slice-7-free"),
+        pytest.param(mig("a100-00", 0, "1g-10gb", 0, 1, 2), 5, id="three-slices-5-free"),
+        pytest.param(mig("a100-00", 0, "3g-40gb", 0), 4, id="half-4-free"),
+        pytest.param(mig("a100-00", 0, "1g-10gb", *range(7)), 1, id="seven-slices-1-free"),
+    ],
+)
+def test_slice_packing_value(busy: tuple[tuple[str, str], ...], free: int) -> None:
+    # + P x (free / 8)^2 per partitioned GPU, on top of the default rules
+    allocator, nodes = cluster({"a100-mig": 1}, busy)
+    view = NodeView(nodes[0], allocator.pools_for(nodes[0]))
+    state = view.free(allocator.state)
+    assert [c for c, _ in state.partitioned.values()] == [free]
+    plain = node_value(view, state)
+    assert node_value(view, state, slice_packing=0.4) == pytest.approx(plain + 0.4 * free**2 / 64)
+
+
+def test_slice_packing_costs_least_on_the_fullest_gpu() -> None:
+    # one more slice on a GPU with f free counters costs P x (f^2 - (f-1)^2) / 64 more than
+    # without the term: increasing in f, so a slice costs least on the fullest partitioned GPU
+    costs = []
+    for used in (5, 3, 1):  # 1g.10gb slices in use before: 3, 5, 7 counters free
+        values = []
+        for count in (used, used + 1):
+            busy = mig("a100-00", 0, "1g-10gb", *range(count))
+            allocator, nodes = cluster({"a100-mig": 1}, busy)
+            view = NodeView(nodes[0], allocator.pools_for(nodes[0]))
+            free = view.free(allocator.state)
+            values.append(node_value(view, free, slice_packing=0.4) - node_value(view, free))
+        costs.append(values[0] - values[1])
+    assert costs == pytest.approx([0.4 * (f**2 - (f - 1) ** 2) / 64 for f in (3, 5, 7)])
+    assert costs == sorted(costs)
