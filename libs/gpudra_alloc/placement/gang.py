@@ -8,7 +8,8 @@ thing across nodes make sense here (a clique, not a node-local NVLink domain nam
 
 Pods are placed one after the other on a scratch copy of the in-use state, each by the pod
 policy (`topology`: largest pod first, best score; `first-fit`: in order, first node that fits),
-each seeing the devices the pods before it took. For each attribute value (sorted) the gang is
+each seeing the devices the pods before it took (`first-fit` with `rng`: kube-scheduler's node
+choice instead, `kube_pick`: a node drawn among those where the pod fits). For each attribute value (sorted) the gang is
 tried within the nodes that publish it, with the devices that do not carry it masked; `first-fit`
 takes the first value that fits the whole gang, `topology` the one that costs the least value,
 then the one that leaves the fewest GPUs free in its group (best fit: whole cliques stay whole).
@@ -25,6 +26,7 @@ they decide between groups (topology, more than one group).
 
 from __future__ import annotations
 
+import random
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +40,9 @@ from gpudra_alloc.placement.search import copy_state, masked, safe_mask, solutio
 from gpudra_alloc.pools import Pool
 from gpudra_alloc.state import AllocatedState, DeviceID
 from gpudra_api import AllocationResult, ApiError, Node, ResourceClaim, parse_resource_claim
+
+# resourceapi.FirstAvailableDeviceRequestMaxSize: the DRA plugin scores subrequest i as 8 - i
+FIRST_AVAILABLE_MAX = 8
 
 
 @dataclass(frozen=True)
@@ -163,8 +168,12 @@ def place_gang(
     chooser: Chooser | None = None,
     pins: Sequence[str] = (),
     group: str | None = None,
+    rng: random.Random | None = None,
 ) -> GangPlacement:
     """Place every pod of `gang` or none; `allocator.state` is never changed here.
+
+    `rng` (first-fit only): each pod goes to a node drawn by `kube_pick` among the nodes where
+    it fits, as kube-scheduler places a gang's pods one by one; groups are still tried in order.
 
     `pins` (by pod index, "" for none): a pod pinned to a node is placed on that node only (one
     of `nodes`), before the unpinned pods, which see the devices it takes. `group`: with
@@ -182,7 +191,7 @@ def place_gang(
     count_left = policy != "first-fit" and len(groups) > 1
     for value, (members, wanted) in groups.items():
         attempt = _place_in_group(
-            allocator, members, wanted, gang, policy, chooser, pins, count_left
+            allocator, members, wanted, gang, policy, chooser, pins, count_left, rng
         )
         attribute = gang.match_attribute
         if (
@@ -236,6 +245,7 @@ def _place_in_group(
     chooser: Chooser | None,
     pins: Sequence[str] = (),
     count_left: bool = False,
+    rng: random.Random | None = None,
 ) -> GangPlacement:
     scratch: AllocatedState = copy_state(allocator.state)
     order = list(range(len(gang.pods)))
@@ -251,7 +261,12 @@ def _place_in_group(
         allowed = [n for n in nodes if n.name == pin[i]] if i in pin else nodes
         mask = masks.union(allowed)
         if policy == "first-fit":
-            found = _first_fit(allocator, allowed, claims, masked(scratch, mask))
+            state = masked(scratch, mask)
+            found = (
+                _first_fit(allocator, allowed, claims, state)
+                if rng is None
+                else _random_fit(allocator, allowed, claims, state, rng)
+            )
             if found is None:
                 return GangPlacement(None, failed_pod=position)
             node, results = found
@@ -317,6 +332,54 @@ def _first_fit(
         if found:
             return node, found[0]
     return None
+
+
+def _random_fit(
+    allocator: Allocator,
+    nodes: list[Node],
+    claims: list[ResourceClaim],
+    state: AllocatedState,
+    rng: random.Random,
+) -> tuple[Node, list[AllocationResult]] | None:
+    """kube-scheduler's node choice under `state`: the search on every node, `kube_pick` among
+    the nodes where it succeeds."""
+    feasible: list[tuple[Node, list[AllocationResult]]] = []
+    for node in nodes:
+        found = solutions(allocator, node, claims, state, 1)
+        if found:
+            feasible.append((node, found[0]))
+    return kube_pick(rng, claims, feasible)
+
+
+def dra_score(claims: list[ResourceClaim], results: list[AllocationResult]) -> int:
+    """The score kube-scheduler's DynamicResources plugin gives a node (`computeScore`): for every
+    `firstAvailable` request, 8 - the index of the subrequest the node's allocation used (the
+    first alternative scores highest); 0 for claims without one. `results`: one per claim."""
+    score = 0
+    for claim, result in zip(claims, results, strict=True):
+        used = {r.request for r in result.results}
+        for request in claim.requests:
+            for index, sub in enumerate(request.first_available):
+                if f"{request.name}/{sub.name}" in used:
+                    score += FIRST_AVAILABLE_MAX - index
+    return score
+
+
+def kube_pick(
+    rng: random.Random,
+    claims: list[ResourceClaim],
+    feasible: list[tuple[Node, list[AllocationResult]]],
+) -> tuple[Node, list[AllocationResult]] | None:
+    """kube-scheduler's `selectHost` over `feasible` (node, Kubernetes' allocation there): uniformly
+    at random among the nodes with the highest score. Only the DRA plugin's score (`dra_score`)
+    tells these nodes apart here: the default plugins' CPU/memory scores are not modelled and
+    count as equal. One node: taken without a draw, as the scheduler does."""
+    if len(feasible) <= 1:
+        return feasible[0] if feasible else None
+    scores = [dra_score(claims, results) for _, results in feasible]
+    top = max(scores)
+    best = [f for f, score in zip(feasible, scores, strict=True) if score == top]
+    return best[rng.randrange(len(best))] if len(best) > 1 else best[0]
 
 
 def _device_count(claims: list[ResourceClaim]) -> int:

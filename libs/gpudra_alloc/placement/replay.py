@@ -11,10 +11,19 @@ least as many devices as its smallest pod needs. A `release` of a pod still pend
 (its job gave up). Every placement goes through the same search as the contract. Before each
 attempt the topology chooser is told how many pending pods need a whole large NVLink domain
 (`large_pods_waiting`: each pod of a gang counts, so a gang of 2 x 8 GPUs waits for two).
+
+`node_choice` says how the `first-fit` policy picks a node. "first" (the default): the first node
+in list order where the search succeeds, which is first-fit bin packing across nodes. "random":
+stock kube-scheduler's choice, a reference for benchmarks and not an allocator policy: the
+search on every node (Kubernetes' device choice on each), then a node drawn uniformly among the
+feasible ones with the highest DRA score (`gang.kube_pick`), from a `random.Random(seed)` so a
+replay is reproducible; each pod of a gang the same way, one after the other. Retrying a pending
+pod on the released nodes only stays exact: the nodes it fits are all among them.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +32,7 @@ from typing import Any
 from gpudra_alloc.allocator import Allocator
 from gpudra_alloc.errors import ProblemError
 from gpudra_alloc.placement.choose import LARGE_DOMAIN, NEAR_WHOLE, Chooser
-from gpudra_alloc.placement.gang import Gang, parse_gang, place_gang
+from gpudra_alloc.placement.gang import Gang, kube_pick, parse_gang, place_gang
 from gpudra_alloc.placement.topology import result_devices
 from gpudra_alloc.state import DeviceID
 from gpudra_alloc.validate import validate_allocation
@@ -37,6 +46,7 @@ from gpudra_api import (
 )
 
 SHAPE_LABEL = "gpudra.io/shape"
+NODE_CHOICES = ("first", "random")
 
 
 @dataclass
@@ -67,6 +77,9 @@ class Replay:
     reserve_floor: int = 0
     # check every placement with `validate_allocation` before applying it (tests; slow)
     validate: bool = False
+    # first-fit's node choice: "first" node that fits, or "random" (kube-scheduler; module doc)
+    node_choice: str = "first"
+    seed: int = 0
     chooser: Chooser = field(init=False)
     rejected: list[str] = field(default_factory=list)
     records: list[PodRecord] = field(default_factory=list)
@@ -80,10 +93,20 @@ class Replay:
             self.allocator, reserve=self.reserve, reserve_floor=self.reserve_floor
         )
         self._node_of: dict[str, Node] = {n.name: n for n in self.nodes}
+        if self.node_choice not in NODE_CHOICES:
+            raise ProblemError(f"node_choice must be one of {', '.join(NODE_CHOICES)}")
+        if self.node_choice != "first" and self.policy != "first-fit":
+            raise ProblemError("node_choice applies to the first-fit policy only")
+        self._rng = random.Random(self.seed) if self.node_choice == "random" else None
 
     @staticmethod
     def from_problem(
-        doc: dict[str, Any], policy: str, reserve: int = 0, reserve_floor: int = 0
+        doc: dict[str, Any],
+        policy: str,
+        reserve: int = 0,
+        reserve_floor: int = 0,
+        node_choice: str = "first",
+        seed: int = 0,
     ) -> Replay:
         if not isinstance(doc.get("steps"), list):
             raise ProblemError("replay needs a problem with steps")
@@ -96,7 +119,16 @@ class Replay:
         times = doc.get("stepTimes") or list(range(len(doc["steps"])))
         if len(times) != len(doc["steps"]):
             raise ProblemError("stepTimes: needs one entry per step")
-        return Replay(allocator, nodes, policy, [float(t) for t in times], reserve, reserve_floor)
+        return Replay(
+            allocator,
+            nodes,
+            policy,
+            [float(t) for t in times],
+            reserve,
+            reserve_floor,
+            node_choice=node_choice,
+            seed=seed,
+        )
 
     def run(self, steps: list[Any], progress: Callable[[int], None] | None = None) -> None:
         for index, step in enumerate(steps):
@@ -157,8 +189,18 @@ class Replay:
         self, record: PodRecord, nodes: list[Node]
     ) -> list[tuple[Node, list[AllocationResult]]] | None:
         if record.gang is not None:
-            gang = place_gang(self.allocator, self.nodes, record.gang, self.policy, self.chooser)
+            gang = place_gang(
+                self.allocator, self.nodes, record.gang, self.policy, self.chooser, rng=self._rng
+            )
             return gang.pods
+        if self.policy == "first-fit" and self._rng is not None:
+            feasible: list[tuple[Node, list[AllocationResult]]] = []
+            for node in nodes:
+                found = self.allocator.allocate(node, record.claims)
+                if found.results is not None:
+                    feasible.append((node, found.results))
+            picked = kube_pick(self._rng, record.claims, feasible)
+            return None if picked is None else [picked]
         if self.policy == "first-fit":
             outcome = self.allocator.choose_node(nodes, record.claims)
             if outcome is None or outcome.results is None:

@@ -1,15 +1,16 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
 from gpudra_alloc.errors import ProblemError
-from gpudra_alloc.placement.gang import Gang
+from gpudra_alloc.placement.gang import Gang, dra_score
 from gpudra_alloc.placement.replay import PodRecord, Replay, large_pods_waiting
 from gpudra_alloc.placement.topology import result_devices
 from gpudra_alloc.workload import ChurnConfig, Fleet, churn_problem, resource_claim
-from gpudra_api import parse_resource_claim
+from gpudra_api import AllocationResult, DeviceRequestAllocationResult, parse_resource_claim
 
 SMALL = Fleet(counts={"a100-mig": 1, "dgx-h100": 2, "gb200-tray": 4, "hgx-b200": 1, "l4-pcie": 1})
 DAY = churn_problem(ChurnConfig(seed=11, hours=5, load=2.0, fleet=SMALL))
@@ -136,3 +137,95 @@ def test_large_pods_waiting_counts_every_pod_that_needs_a_whole_domain(
     if records:  # the pod being tried is not waiting for itself
         own = sum(1 for s in pending[0][1] if s == "gpu-8-nvl")
         assert large_pods_waiting(records, records[0]) == waiting - own
+
+
+# kube-scheduler's node choice (`node_choice="random"`): a node drawn among the feasible ones
+KUBE_FLEET = Fleet(counts={"a100-mig": 1, "dgx-h100": 3, "l4-pcie": 2})
+KUBE_OBJECTS = churn_problem(ChurnConfig(seed=1, hours=1, load=1.0, fleet=KUBE_FLEET))
+
+
+def _one_at_a_time(shape: str, times: int) -> dict[str, Any]:
+    """`times` pods of `shape`, each released before the next arrives: every draw sees the
+    same empty fleet, so every node that can hold the pod is feasible each time."""
+    steps: list[dict[str, Any]] = []
+    for i in range(times):
+        steps.append({"allocate": [resource_claim(shape, f"p{i}")]})
+        steps.append({"release": [f"default/p{i}"]})
+    return {
+        "classes": KUBE_OBJECTS["classes"],
+        "slices": KUBE_OBJECTS["slices"],
+        "nodes": KUBE_OBJECTS["nodes"],
+        "steps": steps,
+    }
+
+
+def _nodes_chosen(doc: dict[str, Any], node_choice: str, seed: int = 0) -> list[str]:
+    replay = Replay.from_problem(doc, "first-fit", node_choice=node_choice, seed=seed)
+    replay.validate = True
+    replay.run(doc["steps"])
+    assert replay.rejected == []
+    assert all(len(r.nodes) == 1 for r in replay.records)
+    return [r.nodes[0] for r in replay.records]
+
+
+def test_random_node_choice_draws_among_the_feasible_nodes() -> None:
+    doc = _one_at_a_time("gpu-8-nvl", 40)
+    eight_gpu_nodes = {n["name"] for n in doc["nodes"] if n["name"].startswith(("dgx", "a100"))}
+    first = _nodes_chosen(doc, "first")
+    drawn = _nodes_chosen(doc, "random", seed=7)
+    assert set(first) == {first[0]}  # first-fit: always the first node in the list that fits
+    assert set(drawn) <= eight_gpu_nodes  # only nodes where 8 NVLink GPUs fit (no L4)
+    assert len(set(drawn)) >= 3  # 40 uniform draws over 4 nodes cover more than one
+    assert drawn == _nodes_chosen(doc, "random", seed=7)  # reproducible for a seed
+    assert drawn != _nodes_chosen(doc, "random", seed=8)
+
+
+def test_random_node_choice_prefers_the_first_available_alternative() -> None:
+    # DRA's Score: a MIG claim goes where its first alternative (a 1g.10gb slice) fits, the
+    # A100, never to a node where only its last (a full GPU) does, though all of them are feasible
+    doc = _one_at_a_time("mig", 20)
+    assert set(_nodes_chosen(doc, "random", seed=3)) == {"a100-00"}
+    gpu1 = _one_at_a_time("gpu-1", 40)  # no alternatives: every node with a GPU is drawn
+    assert len({n.split("-")[0] for n in _nodes_chosen(gpu1, "random", seed=3)}) == 3
+
+
+def test_random_node_choice_places_a_gang_pod_by_pod() -> None:
+    steps: list[dict[str, Any]] = []
+    for i in range(20):
+        pods = [f"g{i}-p{p}" for p in range(2)]
+        gang = {"name": f"g{i}", "pods": [[resource_claim("gpu-8-nvl", pod)] for pod in pods]}
+        steps += [{"gang": gang}, {"release": [f"default/{pod}" for pod in pods]}]
+    doc = dict(_one_at_a_time("gpu-1", 0), steps=steps)
+    replay = Replay.from_problem(doc, "first-fit", node_choice="random", seed=2)
+    replay.validate = True
+    replay.run(doc["steps"])
+    assert replay.rejected == []
+    pairs = [tuple(r.nodes) for r in replay.records]
+    assert all(len(set(pair)) == 2 for pair in pairs)  # two 8-GPU pods never share a node
+    assert len(set(pairs)) > 1  # first-fit would give the same two nodes every time
+
+
+@pytest.mark.parametrize(
+    ("shape", "used", "score"),
+    [
+        pytest.param("mig", "gpu/small", 8, id="first-alternative"),
+        pytest.param("mig", "gpu/full", 6, id="third-alternative"),
+        pytest.param("gpu-2", "gpus", 0, id="no-alternatives"),
+    ],
+)
+def test_dra_score_follows_the_alternative_used(shape: str, used: str, score: int) -> None:
+    claim = parse_resource_claim(resource_claim(shape, "c"))
+    result = AllocationResult((DeviceRequestAllocationResult(used, "d", "p", "gpu-0"),))
+    assert dra_score([claim], [result]) == score
+
+
+@pytest.mark.parametrize(
+    ("policy", "node_choice"),
+    [
+        pytest.param("first-fit", "best", id="unknown"),
+        pytest.param("topology", "random", id="topo"),
+    ],
+)
+def test_bad_node_choice_is_a_clear_error(policy: str, node_choice: str) -> None:
+    with pytest.raises(ProblemError, match="node_choice"):
+        Replay.from_problem(_one_at_a_time("gpu-1", 1), policy, node_choice=node_choice)
