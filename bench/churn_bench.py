@@ -2,9 +2,11 @@
 
     python bench/churn_bench.py [--seed 1] [--load 3.0] [--reserve 6] [--floor 6]
                                 [--mig-homes 1 | --hold-mig-domains] [--node-order shuffled]
+                                [--mix gpu-8-nvl=0.05,mig=0] [--policies first-fit topology]
                                 [--plot docs/churn-free-capacity.png]
 
-Generates the seeded churn workload (`gpudra_alloc.workload`), replays it once per policy with
+Generates the seeded churn workload (`gpudra_alloc.workload`; `--mix` reweights its shapes),
+replays it once per policy with
 pending pods retried as capacity frees (`gpudra_alloc.placement.replay`), and reports: claims
 placed by shape, 8-GPU NVLink claims placed (topology / first-fit), GPU-hours placed, GPUs
 stranded (free while some pod is pending: unusable for every pending shape), mean time-to-place
@@ -14,6 +16,11 @@ shape holding them, sampled while an 8-GPU pod is pending; GPU-hours placed by s
 GPU-hours idle while some pod is pending by node type (free whole GPUs, those the topology
 reserve holds or the MIG home guards, free MIG slices). Writes a PNG of the free-capacity shape over the day for both policies, and the figures as
 JSON next to it. Simulated fleet; no GPU is touched.
+
+`kube-scheduler` (`--policies first-fit topology kube-scheduler`) is a reference, not an
+allocator policy: Kubernetes' device choice on a node drawn at random among the feasible ones
+(`Replay(node_choice="random")`, seeded from the workload seed), as stock kube-scheduler places
+these pods; topology's 8-GPU ratio and GPU-hours are then reported against it too.
 """
 
 from __future__ import annotations
@@ -38,10 +45,18 @@ from gpudra_alloc.placement.choose import MIG_HOME
 from gpudra_alloc.placement.replay import PodRecord, Replay, large_pods_waiting
 from gpudra_alloc.placement.topology import NodeView
 from gpudra_alloc.state import AllocatedState, DeviceID
-from gpudra_alloc.workload import GANGS, SHAPES, ChurnConfig, churn_problem
+from gpudra_alloc.workload import (
+    DEFAULT_MIX,
+    GANGS,
+    SHAPES,
+    ChurnConfig,
+    WorkloadError,
+    churn_problem,
+)
 from gpudra_alloc.workload.fleet import MACHINE_LABEL
 
 POLICIES = ("first-fit", "topology")
+KUBE_SCHEDULER = "kube-scheduler"  # a reference: first-fit's search, a random feasible node
 SAMPLE_MINUTES = 10.0
 WARMUP_MINUTES = 180.0
 LARGE_WAITER = "gpu-8-nvl"  # the shape whose waits `large_domain_use` explains
@@ -73,6 +88,56 @@ class Run:
     large_gpus: dict[DeviceID, tuple[str, float]] | None = None
     # while any pod is pending: GPU-hours idle by (node type, why: free / held / slices)
     idle_pending: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+def mix_weights(text: str) -> dict[str, float]:
+    """`--mix SHAPE=W,...`: weights of `DEFAULT_MIX` shapes to change (0 drops a shape); the
+    shapes not named keep their default weight. Raises ArgumentTypeError naming the shapes."""
+    shapes = f"shapes: {', '.join(DEFAULT_MIX)}"
+    out: dict[str, float] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        shape, sep, weight = (x.strip() for x in item.partition("="))
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected SHAPE=WEIGHT ({shapes})")
+        if shape not in DEFAULT_MIX:
+            raise argparse.ArgumentTypeError(f"unknown shape {shape!r} ({shapes})")
+        try:
+            value = float(weight)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{shape}: weight {weight!r} is not a number ({shapes})"
+            ) from None
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(
+                f"{shape}: weight must be a finite number >= 0, not {weight!r} ({shapes})"
+            )
+        out[shape] = value
+    if not out:
+        raise argparse.ArgumentTypeError(f"no SHAPE=WEIGHT given ({shapes})")
+    return out
+
+
+def full_mix(changes: dict[str, float] | None) -> dict[str, float]:
+    """`DEFAULT_MIX` with `changes` applied (None: the default mix)."""
+    return dict(DEFAULT_MIX) | (changes or {})
+
+
+def mix_label(changes: dict[str, float] | None) -> str:
+    """How a run's header names its mix: "default", or the changed weights."""
+    if not changes:
+        return "default"
+    return "default with " + ", ".join(f"{k}={v:g}" for k, v in sorted(changes.items()))
+
+
+def compare(topo: dict[str, Any], other: dict[str, Any]) -> tuple[float, float]:
+    """Topology's 8-GPU NVLink claims placed ÷ `other`'s (0 when `other` placed none) and its
+    GPU-hours minus `other`'s."""
+    ratio = 0.0
+    if other["gpu8NvlinkPlaced"]:
+        ratio = topo["gpu8NvlinkPlaced"] / other["gpu8NvlinkPlaced"]
+    return ratio, topo["gpuHoursPlaced"] - other["gpuHoursPlaced"]
 
 
 def large_gpus(replay: Replay) -> dict[DeviceID, tuple[str, float]]:
@@ -216,10 +281,16 @@ def run_policy(
     task: Any,
     home_whole: bool = False,
     whole_tray: float = 0.0,
+    seed: int = 0,
 ) -> Run:
-    replay = Replay.from_problem(
-        problem, policy, *((reserve, floor) if policy == "topology" else (0, 0))
-    )
+    """Replay `problem` under `policy` (`first-fit`, `topology` or `KUBE_SCHEDULER`, whose random
+    node choice is drawn from `seed`), sampling the fleet every SAMPLE_MINUTES."""
+    if policy == KUBE_SCHEDULER:
+        replay = Replay.from_problem(problem, "first-fit", node_choice="random", seed=seed)
+    else:
+        replay = Replay.from_problem(
+            problem, policy, *((reserve, floor) if policy == "topology" else (0, 0))
+        )
     replay.chooser.hold_mig_domains = hold_mig
     replay.chooser.mig_homes = mig_homes
     replay.chooser.home_whole = home_whole
@@ -445,7 +516,20 @@ def main(argv: list[str] | None = None) -> int:
         help="topology: value of a whole free GB200 tray (keeps trays for 4-GPU work)",
     )
     parser.add_argument(
-        "--policies", nargs="+", choices=POLICIES, default=list(POLICIES), help="policies to run"
+        "--policies",
+        nargs="+",
+        choices=(*POLICIES, KUBE_SCHEDULER),
+        default=list(POLICIES),
+        help=f"policies to run ({KUBE_SCHEDULER}: stock kube-scheduler's random feasible node, "
+        "a reference)",
+    )
+    parser.add_argument(
+        "--mix",
+        type=mix_weights,
+        default=None,
+        metavar="SHAPE=W,...",
+        help="workload shape weights to change, e.g. gpu-8-nvl=0.05,mig=0 (0 drops a shape; "
+        f"defaults: {', '.join(f'{k}={v:g}' for k, v in DEFAULT_MIX.items())})",
     )
     parser.add_argument("--node-order", choices=("shuffled", "sorted"), default="shuffled")
     parser.add_argument(
@@ -456,10 +540,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    mix = full_mix(args.mix)
+    try:
+        config = ChurnConfig(
+            seed=args.seed, hours=args.hours, load=args.load, node_order=args.node_order, mix=mix
+        )
+    except WorkloadError as exc:
+        parser.error(f"argument --mix: {exc}")
     console = Console()
-    config = ChurnConfig(
-        seed=args.seed, hours=args.hours, load=args.load, node_order=args.node_order
-    )
     problem = churn_problem(config)
     steps = len(problem["steps"])
     console.print(
@@ -467,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         f"load {args.load:g}, node order {args.node_order}, "
         f"topology reserve {args.reserve} (floor {args.floor}"
         f"{', all MIG domains too' if args.hold_mig_domains else f', MIG homes {args.mig_homes}'})"
+        f"; mix {mix_label(args.mix)}"
     )
     runs: list[Run] = []
     with Progress(
@@ -490,17 +579,18 @@ def main(argv: list[str] | None = None) -> int:
                     tasks[policy],
                     args.home_whole,
                     args.whole_tray,
+                    args.seed,
                 )
             )
     day = args.hours * 60
     results = [figures(run, day) for run in runs]
     report(console, results)
     ratio = 0.0
-    if len(results) == 2:
-        first, topo = results
-        if first["gpu8NvlinkPlaced"]:
-            ratio = topo["gpu8NvlinkPlaced"] / first["gpu8NvlinkPlaced"]
-        gained = topo["gpuHoursPlaced"] - first["gpuHoursPlaced"]
+    by = {r["policy"]: r for r in results}
+    topo = by.get("topology")
+    if topo is not None and "first-fit" in by:
+        first = by["first-fit"]
+        ratio, gained = compare(topo, first)
         console.print(
             f"8-GPU NVLink claims placed, topology / first-fit: {ratio:.2f} "
             f"(first-fit placed {first['placedFraction']:.1%} of all claims); "
@@ -513,16 +603,35 @@ def main(argv: list[str] | None = None) -> int:
             f"counting every claim at the GPUs it asks for first: "
             f"{topo['gpuHoursAsAsked'] - first['gpuHoursAsAsked']:+.1f}"
         )
+    kube: dict[str, float] = {}
+    if topo is not None and KUBE_SCHEDULER in by:
+        reference = by[KUBE_SCHEDULER]
+        kube_ratio, kube_gained = compare(topo, reference)
+        kube = {
+            "ratio8": round(kube_ratio, 3),
+            "gpuHoursGained": round(kube_gained, 1),
+            "asAskedGained": round(topo["gpuHoursAsAsked"] - reference["gpuHoursAsAsked"], 1),
+        }
+        console.print(
+            f"against {KUBE_SCHEDULER} (context; the goal is measured against first-fit): "
+            f"8-GPU NVLink claims topology / {KUBE_SCHEDULER}: {kube_ratio:.2f} "
+            f"({KUBE_SCHEDULER} placed {reference['placedFraction']:.1%} of all claims); "
+            f"GPU-hours topology - {KUBE_SCHEDULER}: {kube_gained:+.1f} "
+            f"(as asked {kube['asAskedGained']:+.1f})"
+        )
     title = (
         f"free capacity over the day (seed {args.seed}, load {args.load:g}, "
         f"{sum(SHAPES[s].gpus > 0 for s in SHAPES)} claim shapes + gangs)"
     )
     plot(runs, args.plot, title)
-    out = {
-        "config": vars(args) | {"plot": args.plot.name},  # beside the JSON: no machine path
+    out: dict[str, Any] = {
+        # beside the JSON: no machine path; the mix as used, every shape's weight
+        "config": vars(args) | {"plot": args.plot.name, "mix": mix},
         "ratio8": round(ratio, 3),
         "policies": results,
     }
+    if kube:
+        out["topologyVsKubeScheduler"] = kube
     args.plot.with_suffix(".json").write_text(json.dumps(out, indent=2) + "\n")
     console.print(f"plot: {args.plot}; figures: {args.plot.with_suffix('.json')}")
     return 0

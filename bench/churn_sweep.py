@@ -2,6 +2,7 @@
 
     python bench/churn_sweep.py [--loads 1.5,2,2.5,3,3.5,4] [--seeds 1,2,4,5]
                                 [--reserve 6] [--floor 6] [--mig-homes 1]
+                                [--mix gpu-8-nvl=0.05,mig=0] [--reference kube-scheduler]
                                 [--plot docs/churn-load-sweep.png]
 
 For every (load, seed) it generates the churn day of `churn_bench.py` and replays it under
@@ -11,6 +12,10 @@ goal is ≥ 1.5 where first-fit places under 85 % of claims), the GPU-hours topo
 first-fit's (the issue requires ≥ 0) both as held (a MIG claim first-fit hands a whole GPU counts a
 whole GPU) and as asked (every claim at its first alternative), and claims placed by each. Writes a PNG of the three against
 load and the rows as JSON beside it. Simulated fleet; no GPU is touched.
+
+`--mix` reweights the workload's shapes (as `churn_bench.py --mix`). `--reference kube-scheduler`
+also replays each day under stock kube-scheduler's node choice (`churn_bench.KUBE_SCHEDULER`) and
+adds topology's 8-GPU ratio and GPU-hours against it: context; the goal stays against first-fit.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from churn_bench import figures, run_policy
-from gpudra_alloc.workload import ChurnConfig, churn_problem
+from churn_bench import KUBE_SCHEDULER, figures, full_mix, mix_label, mix_weights, run_policy
+from gpudra_alloc.workload import ChurnConfig, WorkloadError, churn_problem
 
 GOAL_RATIO = 1.5
 LOADED = 0.85  # the issue's setting: first-fit places under this share of claims
@@ -50,10 +55,36 @@ class Row:
     gpu_hours_topology: float
     asked_hours_first_fit: float
     asked_hours_topology: float
+    # the kube-scheduler reference (`--reference kube-scheduler`), None without it
+    placed_kube: float | None = None
+    large_kube: int | None = None
+    gpu_hours_kube: float | None = None
+    asked_hours_kube: float | None = None
 
     @property
     def ratio(self) -> float:
         return self.large_topology / self.large_first_fit if self.large_first_fit else 0.0
+
+    @property
+    def ratio_kube(self) -> float | None:
+        """8-GPU NVLink claims placed, topology ÷ kube-scheduler (0 when it placed none)."""
+        if self.large_kube is None:
+            return None
+        return self.large_topology / self.large_kube if self.large_kube else 0.0
+
+    @property
+    def gpu_hours_gained_kube(self) -> float | None:
+        """GPU-hours held, topology - kube-scheduler."""
+        if self.gpu_hours_kube is None:
+            return None
+        return round(self.gpu_hours_topology - self.gpu_hours_kube, 1)
+
+    @property
+    def asked_hours_gained_kube(self) -> float | None:
+        """GPU-hours as asked, topology - kube-scheduler."""
+        if self.asked_hours_kube is None:
+            return None
+        return round(self.asked_hours_topology - self.asked_hours_kube, 1)
 
     @property
     def gpu_hours_gained(self) -> float:
@@ -82,13 +113,16 @@ def ints(text: str) -> list[int]:
 
 
 def sweep(args: argparse.Namespace, console: Console) -> list[Row]:
+    mix = full_mix(args.mix)
+    reference: str | None = args.reference
     problems = {
-        (load, seed): churn_problem(ChurnConfig(seed=seed, hours=args.hours, load=load))
+        (load, seed): churn_problem(ChurnConfig(seed=seed, hours=args.hours, load=load, mix=mix))
         for load in args.loads
         for seed in args.seeds
     }
+    policies = ("first-fit", "topology", *((reference,) if reference else ()))
     rows: list[Row] = []
-    total = 2 * sum(len(p["steps"]) for p in problems.values())
+    total = len(policies) * sum(len(p["steps"]) for p in problems.values())
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -99,7 +133,7 @@ def sweep(args: argparse.Namespace, console: Console) -> list[Row]:
         task = progress.add_task("replaying", total=total)
         for (load, seed), problem in problems.items():
             result: dict[str, dict[str, Any]] = {}
-            for policy in ("first-fit", "topology"):
+            for policy in policies:
                 progress.update(task, description=f"load {load:g} seed {seed} {policy}")
                 run = run_policy(
                     problem,
@@ -110,9 +144,11 @@ def sweep(args: argparse.Namespace, console: Console) -> list[Row]:
                     args.mig_homes,
                     progress,
                     task,
+                    seed=seed,
                 )
                 result[policy] = figures(run, args.hours * 60)
             first, topo = result["first-fit"], result["topology"]
+            kube = result.get(KUBE_SCHEDULER)
             rows.append(
                 Row(
                     load=load,
@@ -125,6 +161,10 @@ def sweep(args: argparse.Namespace, console: Console) -> list[Row]:
                     gpu_hours_topology=topo["gpuHoursPlaced"],
                     asked_hours_first_fit=first["gpuHoursAsAsked"],
                     asked_hours_topology=topo["gpuHoursAsAsked"],
+                    placed_kube=None if kube is None else kube["placedFraction"],
+                    large_kube=None if kube is None else kube["gpu8NvlinkPlaced"],
+                    gpu_hours_kube=None if kube is None else kube["gpuHoursPlaced"],
+                    asked_hours_kube=None if kube is None else kube["gpuHoursAsAsked"],
                 )
             )
     return rows
@@ -136,6 +176,15 @@ def summary(rows: list[Row]) -> list[dict[str, Any]]:
     out = []
     for load in sorted({r.load for r in rows}):
         at = [r for r in rows if r.load == load]
+        kube: dict[str, Any] = {}
+        ratios = [r.ratio_kube for r in at if r.ratio_kube is not None]
+        if ratios and len(ratios) == len(at):
+            kube = {
+                "meanRatioVsKubeScheduler": round(sum(ratios) / len(ratios), 3),
+                "seedsBelowKubeSchedulerGpuHours": [
+                    r.seed for r in at if (r.gpu_hours_gained_kube or 0.0) < 0
+                ],
+            }
         out.append(
             {
                 "load": load,
@@ -147,17 +196,34 @@ def summary(rows: list[Row]) -> list[dict[str, Any]]:
                 "firstFitPlacedMax": max(r.placed_first_fit for r in at),
                 "loadedOnEverySeed": all(r.placed_first_fit < LOADED for r in at),
             }
+            | kube
         )
     return out
 
 
 def report(console: Console, rows: list[Row], lines: list[dict[str, Any]]) -> None:
     table = Table(title="churn day per load and seed (first-fit → topology)")
-    columns = ("load", "seed", "claims placed", "8-GPU NVLink", "ratio", "GPU-h held", "as asked")
+    columns: tuple[str, ...] = (
+        "load",
+        "seed",
+        "claims placed",
+        "8-GPU NVLink",
+        "ratio",
+        "GPU-h held",
+        "as asked",
+    )
+    kube = any(r.large_kube is not None for r in rows)
+    if kube:
+        columns += (
+            f"{KUBE_SCHEDULER}: claims, 8-GPU",
+            "ratio vs it",
+            "GPU-h held vs it",
+            "as asked vs it",
+        )
     for column in columns:
         table.add_column(column, justify="right")
     for r in rows:
-        table.add_row(
+        cells = [
             f"{r.load:g}",
             str(r.seed),
             f"{r.placed_first_fit:.1%} → {r.placed_topology:.1%}",
@@ -165,7 +231,15 @@ def report(console: Console, rows: list[Row], lines: list[dict[str, Any]]) -> No
             f"{r.ratio:.2f}",
             f"{r.gpu_hours_gained:+.1f}",
             f"{r.asked_hours_gained:+.1f}",
-        )
+        ]
+        if kube:
+            cells += [
+                f"{r.placed_kube or 0.0:.1%}, {r.large_kube}",
+                f"{r.ratio_kube or 0.0:.2f}",
+                f"{r.gpu_hours_gained_kube or 0.0:+.1f}",
+                f"{r.asked_hours_gained_kube or 0.0:+.1f}",
+            ]
+        table.add_row(*cells)
     console.print(table)
     per_load = Table(title=f"per load (goal: ratio ≥ {GOAL_RATIO}, GPU-hours never below)")
     for column in (
@@ -189,6 +263,13 @@ def report(console: Console, rows: list[Row], lines: list[dict[str, Any]]) -> No
             "yes" if line["loadedOnEverySeed"] else f"no (ff ≤ {line['firstFitPlacedMax']:.1%})",
         )
     console.print(per_load)
+    for line in lines:
+        if "meanRatioVsKubeScheduler" in line:
+            below = ",".join(map(str, line["seedsBelowKubeSchedulerGpuHours"])) or "none"
+            console.print(
+                f"load {line['load']:g}: topology ÷ {KUBE_SCHEDULER} 8-GPU ratio, mean "
+                f"{line['meanRatioVsKubeScheduler']:.2f}; seeds below its GPU-hours held: {below}"
+            )
 
 
 def plot(rows: list[Row], path: Path) -> None:
@@ -242,6 +323,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor", type=int, default=6, help="as churn_bench.py")
     parser.add_argument("--mig-homes", type=int, default=1, help="as churn_bench.py")
     parser.add_argument(
+        "--mix",
+        type=mix_weights,
+        default=None,
+        metavar="SHAPE=W,...",
+        help="workload shape weights to change, as churn_bench.py (0 drops a shape)",
+    )
+    parser.add_argument(
+        "--reference",
+        choices=(KUBE_SCHEDULER,),
+        default=None,
+        help="also replay under this reference and compare topology with it",
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         default=Path(__file__).resolve().parent.parent / "docs" / "churn-load-sweep.png",
@@ -250,13 +344,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.loads or not args.seeds:
         parser.error("--loads and --seeds need at least one value each")
+    try:
+        ChurnConfig(mix=full_mix(args.mix))
+    except WorkloadError as exc:
+        parser.error(f"argument --mix: {exc}")
     console = Console()
+    console.print(f"mix {mix_label(args.mix)}")
     rows = sweep(args, console)
     lines = summary(rows)
     report(console, rows, lines)
     plot(rows, args.plot)
     out = {
-        "config": vars(args) | {"plot": args.plot.name},
+        "config": vars(args) | {"plot": args.plot.name, "mix": full_mix(args.mix)},
         "rows": [asdict(r) | {"ratio": round(r.ratio, 3)} for r in rows],
         "perLoad": lines,
     }

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from churn_sweep import Row, floats, summary
+from churn_bench import KUBE_SCHEDULER
+from churn_sweep import Row, floats, main, summary
 
 
 def row(load: float, seed: int, ff: int, topo: int, gained: float, placed: float) -> Row:
@@ -47,3 +51,37 @@ def test_floats(text: str, expected: list[float]) -> None:
 def test_floats_rejects_words() -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="comma-separated"):
         floats("1.5,high")
+
+
+def test_summary_against_kube_scheduler() -> None:
+    rows = [
+        replace(row(3.0, 1, 40, 64, +5.0, 0.81), large_kube=32, gpu_hours_kube=1010.0),
+        replace(row(3.0, 2, 50, 60, -1.0, 0.84), large_kube=60, gpu_hours_kube=990.0),
+    ]
+    assert rows[0].ratio_kube == 2.0
+    assert rows[0].gpu_hours_gained_kube == -5.0
+    (line,) = summary(rows)
+    assert line["meanRatioVsKubeScheduler"] == 1.5
+    assert line["seedsBelowKubeSchedulerGpuHours"] == [1]
+    assert "meanRatioVsKubeScheduler" not in summary([row(3.0, 1, 40, 64, 5.0, 0.81)])[0]
+
+
+def test_sweep_with_a_mix_and_the_kube_scheduler_reference(tmp_path: Path) -> None:
+    plot = tmp_path / "sweep.png"
+    argv = ["--loads", "3", "--seeds", "1,2", "--hours", "2", "--plot", str(plot)]
+    assert main([*argv, "--mix", "gpu-8-nvl=0,gang-2x8=0", "--reference", KUBE_SCHEDULER]) == 0
+    out = json.loads(plot.with_suffix(".json").read_text())
+    assert out["config"]["mix"]["gpu-8-nvl"] == 0.0
+    assert out["config"]["reference"] == KUBE_SCHEDULER
+    assert [(r["seed"], r["large_first_fit"], r["large_kube"]) for r in out["rows"]] == [
+        (1, 0, 0),
+        (2, 0, 0),
+    ]
+    assert all(r["placed_kube"] > 0.5 for r in out["rows"])
+    assert "meanRatioVsKubeScheduler" in out["perLoad"][0]
+
+
+def test_sweep_rejects_a_bad_mix(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--mix", "gpu-8-nvl=x"])
+    assert "not a number" in capsys.readouterr().err
