@@ -22,22 +22,25 @@ from gpudra_alloc.placement.choose import Chooser
 _STATE = frozenset({"allocator", "views", "memo", "free_cache"})
 
 
-def carried_chooser(old: Chooser, allocator: Allocator, touched: frozenset[str] | None) -> Chooser:
+def carried_chooser(
+    old: Chooser, allocator: Allocator, touched: frozenset[str] | None
+) -> tuple[Chooser, bool]:
     """A chooser for `allocator` with `old`'s settings and, unless `touched` is None, its state
-    of the nodes not in `touched` (see the module docstring)."""
+    of the nodes not in `touched` (see the module docstring); and whether that state carried
+    over (False: the chooser starts afresh)."""
     settings = {
         f.name: getattr(old, f.name) for f in fields(old) if f.init and f.name not in _STATE
     }
     new = Chooser(allocator, **settings)
     if touched is None:  # every node touched: nothing carries over
-        return new
+        return new, False
     keys = old.node_keys.carried(allocator, touched)
-    if keys is None:  # other classes, features or CEL programs
-        return new
+    if keys is None:  # other classes, features or CEL programs; too many parts left behind
+        return new, False
     new.node_keys = keys
     new.memo = old.memo  # its keys are the carried keys' ids
     new.views = {name: view for name, view in old.views.items() if name not in touched}
     new.free_cache = {
         name: cached for name, cached in old.free_cache.items() if name not in touched
     }
-    return new
+    return new, True

@@ -57,6 +57,9 @@ __all__ = ["NODE_UNIQUE_ATTRIBUTES", "NodeKeys", "reads_only_shared_attributes"]
 MAX_LISTS = 256  # node lists whose per-node records are kept (a problem's, each gang group's)
 MAX_SHAPES_PER_NODE = 256  # shape parts a node keeps (one for all shapes of plain selectors)
 MAX_STATES = 200_000  # interned in-use states before the table is dropped (ids are never reused)
+# Node and shape parts that `carried` keeps beyond two per node record: parts of pools that
+# changed pile up with every slice change; past this the keys start afresh (once).
+CARRIED_PARTS_SLACK = 4096
 _SHIFT = 40  # key = shape part id << _SHIFT | state id, for nodes without held domains
 
 PoolKey = tuple[str, str]
@@ -120,13 +123,15 @@ class NodeKeys:
         so those nodes' records (node part, shape parts, in-use part) stay valid and carry over.
         The interned parts and their ids are shared, not copied: a part has one id in both, so a
         key means the same content in both and scores remembered on it (`memo.py`) stay valid.
-        None when `allocator` has other classes, features or CEL programs (start afresh)."""
+        None when `allocator` has other classes, features or CEL programs, or when the parts
+        of replaced pools outgrow `CARRIED_PARTS_SLACK` (start afresh)."""
         old = self.allocator
         if (
             allocator.selectors is not old.selectors
             or allocator.features != old.features
             or allocator.classes.keys() != old.classes.keys()
             or any(allocator.classes[name] is not c for name, c in old.classes.items())
+            or len(self._parts) > 2 * len(self.nodes) + CARRIED_PARTS_SLACK
         ):
             return None
         new = NodeKeys(allocator, reads=self.reads, _ids=self._ids)

@@ -194,7 +194,9 @@ class Engine:
             rebuilt = rebuild(old, slices, state)
             allocator, touched = rebuilt.allocator, rebuilt.touched
             assert self._chooser is not None
-            chooser = carried_chooser(self._chooser, allocator, touched)
+            chooser, carried = carried_chooser(self._chooser, allocator, touched)
+            if not carried and self.policy == "topology":
+                touched = None  # the keys of every node are computed again
         nodes = {node.name: node for node in self._nodes}  # Node objects kept: identity is cheap
         self._nodes = [nodes.get(name) or Node(name) for name in allocator.node_names()]
         self._allocator, self._chooser, self._version = allocator, chooser, version

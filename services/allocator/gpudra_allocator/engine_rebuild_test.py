@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gpudra_alloc import AllocatedState, DeviceID
+from gpudra_alloc.placement import groups
 from gpudra_alloc.workload import SHAPES, Fleet, build_fleet, device_classes, resource_claim
 from gpudra_allocator.conftest import gpu_claim, gpu_slice_doc
 from gpudra_allocator.engine import Decision, Engine, load_classes
@@ -334,3 +335,28 @@ def test_a_full_node_that_grows_is_offered_again(policy: str, change: str, node:
     assert engine.nodes_rebuilt == 3
     if policy == "first-fit":
         assert mine.node == ("node-a" if change == "add" else "node-b")
+
+
+def test_the_parts_of_replaced_pools_do_not_pile_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every change leaves the old pool's key parts behind; past the slack the keys (and the
+    memo keyed on them) start afresh, and decisions stay those of a fresh engine."""
+    monkeypatch.setattr(groups, "CARRIED_PARTS_SLACK", 8)
+    docs = {n: gpu_slice_doc(n, 4) for n in ("node-a", "node-b")}
+    slices = {n: parse_resource_slice(d) for n, d in docs.items()}
+    state = AllocatedState()
+    engine = Engine(load_classes(), "topology")
+    sizes = []
+    for version in range(1, 41):
+        doc = docs["node-a"]
+        doc["spec"]["pool"]["generation"] += 1
+        doc["spec"]["devices"][0]["attributes"]["model"] = {"string": f"m{version}"}
+        slices["node-a"] = parse_resource_slice(copy.deepcopy(doc))
+        mine = engine.decide([gpu_claim("c", 2)], slices.values(), version, state)
+        fresh = Engine(load_classes(), "topology", incremental=False)
+        assert answer(mine) == answer(
+            fresh.decide([gpu_claim("c", 2)], slices.values(), version, state)
+        )
+        assert engine._chooser is not None
+        sizes.append(len(engine._chooser.node_keys._parts))
+    assert max(sizes) <= 2 * 2 + 8 + 4, sizes  # bounded: the last carry's check plus one change
+    assert engine.nodes_rebuilt < 2 + 40 * 2, "most changes still rebuilt one node"
