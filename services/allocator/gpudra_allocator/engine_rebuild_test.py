@@ -20,6 +20,7 @@ import pytest
 from gpudra_alloc import AllocatedState, DeviceID
 from gpudra_alloc.placement import groups
 from gpudra_alloc.workload import SHAPES, Fleet, build_fleet, device_classes, resource_claim
+from gpudra_alloc.workload.claims import CLIQUE_ATTRIBUTE
 from gpudra_allocator.conftest import gpu_claim, gpu_slice_doc
 from gpudra_allocator.engine import Decision, Engine, load_classes
 from gpudra_api import (
@@ -234,6 +235,12 @@ class Cluster:
         return f"{kind} {name}"
 
 
+# (index, shape) of each member, and the attribute all members share (None: any nodes)
+GANGS = (
+    (((0, "gpu-4-nvl"), (1, "gpu-4-nvl"), (2, "gpu-4-nvl")), CLIQUE_ATTRIBUTE),
+    (((0, "gpu-8-nvl"), (1, "gpu-2")), None),
+)
+
 KINDS = (
     "bump",
     "drop-device",
@@ -299,6 +306,11 @@ def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> No
             mine = engine.decide(claims, slices, cluster.version, state)
             theirs = fresh.decide(claims, slices, cluster.version, state)
             assert answer(mine) == answer(theirs), f"step {step}: {what}, {claims[0].name}"
+        for members, attribute in GANGS:  # the gang step reads the same carried keys and memo
+            gang = [parse_resource_claim(resource_claim(shape, f"g-{i}")) for i, shape in members]
+            ours = engine.decide_gang("g", gang, attribute, slices, cluster.version, state)
+            fresh_gang = fresh.decide_gang("g", gang, attribute, slices, cluster.version, state)
+            assert ours == fresh_gang, f"step {step}: {what}, gang {members}"
         one_node = ("bump", "drop-device", "add-device", "attribute")
         if kind in one_node and not (shuffled or reordered):  # one node's own pool changed
             assert engine.nodes_rebuilt - rebuilt_before == 1, what
