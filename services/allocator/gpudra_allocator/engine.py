@@ -16,10 +16,11 @@ decision. Invalid input raises `AllocationInputError`.
 
 After a slice change the engine rebuilds from what it had (`gpudra_alloc.rebuild`,
 `placement.carry`): the pools, node keys, views and remembered scores of every node the change
-did not touch carry over, so a change on one node costs about one node's work (a full rebuild is
-about 75 ms per 1,000 DGX-like nodes under `topology`, mostly the per-node keys). A change to a
-pool that is not node-local (`nodeSelector`, `allNodes`) recomputes every node, and new classes
-(`use_classes`) build anew; decisions are the same as a freshly built engine's either way.
+did not touch carry over. One node's change costs about 4 ms per 1,000 DGX-like nodes under
+`topology` (passes that compare and carry per-node objects), a full rebuild about 65-90 ms
+(mostly the per-node keys; `bench/alloc_bench.py --rebuild`). A change to a pool that is not
+node-local (`nodeSelector`, `allNodes`) recomputes every node, and new classes (`use_classes`)
+build anew; decisions are the same as a freshly built engine's either way.
 `warm_up` does the rebuild ahead (the worker's `Warmer` runs it shortly after a change) so that
 the next decision does not; a decision never depends on it: one that finds the engine built for
 another version (or another state) rebuilds. `builds` counts the rebuilds, `nodes_rebuilt` the
