@@ -55,6 +55,10 @@ A clearing nobody watched (the claim-writer was down, or a 410 relist skipped th
   it so). Publishing first means a crash in between re-publishes the same message id at the next
   start, never loses the release. Idempotent: once marked with the id, the claim is no longer
   left unreported (a second restart, or a relist after 410, reports and marks nothing).
+- The write-back reads the same witness for a decision delivered again (its ack lost, or the
+  claim-writer stopped between writing and acknowledging it): a claim that carries that
+  decision's id, no allocation and no finalizer was written and cleared since (`cleared_since`),
+  and is not written again (that redelivery handed freed devices back to the claim).
 - Still not covered: an allocation cleared in the moment between kube-controller-manager's (or
   `unreserve`'s) two writes (status cleared, finalizer still on) when the claim-writer starts is
   taken for a write-back interrupted in between (offered, its old decision written again); a
@@ -129,14 +133,25 @@ def with_allocation_id(claim: dict[str, Any], allocation: str) -> dict[str, Any]
 def left_unreported(claim: dict[str, Any]) -> bool:
     """Its allocation was cleared by its last consumer leaving, and that release was never
     reported: pending, with an allocation id, without the finalizer, not marked for that id."""
-    meta = claim.get("metadata") or {}
     allocation = allocation_id(claim)
     return (
+        cleared_since(claim, allocation)
+        and _annotations(claim).get(CONSUMERS_LEFT_ANNOTATION) != allocation
+    )
+
+
+def cleared_since(claim: dict[str, Any], allocation: str) -> bool:
+    """Allocation `allocation` (its id) was written into the claim and cleared since by its last
+    consumer leaving: pending, carrying that id, without the finalizer. A delivery of that
+    decision now (redelivered: its ack was lost or the claim-writer stopped before it) must not
+    write it again; a write-back interrupted between its two writes still has the finalizer."""
+    meta = claim.get("metadata") or {}
+    return (
         bool(allocation)
+        and allocation_id(claim) == allocation
         and not meta.get("deletionTimestamp")
         and not (claim.get("status") or {}).get("allocation")
         and FINALIZER not in (meta.get("finalizers") or [])
-        and _annotations(claim).get(CONSUMERS_LEFT_ANNOTATION) != allocation
     )
 
 

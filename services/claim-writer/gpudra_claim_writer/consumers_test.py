@@ -20,6 +20,7 @@ from gpudra_claim_writer.consumers import (
     CONSUMERS_LEFT_ANNOTATION,
     Consumers,
     allocation_id,
+    cleared_since,
     consumers_left,
     had_consumers,
     is_active,
@@ -254,6 +255,23 @@ def left_claim(
 def test_left_unreported(claim: dict[str, Any], unreported: bool, pod_needed: bool) -> None:
     assert left_unreported(claim) is unreported
     assert needs_pod(claim) is pod_needed
+
+
+@pytest.mark.parametrize(
+    ("claim", "allocation", "cleared"),
+    [
+        pytest.param(left_claim(), "a1", True, id="cleared-finalizer-gone"),
+        pytest.param(left_claim(mark="a1"), "a1", True, id="cleared-and-reported"),
+        pytest.param(left_claim(), "a2", False, id="another-decision"),
+        pytest.param(left_claim(), "", False, id="no-id"),
+        pytest.param(left_claim(finalizer=True), "a1", False, id="write-back-between-its-writes"),
+        pytest.param(left_claim(allocated=True), "a1", False, id="allocated"),
+        pytest.param(left_claim(deleting=True), "a1", False, id="being-deleted"),
+        pytest.param(new_claim("c"), "a1", False, id="never-allocated-by-gpudra"),
+    ],
+)
+def test_cleared_since(claim: dict[str, Any], allocation: str, cleared: bool) -> None:
+    assert cleared_since(claim, allocation) is cleared
 
 
 def test_allocation_id() -> None:

@@ -18,7 +18,8 @@ goes straight through (the write-back keeps the bare store: it asks it for what 
   changed resourceVersion, then read again);
 - `writeback`: `allocated` (allocations written, repeats of a decision included), `conflicts`
   (writes refused by a changed resourceVersion, then read and decided again), `unschedulable`
-  (reasons written), `released`, `stale`, `foreign`, `waiting`;
+  (reasons written), `released`, `stale`, `foreign`, `waiting`, `cleared` (decisions delivered
+  again after their allocation was written and cleared since: not written again);
 - `events`: Kubernetes Events `created`, `updated`, `dropped`, `failed` (null without a recorder);
 - `classes`: DeviceClasses mirrored: `written`, `deleted`, `rejected` (null without the mirror);
 - `gates`: `lifted` (scheduling gates removed; null without `gate-pods`);
@@ -45,6 +46,7 @@ WRITEBACK_COUNTS = (
     "stale",
     "foreign",
     "waiting",
+    "cleared",
 )
 INTAKE_COUNTS = (
     "pending",

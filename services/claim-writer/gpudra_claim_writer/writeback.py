@@ -16,7 +16,11 @@ Promises:
 - The same metadata write sets `gpudra.io/allocation-id` to an id of the decision (a hash of the
   decision message: the same decision redelivered gives the same id, so a write interrupted
   between its two steps is not written again); `consumers` explains how the intake uses it to
-  see, after a restart, an allocation that was cleared while nobody watched.
+  see, after a restart, an allocation that was cleared while nobody watched. A decision delivered
+  again after its allocation was written and then cleared by its consumers leaving (its ack lost,
+  or the claim-writer stopped before acknowledging it; `consumers.cleared_since`: the claim
+  carries its id but neither the allocation nor the finalizer) is not written again: the
+  allocator frees those devices when the intake reports the release (counted "cleared").
 - UNSCHEDULABLE: the reason lands in the claim's `gpudra.io/unschedulable` annotation (removed by
   the metadata write that adds the finalizer, before the allocation is written, so a claim never
   shows an allocation beside a stale reason: a reason written in between makes the allocation's
@@ -79,7 +83,12 @@ from gpudra_claim_writer.claims import (
     with_reason,
     with_trace,
 )
-from gpudra_claim_writer.consumers import needs_pod, pod_waiting_for, with_allocation_id
+from gpudra_claim_writer.consumers import (
+    cleared_since,
+    needs_pod,
+    pod_waiting_for,
+    with_allocation_id,
+)
 from gpudra_claim_writer.events import Kind, publish_event
 from gpudra_claim_writer.kube_events import ClaimEvents
 from gpudra_kube.errors import ConflictError, KubePermanentError, KubeRetryableError, NotFoundError
@@ -268,6 +277,17 @@ class Writeback:
                     await self._release_stale(ref)
                     return
                 existing = allocation_of(claim)
+                if existing is None and cleared_since(claim, epoch):
+                    # Written, used and released: the intake reports that release; writing it
+                    # again would hand out devices the allocator has freed.
+                    log.info(
+                        "claim %s/%s: decision %s was written and cleared since; not again",
+                        ref.namespace,
+                        ref.name,
+                        epoch,
+                    )
+                    self.counts["cleared"] += 1
+                    return
                 if existing is not None and existing != allocation:
                     log.error(
                         "claim %s/%s already carries another allocation; decision ignored",

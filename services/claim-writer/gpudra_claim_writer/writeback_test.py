@@ -239,3 +239,45 @@ async def test_the_allocation_carries_the_id_of_its_decision(nc: Client) -> None
     await writeback._allocated(later)
     second = await store.get(RESOURCE_CLAIMS, "c1", "default")
     assert annotations_of(second)[ALLOCATION_ID_ANNOTATION] == decision_id(later) != epoch
+
+
+@pytest.mark.parametrize(
+    ("finalizer_kept", "written_again"),
+    [
+        # kube-controller-manager cleared the allocation and then removed the finalizer: the
+        # consumers left; writing the old decision again would hand out freed devices.
+        pytest.param(False, False, id="cleared-by-its-consumers-leaving"),
+        # The write-back stopped between its two writes (finalizer and id on, no allocation yet):
+        # the redelivered decision is what finishes it.
+        pytest.param(True, True, id="interrupted-between-the-two-writes"),
+    ],
+)
+async def test_a_decision_delivered_again_after_its_allocation_was_cleared(
+    nc: Client, finalizer_kept: bool, written_again: bool
+) -> None:
+    store = KvStore(nc)
+    claim = await store.create(RESOURCE_CLAIMS, new_claim("c1"))
+    ref = claims_pb2.ClaimRef(namespace="default", name="c1", uid=claim["metadata"]["uid"])
+    decision = claims_pb2.AllocationDecision(
+        claim=ref,
+        outcome=claims_pb2.AllocationDecision.OUTCOME_ALLOCATED,
+        allocation_json=json.dumps(ALLOCATION).encode(),
+        node_name="n1",
+    )
+    writeback = Writeback(nc, store, Publisher(nc), consumer="cleared-test")
+    await writeback._allocated(decision)
+    written = await store.get(RESOURCE_CLAIMS, "c1", "default")
+    written["status"] = {}
+    cleared = await store.replace_status(RESOURCE_CLAIMS, written)
+    if not finalizer_kept:
+        cleared["metadata"]["finalizers"] = []
+        cleared = await store.replace(RESOURCE_CLAIMS, cleared)
+
+    await writeback._allocated(decision)  # the same decision, delivered again
+
+    now = await store.get(RESOURCE_CLAIMS, "c1", "default")
+    assert bool((now.get("status") or {}).get("allocation")) is written_again
+    assert annotations_of(now)[ALLOCATION_ID_ANNOTATION] == decision_id(decision)
+    if not written_again:
+        assert now["metadata"]["resourceVersion"] == cleared["metadata"]["resourceVersion"]
+    assert writeback.counts["cleared"] == (0 if written_again else 1)
