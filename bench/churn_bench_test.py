@@ -127,3 +127,12 @@ def test_a_mix_without_8_gpu_work_places_none(tmp_path: Path) -> None:
         assert not set(figures_["placedByShape"]) & {"gpu-8-nvl", "gang-2x8"}
     assert out["ratio8"] == 0.0
     assert out["topologyVsKubeScheduler"]["ratio8"] == 0.0
+
+
+def test_slice_packing_reaches_the_topology_chooser(day: tuple[dict[str, Any], float]) -> None:
+    problem, minutes = day
+    with Progress(disable=True) as progress:
+        task = progress.add_task("topology", total=len(problem["steps"]))
+        run = run_policy(problem, "topology", 6, 6, False, 1, progress, task, slice_packing=0.3)
+    assert run.replay.chooser.slice_packing == 0.3
+    assert figures(run, minutes)["placedByShape"]["mig"]["placed"] > 0
