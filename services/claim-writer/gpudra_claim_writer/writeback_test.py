@@ -206,21 +206,25 @@ async def test_a_decision_starts_from_the_claim_its_event_saw(
     assert len(reads) - 1 == reads_wanted  # the last read is the `get` above
 
 
-async def test_the_allocation_carries_the_id_of_its_decision(nc: Client) -> None:
-    """Written with the finalizer; a redelivery of the same decision writes nothing new, a
-    decision written later (after a release) gets its own id."""
-    store = KvStore(nc)
-    publisher = Publisher(nc)
-    claim = await store.create(RESOURCE_CLAIMS, new_claim("c1"))
-    ref = claims_pb2.ClaimRef(namespace="default", name="c1", uid=claim["metadata"]["uid"])
-    decision = claims_pb2.AllocationDecision(
+async def allocated_decision(store: KvStore, name: str) -> claims_pb2.AllocationDecision:
+    """Claim `default/name` created pending, and a decision allocating it `ALLOCATION` on n1."""
+    claim = await store.create(RESOURCE_CLAIMS, new_claim(name))
+    ref = claims_pb2.ClaimRef(namespace="default", name=name, uid=claim["metadata"]["uid"])
+    return claims_pb2.AllocationDecision(
         claim=ref,
         outcome=claims_pb2.AllocationDecision.OUTCOME_ALLOCATED,
         allocation_json=json.dumps(ALLOCATION).encode(),
         node_name="n1",
     )
+
+
+async def test_the_allocation_carries_the_id_of_its_decision(nc: Client) -> None:
+    """Written with the finalizer; a redelivery of the same decision writes nothing new, a
+    decision written later (after a release) gets its own id."""
+    store = KvStore(nc)
+    decision = await allocated_decision(store, "c1")
     decision.decided_at.FromSeconds(1_700_000_000)
-    writeback = Writeback(nc, store, publisher, consumer="id-test")
+    writeback = Writeback(nc, store, Publisher(nc), consumer="id-test")
     await writeback._allocated(decision)
     first = await store.get(RESOURCE_CLAIMS, "c1", "default")
     epoch = annotations_of(first)[ALLOCATION_ID_ANNOTATION]
@@ -256,14 +260,7 @@ async def test_a_decision_delivered_again_after_its_allocation_was_cleared(
     nc: Client, finalizer_kept: bool, written_again: bool
 ) -> None:
     store = KvStore(nc)
-    claim = await store.create(RESOURCE_CLAIMS, new_claim("c1"))
-    ref = claims_pb2.ClaimRef(namespace="default", name="c1", uid=claim["metadata"]["uid"])
-    decision = claims_pb2.AllocationDecision(
-        claim=ref,
-        outcome=claims_pb2.AllocationDecision.OUTCOME_ALLOCATED,
-        allocation_json=json.dumps(ALLOCATION).encode(),
-        node_name="n1",
-    )
+    decision = await allocated_decision(store, "c1")
     writeback = Writeback(nc, store, Publisher(nc), consumer="cleared-test")
     await writeback._allocated(decision)
     written = await store.get(RESOURCE_CLAIMS, "c1", "default")
