@@ -21,16 +21,26 @@ from gpudra_api import CounterSet, Device, Node, NodeSelector, ResourceSlice
 class DeviceEntry:
     """One device of one indexed slice, with the per-generation caches that go with it."""
 
-    __slots__ = ("device", "id", "matches", "pool_key", "slice", "view")
+    __slots__ = ("_slice", "device", "id", "matches", "pool_key", "view")
 
     def __init__(self, device: Device, slice_: ResourceSlice) -> None:
         self.device = device
-        self.slice = slice_
+        # weak: `_ENTRIES` keeps the entries by their slice, and a value that held its key
+        # would keep every slice ever read (and its entries) alive, one more per slice change
+        self._slice = weakref.ref(slice_)
         self.id = DeviceID(slice_.driver, slice_.pool.name, device.name)
         self.pool_key = (slice_.driver, slice_.pool.name)
         self.view: Any = None  # the CEL view, built on first use
         # selector results by expression; a cached exception is re-raised
         self.matches: dict[str, bool | Exception] = {}
+
+    @property
+    def slice(self) -> ResourceSlice:
+        """The slice of the device (whoever holds an entry holds its pool, hence its slice)."""
+        slice_ = self._slice()
+        if slice_ is None:
+            raise ReferenceError(f"the slice of device {self.id} is gone")
+        return slice_
 
 
 _ENTRIES: weakref.WeakKeyDictionary[ResourceSlice, list[DeviceEntry]] = weakref.WeakKeyDictionary()

@@ -11,7 +11,9 @@ claim: node, results, reason and explanation must be equal.
 from __future__ import annotations
 
 import copy
+import gc
 import random
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -372,3 +374,23 @@ def test_the_parts_of_replaced_pools_do_not_pile_up(monkeypatch: pytest.MonkeyPa
         sizes.append(len(engine._chooser.node_keys._parts))
     assert max(sizes) <= 2 * 2 + 8 + 4, sizes  # bounded: the last carry's check plus one change
     assert engine.nodes_rebuilt < 2 + 40 * 2, "most changes still rebuilt one node"
+
+
+@pytest.mark.parametrize("incremental", [pytest.param(i, id=f"incremental-{i}") for i in (1, 0)])
+@pytest.mark.parametrize("policy", [pytest.param(p, id=p) for p in ("first-fit", "topology")])
+def test_replaced_slices_are_let_go(policy: str, incremental: int) -> None:
+    """A slice the index replaced is freed with its device entries (cached by slice) once no
+    engine needs it: a long-lived allocator under slice churn keeps only the current slices."""
+    docs = {n: gpu_slice_doc(n, 4) for n in ("node-a", "node-b")}
+    slices = {n: parse_resource_slice(d) for n, d in docs.items()}
+    state = AllocatedState()
+    engine = Engine(load_classes(), policy, incremental=bool(incremental))
+    replaced = []
+    for version in range(1, 6):
+        assert engine.decide([gpu_claim("c", 2)], slices.values(), version, state).node == "node-a"
+        replaced.append(weakref.ref(slices["node-a"]))
+        docs["node-a"]["spec"]["pool"]["generation"] += 1
+        slices["node-a"] = parse_resource_slice(docs["node-a"])
+    engine.decide([gpu_claim("c", 2)], slices.values(), 6, state)  # the last one replaced too
+    gc.collect()
+    assert [ref() is None for ref in replaced] == [True] * 5
