@@ -1,11 +1,13 @@
 """The engine's incremental rebuild decides exactly as a freshly built engine, after any change.
 
 A seeded random walk over a heterogeneous fleet (DGX, B200, MIG A100 with partitionable devices,
-GB200 trays, L4) plus three pools that are not one node's own: NICs on `allNodes`, a fabric pool
-with a `nodeSelector`, and one pool whose two slices name two nodes. Each step changes the slices
-as the index would see it (a changed object is parsed anew, the others stay the same objects),
-the classes now and then, allocates and releases claims, and then asks both engines every probe
-claim: node, results, reason and explanation must be equal.
+GB200 trays, L4) plus four pools that are not one node's own: NICs on `allNodes`, a fabric pool
+with a `nodeSelector`, one pool whose two slices name two nodes, and a slice that names a node
+per device (`perDeviceNodeSelection`). Each step changes the slices as the index would see it (a
+changed object is parsed anew, the others stay the same objects; a key deleted and written again
+moves to the end), the classes or the in-use state object now and then, allocates and releases
+claims, and then asks both engines every probe claim: node, results, reason and explanation must
+be equal.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ NIC = "nic.example.com"
 SHARED_POOLS = ("switch", "fabric")  # the pools that are not node-local
 SPAN = "span"  # one pool, two slices, two nodes
 SPAN_SPEED = 300  # NICs of that speed are only in the span pool
+PER_DEVICE_SPEED = 500  # and these only in the slice that names a node per device
 
 
 def _nic(name: str, speed: int = 100) -> dict[str, Any]:
@@ -108,6 +111,7 @@ def probes() -> list[list[ResourceClaim]]:
     out.append([nic_claim("probe-nic", 1), nic_claim("probe-nic-2", 1)])
     out.append([nic_claim("probe-nics", 3)])
     out.append([nic_claim("probe-span", 1, SPAN_SPEED)])  # only the two-node pool has these
+    out.append([nic_claim("probe-per-device", 1, PER_DEVICE_SPEED)])
     return out
 
 
@@ -139,9 +143,21 @@ class Cluster:
             self.docs[f"span-{i}"] = _slice(
                 f"span-{i}", SPAN, 1, 2, nodeName=node, devices=[_nic(f"span-{i}", SPAN_SPEED)]
             )
+        self.docs["per-device"] = self._per_device(1)
         self.parsed = {name: parse_resource_slice(doc) for name, doc in self.docs.items()}
         self.version = 1
         self.added = 0
+        self.generations = 0  # slices of a newer generation written under names of their own
+
+    def _per_device(self, generation: int) -> dict[str, Any]:
+        """NICs each on a node of its own (three nodes drawn), in a slice that names no node."""
+        nodes = self.rng.sample(self.nodes, 3)
+        devices = [
+            {**_nic(f"pd-{i}", PER_DEVICE_SPEED), "nodeName": node} for i, node in enumerate(nodes)
+        ]
+        return _slice(
+            "per-device", "per-device", generation, 1, perDeviceNodeSelection=True, devices=devices
+        )
 
     def slices(self) -> list[ResourceSlice]:
         return list(self.parsed.values())
@@ -220,6 +236,44 @@ class Cluster:
             doc["spec"]["nodeSelector"] = _selector(rng.choice(self.nodes))
             self.put("fabric", doc)
             name = "fabric"
+        elif kind == "new-generation":  # written beside the old one, which stays for a while
+            name = rng.choice(self.gpu_slices())
+            doc = self._bumped(name)
+            if rng.random() < 0.5:
+                doc["spec"]["devices"].pop()
+            self.generations += 1
+            doc["metadata"]["name"] = f"{name}-g{self.generations}"
+            self.put(doc["metadata"]["name"], doc)
+            name = doc["metadata"]["name"]
+        elif kind == "old-generation":  # one slice of a pool with two generations goes
+            pools: dict[tuple[str, str], list[str]] = {}
+            for n, d in self.docs.items():
+                pools.setdefault((d["spec"]["driver"], d["spec"]["pool"]["name"]), []).append(n)
+            mixed = sorted(n for names in pools.values() if len(names) > 1 for n in names)
+            mixed = [n for n in mixed if not n.startswith(SPAN)]
+            if not mixed:
+                return f"{kind} (none)"
+            name = rng.choice(mixed)
+            self.delete(name)
+        elif kind == "per-device":  # its NICs move to other nodes
+            doc = self._per_device(self.docs["per-device"]["spec"]["pool"]["generation"] + 1)
+            self.put("per-device", doc)
+            name = "per-device"
+        elif kind == "slice-count":  # the span pool's count: incomplete, or complete again
+            name = f"span-{rng.randrange(2)}"
+            if name not in self.docs:
+                return f"{kind} (gone)"
+            doc = copy.deepcopy(self.docs[name])
+            doc["spec"]["pool"]["resourceSliceCount"] = rng.choice((1, 2, 3))
+            self.put(name, doc)
+        elif kind == "rewrite":  # the same content written again: a new object, same pools
+            name = rng.choice(sorted(self.docs))
+            self.put(name, copy.deepcopy(self.docs[name]))
+        elif kind == "re-add":  # deleted and written again: the index has it last now
+            name = rng.choice(sorted(self.docs))
+            doc = self.docs[name]
+            self.delete(name)
+            self.put(name, doc)
         elif kind == "span":  # one slice of a two-node pool: the other node's pool changes too
             name = f"span-{rng.randrange(2)}"
             if name not in self.docs:
@@ -254,7 +308,17 @@ KINDS = (
     "fabric",
     "span",
     "classes",
+    "new-generation",
+    "old-generation",
+    "per-device",
+    "slice-count",
+    "rewrite",
+    "re-add",
+    "state",
 )
+
+
+STEPS = 36
 
 
 def answer(decision: Decision) -> tuple[Any, ...]:
@@ -275,12 +339,16 @@ def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> No
     assert engine.nodes_rebuilt == len(cluster.nodes)
     rebuilt_before = engine.nodes_rebuilt
     shuffled = False
-    for step in range(30):
+    for step in range(STEPS):
         kind = KINDS[step] if step < len(KINDS) else rng.choice(KINDS)
         if kind == "classes":
             variant += 1
             engine.use_classes(classes(variant))
             what = f"classes {variant}"
+        elif kind == "state":  # another in-use state object (the same devices): carried too
+            state, before = AllocatedState(), state
+            state.devices.update(before.devices)
+            what = "state"
         else:
             what = cluster.change(kind, state)
         slices = cluster.slices()
@@ -313,11 +381,11 @@ def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> No
             ours = engine.decide_gang("g", gang, attribute, slices, cluster.version, state)
             fresh_gang = fresh.decide_gang("g", gang, attribute, slices, cluster.version, state)
             assert ours == fresh_gang, f"step {step}: {what}, gang {members}"
-        one_node = ("bump", "drop-device", "add-device", "attribute")
+        one_node = ("bump", "drop-device", "add-device", "attribute", "new-generation")
         if kind in one_node and not (shuffled or reordered):  # one node's own pool changed
             assert engine.nodes_rebuilt - rebuilt_before == 1, what
         rebuilt_before = engine.nodes_rebuilt
-    assert engine.builds == 31  # one per change, and the first
+    assert engine.builds == STEPS + 1  # one per change, and the first
 
 
 @pytest.mark.parametrize(
