@@ -16,23 +16,26 @@ SMALL = Fleet(counts={"a100-mig": 1, "dgx-h100": 2, "gb200-tray": 4, "hgx-b200":
 DAY = churn_problem(ChurnConfig(seed=11, hours=5, load=2.0, fleet=SMALL))
 
 
-def _replay(policy: str, reserve: int = 0) -> Replay:
-    replay = Replay.from_problem(DAY, policy, reserve)
+def _replay(policy: str, reserve: int = 0, node_choice: str = "first") -> Replay:
+    replay = Replay.from_problem(DAY, policy, reserve, node_choice=node_choice, seed=5)
     replay.validate = True
     replay.run(DAY["steps"])
     return replay
 
 
 @pytest.mark.parametrize(
-    ("policy", "reserve"),
+    ("policy", "reserve", "node_choice"),
     [
-        pytest.param("first-fit", 0, id="first-fit"),
-        pytest.param("topology", 0, id="topology"),
-        pytest.param("topology", 1, id="topology-reserve"),
+        pytest.param("first-fit", 0, "first", id="first-fit"),
+        pytest.param("first-fit", 0, "random", id="kube-scheduler"),
+        pytest.param("topology", 0, "first", id="topology"),
+        pytest.param("topology", 1, "first", id="topology-reserve"),
     ],
 )
-def test_every_placement_is_one_kubernetes_accepts(policy: str, reserve: int) -> None:
-    replay = _replay(policy, reserve)
+def test_every_placement_is_one_kubernetes_accepts(
+    policy: str, reserve: int, node_choice: str
+) -> None:
+    replay = _replay(policy, reserve, node_choice)
     placed = [r for r in replay.records if r.placed_step is not None]
     assert len(placed) > 20
     assert replay.rejected == []
@@ -40,6 +43,14 @@ def test_every_placement_is_one_kubernetes_accepts(policy: str, reserve: int) ->
     held = Counter(d for r in placed if r.released_at is None for d in result_devices(r.results))
     assert all(n == 1 for n in held.values())  # no device twice
     assert set(held) == set(replay.allocator.state.devices)
+    for record in placed:  # a pod's devices all on the node it was placed on, none elsewhere
+        pods = record.gang.pods if record.gang is not None else [record.claims]
+        assert len(record.nodes) == len(pods)
+        results = iter(record.results)  # each pod's results, one per claim, pod after pod
+        for name, pod in zip(record.nodes, pods, strict=True):
+            mine = [next(results) for _ in pod]
+            pools = {(p.driver, p.name) for p in replay.allocator.pools_for(replay._node_of[name])}
+            assert {(d.driver, d.pool) for d in result_devices(mine)} <= pools
 
 
 def test_replay_is_deterministic() -> None:
