@@ -9,6 +9,8 @@ ever shrink what fits), so every solution is one Kubernetes' allocator accepts o
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpudra_alloc.allocator import Allocator
@@ -36,7 +38,10 @@ def masked(state: AllocatedState, mask: set[DeviceID]) -> AllocatedState:
 class _Layout:
     """What `safe_mask` needs of a node's pools, computed once per pools object."""
 
-    pools: list[Pool]  # held so that the identity check cannot match a reused id
+    # The pools, weakly: a reused id matches only the same pools (then the layout is the same),
+    # and the cache keeps no replaced pools (nor their slices) alive; it forgets the layout
+    # when the first of them goes.
+    pools: tuple[weakref.ref[Pool], ...]
     devices: frozenset[DeviceID]
     plain: frozenset[DeviceID]  # devices that consume no counters
     # (pool, counter set) -> its devices and the counters each takes; the full set's names
@@ -49,8 +54,13 @@ _MAX_LAYOUTS = 65_536
 
 
 def _layout(pools: list[Pool]) -> _Layout:
-    found = _LAYOUTS.get(id(pools))
-    if found is not None and found.pools is pools:
+    key = id(pools)
+    found = _LAYOUTS.get(key)
+    if (
+        found is not None
+        and len(found.pools) == len(pools)
+        and all(ref() is pool for ref, pool in zip(found.pools, pools, strict=True))
+    ):
         return found
     devices: set[DeviceID] = set()
     plain: set[DeviceID] = set()
@@ -72,9 +82,25 @@ def _layout(pools: list[Pool]) -> _Layout:
                     )
     if len(_LAYOUTS) >= _MAX_LAYOUTS:
         _LAYOUTS.clear()
-    layout = _Layout(pools, frozenset(devices), frozenset(plain), by_set, totals)
-    _LAYOUTS[id(pools)] = layout
+    refs = tuple(
+        weakref.ref(pool, _forget(key)) if index == 0 else weakref.ref(pool)
+        for index, pool in enumerate(pools)
+    )
+    layout = _Layout(refs, frozenset(devices), frozenset(plain), by_set, totals)
+    if refs:  # no pools: nothing to forget it by (and nothing to compute)
+        _LAYOUTS[key] = layout
     return layout
+
+
+def _forget(key: int) -> Callable[[weakref.ref[Pool]], None]:
+    """A callback that drops the layout under `key` once its first pool is gone."""
+
+    def forget(gone: weakref.ref[Pool]) -> None:
+        found = _LAYOUTS.get(key)
+        if found is not None and found.pools[0] is gone:
+            del _LAYOUTS[key]
+
+    return forget
 
 
 def safe_mask(

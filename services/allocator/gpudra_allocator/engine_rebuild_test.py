@@ -462,3 +462,26 @@ def test_replaced_slices_are_let_go(policy: str, incremental: int) -> None:
     engine.decide([gpu_claim("c", 2)], slices.values(), 6, state)  # the last one replaced too
     gc.collect()
     assert [ref() is None for ref in replaced] == [True] * 5
+
+
+@pytest.mark.parametrize("policy", [pytest.param(p, id=p) for p in ("first-fit", "topology")])
+def test_replaced_slices_are_let_go_by_the_placement_layer(policy: str) -> None:
+    """The same over the walk's fleet, where the topology policy steers searches with masks (MIG
+    GPUs, several NVLink domains on a node) and keeps a layout per node's pools for that."""
+    rng = random.Random(3)
+    cluster = Cluster(rng)
+    state = AllocatedState()
+    engine = Engine(classes(0), policy)
+    replaced: list[weakref.ref[ResourceSlice]] = []
+    for _ in range(40):
+        before = {id(s): s for s in cluster.slices()}
+        cluster.change(rng.choice(("bump", "drop-device", "add-device", "attribute")), state)
+        for s in cluster.slices():
+            before.pop(id(s), None)
+        replaced += (weakref.ref(s) for s in before.values())
+        before.clear()
+        for claims in probes():
+            engine.decide(claims, cluster.slices(), cluster.version, state)
+    gc.collect()
+    assert len(replaced) == 40
+    assert [ref for ref in replaced if ref() is not None] == []
