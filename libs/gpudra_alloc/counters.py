@@ -14,6 +14,8 @@ the two kinds exactly. No floats. Each device's consumption is converted once an
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from fractions import Fraction
 
 from gpudra_alloc.pools import DeviceEntry, Pool
@@ -27,10 +29,13 @@ Consumption = tuple[tuple[str, tuple[tuple[str, Amount], ...]], ...]
 
 _NANO = 1_000_000_000
 _MAX_CACHED = 262_144
-# id(device) -> (device, its consumption); the device is held so a reused id cannot match.
-_CONSUMPTION: dict[int, tuple[Device, Consumption]] = {}
-# id(slice) -> (slice, its counter-consuming devices with their consumption); held likewise.
-_CONSUMERS: dict[int, tuple[ResourceSlice, list[tuple[DeviceID, Consumption]]]] = {}
+# id(device) -> (the device, weakly, and its consumption): a reused id matches only the same
+# device, and the entry goes with the device (a replaced slice's devices are not kept alive).
+_CONSUMPTION: dict[int, tuple[weakref.ref[Device], Consumption]] = {}
+# slice -> its counter-consuming devices with their consumption, for as long as the slice lives.
+_CONSUMERS: weakref.WeakKeyDictionary[ResourceSlice, list[tuple[DeviceID, Consumption]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def nanos(quantity: Quantity) -> Amount:
@@ -41,8 +46,9 @@ def nanos(quantity: Quantity) -> Amount:
 
 def consumption_of(device: Device) -> Consumption:
     """What `device` takes from its pool's counter sets, in nano units (remembered per device)."""
-    found = _CONSUMPTION.get(id(device))
-    if found is not None and found[0] is device:
+    key = id(device)
+    found = _CONSUMPTION.get(key)
+    if found is not None and found[0]() is device:
         return found[1]
     converted = tuple(
         (c.counter_set, tuple((name, nanos(value)) for name, value in c.counters.items()))
@@ -50,23 +56,32 @@ def consumption_of(device: Device) -> Consumption:
     )
     if len(_CONSUMPTION) >= _MAX_CACHED:
         _CONSUMPTION.clear()
-    _CONSUMPTION[id(device)] = (device, converted)
+    _CONSUMPTION[key] = (weakref.ref(device, _forget(key)), converted)
     return converted
+
+
+def _forget(key: int) -> Callable[[weakref.ref[Device]], None]:
+    """A callback that drops the consumption under `key` once its device is gone."""
+
+    def forget(gone: weakref.ref[Device]) -> None:
+        found = _CONSUMPTION.get(key)
+        if found is not None and found[0] is gone:
+            del _CONSUMPTION[key]
+
+    return forget
 
 
 def consumers_of(slice_: ResourceSlice) -> list[tuple[DeviceID, Consumption]]:
     """The devices of `slice_` that consume counters, with what they take (remembered)."""
-    found = _CONSUMERS.get(id(slice_))
-    if found is not None and found[0] is slice_:
-        return found[1]
+    found = _CONSUMERS.get(slice_)
+    if found is not None:
+        return found
     consumers = [
         (DeviceID(slice_.driver, slice_.pool.name, device.name), consumption_of(device))
         for device in slice_.devices
         if device.consumes_counters
     ]
-    if len(_CONSUMERS) >= _MAX_CACHED:
-        _CONSUMERS.clear()
-    _CONSUMERS[id(slice_)] = (slice_, consumers)
+    _CONSUMERS[slice_] = consumers
     return consumers
 
 

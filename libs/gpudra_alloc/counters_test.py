@@ -5,7 +5,9 @@ plain Quantity ledger over seeded random pools, states and take/give-back sequen
 from __future__ import annotations
 
 import dataclasses
+import gc
 import random
+import weakref
 from fractions import Fraction
 from typing import Any
 
@@ -134,6 +136,20 @@ def test_consumption_is_remembered_per_device() -> None:
     device = _slice({"m": "1"}, [{"m": "1"}]).devices[0]
     assert consumption_of(device) is consumption_of(device)
     assert consumption_of(device) == (("set", (("m", 10**9),)),)
+
+
+def test_what_is_remembered_goes_with_the_slice() -> None:
+    """The remembered consumers of a slice and consumption of its devices keep neither alive:
+    a slice the index replaced is freed with its devices."""
+    slice_ = _slice({"m": "2"}, [{"m": "1"}] * 2)
+    entries = entries_of(slice_)
+    ledger = CounterLedger(AllocatedState(devices={entries[0].id}))
+    assert ledger.take(entries[1], _pool(slice_))  # consumers_of and consumption_of both read
+    assert not ledger.take(entries[1], _pool(slice_))
+    refs = [weakref.ref(slice_), *(weakref.ref(d) for d in slice_.devices)]
+    del ledger, entries, slice_
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * 3
 
 
 class _QuantityLedger:
