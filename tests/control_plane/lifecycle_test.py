@@ -7,7 +7,8 @@
   A pod deleted while the claim-writer was down releases its claim the same way at the restart.
 - Kubernetes mode (the fake API server): kube-controller-manager clearing a claim after its pod
   left frees the devices and the claim waits (marked) for the next pod that names it — also when
-  the clearing happened while the claim-writer was down (seen at its restart); a claim that
+  the clearing happened while the claim-writer was down (seen at its restart), and also for a
+  claim kube-scheduler allocated itself (no scheduling gate: adopted); a claim that
   cannot be placed gets a Warning `FailedAllocation` Event whose note is the allocator's
   explanation.
 """
@@ -36,12 +37,13 @@ from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.claims import ClaimStore
 from gpudra_kube.consumers import Outcome, unreserve
 from gpudra_kube.kv_backend import KvStore
-from gpudra_kube.resources import EVENTS, PODS, RESOURCE_CLAIMS
+from gpudra_kube.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra_testing.kubeapi import FakeKubeApi
 
 pytestmark = pytest.mark.slow
 
 CONSUMERS_LEFT = "gpudra.io/consumers-left"
+ALLOCATION_ID = "gpudra.io/allocation-id"
 
 
 def _find(api: FakeKubeApi, resource: Any, name: str) -> dict[str, Any] | None:
@@ -308,6 +310,89 @@ async def test_kubernetes_mode_a_claim_cleared_while_the_claim_writer_was_down_i
 
         cluster.start_claim_writer(*kube)
         await _released_then_given_to_job_2(api, nc, cluster, "after the restart")
+
+
+async def test_kubernetes_mode_a_claim_kube_scheduler_allocated_is_released_after_a_restart(
+    nc: Client, cluster: Cluster, tmp_path: Path
+) -> None:
+    """No scheduling gate (production leaves it out): kube-scheduler allocates the claim from
+    gpudra's slices itself and the claim-writer adopts it (the allocator holds its devices). The
+    claim-writer is killed; the pod goes, kube-controller-manager clears the allocation and removes
+    the finalizer. The restarted claim-writer releases the devices and marks the claim, which
+    waits for the next pod instead of being allocated again."""
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        kube = ("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        await publish_nodes(nc, ["node-k"])
+        cluster.start_inventory(*kube)
+        cluster.start_allocator()
+        cluster.start_claim_writer(*kube)
+        await slices_ready(nc, cluster, 1)
+        pool, devices = await wait_for(lambda: _two_gpus(api), 60, "node-k's GPU slice", cluster)
+        ungated = pod_naming("job-1", "data")
+        del ungated["spec"]["schedulingGates"]
+        job_1 = await api.put(PODS, ungated)
+        # kube-scheduler binds job-1: the finalizer, then the allocation and the reservation.
+        scheduled = claim_manifest("data", count=2)
+        scheduled["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+        scheduled["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": "gpu.nvidia.com", "pool": pool, "device": d}
+                        for d in devices
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": ["node-k"]}
+                            ]
+                        }
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": "job-1", "uid": job_1["metadata"]["uid"]}],
+        }
+        await api.put(RESOURCE_CLAIMS, scheduled)
+
+        async def adopted() -> str:
+            claim = _find(api, RESOURCE_CLAIMS, "data") or {}
+            witness = (claim["metadata"].get("annotations") or {}).get(ALLOCATION_ID, "")
+            return witness if witness and await held(nc) == {"default/data"} else ""
+
+        witness = await wait_for(adopted, 60, "data adopted, with an allocation id", cluster)
+
+        cluster.kill("claim-writer")
+        client = await ApiStore.from_kubeconfig(kubeconfig)
+        try:
+            await client.delete(PODS, "job-1", "default")
+        finally:
+            await client.close()
+        # kube-controller-manager: the allocation cleared, then its finalizer removed.
+        cleared = _find(api, RESOURCE_CLAIMS, "data")
+        assert cleared is not None
+        cleared["status"] = {}
+        cleared = await api.put(RESOURCE_CLAIMS, cleared)
+        del cleared["metadata"]["finalizers"]
+        await api.put(RESOURCE_CLAIMS, cleared)
+        assert await held(nc) == {"default/data"}, "nobody told the allocator yet"
+
+        cluster.start_claim_writer(*kube)
+        await _released_then_given_to_job_2(api, nc, cluster, "after the restart")
+        marked = _find(api, RESOURCE_CLAIMS, "data") or {}
+        assert marked["metadata"]["annotations"][CONSUMERS_LEFT] == witness, "marked for it"
+
+
+async def _two_gpus(api: FakeKubeApi) -> tuple[str, list[str]] | None:
+    """The pool of a gpudra ResourceSlice in the API and two of its whole GPUs."""
+    for found in api.objects(RESOURCE_SLICES):
+        spec = found.get("spec") or {}
+        names = {str(d.get("name")) for d in spec.get("devices") or []}
+        if spec.get("driver") == "gpu.nvidia.com" and {"gpu-0", "gpu-1"} <= names:
+            return str(spec["pool"]["name"]), ["gpu-0", "gpu-1"]
+    return None
 
 
 async def test_a_claim_whose_pod_left_while_the_claim_writer_was_down_is_released(

@@ -48,6 +48,23 @@ A clearing nobody watched (the claim-writer was down, or a 410 relist skipped th
   whether the allocation was written and then cleared, and they are the allocator's. The trace
   annotations are missing when tracing is off. The claims KV bucket exists in standalone mode
   only. The id lives on the claim itself, in both modes, and costs no write.
+- Adopted allocations (kube-scheduler allocated the claim itself: no scheduling gate). When the
+  intake first sees an allocation of gpudra's devices that this process did not write, it gives
+  the claim an id of that allocation (`adopted_id`) before it publishes the adoption: one
+  metadata write, resourceVersion-checked, conflicts re-read, never over an id that names this
+  allocation; a claim pending again or deleted by the re-read gets nothing. Their clearing while
+  nobody watched is then seen like gpudra's own. Which ids name the current allocation
+  (`names_allocation`): `left_unreported` needs the id to differ from the mark. A claim is
+  allocated again only after its earlier allocation was cleared, and a clearing somebody saw was
+  marked with the earlier id when it had consumers (the live path marks before it publishes the
+  release, a restart publishes and then marks), or else its release was published live, under
+  the resourceVersion, by a process that remembers the id (`released`). So an allocated claim
+  whose id is its mark, or that released id, gets a new one; any other id is left as it is, by
+  every relist and restart. That is sound: the write-back writes its decision id before the
+  allocation (so its ids, and the allocations this process wrote, are never touched); an adopted
+  id is written while its allocation is seen; and an old id left unmarked (its live release
+  forgotten by a restart) still differs from the mark, so the next clearing is reported under it.
+  Allocations without an id (written by a claim-writer older than the id) get one too.
 - At first sight of a pending claim (every (re)list and watch event of a claim this process has
   not seen allocated), a claim left unreported has its deallocation published
   (`<uid>/deallocated/<id>`) and is then marked with the id; until the mark lands the witness
@@ -61,17 +78,25 @@ A clearing nobody watched (the claim-writer was down, or a 410 relist skipped th
   and is not written again (that redelivery handed freed devices back to the claim).
 - Still not covered: an allocation cleared in the moment between kube-controller-manager's (or
   `unreserve`'s) two writes (status cleared, finalizer still on) when the claim-writer starts is
-  taken for a write-back interrupted in between (offered, its old decision written again); a
-  claim allocated by kube-scheduler (adopted, no allocation id) or by a claim-writer older than
-  the id; a clearing by hand (status edited) that also removes the finalizer is taken for its
-  consumers leaving. The allocator handles one claim's events concurrently, so a pod's event
-  published right after the mark may still meet the old decision (as on the live path).
+  taken for a write-back interrupted in between (offered, its old decision written again); an
+  allocation cleared and made again (kube-scheduler, for the next pod) both while nobody
+  watched: the claim is never seen pending, its id is taken for the new allocation's, the first
+  release is reported only with the second's and the adoption of the second is a no-op (the
+  allocator holds the first's devices until then); an adopted allocation whose id could not be
+  written (refused, or conflicting ten times: logged; the adoption is published regardless, as
+  the allocator must hold what kube-scheduler handed out) is released only when a process sees
+  its clearing live; a clearing by hand (status edited) that also removes the finalizer is
+  taken for its consumers leaving. The allocator handles one claim's events concurrently, so a
+  pod's event published right after the mark may still meet the old decision (as on the live
+  path).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
+import json
 import logging
 from collections import Counter
 from typing import Any
@@ -90,6 +115,7 @@ _DONE_PHASES = ("Succeeded", "Failed")
 CONSUMERS_LEFT_ANNOTATION = "gpudra.io/consumers-left"
 ALLOCATION_ID_ANNOTATION = "gpudra.io/allocation-id"
 _UNKNOWN = "true"  # the mark of a claim whose allocation had no id
+ADOPTED_PREFIX = "adopted-"  # the ids the intake gives allocations gpudra did not write
 
 
 def had_consumers(claim: dict[str, Any]) -> bool:
@@ -116,7 +142,8 @@ def with_consumers_left(claim: dict[str, Any], allocation: str = "") -> dict[str
 
 
 def allocation_id(claim: dict[str, Any]) -> str:
-    """The id of the last allocation the write-back wrote into the claim ("" for none)."""
+    """The id of the claim's last allocation ("" for none): the write-back's decision id, or the
+    one the intake gave an allocation it adopted (`adopted_id`)."""
     return str(_annotations(claim).get(ALLOCATION_ID_ANNOTATION) or "")
 
 
@@ -128,6 +155,35 @@ def with_allocation_id(claim: dict[str, Any], allocation: str) -> dict[str, Any]
     meta = new.setdefault("metadata", {})
     meta["annotations"] = {**(meta.get("annotations") or {}), ALLOCATION_ID_ANNOTATION: allocation}
     return new
+
+
+def names_allocation(claim: dict[str, Any], released: str = "") -> bool:
+    """Its allocation id is taken to name its current allocation: it carries one, not marked
+    consumers-left (that allocation's release was reported), and not `released` (the id whose
+    release this process reported, "" for none). Only for an allocated claim; see "Adopted
+    allocations" in the module docstring for why that is sound."""
+    allocation = allocation_id(claim)
+    return (
+        bool(allocation)
+        and allocation != released
+        and _annotations(claim).get(CONSUMERS_LEFT_ANNOTATION) != allocation
+    )
+
+
+def adopted_id(claim: dict[str, Any]) -> str:
+    """The allocation id the intake gives the allocation `claim` carries, which gpudra did not
+    write: `adopted-` and 16 hex digits of the hash of the claim's UID, the resourceVersion it is
+    seen at and the allocation. A later allocation of the claim is first seen at a later
+    resourceVersion, so it gets another id even on the very same devices; the prefix keeps it
+    apart from the write-back's decision ids."""
+    meta = claim.get("metadata") or {}
+    allocation = (claim.get("status") or {}).get("allocation")
+    seen = json.dumps(
+        [meta.get("uid"), meta.get("resourceVersion"), allocation],
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return ADOPTED_PREFIX + hashlib.sha256(seen.encode()).hexdigest()[:16]
 
 
 def left_unreported(claim: dict[str, Any]) -> bool:

@@ -5,7 +5,13 @@ Promises:
   process, and again after every restart (the informer lists everything first): decisions are
   idempotent, so a repeat costs a lookup, while a missed one would strand the claim.
 - An allocation that appears without gpudra (kube-scheduler allocated an ungated pod's claim) is
-  published once as ALLOCATED_EXTERNALLY, so the allocator adopts its devices.
+  published once as ALLOCATED_EXTERNALLY (one message id per allocation), so the allocator adopts
+  its devices. Before that, when it hands out gpudra's devices, the claim gets the witness of a
+  clearing nobody watched, `gpudra.io/allocation-id` of that allocation (counted "witnessed"),
+  unless the id it carries names it already (`consumers`, "Adopted allocations": a relist or a
+  restart writes nothing; an id of an earlier, cleared allocation is replaced): so the release of
+  an adopted claim whose pod went while the claim-writer was down is seen at its restart, as for
+  gpudra's own. The write-back's ids are never touched.
 - A claim that is deleted, or marked for deletion, is published as DELETED; then the
   delete-protection finalizer is removed (conflicts re-read, never overwrite). A cleared allocation
   (kube-controller-manager deallocating) is published as a deallocation; the claim is offered for
@@ -57,14 +63,17 @@ from gpudra_claim_writer.claims import (
     without_finalizer,
 )
 from gpudra_claim_writer.consumers import (
+    adopted_id,
     allocation_id,
     consumers_left,
     had_consumers,
     left_unreported,
+    names_allocation,
+    with_allocation_id,
     with_consumers_left,
 )
 from gpudra_claim_writer.events import Kind, PodUnits, publish_event
-from gpudra_claim_writer.ownership import Ownership
+from gpudra_claim_writer.ownership import DRIVERS, Ownership
 from gpudra_kube.errors import ConflictError, KubeError, KubeRetryableError, NotFoundError
 from gpudra_kube.informer import informer
 from gpudra_kube.resources import RESOURCE_CLAIMS
@@ -149,6 +158,8 @@ class Intake:
     async def _pending(self, claim: dict[str, Any]) -> None:
         ref = ref_of(claim)
         if self._allocated.pop(ref.uid, None) is not None:
+            # The next allocation is news, whoever makes it (kube-scheduler, for the next pod).
+            self._ours.discard(ref.uid)
             epoch = allocation_id(claim)
             if ref.uid in self._consumed or consumers_left(claim) or left_unreported(claim):
                 claim = await self._mark_consumers_left(claim, epoch)
@@ -215,11 +226,61 @@ class Intake:
         first = ref.uid not in self._allocated
         self._allocated[ref.uid] = allocation
         if first and ref.uid not in self._ours:
-            # Ours or not, the allocator decides: a recorded decision makes this a no-op.
+            # The witness goes on before the allocator holds the devices: an adoption published
+            # is (but for a write that failed) one whose clearing a restart will see.
+            claim = await self._witness(claim)
+            # Ours or not, the allocator decides: a recorded decision makes this a no-op. One
+            # message id per allocation: a later one of the same claim is news.
             await publish_event(
-                self._publisher, Kind.KIND_ALLOCATED_EXTERNALLY, claim, msg_id=f"{ref.uid}/external"
+                self._publisher,
+                Kind.KIND_ALLOCATED_EXTERNALLY,
+                claim,
+                msg_id=f"{ref.uid}/external/{allocation_id(claim) or ref.resource_version}",
             )
             self.published["external"] += 1
+
+    async def _witness(self, claim: dict[str, Any]) -> dict[str, Any]:
+        """Give an allocation this process did not write an allocation id, unless the one the
+        claim carries names it (`consumers.names_allocation`; "Adopted allocations" there):
+        conflicts re-read, never overwrite; a claim that is not the same allocation any more
+        (pending, deleted, re-created) gets nothing. The claim as written, or as given."""
+        ref = ref_of(claim)
+        seen = allocation_of(claim)
+        if not _on_gpudras_devices(seen):
+            return claim  # another driver's: gpudra writes nothing into it
+        released = self._reported.get(ref.uid, "")
+        new = adopted_id(claim)
+        current = claim
+        for _ in range(_MAX_TRIES):
+            if names_allocation(current, released):
+                return current
+            updated = with_allocation_id(current, new)
+            if updated is None:
+                return current
+            try:
+                written = await self._store.replace(RESOURCE_CLAIMS, updated)
+            except (ConflictError, KubeRetryableError) as exc:
+                log.info("claim %s/%s: %s; re-reading", ref.namespace, ref.name, exc)
+                if isinstance(exc, ConflictError):
+                    self.conflicts += 1
+                try:
+                    current = await self._store.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
+                except KubeError:
+                    return claim
+                if (
+                    ref_of(current).uid != ref.uid
+                    or state_of(current) is not ClaimState.ALLOCATED
+                    or allocation_of(current) != seen
+                ):
+                    return claim
+                continue
+            except KubeError as exc:  # gone, or refused
+                log.info("claim %s/%s: allocation id not written: %s", ref.namespace, ref.name, exc)
+                return claim
+            self.published["witnessed"] += 1
+            return written
+        log.error("could not write the allocation id of %s/%s", ref.namespace, ref.name)
+        return claim
 
     def written(self, uid: str) -> None:
         """The write-back stored this claim's allocation: seeing it in the watch is no news.
@@ -295,3 +356,9 @@ class Intake:
                 except NotFoundError:
                     return
         log.error("could not remove the finalizer of %s/%s", ref.namespace, ref.name)
+
+
+def _on_gpudras_devices(allocation: dict[str, Any] | None) -> bool:
+    """The allocation hands out at least one device of a driver gpudra serves."""
+    results = ((allocation or {}).get("devices") or {}).get("results") or []
+    return any(isinstance(r, dict) and r.get("driver") in DRIVERS for r in results)

@@ -15,10 +15,12 @@ from nats.aio.msg import Msg
 from gpudra_bus import Publisher, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
 from gpudra_claim_writer.claims import FINALIZER
-from gpudra_claim_writer.conftest import ALLOCATION
+from gpudra_claim_writer.conftest import ALLOCATION, until
 from gpudra_claim_writer.consumers import (
+    ADOPTED_PREFIX,
     ALLOCATION_ID_ANNOTATION,
     CONSUMERS_LEFT_ANNOTATION,
+    allocation_id,
     consumers_left,
 )
 from gpudra_claim_writer.events import PodUnits
@@ -83,11 +85,13 @@ class Heard:
 
     def __init__(self) -> None:
         self.events: list[claims_pb2.ClaimEvent] = []
+        self.ids: list[str] = []  # their message ids (JetStream deduplicates by them)
 
     async def on_msg(self, msg: Msg) -> None:
         event = claims_pb2.ClaimEvent()
         event.ParseFromString(msg.data)
         self.events.append(event)
+        self.ids.append((msg.headers or {}).get("Nats-Msg-Id", ""))
 
     def kinds(self) -> list[str]:
         return [claims_pb2.ClaimEvent.Kind.Name(e.kind) for e in self.events]
@@ -327,3 +331,246 @@ async def test_consumers_and_the_clearing_hidden_by_a_relist_are_seen_by_the_wit
     final = await store.get(RESOURCE_CLAIMS, "data", "default")
     assert final["metadata"]["annotations"][CONSUMERS_LEFT_ANNOTATION] == ID
     assert intake.published["deallocated"] == 1
+
+
+# -- allocations kube-scheduler made (no scheduling gate): adopted, and given the witness --------
+
+NIC = {
+    "devices": {
+        "results": [{"request": "r", "driver": "nic.example.com", "pool": "n1", "device": "nic-0"}]
+    }
+}
+ADOPTED = ADOPTED_PREFIX + "0123456789abcdef"
+
+
+def scheduled(
+    *, allocation_id: str = "", mark: str = "", allocation: dict[str, Any] = ALLOCATION
+) -> dict[str, Any]:
+    """Claim `data` as kube-scheduler leaves it for pod job-1: the finalizer, the allocation, the
+    pod in `reservedFor`; the allocation id and consumers-left mark as given."""
+    stored = after_restart(allocation_id=allocation_id, finalizer=True, mark=mark)
+    stored["status"] = {
+        "allocation": allocation,
+        "reservedFor": [{"resource": "pods", "name": "job-1", "uid": "pod-1"}],
+    }
+    return stored
+
+
+def annotations_of(claim: dict[str, Any]) -> dict[str, str]:
+    return dict(claim["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize(
+    ("carried", "mark", "allocation", "replaced"),
+    [
+        pytest.param("", "", ALLOCATION, True, id="no-id-gets-one"),
+        pytest.param(ID, ID, ALLOCATION, True, id="id-of-an-earlier-cleared-allocation-replaced"),
+        pytest.param(ID, "", ALLOCATION, False, id="gpudras-own-id-untouched"),
+        pytest.param(
+            ID, "fedcba9876543210", ALLOCATION, False, id="own-id-marked-for-an-earlier-one"
+        ),
+        pytest.param(ADOPTED, "", ALLOCATION, False, id="adopted-before-untouched"),
+        pytest.param("", "", NIC, False, id="another-drivers-allocation-untouched"),
+    ],
+)
+async def test_an_allocation_gpudra_did_not_write_gets_an_id_once(
+    nc: Client,
+    api: tuple[FakeKubeApi, ApiStore],
+    carried: str,
+    mark: str,
+    allocation: dict[str, Any],
+    replaced: bool,
+) -> None:
+    """First sight (a start lists it allocated): adopted, with an allocation id unless the one it
+    carries names this allocation; a relist after 410 and a second start write nothing more."""
+    fake, store = api
+    stored = await fake.put(
+        RESOURCE_CLAIMS, scheduled(allocation_id=carried, mark=mark, allocation=allocation)
+    )
+    heard = Heard()
+    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+
+    def intake() -> Intake:
+        return Intake(store, Publisher(nc), watch_timeout=1.0)
+
+    try:
+        first = intake()
+        async with running(first):
+            await settle(heard, 1)
+            witnessed = await store.get(RESOURCE_CLAIMS, "data", "default")
+            given = annotations_of(witnessed).get(ALLOCATION_ID_ANNOTATION, "")
+            if replaced:
+                assert given.startswith(ADOPTED_PREFIX)
+                assert given not in (carried, mark)
+            else:
+                assert given == carried
+                assert witnessed["metadata"]["resourceVersion"] == (
+                    stored["metadata"]["resourceVersion"]
+                ), "nothing written"
+            assert annotations_of(witnessed).get(CONSUMERS_LEFT_ANNOTATION, "") == mark
+            assert first.published["witnessed"] == (1 if replaced else 0)
+            assert heard.kinds() == ["KIND_ALLOCATED_EXTERNALLY"]
+            adopted = json.loads(heard.events[0].claim_json)
+            assert allocation_id(adopted) == given, "the allocator hears of it with its id"
+            assert heard.ids[0].endswith(given or stored["metadata"]["resourceVersion"])
+            await relist(fake, first, lambda: label(fake, store, "data"))
+            await settle(heard, 1)
+        second = intake()
+        async with running(second):  # a restart: adopted again (a no-op), the id stays
+            await settle(heard, 2)
+    finally:
+        await sub.unsubscribe()
+    assert heard.kinds() == ["KIND_ALLOCATED_EXTERNALLY"] * 2
+    if given:
+        assert heard.ids[1] == heard.ids[0], "the same allocation, the same message id"
+    assert first.published["witnessed"] == (1 if replaced else 0)
+    assert second.published["witnessed"] == 0
+    final = await store.get(RESOURCE_CLAIMS, "data", "default")
+    assert annotations_of(final).get(ALLOCATION_ID_ANNOTATION, "") == given
+    assert final["metadata"]["labels"] == {"touched": "yes"}, "only the other client's write"
+
+
+@pytest.mark.parametrize(
+    ("first_by", "consumed"),
+    [
+        pytest.param("kube-scheduler", True, id="adopted-then-consumed-and-cleared"),
+        pytest.param("kube-scheduler", False, id="adopted-then-cleared-unused"),
+        pytest.param("gpudra", True, id="gpudras-own-then-consumed-and-cleared"),
+    ],
+)
+async def test_a_new_allocation_after_a_clearing_gets_a_new_id_and_its_release_is_seen(
+    nc: Client, api: tuple[FakeKubeApi, ApiStore], first_by: str, consumed: bool
+) -> None:
+    """Allocated (by gpudra or kube-scheduler), cleared (seen live), then allocated by
+    kube-scheduler again on the very same devices: adopted again, with a new id (the old one is
+    marked, or its release was reported by this process), under a new message id; cleared while
+    the claim-writer is down, that allocation is released at the restart."""
+    fake, store = api
+    heard = Heard()
+    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    first_claim = scheduled(allocation_id=ID if first_by == "gpudra" else "")
+    if not consumed:
+        del first_claim["status"]["reservedFor"]
+
+    seen: list[str] = []
+
+    async def on_claim(namespace: str, name: str) -> None:
+        seen.append(name)
+
+    def intake() -> Intake:
+        return Intake(store, Publisher(nc), watch_timeout=1.0, on_claim=on_claim)
+
+    async def current() -> dict[str, Any]:
+        return await store.get(RESOURCE_CLAIMS, "data", "default")
+
+    async def clear(*, finalizer: bool = True) -> None:
+        """kube-controller-manager: the allocation cleared, then (`finalizer`) the finalizer
+        removed."""
+        cleared = await current()
+        cleared["status"] = {}
+        cleared = await fake.put(RESOURCE_CLAIMS, cleared)
+        if finalizer:
+            del cleared["metadata"]["finalizers"]
+            await fake.put(RESOURCE_CLAIMS, cleared)
+
+    live = intake()
+    try:
+        async with running(live):
+            if first_by == "gpudra":
+                first_claim["metadata"]["uid"] = "uid-data"
+                live.written("uid-data")  # the write-back wrote it (and says so before the watch)
+                stored = await fake.put(RESOURCE_CLAIMS, first_claim)
+                await until(lambda: bool(seen))
+                assert allocation_id(await current()) == ID
+                assert live.published["external"] == 0
+            else:
+                stored = await fake.put(RESOURCE_CLAIMS, first_claim)
+                await until(lambda: live.published["witnessed"] == 1)
+                assert allocation_id(await current()).startswith(ADOPTED_PREFIX)
+            first_id = allocation_id(await current())
+            # Unused, it keeps its finalizer here: no witness marks it, only this process knows
+            # that the release of `first_id` went out.
+            await clear(finalizer=consumed)
+            await until(lambda: live.published["deallocated"] == 1)
+            mark = annotations_of(await current()).get(CONSUMERS_LEFT_ANNOTATION)
+            assert mark == (first_id if consumed else None)
+            # kube-scheduler allocates it again for the next pod, on the same devices.
+            again = await current()
+            again["metadata"]["finalizers"] = [FINALIZER]
+            again["status"] = scheduled()["status"]
+            await fake.put(RESOURCE_CLAIMS, again)
+            adoptions = 1 if first_by == "gpudra" else 2
+            await until(lambda: live.published["witnessed"] == adoptions)
+            second_id = allocation_id(await current())
+            assert second_id.startswith(ADOPTED_PREFIX)
+            assert second_id != first_id
+            await until(lambda: live.published["external"] == adoptions)
+        await clear()  # while the claim-writer is down
+        restarted = intake()
+        async with running(restarted):
+            await until(lambda: restarted.published["released-unseen"] == 1)
+            for _ in range(500):  # published first, then marked
+                if annotations_of(await current()).get(CONSUMERS_LEFT_ANNOTATION) == second_id:
+                    break
+                await asyncio.sleep(0.02)
+            await settle(heard, len(heard.events) + 1)  # nothing more on its way
+    finally:
+        await sub.unsubscribe()
+    external = [
+        i for i, k in zip(heard.ids, heard.kinds(), strict=True) if k == "KIND_ALLOCATED_EXTERNALLY"
+    ]
+    assert len(external) == adoptions
+    assert len(set(external)) == adoptions, "a later allocation is news, not a duplicate"
+    assert heard.ids[-1] == f"{stored['metadata']['uid']}/deallocated/{second_id}"
+    final = await current()
+    assert annotations_of(final)[CONSUMERS_LEFT_ANNOTATION] == second_id
+    assert allocation_id(final) == second_id
+
+
+@pytest.mark.parametrize(
+    ("meanwhile", "written", "conflicts"),
+    [
+        pytest.param("labelled", True, 1, id="conflict-re-read-then-written"),
+        pytest.param("cleared", False, 1, id="pending-again-gets-nothing"),
+        pytest.param("deleting", False, 1, id="being-deleted-gets-nothing"),
+        pytest.param("gone", False, 0, id="deleted-gets-nothing"),
+        pytest.param("re-created", False, 1, id="re-created-gets-nothing"),
+    ],
+)
+async def test_the_witness_write_re_reads_a_changed_claim(
+    nc: Client, api: tuple[FakeKubeApi, ApiStore], meanwhile: str, written: bool, conflicts: int
+) -> None:
+    """The claim changed after the event the intake handles: its write names the old
+    resourceVersion and is refused; the re-read claim gets the id only while it still holds the
+    allocation the intake saw, and nothing another client wrote is lost."""
+    fake, store = api
+    seen = await fake.put(RESOURCE_CLAIMS, scheduled())
+    if meanwhile == "labelled":
+        await label(fake, store, "data")
+    elif meanwhile == "cleared":
+        pending = await store.get(RESOURCE_CLAIMS, "data", "default")
+        pending["status"] = {}
+        await fake.put(RESOURCE_CLAIMS, pending)
+    elif meanwhile == "deleting":  # the finalizer holds it
+        await store.delete(RESOURCE_CLAIMS, "data", "default")
+    else:
+        unprotected = await store.get(RESOURCE_CLAIMS, "data", "default")
+        del unprotected["metadata"]["finalizers"]
+        await fake.put(RESOURCE_CLAIMS, unprotected)
+        await store.delete(RESOURCE_CLAIMS, "data", "default")
+        if meanwhile == "re-created":
+            await fake.put(RESOURCE_CLAIMS, scheduled())
+    intake = Intake(store, Publisher(nc))
+    await intake.on_event(WatchEvent(EventType.ADDED, seen))
+    assert intake.conflicts == conflicts
+    assert intake.published["witnessed"] == (1 if written else 0)
+    assert intake.published["external"] == 1, "adopted regardless: its devices were handed out"
+    now = next(iter(fake.objects(RESOURCE_CLAIMS)), None)
+    if meanwhile == "gone":
+        assert now is None
+        return
+    assert now is not None
+    given = allocation_id(now)
+    assert given.startswith(ADOPTED_PREFIX) if written else given == ""
+    if written:
+        assert now["metadata"]["labels"] == {"touched": "yes"}, "the other client's write kept"

@@ -55,6 +55,7 @@ INTAKE_COUNTS = (
     "deallocated",
     "released-unseen",
     "external",
+    "witnessed",
     "foreign",
     "waiting",
 )
