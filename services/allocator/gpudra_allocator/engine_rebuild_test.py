@@ -274,6 +274,18 @@ class Cluster:
             doc = self.docs[name]
             self.delete(name)
             self.put(name, doc)
+        elif kind == "mig":  # a three-slice pool with shared counters, republished slice by slice
+            node = rng.choice(sorted({n.rsplit("-", 2)[0] for n in self.docs if "-counters" in n}))
+            names = sorted(n for n in self.docs if n.startswith(f"{node}-"))
+            newest = max(self.docs[n]["spec"]["pool"]["generation"] for n in names)
+            behind = [n for n in names if self.docs[n]["spec"]["pool"]["generation"] < newest]
+            name = rng.choice(behind or names)  # incomplete until every slice has moved
+            doc = copy.deepcopy(self.docs[name])
+            doc["spec"]["pool"]["generation"] = newest if behind else newest + 1
+            devices = doc["spec"].get("devices") or []
+            if len(devices) > 1 and rng.random() < 0.3:
+                devices.pop(rng.randrange(len(devices)))  # a MIG profile no longer offered
+            self.put(name, doc)
         elif kind == "span":  # one slice of a two-node pool: the other node's pool changes too
             name = f"span-{rng.randrange(2)}"
             if name not in self.docs:
@@ -315,10 +327,11 @@ KINDS = (
     "rewrite",
     "re-add",
     "state",
+    "mig",
 )
 
 
-STEPS = 36
+STEPS = 40
 
 
 def answer(decision: Decision) -> tuple[Any, ...]:
@@ -381,7 +394,7 @@ def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> No
             ours = engine.decide_gang("g", gang, attribute, slices, cluster.version, state)
             fresh_gang = fresh.decide_gang("g", gang, attribute, slices, cluster.version, state)
             assert ours == fresh_gang, f"step {step}: {what}, gang {members}"
-        one_node = ("bump", "drop-device", "add-device", "attribute", "new-generation")
+        one_node = ("bump", "drop-device", "add-device", "attribute", "new-generation", "mig")
         if kind in one_node and not (shuffled or reordered):  # one node's own pool changed
             assert engine.nodes_rebuilt - rebuilt_before == 1, what
         rebuilt_before = engine.nodes_rebuilt
