@@ -275,7 +275,10 @@ class Cluster:
             self.delete(name)
             self.put(name, doc)
         elif kind == "mig":  # a three-slice pool with shared counters, republished slice by slice
-            node = rng.choice(sorted({n.rsplit("-", 2)[0] for n in self.docs if "-counters" in n}))
+            nodes = sorted(n.removesuffix("-counters") for n in self.docs if "-counters" in n)
+            if not nodes:
+                return f"{kind} (none)"
+            node = rng.choice(nodes)
             names = sorted(n for n in self.docs if n.startswith(f"{node}-"))
             newest = max(self.docs[n]["spec"]["pool"]["generation"] for n in names)
             behind = [n for n in names if self.docs[n]["spec"]["pool"]["generation"] < newest]
