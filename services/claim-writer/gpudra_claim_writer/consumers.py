@@ -49,11 +49,13 @@ A clearing nobody watched (the claim-writer was down, or a 410 relist skipped th
   annotations are missing when tracing is off. The claims KV bucket exists in standalone mode
   only. The id lives on the claim itself, in both modes, and costs no write.
 - Adopted allocations (kube-scheduler allocated the claim itself: no scheduling gate). When the
-  intake first sees an allocation of gpudra's devices that this process did not write, it gives
-  the claim an id of that allocation (`adopted_id`) before it publishes the adoption: one
-  metadata write, resourceVersion-checked, conflicts re-read, never over an id that names this
-  allocation; a claim pending again or deleted by the re-read gets nothing. Their clearing while
-  nobody watched is then seen like gpudra's own. Which ids name the current allocation
+  intake first sees an allocation of gpudra's devices that this process did not write, on a
+  claim with the finalizer (kube-scheduler adds it before the allocation, as the write-back does;
+  without it "no finalizer" says nothing), it gives the claim an id of that allocation
+  (`adopted_id`) before it publishes the adoption: one metadata write, resourceVersion-checked,
+  conflicts re-read, never over an id that names this allocation; a claim pending again or
+  deleted by the re-read gets nothing. Their clearing while nobody watched is then seen like
+  gpudra's own. Which ids name the current allocation
   (`names_allocation`): `left_unreported` needs the id to differ from the mark. A claim is
   allocated again only after its earlier allocation was cleared, and a clearing somebody saw was
   marked with the earlier id when it had consumers (the live path marks before it publishes the

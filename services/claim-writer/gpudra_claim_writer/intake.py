@@ -6,7 +6,8 @@ Promises:
   idempotent, so a repeat costs a lookup, while a missed one would strand the claim.
 - An allocation that appears without gpudra (kube-scheduler allocated an ungated pod's claim) is
   published once as ALLOCATED_EXTERNALLY (one message id per allocation), so the allocator adopts
-  its devices. Before that, when it hands out gpudra's devices, the claim gets the witness of a
+  its devices. Before that, when it hands out gpudra's devices and the claim carries the
+  delete-protection finalizer (kube-scheduler adds it first), the claim gets the witness of a
   clearing nobody watched, `gpudra.io/allocation-id` of that allocation (counted "witnessed"),
   unless the id it carries names it already (`consumers`, "Adopted allocations": a relist or a
   restart writes nothing; an id of an earlier, cleared allocation is replaced): so the release of
@@ -56,6 +57,7 @@ from opentelemetry.context import Context
 
 from gpudra_bus import Publisher
 from gpudra_claim_writer.claims import (
+    FINALIZER,
     ClaimState,
     allocation_of,
     ref_of,
@@ -248,6 +250,10 @@ class Intake:
         seen = allocation_of(claim)
         if not _on_gpudras_devices(seen):
             return claim  # another driver's: gpudra writes nothing into it
+        if FINALIZER not in ((claim.get("metadata") or {}).get("finalizers") or []):
+            # The witness reads "finalizer removed" as "cleared by its last consumer leaving";
+            # an allocation made without it (not kube-scheduler's way) would read as that always.
+            return claim
         released = self._reported.get(ref.uid, "")
         new = adopted_id(claim)
         current = claim

@@ -361,16 +361,19 @@ def annotations_of(claim: dict[str, Any]) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("carried", "mark", "allocation", "replaced"),
+    ("carried", "mark", "allocation", "finalizer", "replaced"),
     [
-        pytest.param("", "", ALLOCATION, True, id="no-id-gets-one"),
-        pytest.param(ID, ID, ALLOCATION, True, id="id-of-an-earlier-cleared-allocation-replaced"),
-        pytest.param(ID, "", ALLOCATION, False, id="gpudras-own-id-untouched"),
+        pytest.param("", "", ALLOCATION, True, True, id="no-id-gets-one"),
         pytest.param(
-            ID, "fedcba9876543210", ALLOCATION, False, id="own-id-marked-for-an-earlier-one"
+            ID, ID, ALLOCATION, True, True, id="id-of-an-earlier-cleared-allocation-replaced"
         ),
-        pytest.param(ADOPTED, "", ALLOCATION, False, id="adopted-before-untouched"),
-        pytest.param("", "", NIC, False, id="another-drivers-allocation-untouched"),
+        pytest.param(ID, "", ALLOCATION, True, False, id="gpudras-own-id-untouched"),
+        pytest.param(
+            ID, "fedcba9876543210", ALLOCATION, True, False, id="own-id-marked-for-an-earlier-one"
+        ),
+        pytest.param(ADOPTED, "", ALLOCATION, True, False, id="adopted-before-untouched"),
+        pytest.param("", "", NIC, True, False, id="another-drivers-allocation-untouched"),
+        pytest.param("", "", ALLOCATION, False, False, id="allocated-without-the-finalizer"),
     ],
 )
 async def test_an_allocation_gpudra_did_not_write_gets_an_id_once(
@@ -379,14 +382,17 @@ async def test_an_allocation_gpudra_did_not_write_gets_an_id_once(
     carried: str,
     mark: str,
     allocation: dict[str, Any],
+    finalizer: bool,
     replaced: bool,
 ) -> None:
     """First sight (a start lists it allocated): adopted, with an allocation id unless the one it
-    carries names this allocation; a relist after 410 and a second start write nothing more."""
+    carries names this allocation; a relist after 410 and a second start write nothing more.
+    Without the finalizer "no finalizer" would witness nothing: no id."""
     fake, store = api
-    stored = await fake.put(
-        RESOURCE_CLAIMS, scheduled(allocation_id=carried, mark=mark, allocation=allocation)
-    )
+    listed = scheduled(allocation_id=carried, mark=mark, allocation=allocation)
+    if not finalizer:
+        del listed["metadata"]["finalizers"]
+    stored = await fake.put(RESOURCE_CLAIMS, listed)
     heard = Heard()
     sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
 
