@@ -34,6 +34,7 @@ from gpudra_alloc.errors import ProblemError
 from gpudra_alloc.placement.choose import LARGE_DOMAIN, NEAR_WHOLE, Chooser
 from gpudra_alloc.placement.gang import Gang, kube_pick, parse_gang, place_gang
 from gpudra_alloc.placement.topology import result_devices
+from gpudra_alloc.placement.waiting import large_pods, pod_devices
 from gpudra_alloc.state import DeviceID
 from gpudra_alloc.validate import validate_allocation
 from gpudra_api import (
@@ -266,28 +267,13 @@ def _shape(raw: list[Any]) -> str:
 
 def large_pods_waiting(pending: list[PodRecord], trying: PodRecord | None = None) -> int:
     """Pods of the pending records (but `trying`) that each need a whole large NVLink domain:
-    a gang of 2 x 8 GPUs waits for two domains, so it counts twice."""
-    return sum(
-        sum(1 for pod in _pods(r) if _pod_size(pod) >= LARGE_DOMAIN)
-        for r in pending
-        if r is not trying
-    )
+    a gang of 2 x 8 GPUs waits for two domains, so it counts twice (`waiting.large_pods`)."""
+    return large_pods(pod for r in pending if r is not trying for pod in _pods(r))
 
 
 def _pods(record: PodRecord) -> list[list[ResourceClaim]]:
     return record.gang.pods if record.gang is not None else [record.claims]
 
 
-def _pod_size(pod: list[ResourceClaim]) -> int:
-    total = 0
-    for claim in pod:
-        for request in claim.requests:
-            if request.exactly is not None:
-                total += request.exactly.count
-            elif request.first_available:
-                total += request.first_available[0].count
-    return total
-
-
 def _smallest_pod(gang: Gang) -> int:
-    return min(_pod_size(pod) for pod in gang.pods)
+    return min(pod_devices(pod) for pod in gang.pods)
