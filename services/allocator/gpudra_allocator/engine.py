@@ -25,13 +25,21 @@ build anew; decisions are the same as a freshly built engine's either way.
 the next decision does not; a decision never depends on it: one that finds the engine built for
 another version (or another state) rebuilds. `builds` counts the rebuilds, `nodes_rebuilt` the
 nodes whose per-node state they recomputed.
+
+The whole-domain reserve (`reserve`, `reserve_floor`, `mig_homes`: the service's settings,
+`docs/PLACEMENT.md`) is off by default (scoring only). With it on, `waiting_large` is what the
+caller knows of the queue (the worker sets it before each decision: pods it holds that need a
+whole large NVLink domain), and a claim the reserve holds back, one that would fit on some node
+without it, gets a reason that says so (`held_reason`) and a `heldByReserve` key in its
+explanation instead of the closest-node explanation of a claim that fits nowhere: the check runs
+the choice once more with the reserve off, only after a failure.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,8 +48,16 @@ import yaml
 
 from gpudra_alloc import AllocatedState, AllocationInputError, Allocator, Features, NodeOutcome
 from gpudra_alloc.builtin import builtin_class_documents
-from gpudra_alloc.placement import Chooser, Gang, choose_node, place_gang, why_pending
+from gpudra_alloc.placement import (
+    Chooser,
+    Gang,
+    GangPlacement,
+    choose_node,
+    place_gang,
+    why_pending,
+)
 from gpudra_alloc.placement.carry import carried_chooser
+from gpudra_alloc.placement.choose import MIG_HOME
 from gpudra_alloc.rebuild import rebuild
 from gpudra_allocator.errors import SettingsError
 from gpudra_api import (
@@ -127,9 +143,13 @@ class Engine:
         policy: str,
         features: Features | None = None,
         incremental: bool = True,
+        reserve: int = 0,
+        reserve_floor: int = 0,
+        mig_homes: int = 1,
     ) -> None:
         """`incremental` False: rebuild every node after each slice change (what a new engine
-        does; the incremental path is checked against it)."""
+        does; the incremental path is checked against it). `reserve`, `reserve_floor`,
+        `mig_homes`: the topology chooser's whole-domain reserve (first-fit ignores them)."""
         self.builtin = list(classes)
         self.classes = list(self.builtin)
         self.policy = policy
@@ -141,6 +161,9 @@ class Engine:
         # the claims of the last allocated decision: `warm_up` searches for their shape
         self._recent: list[ResourceClaim] = []
         self.incremental = incremental
+        self.reserve, self.reserve_floor, self.mig_homes = reserve, reserve_floor, mig_homes
+        # pods waiting for a whole large NVLink domain, as the caller knows (None: not known)
+        self.waiting_large: int | None = None
         self.builds = 0
         self.nodes_rebuilt = 0
         self.warm()
@@ -186,11 +209,18 @@ class Engine:
         self, version: int, slices: Iterable[ResourceSlice], state: AllocatedState
     ) -> Allocator:
         if self._allocator is not None and self.current(version, state):
+            if self._chooser is not None:
+                self._chooser.waiting_large = self.waiting_large
             return self._allocator
         old, touched = self._allocator, None
         if old is None or not self.incremental:
             allocator = Allocator(self.classes, slices, self.features, state)
-            chooser = Chooser(allocator)
+            chooser = Chooser(
+                allocator,
+                reserve=self.reserve,
+                reserve_floor=self.reserve_floor,
+                mig_homes=self.mig_homes,
+            )
         else:
             rebuilt = rebuild(old, slices, state)
             allocator, touched = rebuilt.allocator, rebuilt.touched
@@ -200,6 +230,7 @@ class Engine:
                 touched = None  # the keys of every node are computed again
         nodes = {node.name: node for node in self._nodes}  # Node objects kept: identity is cheap
         self._nodes = [nodes.get(name) or Node(name) for name in allocator.node_names()]
+        chooser.waiting_large = self.waiting_large
         self._allocator, self._chooser, self._version = allocator, chooser, version
         self.builds += 1
         if touched is None:
@@ -268,6 +299,11 @@ class Engine:
                 placed=tuple((node.name, results[0]) for node, results in placed.pods),
                 group=placed.group,
             )
+        held = self.held_back(
+            lambda: gang_node(place_gang(allocator, nodes, gang, self.policy, chooser))
+        )
+        if held is not None:
+            return GangDecision(reason=f"gang {name}: {held_reason(held)}")
         failed = placed.failed_pod or 0
         explanation = why_pending(allocator, nodes, gang.pods[failed])
         reason = summary(explanation)
@@ -281,15 +317,56 @@ class Engine:
             )
         )
 
+    @property
+    def reserving(self) -> bool:
+        """Whether decisions run the whole-domain reserve (topology with `reserve` > 0)."""
+        return self.policy == "topology" and self.reserve > 0
+
     def _outcome(self, allocator: Allocator, claims: list[ResourceClaim]) -> NodeOutcome | None:
-        """The policy's answer for `claims` on every node (None when there are no nodes)."""
+        """The policy's answer for `claims` on every node (None when there are no nodes, or
+        the reserve's chooser found no node)."""
         nodes = self._candidates(allocator, claims)
         if not nodes:
             return None
         if self.policy == "topology":
             assert self._chooser is not None
+            if self.reserving:
+                # not `choose_node`: its fallback (the core's first node that fits) would place
+                # a claim the reserve held back
+                choice = self._chooser.choose(nodes, claims)
+                return None if choice is None else NodeOutcome(choice.node, choice.results)
             return choose_node(allocator, nodes, claims, self._chooser)
         return allocator.choose_node(nodes, claims)
+
+    def held_back(self, fits: Callable[[], str | None]) -> dict[str, Any] | None:
+        """After a failed decision under the reserve: `fits()` (the same choice, returning the
+        node it would take or None) run with the reserve off; when it fits, what held it back
+        (`heldByReserve` of the explanation), else None. Cheap to skip: only a failure pays."""
+        chooser = self._chooser
+        if not self.reserving or chooser is None:
+            return None
+        held = chooser.reserve  # the domains `Chooser.choose` held, counted as it counts them
+        if chooser.waiting_large is not None:
+            held = min(held, max(chooser.reserve_floor, chooser.waiting_large))
+        if held <= 0:
+            return None  # nothing was held: the claim does not fit, reserve or not
+        protect = chooser.held_domains(chooser.allocator.state, held)
+        chooser.reserve = 0
+        try:
+            node = fits()
+        finally:
+            chooser.reserve = self.reserve
+        if node is None:
+            return None
+        homes = sorted(f"{n}/{d[len(MIG_HOME):]}" for n, d in protect if d.startswith(MIG_HOME))
+        return {
+            "reserve": self.reserve,
+            "reserveFloor": self.reserve_floor,
+            "waitingLarge": chooser.waiting_large,
+            "heldDomains": sorted(f"{n}/{d}" for n, d in protect if not d.startswith(MIG_HOME)),
+            "migHomes": homes,
+            "fitsOn": node,
+        }
 
     def decide(
         self,
@@ -303,11 +380,56 @@ class Engine:
         if outcome is not None and outcome.results is not None:
             self._recent = claims
             return Decision(results=tuple(outcome.results), node=outcome.node.name)
+        held = None
+        if outcome is None and self._nodes:
+            chooser, nodes = self._chooser, self._nodes
+
+            def fits() -> str | None:
+                assert chooser is not None
+                choice = chooser.choose(nodes, claims)
+                return None if choice is None else choice.node.name
+
+            held = self.held_back(fits)
+        if held is not None:
+            reason = held_reason(held)
+            explanation = {
+                "reason": reason,
+                "nodesTried": len(self._nodes),
+                "sentence": reason,
+                "heldByReserve": held,
+            }
+            return Decision(reason=reason, explanation=explanation)
         explanation = why_pending(allocator, self._nodes, claims)
         reason = summary(explanation)
         if explanation.get("sentence"):
             reason = f"{explanation['sentence']} ({reason})"
         return Decision(reason=reason, explanation=explanation)
+
+
+def gang_node(placed: GangPlacement) -> str | None:
+    """The node of a gang placement's first pod (None: not placed)."""
+    return placed.pods[0][0].name if placed.pods else None
+
+
+def held_reason(held: Mapping[str, Any]) -> str:
+    """The one line a claim the reserve holds back gets (`Engine.held_back`'s `heldByReserve`)."""
+    domains = held.get("heldDomains") or []
+    waiting = held.get("waitingLarge")
+    queue = "queue not known" if waiting is None else f"{waiting} waiting"
+    parts = []
+    if domains:
+        parts.append(
+            f"keeps {len(domains)} whole NVLink domain(s) for 8-GPU claims "
+            f"({', '.join(domains)}; {queue}, floor {held.get('reserveFloor', 0)})"
+        )
+    homes = held.get("migHomes") or []
+    if homes:
+        parts.append(f"guards the MIG home {', '.join(homes)} for MIG slices")
+    return (
+        f"held back: the topology reserve {' and '.join(parts)}; it fits on "
+        f"{held.get('fitsOn')} once more whole domains are free than the reserve keeps or fewer "
+        f"8-GPU claims wait (allocator setting reserve={held.get('reserve')})"
+    )
 
 
 def allocation_json(result: AllocationResult) -> bytes:

@@ -4,11 +4,18 @@ from typing import Any
 
 import pytest
 
-from gpudra_alloc import AllocatedState, DeviceID
+from gpudra_alloc import AllocatedState, DeviceID, validate_allocation
+from gpudra_alloc.workload import Fleet, build_fleet, device_classes, resource_claim
 from gpudra_allocator.conftest import gpu_slice
-from gpudra_allocator.engine import Engine, load_classes, summary
+from gpudra_allocator.engine import Decision, Engine, load_classes, summary
 from gpudra_allocator.errors import SettingsError
-from gpudra_api import parse_resource_claim
+from gpudra_api import (
+    DeviceClass,
+    Node,
+    parse_device_class,
+    parse_resource_claim,
+    parse_resource_slice,
+)
 from gpudra_cel import compile_selector
 from gpudra_cel.selector import _compile
 
@@ -214,3 +221,126 @@ def test_new_classes_rebuild_every_node() -> None:
     engine.use_classes([])
     engine.warm_up(slices, 1, state)
     assert (engine.builds, engine.nodes_rebuilt) == (2, 6)
+
+
+# -- the whole-domain reserve (opt-in: `reserve`, `reserve_floor`, `mig_homes`) -------------------
+
+DGX = "gpu.nvidia.com"
+
+
+def reserve_fleet(counts: dict[str, int]) -> tuple[list[Any], list[DeviceClass]]:
+    objects = build_fleet(Fleet(counts=counts))
+    classes = [parse_device_class(c) for c in device_classes()]
+    return [parse_resource_slice(s) for s in objects.slices], classes
+
+
+def shaped(shape: str, name: str) -> Any:
+    doc = resource_claim(shape, name)
+    doc["metadata"]["uid"] = f"uid-{name}"
+    return parse_resource_claim(doc)
+
+
+def allocated(
+    engine: Engine, slices: list[Any], state: AllocatedState, claims: list[Any]
+) -> Decision:
+    """`engine.decide`, checked as the placement tests check it, then applied to `state`."""
+    decision = engine.decide(claims, slices, 1, state)
+    assert decision.allocated, decision.reason
+    allocator, _ = engine.placement(slices, 1, state)
+    node = Node(decision.node)
+    assert validate_allocation(allocator, node, claims, list(decision.results)) == []
+    state.apply(decision.results)
+    return decision
+
+
+def test_reserve_keeps_the_last_whole_domain_and_says_why_a_claim_waits() -> None:
+    """Two DGX nodes, dgx-01 with one GPU free: a 1-GPU claim takes it (dgx-00's whole domain is
+    held); the next 1-GPU claim would split that domain and waits, with a reason that names the
+    reserve; an 8-GPU claim takes the held domain."""
+    slices, classes = reserve_fleet({"dgx-h100": 2})
+    state = AllocatedState(devices={DeviceID(DGX, "dgx-01", f"gpu-{i}") for i in range(7)})
+    engine = Engine(classes, "topology", reserve=1)
+    assert allocated(engine, slices, state, [shaped("gpu-1", "small-1")]).node == "dgx-01"
+    held = engine.decide([shaped("gpu-1", "small-2")], slices, 1, state)
+    assert not held.allocated
+    assert held.reason.startswith(
+        "held back: the topology reserve keeps 1 whole NVLink domain(s) for 8-GPU claims "
+        "(dgx-00/nvswitch-0; queue not known, floor 0); it fits on dgx-00 once"
+    ), held.reason
+    assert held.reason.endswith("(allocator setting reserve=1)")
+    assert held.explanation["heldByReserve"] == {
+        "reserve": 1,
+        "reserveFloor": 0,
+        "waitingLarge": None,
+        "heldDomains": ["dgx-00/nvswitch-0"],
+        "migHomes": [],
+        "fitsOn": "dgx-00",
+    }
+    whole = allocated(engine, slices, state, [shaped("gpu-8-nvl", "large")])
+    assert whole.node == "dgx-00"
+    assert len(whole.results[0].results) == 8
+    # Full now: a claim that fits nowhere gets the closest-node explanation, not the reserve's.
+    full = engine.decide([shaped("gpu-1", "small-3")], slices, 1, state)
+    assert not full.allocated
+    assert "heldByReserve" not in full.explanation
+    assert full.reason.startswith("needs 1 GPU"), full.reason
+
+
+@pytest.mark.parametrize(
+    ("waiting", "floor", "held"),
+    [
+        pytest.param(None, 0, True, id="queue-unknown-holds-the-reserve"),
+        pytest.param(0, 0, False, id="nobody-waits-nothing-held"),
+        pytest.param(0, 1, True, id="the-floor-holds-anyway"),
+        pytest.param(2, 0, True, id="an-8-gpu-pod-waits"),
+    ],
+)
+def test_waiting_large_bounds_what_the_reserve_holds(
+    waiting: int | None, floor: int, held: bool
+) -> None:
+    slices, classes = reserve_fleet({"dgx-h100": 1})
+    engine = Engine(classes, "topology", reserve=1, reserve_floor=floor)
+    engine.waiting_large = waiting
+    decision = engine.decide([shaped("gpu-1", "small")], slices, 1, AllocatedState())
+    assert decision.allocated != held, decision.reason
+    if held:
+        assert decision.explanation["heldByReserve"]["waitingLarge"] == waiting
+        assert f"{waiting} waiting" in decision.reason or waiting is None
+
+
+def test_no_reserve_by_default_and_first_fit_ignores_it() -> None:
+    slices, classes = reserve_fleet({"dgx-h100": 1})
+    for engine in (Engine(classes, "topology"), Engine(classes, "first-fit", reserve=1)):
+        assert engine.decide([shaped("gpu-1", "small")], slices, 1, AllocatedState()).allocated
+
+
+def test_the_incremental_rebuild_carries_the_reserve_settings() -> None:
+    grown, classes = reserve_fleet({"dgx-h100": 3})
+    slices = [s for s in grown if s.node_name != "dgx-02"]
+    state = AllocatedState()
+    engine = Engine(classes, "topology", reserve=2, reserve_floor=1, mig_homes=0)
+    engine.waiting_large = 1
+    engine.decide([shaped("gpu-1", "small")], slices, 1, state)
+    allocator, chooser = engine.placement(grown, 2, state)
+    assert (engine.builds, engine.nodes_rebuilt) == (2, 3), "one node added: it alone is built"
+    assert chooser is not None
+    assert chooser.allocator is allocator
+    assert (chooser.reserve, chooser.reserve_floor, chooser.mig_homes) == (2, 1, 0)
+    assert chooser.waiting_large == 1
+    engine.waiting_large = 3
+    assert engine.placement(grown, 2, state)[1] is chooser
+    assert chooser.waiting_large == 3, "each decision tells the chooser the queue again"
+
+
+def test_a_gang_the_reserve_holds_back_is_told_so() -> None:
+    """Two 4-GPU pods would take dgx-00's held domain in two parts: held back, not 'too big'."""
+    slices, classes = reserve_fleet({"dgx-h100": 2})
+    state = AllocatedState(devices={DeviceID(DGX, "dgx-01", f"gpu-{i}") for i in range(8)})
+    engine = Engine(classes, "topology", reserve=1)
+    members = [shaped("gpu-4-nvl", "g-0"), shaped("gpu-4-nvl", "g-1")]
+    decision = engine.decide_gang("g", members, None, slices, 1, state)
+    assert not decision.allocated
+    assert decision.reason.startswith(
+        "gang g: held back: the topology reserve keeps 1"
+    ), decision.reason
+    assert Engine(classes, "topology").decide_gang("g", members, None, slices, 1, state).allocated

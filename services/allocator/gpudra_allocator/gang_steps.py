@@ -52,7 +52,8 @@ from nats.aio.msg import Msg
 
 from gpudra_alloc import AllocatedState, AllocationInputError
 from gpudra_alloc.placement import Gang, group_nodes, place_gang, why_pending
-from gpudra_allocator.engine import Engine, GangDecision, summary
+from gpudra_alloc.placement.waiting import large_pods
+from gpudra_allocator.engine import Engine, GangDecision, gang_node, held_reason, summary
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
 from gpudra_allocator.events import claim_doc, parse_claim
 from gpudra_allocator.gangs import (
@@ -88,9 +89,11 @@ class Waiting:
     event: claims_pb2.ClaimEvent
     claim: ResourceClaim
     reason: str = ""
-    seen_version: tuple[int, int, int] = (-1, -1, -1)
+    seen_version: tuple[int, ...] = (-1, -1, -1)
     last_try: float = 0.0
     last_touch: float = field(default_factory=time.monotonic)
+    # a unit member's claim, parsed once when the reserve's queue is counted (`_large_waiting`)
+    parsed: ResourceClaim | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,13 @@ def place_unit(
             ),
             group=placed.group,
         )
+    held = engine.held_back(
+        lambda: gang_node(
+            place_gang(allocator, nodes, gang, engine.policy, chooser, pod_pins, within)
+        )
+    )
+    if held is not None:
+        return GangDecision(reason=f"{what}: {held_reason(held)}")
     failed = placed.failed_pod or 0
     if pod_pins[failed]:
         explained = [n for n in nodes if n.name == pod_pins[failed]]
@@ -213,8 +223,9 @@ class GangSteps:
     _gangs: GangBook
     _gang_reasons: dict[str, str]
     _decide_lock: asyncio.Lock
+    _waiting: dict[str, Waiting]  # the claims held for retry, by UID
 
-    def _versions(self) -> tuple[int, int, int]:
+    def _versions(self) -> tuple[int, ...]:
         raise NotImplementedError
 
     def _refresh_classes(self) -> None:
@@ -231,6 +242,27 @@ class GangSteps:
 
     async def _announce(self, event: claims_pb2.ClaimEvent, record: ClaimRecord) -> None:
         raise NotImplementedError
+
+    def _large_waiting(self, deciding: Waiting) -> int | None:
+        """Pods held for retry here, but the claim or unit being decided, that each need a
+        whole large NVLink domain (`placement.waiting.large_pods`): the topology reserve's
+        `waiting_large`. None (not counted) when the engine runs no reserve. Only this replica's
+        queue: with several replicas each counts the claims it holds."""
+        if not self._engine.reserving:
+            return None
+        unit, own = unit_of(deciding.event), deciding.event.claim.uid
+        pods: dict[str, list[ResourceClaim]] = {}
+        for uid, held in self._waiting.items():
+            if uid == own or (unit and unit_of(held.event) == unit):
+                continue
+            claim = held.claim if held.claim is not EMPTY_CLAIM else held.parsed
+            if claim is None:
+                try:
+                    claim = held.parsed = parse_claim(held.event)
+                except BadClaimError:
+                    continue
+            pods.setdefault(pod_key(held.event), []).append(claim)
+        return large_pods(pods.values())
 
     async def _attempt_gang(self, waiting: Waiting) -> None:
         event, uid = waiting.event, waiting.event.claim.uid
@@ -318,7 +350,7 @@ class GangSteps:
             else:
                 node = record.node
             if node:
-                pins.setdefault(_pod_key(event), set()).add(node)
+                pins.setdefault(pod_key(event), set()).add(node)
         if gang and decided is None and len(present) < members.size:
             return None, waits.replace(f"{len(members.events)} of", f"{len(present)} of", 1)
         if gang and decided is not None:
@@ -329,7 +361,7 @@ class GangSteps:
             pending = pending[: max(room, 0)]
         missing = 0
         for uid in sorted(members.needed() - present):
-            naming = {_pod_key(e) for e in members.events.values() if uid in e.pod_claims}
+            naming = {pod_key(e) for e in members.events.values() if uid in e.pod_claims}
             record = await self._res.record(uid)
             if record is None or record.released:
                 missing += 1
@@ -347,7 +379,7 @@ class GangSteps:
         pods = pods_of(pending)
         pod_pins = []
         for pod in pods:
-            nodes = pins.get(_pod_key(pod[0]), set())
+            nodes = pins.get(pod_key(pod[0]), set())
             if len(nodes) > 1:
                 who = what if not gang else f"{what}: pod {pod[0].pod_name or pod[0].pod_uid}"
                 return None, (
@@ -396,6 +428,7 @@ class GangSteps:
         for _ in range(RESERVE_TRIES):
             token = f"{self.replica}-{uuid.uuid4().hex[:12]}"
             async with self._decide_lock:
+                self._engine.waiting_large = self._large_waiting(waiting)
                 try:
                     decision = place_unit(
                         self._engine,
@@ -526,7 +559,7 @@ class GangSteps:
                 await self._unschedulable(Waiting(waiting.msg, event, EMPTY_CLAIM), reason)
 
 
-def _pod_key(event: claims_pb2.ClaimEvent) -> str:
+def pod_key(event: claims_pb2.ClaimEvent) -> str:
     """The pod a member belongs to, as `gangs.pods_of` groups them."""
     return event.pod_uid or f"claim:{event.claim.uid}"
 

@@ -39,7 +39,15 @@ log = logging.getLogger("gpudra_allocator")
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
-    engine = Engine(load_classes(settings.device_classes), settings.policy)
+    engine = Engine(
+        load_classes(settings.device_classes),
+        settings.policy,
+        reserve=settings.reserve,
+        reserve_floor=settings.reserve_floor,
+        mig_homes=settings.mig_homes,
+    )
+    if settings.reserve and settings.policy != "topology":
+        log.warning("reserve=%d is ignored: only the topology policy has one", settings.reserve)
     async with contextlib.AsyncExitStack() as stack:
         connected = await until_stopped(
             connect(

@@ -72,6 +72,33 @@ class Settings(CommonSettings):
         ),
     )
 
+    # The whole-domain reserve of the `topology` policy (docs/PLACEMENT.md); first-fit ignores it.
+    reserve: int = field(
+        default=0,
+        metadata=doc(
+            "topology policy only: keep up to this many whole large NVLink domains (8+ GPUs) for "
+            "8-GPU claims, as many as such pods wait here (at least --reserve-floor); a smaller "
+            "claim that would split one waits instead. 0: off (scoring only)",
+            "domains",
+        ),
+    )
+    reserve_floor: int = field(
+        default=0,
+        metadata=doc(
+            "topology policy only: domains the reserve keeps even when no 8-GPU pod waits "
+            "(an arriving one finds a whole domain ready); at most --reserve",
+            "domains",
+        ),
+    )
+    mig_homes: int = field(
+        default=1,
+        metadata=doc(
+            "topology policy with a reserve only: MIG-capable large domains kept for MIG slices "
+            "instead of being held whole; 0: the reserve never holds a MIG-capable domain",
+            "domains",
+        ),
+    )
+
     @property
     def replica(self) -> str:
         return self.replica_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -87,5 +114,15 @@ class Settings(CommonSettings):
             raise SettingsError("warm-up delay must be >= 0 seconds")
         if self.batch < 1 or self.max_waiting < 1 or self.concurrency < 1:
             raise SettingsError("batch, concurrency and max waiting must be >= 1")
+        if self.reserve < 0 or self.reserve_floor < 0 or self.mig_homes < 0:
+            raise SettingsError(
+                f"reserve, reserve floor and MIG homes must be >= 0 domains, got reserve="
+                f"{self.reserve}, reserve-floor={self.reserve_floor}, mig-homes={self.mig_homes}"
+            )
+        if self.reserve_floor > self.reserve:
+            raise SettingsError(
+                f"reserve floor ({self.reserve_floor}) must be at most the reserve "
+                f"({self.reserve} domains): the floor is the part of the reserve always held"
+            )
         if not self.consumer.replace("-", "").replace("_", "").isalnum():
             raise SettingsError(f"consumer name {self.consumer!r} must be alphanumeric with - or _")

@@ -47,6 +47,31 @@ from gpudra_testing.configmap import SHARED_CONFIG_ENV, SHARED_CONFIG_FIELDS
             SHARED_CONFIG_FIELDS,
             id="shared-config-map",
         ),
+        pytest.param(
+            [], {}, {"reserve": 0, "reserve_floor": 0, "mig_homes": 1}, id="no-reserve-by-default"
+        ),
+        pytest.param(
+            ["--reserve", "6", "--reserve-floor", "6", "--mig-homes", "2"],
+            {},
+            {"reserve": 6, "reserve_floor": 6, "mig_homes": 2},
+            id="reserve-flags",
+        ),
+        pytest.param(
+            [],
+            {
+                "GPUDRA_ALLOCATOR_RESERVE": "4",
+                "GPUDRA_ALLOCATOR_RESERVE_FLOOR": "1",
+                "GPUDRA_ALLOCATOR_MIG_HOMES": "0",
+            },
+            {"reserve": 4, "reserve_floor": 1, "mig_homes": 0},
+            id="reserve-env",
+        ),
+        pytest.param(
+            ["--reserve", "2"],
+            {"GPUDRA_ALLOCATOR_RESERVE": "8", "GPUDRA_ALLOCATOR_RESERVE_FLOOR": "2"},
+            {"reserve": 2, "reserve_floor": 2},
+            id="reserve-flag-beats-env",
+        ),
     ],
 )
 def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) -> None:
@@ -67,8 +92,31 @@ def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) ->
         pytest.param(["--stream-replicas", "0"], "stream-replicas", id="zero-replicas"),
         pytest.param(["--nats-tls-cert", "/c"], "go together", id="cert-without-key"),
         pytest.param(["--consumer", "a b"], "consumer", id="bad-consumer"),
+        pytest.param(["--reserve", "-1"], "must be >= 0 domains", id="negative-reserve"),
+        pytest.param(["--mig-homes", "-1"], "must be >= 0 domains", id="negative-mig-homes"),
+        pytest.param(
+            ["--reserve", "2", "--reserve-floor", "3"],
+            r"reserve floor \(3\) must be at most the reserve \(2 domains\)",
+            id="floor-above-reserve",
+        ),
+        pytest.param(["--reserve", "two"], "--reserve: invalid value 'two'", id="not-a-count"),
     ],
 )
 def test_bad_values_are_settings_errors(argv: list[str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings.load(argv, {})
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        pytest.param(
+            {"GPUDRA_ALLOCATOR_RESERVE_FLOOR": "1"}, "reserve floor", id="floor-no-reserve"
+        ),
+        pytest.param({"GPUDRA_ALLOCATOR_RESERVE": "-2"}, ">= 0 domains", id="negative-reserve"),
+        pytest.param({"GPUDRA_ALLOCATOR_MIG_HOMES": "x"}, "GPUDRA_ALLOCATOR_MIG_HOMES", id="nan"),
+    ],
+)
+def test_bad_reserve_from_the_environment(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings.load([], env)

@@ -11,6 +11,11 @@ Promises (with `Reservations` for the multi-replica part):
   when the reason changes) and is kept, unacknowledged, and retried whenever the slices or the
   reservations change (at most every half second per claim) and at least every `retry_interval`
   seconds; if this replica dies, the event is redelivered to another one after `ack_wait`.
+- The topology reserve (`reserve` > 0, off by default) is told before each decision how many pods
+  this replica holds for retry (the claim or unit decided left out) need a whole large NVLink
+  domain (`GangSteps._large_waiting`). A claim it holds back gets a reason that says so and is
+  retried like any waiting claim: a freed domain is a reservation change, and a claim leaving the
+  waiting set (placed, or deleted while pending) counts as a change too while the reserve runs.
 - Gangs (events with `gang_id`): a member is held (unacknowledged) until all `gang_size` members
   have arrived — at any replica: membership is kept in the reservations bucket (`gangs`). The
   replica that sees the set complete places all members at once with the placement layer's gang
@@ -117,6 +122,9 @@ class Worker(GangSteps):
         self._publisher = Publisher(nc)
         self._dead = DeadLetters(self._publisher, service="allocator")
         self._waiting: dict[str, Waiting] = {}
+        # Bumped when a claim leaves `_waiting` while the topology reserve runs: fewer pods
+        # waiting for a whole domain may let the reserve hold fewer, so held-back claims retry.
+        self._queue_version = 0
         self.replica = settings.replica
         self.ready = False
         self.decided = 0
@@ -325,6 +333,7 @@ class Worker(GangSteps):
             invalid: AllocationInputError | None = None
             held: list[DeviceID] | None = None
             async with self._decide_lock:
+                self._engine.waiting_large = self._large_waiting(waiting)
                 try:
                     decision = self._engine.decide(
                         [claim], self._index.slices.values(), self._index.version, self._res.state
@@ -367,9 +376,9 @@ class Worker(GangSteps):
             return False
         return True
 
-    def _versions(self) -> tuple[int, int, int]:
+    def _versions(self) -> tuple[int, ...]:
         classes = self._classes.version if self._classes is not None else 0
-        return (self._index.version, self._res.version, classes)
+        return (self._index.version, self._res.version, classes, self._queue_version)
 
     def _refresh_classes(self) -> None:
         if self._classes is not None and self._classes.version != self._classes_seen:
@@ -442,6 +451,8 @@ class Worker(GangSteps):
 
     async def _finish(self, uid: str, msg: Msg) -> None:
         held = self._waiting.pop(uid, None)
+        if held is not None and self._engine.reserving:
+            self._queue_version += 1
         if held is not None and held.msg is not msg:
             await quietly(held.msg.ack())
         await quietly(msg.ack())
