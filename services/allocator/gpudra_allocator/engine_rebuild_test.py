@@ -368,8 +368,8 @@ def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> No
             what = "state"
         else:
             what = cluster.change(kind, state)
-        if not what.endswith(("(gone)", "(none)")):  # nothing changed: nothing to rebuild
-            builds += 1
+        changed = not what.endswith(("(gone)", "(none)"))  # else nothing to rebuild
+        builds += changed
         slices = cluster.slices()
         reordered = shuffled  # back in index order after a shuffled step: reordered too
         shuffled = rng.random() < 0.2
@@ -401,7 +401,7 @@ def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> No
             fresh_gang = fresh.decide_gang("g", gang, attribute, slices, cluster.version, state)
             assert ours == fresh_gang, f"step {step}: {what}, gang {members}"
         one_node = ("bump", "drop-device", "add-device", "attribute", "new-generation", "mig")
-        if kind in one_node and not (shuffled or reordered):  # one node's own pool changed
+        if kind in one_node and changed and not (shuffled or reordered):  # one node's pool
             assert engine.nodes_rebuilt - rebuilt_before == 1, what
         rebuilt_before = engine.nodes_rebuilt
     assert engine.builds == builds  # one per change, and the first
@@ -461,6 +461,33 @@ def test_the_parts_of_replaced_pools_do_not_pile_up(monkeypatch: pytest.MonkeyPa
         sizes.append(len(engine._chooser.node_keys._parts))
     assert max(sizes) <= 2 * 2 + 8 + 4, sizes  # bounded: the last carry's check plus one change
     assert engine.nodes_rebuilt < 2 + 40 * 2, "most changes still rebuilt one node"
+
+
+def test_the_carried_keys_keep_only_the_parts_their_nodes_use() -> None:
+    """A replaced pool's node and shape parts go at the next carry (a node part holds every
+    device's attributes: hundreds of KB for a MIG node), with no fresh start: one node rebuilt
+    per change, and the memo still serves the untouched node."""
+    docs = {n: gpu_slice_doc(n, 4) for n in ("node-a", "node-b")}
+    slices = {n: parse_resource_slice(d) for n, d in docs.items()}
+    state = AllocatedState()
+    engine = Engine(load_classes(), "topology")
+    engine.decide([gpu_claim("c", 2)], slices.values(), 0, state)
+    for version in range(1, 41):
+        doc = docs["node-a"]
+        doc["spec"]["pool"]["generation"] += 1
+        doc["spec"]["devices"][0]["attributes"]["model"] = {"string": f"m{version}"}
+        slices["node-a"] = parse_resource_slice(copy.deepcopy(doc))
+        mine = engine.decide([gpu_claim("c", 2)], slices.values(), version, state)
+        fresh = Engine(load_classes(), "topology", incremental=False)
+        assert answer(mine) == answer(
+            fresh.decide([gpu_claim("c", 2)], slices.values(), version, state)
+        )
+        assert engine._chooser is not None
+        keys = engine._chooser.node_keys
+        # node-a's and node-b's node parts and their one shape part each; nothing of before
+        assert len(keys._parts) == 4, version
+    assert engine.nodes_rebuilt == 2 + 40
+    assert engine._chooser.memo.hits >= 40  # node-b's score, remembered across every rebuild
 
 
 @pytest.mark.parametrize("incremental", [pytest.param(i, id=f"incremental-{i}") for i in (1, 0)])
