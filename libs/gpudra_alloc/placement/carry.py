@@ -35,7 +35,7 @@ def carried_chooser(
     if touched is None:  # every node touched: nothing carries over
         return new, False
     keys = old.node_keys.carried(allocator, touched)
-    if keys is None:  # other classes, features or CEL programs; too many parts left behind
+    if keys is None:  # other classes, features or CEL programs; too many live parts
         return new, False
     new.node_keys = keys
     new.memo = old.memo  # its keys are the carried keys' ids
