@@ -146,7 +146,7 @@ def test_what_is_remembered_goes_with_the_slice() -> None:
     ledger = CounterLedger(AllocatedState(devices={entries[0].id}))
     assert ledger.take(entries[1], _pool(slice_))  # consumers_of and consumption_of both read
     assert not ledger.take(entries[1], _pool(slice_))
-    refs = [weakref.ref(slice_), *(weakref.ref(d) for d in slice_.devices)]
+    refs: list[weakref.ref[Any]] = [weakref.ref(slice_), *(weakref.ref(d) for d in slice_.devices)]
     del ledger, entries, slice_
     gc.collect()
     assert [ref() for ref in refs] == [None] * 3

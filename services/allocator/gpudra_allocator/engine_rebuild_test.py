@@ -487,6 +487,7 @@ def test_the_carried_keys_keep_only_the_parts_their_nodes_use() -> None:
         # node-a's and node-b's node parts and their one shape part each; nothing of before
         assert len(keys._parts) == 4, version
     assert engine.nodes_rebuilt == 2 + 40
+    assert engine._chooser is not None
     assert engine._chooser.memo.hits >= 40  # node-b's score, remembered across every rebuild
 
 
