@@ -341,14 +341,26 @@ def answer(decision: Decision) -> tuple[Any, ...]:
     return (decision.node, decision.results, decision.reason, dict(decision.explanation))
 
 
+def engine_for(policy: str, variant: int, incremental: bool = True) -> Engine:
+    """`topology-reserve`: topology holding 2 whole large NVLink domains (one 8-GPU pod waits)
+    and a MIG home: fleet-wide state the carried chooser must not carry stale."""
+    if policy != "topology-reserve":
+        return Engine(classes(variant), policy, incremental=incremental)
+    engine = Engine(classes(variant), "topology", incremental=incremental, reserve=2)
+    engine.waiting_large = 1
+    return engine
+
+
 @pytest.mark.parametrize("seed", [pytest.param(s, id=f"seed-{s}") for s in range(4)])
-@pytest.mark.parametrize("policy", [pytest.param(p, id=p) for p in ("first-fit", "topology")])
+@pytest.mark.parametrize(
+    "policy", [pytest.param(p, id=p) for p in ("first-fit", "topology", "topology-reserve")]
+)
 def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> None:
     rng = random.Random(seed)
     cluster = Cluster(rng)
     variant = 0
     state = AllocatedState()
-    engine = Engine(classes(variant), policy)
+    engine = engine_for(policy, variant)
     held: list[set[DeviceID]] = []
     shapes = sorted(SHAPES)
     engine.decide(probes()[0], cluster.slices(), cluster.version, state)  # the first build
@@ -377,7 +389,7 @@ def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> No
             rng.shuffle(slices)
         if rng.random() < 0.5:
             engine.warm_up(slices, cluster.version, state)
-        fresh = Engine(classes(variant), policy, incremental=False)
+        fresh = engine_for(policy, variant, incremental=False)
         # claims come and go: the carried memos and keys must follow the in-use state
         for n in range(rng.randrange(4)):
             claims = [parse_resource_claim(resource_claim(rng.choice(shapes), f"c{step}-{n}"))]
