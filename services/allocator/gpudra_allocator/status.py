@@ -7,7 +7,8 @@ request that sees it. The shape is stable (every key always present; see `deploy
 
 - `replica`, `policy`, `ready`;
 - `index`: `version` (grows on every slice change), `slices`, `pools` (driver/pool pairs),
-  `devices`, `rejected` (slices that did not parse), `classesVersion`;
+  `devices`, `rejected` (slices that did not parse), `rewatches` (watches of the slice bucket
+  opened again after one failed or ended), `classesVersion`;
 - `reservations`: `version` (the mirror's);
 - `claims`: `decided` (allocations announced, repeats included), `unschedulable` (reasons
   published), `released`, `inFlight` (events being handled now);
@@ -102,6 +103,7 @@ class AllocatorStatus:
                 "version": self._index.version,
                 **self._index_totals(),
                 "rejected": self._index.rejected,
+                "rewatches": self._index.rewatches,
                 "classesVersion": self._classes.version if self._classes is not None else None,
             },
             "reservations": {"version": self._res.version},

@@ -84,6 +84,7 @@ async def test_a_fresh_replica_says_who_it_is(allocator: int) -> None:
         "pools": 0,
         "devices": 0,
         "rejected": 0,
+        "rewatches": 0,
         "classesVersion": 0,
     }
     assert status["claims"] == {"decided": 0, "unschedulable": 0, "released": 0, "inFlight": 0}
