@@ -166,6 +166,7 @@ class Engine:
         self.waiting_large: int | None = None
         self.builds = 0
         self.nodes_rebuilt = 0
+        self.held_back_count = 0  # decisions the reserve held back (a claim that would fit)
         self.warm()
 
     def warm(self) -> None:
@@ -317,6 +318,17 @@ class Engine:
             )
         )
 
+    def reserve_status(self) -> dict[str, Any]:
+        """The reserve's settings and what it did (`/statusz` `reserve`); `waitingLarge` is the
+        count the last decision was given (null: the reserve is off or none decided yet)."""
+        return {
+            "reserve": self.reserve if self.reserving else 0,
+            "reserveFloor": self.reserve_floor if self.reserving else 0,
+            "migHomes": self.mig_homes,
+            "waitingLarge": self.waiting_large if self.reserving else None,
+            "heldBack": self.held_back_count,
+        }
+
     @property
     def reserving(self) -> bool:
         """Whether decisions run the whole-domain reserve (topology with `reserve` > 0)."""
@@ -359,6 +371,7 @@ class Engine:
         if node is None:
             return None
         homes = sorted(f"{n}/{d[len(MIG_HOME):]}" for n, d in protect if d.startswith(MIG_HOME))
+        self.held_back_count += 1
         return {
             "reserve": self.reserve,
             "reserveFloor": self.reserve_floor,

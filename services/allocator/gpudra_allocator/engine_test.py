@@ -268,6 +268,13 @@ def test_reserve_keeps_the_last_whole_domain_and_says_why_a_claim_waits() -> Non
         "(dgx-00/nvswitch-0; queue not known, floor 0); it fits on dgx-00 once"
     ), held.reason
     assert held.reason.endswith("(allocator setting reserve=1)")
+    assert engine.reserve_status() == {
+        "reserve": 1,
+        "reserveFloor": 0,
+        "migHomes": 1,
+        "waitingLarge": None,
+        "heldBack": 1,
+    }
     assert held.explanation["heldByReserve"] == {
         "reserve": 1,
         "reserveFloor": 0,
@@ -311,7 +318,15 @@ def test_waiting_large_bounds_what_the_reserve_holds(
 def test_no_reserve_by_default_and_first_fit_ignores_it() -> None:
     slices, classes = reserve_fleet({"dgx-h100": 1})
     for engine in (Engine(classes, "topology"), Engine(classes, "first-fit", reserve=1)):
+        engine.waiting_large = 3
         assert engine.decide([shaped("gpu-1", "small")], slices, 1, AllocatedState()).allocated
+        assert engine.reserve_status() == {
+            "reserve": 0,
+            "reserveFloor": 0,
+            "migHomes": 1,
+            "waitingLarge": None,
+            "heldBack": 0,
+        }
 
 
 def test_the_incremental_rebuild_carries_the_reserve_settings() -> None:

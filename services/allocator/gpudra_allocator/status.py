@@ -21,6 +21,10 @@ request that sees it. The shape is stable (every key always present; see `deploy
   decision), `nodesRebuilt` (nodes whose per-node state those builds recomputed: after a slice
   change only the nodes it touched), `warmUps` (warm-ups run: builds minus those are roughly
   what claims paid);
+- `reserve`: the topology whole-domain reserve (opt-in settings): `reserve` and `reserveFloor`
+  (0 when off: first-fit, or reserve 0), `migHomes`, `waitingLarge` (pods waiting for a whole large
+  NVLink domain, as the last decision counted them; null when off) and `heldBack` (claims that
+  would have fit but were held back);
 - `lastDecisionAt`: when this replica last published a decision (RFC 3339 UTC), or null.
 """
 
@@ -120,5 +124,6 @@ class AllocatorStatus:
                 "nodesRebuilt": worker.engine_nodes_rebuilt,
                 "warmUps": worker.warmer.runs,
             },
+            "reserve": worker.reserve_status,
             "lastDecisionAt": rfc3339(worker.last_decision_at),
         }

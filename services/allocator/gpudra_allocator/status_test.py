@@ -21,7 +21,7 @@ from gpudra_testing.statusz import free_port, until_status
 from gpudrapb.v1 import claims_pb2
 
 TOP = {"replica", "policy", "ready", "index", "reservations", "claims", "waiting"}
-TOP |= {"deadLetters", "engine", "lastDecisionAt"}
+TOP |= {"deadLetters", "engine", "reserve", "lastDecisionAt"}
 
 
 @pytest.fixture
@@ -98,6 +98,13 @@ async def test_a_fresh_replica_says_who_it_is(allocator: int) -> None:
     }
     assert status["deadLetters"] == {"total": 0, "byKind": {}}
     assert status["engine"] == {"builds": 0, "nodesRebuilt": 0, "warmUps": 0}
+    assert status["reserve"] == {
+        "reserve": 0,
+        "reserveFloor": 0,
+        "migHomes": 1,
+        "waitingLarge": None,
+        "heldBack": 0,
+    }
     assert status["lastDecisionAt"] is None
 
 

@@ -52,6 +52,7 @@ import random
 import time
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
@@ -161,6 +162,11 @@ class Worker(GangSteps):
     def engine_builds(self) -> int:
         """Times the engine rebuilt its per-node state (warm-ups and decisions)."""
         return self._engine.builds
+
+    @property
+    def reserve_status(self) -> dict[str, Any]:
+        """The topology reserve's settings and what it did (`Engine.reserve_status`)."""
+        return self._engine.reserve_status()
 
     @property
     def engine_nodes_rebuilt(self) -> int:
