@@ -256,37 +256,53 @@ class Intake:
             return claim
         released = self._reported.get(ref.uid, "")
         new = adopted_id(claim)
+        written, wrote = await self._rewrite(
+            claim,
+            lambda c: None if names_allocation(c, released) else with_allocation_id(c, new),
+            lambda c: state_of(c) is ClaimState.ALLOCATED and allocation_of(c) == seen,
+            "allocation id",
+        )
+        if wrote:
+            self.published["witnessed"] += 1
+        return written
+
+    async def _rewrite(
+        self,
+        claim: dict[str, Any],
+        change: Callable[[dict[str, Any]], dict[str, Any] | None],
+        same: Callable[[dict[str, Any]], bool],
+        what: str,
+    ) -> tuple[dict[str, Any], bool]:
+        """Write `change(claim)` (None: nothing to write); on a conflict or a retryable error read
+        the claim again and apply `change` to that, while it is the same claim (UID) and `same`
+        holds for it; never overwrites. The claim as written and True, or the claim as last seen
+        (as given when it went away, changed beyond `same`, refused the write or kept
+        conflicting; logged) and False."""
+        ref = ref_of(claim)
         current = claim
         for _ in range(_MAX_TRIES):
-            if names_allocation(current, released):
-                return current
-            updated = with_allocation_id(current, new)
+            updated = change(current)
             if updated is None:
-                return current
+                return current, False
             try:
-                written = await self._store.replace(RESOURCE_CLAIMS, updated)
+                return await self._store.replace(RESOURCE_CLAIMS, updated), True
             except (ConflictError, KubeRetryableError) as exc:
                 log.info("claim %s/%s: %s; re-reading", ref.namespace, ref.name, exc)
                 if isinstance(exc, ConflictError):
                     self.conflicts += 1
                 try:
                     current = await self._store.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
-                except KubeError:
-                    return claim
-                if (
-                    ref_of(current).uid != ref.uid
-                    or state_of(current) is not ClaimState.ALLOCATED
-                    or allocation_of(current) != seen
-                ):
-                    return claim
-                continue
+                except KubeError as err:
+                    log.info("claim %s/%s: %s not written: %s", ref.namespace, ref.name, what, err)
+                    return claim, False
+                if ref_of(current).uid != ref.uid or not same(current):
+                    log.info("claim %s/%s changed: %s not written", ref.namespace, ref.name, what)
+                    return claim, False
             except KubeError as exc:  # gone, or refused
-                log.info("claim %s/%s: allocation id not written: %s", ref.namespace, ref.name, exc)
-                return claim
-            self.published["witnessed"] += 1
-            return written
-        log.error("could not write the allocation id of %s/%s", ref.namespace, ref.name)
-        return claim
+                log.info("claim %s/%s: %s not written: %s", ref.namespace, ref.name, what, exc)
+                return claim, False
+        log.error("could not write the %s of %s/%s", what, ref.namespace, ref.name)
+        return claim, False
 
     def written(self, uid: str) -> None:
         """The write-back stored this claim's allocation: seeing it in the watch is no news.
@@ -317,29 +333,10 @@ class Intake:
         """Annotate the claim `gpudra.io/consumers-left` with allocation id `epoch` (conflicts
         re-read, never overwrite); the claim as written, or as given when it is gone or the write
         keeps failing (logged: its release must go out regardless)."""
-        ref = ref_of(claim)
-        current = claim
-        for _ in range(_MAX_TRIES):
-            updated = with_consumers_left(current, epoch)
-            if updated is None:
-                return current
-            try:
-                return await self._store.replace(RESOURCE_CLAIMS, updated)
-            except (ConflictError, KubeRetryableError) as exc:
-                log.info("claim %s/%s: %s; re-reading", ref.namespace, ref.name, exc)
-                if isinstance(exc, ConflictError):
-                    self.conflicts += 1
-                try:
-                    current = await self._store.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
-                except KubeError:
-                    break
-                if ref_of(current).uid != ref.uid:
-                    break
-            except KubeError as exc:  # gone, or refused
-                log.info("claim %s/%s not marked: %s", ref.namespace, ref.name, exc)
-                return claim
-        log.error("could not mark %s/%s as left by its consumers", ref.namespace, ref.name)
-        return claim
+        marked, _ = await self._rewrite(
+            claim, lambda c: with_consumers_left(c, epoch), lambda c: True, "consumers-left mark"
+        )
+        return marked
 
     async def _drop_finalizer(self, claim: dict[str, Any]) -> None:
         ref = ref_of(claim)
