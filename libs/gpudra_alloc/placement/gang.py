@@ -37,6 +37,7 @@ from gpudra_alloc.constraints import lookup_attribute
 from gpudra_alloc.placement.choose import Chooser
 from gpudra_alloc.placement.errors import GangError
 from gpudra_alloc.placement.search import copy_state, masked, safe_mask, solutions
+from gpudra_alloc.placement.waiting import pod_devices
 from gpudra_alloc.pools import Pool
 from gpudra_alloc.state import AllocatedState, DeviceID
 from gpudra_api import AllocationResult, ApiError, Node, ResourceClaim, parse_resource_claim
@@ -250,7 +251,7 @@ def _place_in_group(
     scratch: AllocatedState = copy_state(allocator.state)
     order = list(range(len(gang.pods)))
     if policy != "first-fit":
-        order.sort(key=lambda i: -_device_count(gang.pods[i]))
+        order.sort(key=lambda i: -pod_devices(gang.pods[i]))
     pin = {i: node for i, node in enumerate(pins) if node}
     order.sort(key=lambda i: i not in pin)  # stable: pinned pods first, each order kept
     placed: dict[int, tuple[Node, list[AllocationResult]]] = {}
@@ -380,14 +381,3 @@ def kube_pick(
     top = max(scores)
     best = [f for f, score in zip(feasible, scores, strict=True) if score == top]
     return best[rng.randrange(len(best))] if len(best) > 1 else best[0]
-
-
-def _device_count(claims: list[ResourceClaim]) -> int:
-    total = 0
-    for claim in claims:
-        for request in claim.requests:
-            if request.exactly is not None:
-                total += request.exactly.count
-            elif request.first_available:
-                total += request.first_available[0].count
-    return total
