@@ -101,6 +101,26 @@ async def _released_then_given_to_job_2(
     assert "Traceback" not in logs, logs
 
 
+async def _job_1_leaves_while_the_claim_writer_is_down(
+    api: FakeKubeApi, nc: Client, cluster: Cluster, kubeconfig: str
+) -> None:
+    """The claim-writer is killed, pod job-1 deleted, and kube-controller-manager clears claim
+    `data`'s allocation and then removes its finalizer: the allocator still holds its devices."""
+    cluster.kill("claim-writer")
+    client = await ApiStore.from_kubeconfig(kubeconfig)
+    try:
+        await client.delete(PODS, "job-1", "default")
+    finally:
+        await client.close()
+    cleared = _find(api, RESOURCE_CLAIMS, "data")
+    assert cleared is not None
+    cleared["status"] = {}
+    cleared = await api.put(RESOURCE_CLAIMS, cleared)
+    del cleared["metadata"]["finalizers"]
+    await api.put(RESOURCE_CLAIMS, cleared)
+    assert await held(nc) == {"default/data"}, "nobody told the allocator yet"
+
+
 def pod_naming(name: str, claim: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -293,21 +313,7 @@ async def test_kubernetes_mode_a_claim_cleared_while_the_claim_writer_was_down_i
         kube = ("--mode", "kubernetes", "--kubeconfig", kubeconfig)
         await _reserved_for_job_1(api, nc, cluster, kube)
 
-        cluster.kill("claim-writer")
-        client = await ApiStore.from_kubeconfig(kubeconfig)
-        try:
-            await client.delete(PODS, "job-1", "default")
-        finally:
-            await client.close()
-        # kube-controller-manager: the allocation cleared, then its finalizer removed.
-        cleared = _find(api, RESOURCE_CLAIMS, "data")
-        assert cleared is not None
-        cleared["status"] = {}
-        cleared = await api.put(RESOURCE_CLAIMS, cleared)
-        del cleared["metadata"]["finalizers"]
-        await api.put(RESOURCE_CLAIMS, cleared)
-        assert await held(nc) == {"default/data"}, "nobody told the allocator yet"
-
+        await _job_1_leaves_while_the_claim_writer_is_down(api, nc, cluster, kubeconfig)
         cluster.start_claim_writer(*kube)
         await _released_then_given_to_job_2(api, nc, cluster, "after the restart")
 
@@ -364,21 +370,7 @@ async def test_kubernetes_mode_a_claim_kube_scheduler_allocated_is_released_afte
 
         witness = await wait_for(adopted, 60, "data adopted, with an allocation id", cluster)
 
-        cluster.kill("claim-writer")
-        client = await ApiStore.from_kubeconfig(kubeconfig)
-        try:
-            await client.delete(PODS, "job-1", "default")
-        finally:
-            await client.close()
-        # kube-controller-manager: the allocation cleared, then its finalizer removed.
-        cleared = _find(api, RESOURCE_CLAIMS, "data")
-        assert cleared is not None
-        cleared["status"] = {}
-        cleared = await api.put(RESOURCE_CLAIMS, cleared)
-        del cleared["metadata"]["finalizers"]
-        await api.put(RESOURCE_CLAIMS, cleared)
-        assert await held(nc) == {"default/data"}, "nobody told the allocator yet"
-
+        await _job_1_leaves_while_the_claim_writer_is_down(api, nc, cluster, kubeconfig)
         cluster.start_claim_writer(*kube)
         await _released_then_given_to_job_2(api, nc, cluster, "after the restart")
         marked = _find(api, RESOURCE_CLAIMS, "data") or {}
