@@ -17,6 +17,7 @@ import gc
 import random
 import weakref
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -450,15 +451,15 @@ def test_a_full_node_that_grows_is_offered_again(policy: str, change: str, node:
         assert mine.node == ("node-a" if change == "add" else "node-b")
 
 
-def test_the_parts_of_replaced_pools_do_not_pile_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every change leaves the old pool's key parts behind; past the slack the keys (and the
-    memo keyed on them) start afresh, and decisions stay those of a fresh engine."""
-    monkeypatch.setattr(groups, "CARRIED_PARTS_SLACK", 8)
-    docs = {n: gpu_slice_doc(n, 4) for n in ("node-a", "node-b")}
-    slices = {n: parse_resource_slice(d) for n, d in docs.items()}
-    state = AllocatedState()
-    engine = Engine(load_classes(), "topology")
-    sizes = []
+def republished_node_a(
+    engine: Engine,
+    docs: dict[str, dict[str, Any]],
+    slices: dict[str, ResourceSlice],
+    state: AllocatedState,
+) -> Iterator[int]:
+    """Node-a's slice republished 40 times (a new generation, another model each time); after
+    each, the engine's answer for a 2-GPU claim is checked against a fresh engine's; yields the
+    version."""
     for version in range(1, 41):
         doc = docs["node-a"]
         doc["spec"]["pool"]["generation"] += 1
@@ -469,6 +470,19 @@ def test_the_parts_of_replaced_pools_do_not_pile_up(monkeypatch: pytest.MonkeyPa
         assert answer(mine) == answer(
             fresh.decide([gpu_claim("c", 2)], slices.values(), version, state)
         )
+        yield version
+
+
+def test_the_parts_of_replaced_pools_do_not_pile_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every change leaves the old pool's key parts behind; past the slack the keys (and the
+    memo keyed on them) start afresh, and decisions stay those of a fresh engine."""
+    monkeypatch.setattr(groups, "CARRIED_PARTS_SLACK", 8)
+    docs = {n: gpu_slice_doc(n, 4) for n in ("node-a", "node-b")}
+    slices = {n: parse_resource_slice(d) for n, d in docs.items()}
+    state = AllocatedState()
+    engine = Engine(load_classes(), "topology")
+    sizes = []
+    for _ in republished_node_a(engine, docs, slices, state):
         assert engine._chooser is not None
         sizes.append(len(engine._chooser.node_keys._parts))
     assert max(sizes) <= 2 * 2 + 8 + 4, sizes  # bounded: the last carry's check plus one change
@@ -484,16 +498,7 @@ def test_the_carried_keys_keep_only_the_parts_their_nodes_use() -> None:
     state = AllocatedState()
     engine = Engine(load_classes(), "topology")
     engine.decide([gpu_claim("c", 2)], slices.values(), 0, state)
-    for version in range(1, 41):
-        doc = docs["node-a"]
-        doc["spec"]["pool"]["generation"] += 1
-        doc["spec"]["devices"][0]["attributes"]["model"] = {"string": f"m{version}"}
-        slices["node-a"] = parse_resource_slice(copy.deepcopy(doc))
-        mine = engine.decide([gpu_claim("c", 2)], slices.values(), version, state)
-        fresh = Engine(load_classes(), "topology", incremental=False)
-        assert answer(mine) == answer(
-            fresh.decide([gpu_claim("c", 2)], slices.values(), version, state)
-        )
+    for version in republished_node_a(engine, docs, slices, state):
         assert engine._chooser is not None
         keys = engine._chooser.node_keys
         # node-a's and node-b's node parts and their one shape part each; nothing of before
