@@ -270,6 +270,17 @@ def sample(replay: Replay, at: float) -> Sample:
     return Sample(at, (whole8, whole4, broken, mig), pending, free_gpus if pending else 0)
 
 
+def progress_bar(console: Console) -> Progress:
+    """The churn benches' progress display: what runs, a bar, steps done of all, time taken."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
 def run_policy(
     problem: dict[str, Any],
     policy: str,
@@ -566,13 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         f"; mix {mix_label(args.mix)}"
     )
     runs: list[Run] = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    ) as progress:
+    with progress_bar(console) as progress:
         tasks = {p: progress.add_task(p, total=steps) for p in args.policies}
         for policy in args.policies:
             runs.append(

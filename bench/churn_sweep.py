@@ -33,10 +33,17 @@ if __package__ in (None, "") and "gpudra_alloc" not in sys.modules:  # pragma: n
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from churn_bench import KUBE_SCHEDULER, figures, full_mix, mix_label, mix_weights, run_policy
+from churn_bench import (
+    KUBE_SCHEDULER,
+    figures,
+    full_mix,
+    mix_label,
+    mix_weights,
+    progress_bar,
+    run_policy,
+)
 from gpudra_alloc.workload import ChurnConfig, WorkloadError, churn_problem
 
 GOAL_RATIO = 1.5
@@ -123,13 +130,7 @@ def sweep(args: argparse.Namespace, console: Console) -> list[Row]:
     policies = ("first-fit", "topology", *((reference,) if reference else ()))
     rows: list[Row] = []
     total = len(policies) * sum(len(p["steps"]) for p in problems.values())
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    ) as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task("replaying", total=total)
         for (load, seed), problem in problems.items():
             result: dict[str, dict[str, Any]] = {}
