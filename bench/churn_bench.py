@@ -465,33 +465,51 @@ def report(console: Console, results: list[dict[str, Any]]) -> None:
     ):
         summary.add_row(key, *(str(r[key]) for r in results))
     console.print(summary)
-    why = Table(title="large NVLink domains while an 8-GPU pod waits (GPU-hours, sampled)")
-    why.add_column("node type / held by")
-    for r in results:
-        why.add_column(f"{r['policy']} ({r['minutesWith8GpuPodWaiting']} min)", justify="right")
-    keys = sorted({k for r in results for k in r["largeDomainGpuHoursWhile8GpuPodWaits"]})
-    for key in keys:
-        why.add_row(
-            key, *(str(r["largeDomainGpuHoursWhile8GpuPodWaits"].get(key, 0.0)) for r in results)
+    console.print(
+        figures_by_key(
+            results,
+            "largeDomainGpuHoursWhile8GpuPodWaits",
+            "large NVLink domains while an 8-GPU pod waits (GPU-hours, sampled)",
+            "node type / held by",
+            [f"{r['policy']} ({r['minutesWith8GpuPodWaiting']} min)" for r in results],
         )
-    console.print(why)
-    hours = Table(title="GPU-hours placed by shape (a MIG claim: the share of the GPU it got)")
-    hours.add_column("shape")
-    for r in results:
-        hours.add_column(r["policy"], justify="right")
-    for shape in sorted({k for r in results for k in r["gpuHoursByShape"]}):
-        hours.add_row(shape, *(str(r["gpuHoursByShape"].get(shape, 0.0)) for r in results))
-    console.print(hours)
-    idle = Table(title="GPU-hours idle while some pod is pending (sampled)")
-    idle.add_column("node type / why idle")
-    for r in results:
-        idle.add_column(r["policy"], justify="right")
-    for key in sorted({k for r in results for k in r["gpuHoursIdleWhilePending"]}):
-        idle.add_row(key, *(str(r["gpuHoursIdleWhilePending"].get(key, 0.0)) for r in results))
+    )
+    console.print(
+        figures_by_key(
+            results,
+            "gpuHoursByShape",
+            "GPU-hours placed by shape (a MIG claim: the share of the GPU it got)",
+            "shape",
+        )
+    )
+    idle = figures_by_key(
+        results,
+        "gpuHoursIdleWhilePending",
+        "GPU-hours idle while some pod is pending (sampled)",
+        "node type / why idle",
+    )
     idle.add_row(
         "total", *(str(round(sum(r["gpuHoursIdleWhilePending"].values()), 1)) for r in results)
     )
     console.print(idle)
+
+
+def figures_by_key(
+    results: list[dict[str, Any]],
+    field: str,
+    title: str,
+    first: str,
+    headers: list[str] | None = None,
+) -> Table:
+    """One row per key of the policies' `field` mappings (sorted; 0.0 where a policy lacks it),
+    one column per policy (headed by `headers`, else the policy's name)."""
+    table = Table(title=title)
+    table.add_column(first)
+    for header in headers or [r["policy"] for r in results]:
+        table.add_column(header, justify="right")
+    for key in sorted({k for r in results for k in r[field]}):
+        table.add_row(key, *(str(r[field].get(key, 0.0)) for r in results))
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
