@@ -145,18 +145,27 @@ async def used_by(store: KvStore, pod: str) -> dict[str, Any] | None:
     return claim if devices_of(claim or {}) and consumers(claim) == [pod] else None
 
 
-async def test_a_claim_whose_pod_left_waits_for_the_next_pod(nc: Client, cluster: Cluster) -> None:
-    store = KvStore(nc)
+async def _standalone_data_for(
+    nc: Client, cluster: Cluster, store: KvStore, pod: str
+) -> dict[str, Any]:
+    """Standalone mode, one node: the three services up, pod `pod` and claim `data` created;
+    the claim once it is allocated with `pod` its one consumer."""
     await publish_nodes(nc, ["node-1"])
     cluster.start_inventory()
     cluster.start_allocator()
     cluster.start_claim_writer()
     await slices_ready(nc, cluster, 1)
-
-    await store.create(PODS, pod_naming("job-1", "data"))
+    await store.create(PODS, pod_naming(pod, "data"))
     await store.create(RESOURCE_CLAIMS, claim_manifest("data", count=2))
+    claim: dict[str, Any] = await wait_for(
+        lambda: used_by(store, pod), 60, f"data allocated for {pod}", cluster
+    )
+    return claim
 
-    first = await wait_for(lambda: used_by(store, "job-1"), 60, "data allocated for job-1", cluster)
+
+async def test_a_claim_whose_pod_left_waits_for_the_next_pod(nc: Client, cluster: Cluster) -> None:
+    store = KvStore(nc)
+    first = await _standalone_data_for(nc, cluster, store, "job-1")
     assert await held(nc) == {"default/data"}
     first_devices = devices_of(first)
     assert len(first_devices) == 2
@@ -272,15 +281,7 @@ async def test_a_claim_whose_pod_finished_waits_for_the_next_pod(
     """A Job's pod finishes and stays (phase Succeeded): the claim is released and waits; the
     Job's next pod, created later beside the finished one, gets it."""
     store = KvStore(nc)
-    await publish_nodes(nc, ["node-1"])
-    cluster.start_inventory()
-    cluster.start_allocator()
-    cluster.start_claim_writer()
-    await slices_ready(nc, cluster, 1)
-    await store.create(PODS, pod_naming("run-1", "data"))
-    await store.create(RESOURCE_CLAIMS, claim_manifest("data", count=2))
-
-    await wait_for(lambda: used_by(store, "run-1"), 60, "data allocated for run-1", cluster)
+    await _standalone_data_for(nc, cluster, store, "run-1")
     finished = await store.get(PODS, "run-1", "default")
     finished["status"] = {"phase": "Succeeded"}
     await store.replace_status(PODS, finished)
@@ -394,14 +395,7 @@ async def test_a_claim_whose_pod_left_while_the_claim_writer_was_down_is_release
     claim (its pod was deleted), which cleared the allocation, and was killed before its intake
     reported the release. The restarted claim-writer reports it and marks the claim."""
     store = KvStore(nc)
-    await publish_nodes(nc, ["node-1"])
-    cluster.start_inventory()
-    cluster.start_allocator()
-    cluster.start_claim_writer()
-    await slices_ready(nc, cluster, 1)
-    await store.create(PODS, pod_naming("job-1", "data"))
-    await store.create(RESOURCE_CLAIMS, claim_manifest("data", count=2))
-    await wait_for(lambda: used_by(store, "job-1"), 60, "data allocated for job-1", cluster)
+    await _standalone_data_for(nc, cluster, store, "job-1")
     pod = await store.get(PODS, "job-1", "default")
 
     cluster.kill("claim-writer")
