@@ -3,7 +3,7 @@
 Promises: `parse_claim` returns a valid ResourceClaim whose UID matches the event, or raises
 `BadClaimError` naming what is wrong (never another exception); `holdings_from_json` turns a
 resource.k8s.io/v1 `status.allocation` into holdings (admin-access devices hold nothing), or raises
-`BadClaimError`; `quietly` awaits an ack/nak and only logs when the server is away (a lost ack means
+`BadClaimError` (`held_devices`: just which devices, to compare two allocations); `quietly` awaits an ack/nak and only logs when the server is away (a lost ack means
 a redelivery, which the decision record makes harmless).
 """
 
@@ -60,6 +60,15 @@ def holdings_from_json(
     except (KeyError, TypeError, AttributeError) as exc:
         raise BadClaimError(f"malformed status.allocation: {exc}") from exc
     return out
+
+
+def held_devices(allocation: dict[str, Any]) -> frozenset[tuple[str, str, str, str | None]]:
+    """What an allocation holds, comparable across writers: (driver, pool, device, share)."""
+    return frozenset(
+        (driver, pool, h.device, h.share_id)
+        for (driver, pool), holdings in holdings_from_json(allocation, "", "", "").items()
+        for h in holdings
+    )
 
 
 async def quietly(ack: Any) -> None:

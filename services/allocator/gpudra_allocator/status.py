@@ -11,7 +11,8 @@ request that sees it. The shape is stable (every key always present; see `deploy
   opened again after one failed or ended), `classesVersion`;
 - `reservations`: `version` (the mirror's);
 - `claims`: `decided` (allocations announced, repeats included), `unschedulable` (reasons
-  published), `released`, `inFlight` (events being handled now);
+  published), `released`, `replaced` (decisions given up for an allocation written in their
+  place, kube-scheduler's, which was adopted instead), `inFlight` (events being handled now);
 - `waiting`: claims held for retry here — `claims`, `lone` (claims placed alone), `gangs` and
   `pods` (distinct units with a member held), `reasons` (distinct reasons) and `topReasons`
   (up to `TOP_REASONS` of `{"reason", "claims"}`, most claims first; "" is a unit member still
@@ -115,6 +116,7 @@ class AllocatorStatus:
                 "decided": worker.decided,
                 "unschedulable": worker.unschedulable,
                 "released": worker.released,
+                "replaced": worker.replaced,
                 "inFlight": worker.in_flight,
             },
             "waiting": self._waiting(),

@@ -87,7 +87,13 @@ async def test_a_fresh_replica_says_who_it_is(allocator: int) -> None:
         "rewatches": 0,
         "classesVersion": 0,
     }
-    assert status["claims"] == {"decided": 0, "unschedulable": 0, "released": 0, "inFlight": 0}
+    assert status["claims"] == {
+        "decided": 0,
+        "unschedulable": 0,
+        "released": 0,
+        "replaced": 0,
+        "inFlight": 0,
+    }
     assert status["waiting"] == {
         "claims": 0,
         "lone": 0,

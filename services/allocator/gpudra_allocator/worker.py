@@ -29,6 +29,14 @@ Promises (with `Reservations` for the multi-replica part):
   placed on one node all or none (pinned to the node of those already allocated); gang members
   are grouped into pods, each pod's claims on one node (`gang_steps`). Events without pod
   information are placed claim by claim, as before.
+- One claim's events are handled one after the other, in the order this replica received them
+  (keyed by subject, one per claim name); different claims' events overlap. A held claim is not
+  retried while an event of it is being handled.
+- An ALLOCATED_EXTERNALLY event adopts an allocation gpudra did not make (kube-scheduler's, for a
+  pod without gpudra's scheduling gate). A claim already decided keeps its decision, unless the
+  event replaces exactly that decision (`replaces_decision`, the record's token: the claim-writer
+  found the claim allocated otherwise before it could write the decision); then the decision's
+  devices are freed and the claim's are held (counted `replaced`).
 - A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
   `Released`; a DELETED event that carries the claim is a cleared allocation of a claim that lives
   on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
@@ -45,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -64,6 +73,7 @@ from gpudra_allocator.engine import Decision, Engine
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
 from gpudra_allocator.events import (
     claim_doc,
+    held_devices,
     holdings_from_json,
     parse_claim,
     quietly,
@@ -135,6 +145,10 @@ class Worker(GangSteps):
         self._decide_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._inflight: set[asyncio.Task[None]] = set()
+        # The newest task of each claim (by subject, one per claim name): a claim's events are
+        # handled one after the other, in delivery order (`_handle_in_slot`).
+        self._lanes: dict[str, asyncio.Task[None]] = {}
+        self.replaced = 0
         self._tombstones = TombstoneCollector(
             nc.jetstream(),
             reservations.kv,
@@ -220,11 +234,15 @@ class Worker(GangSteps):
                     continue
                 for msg in msgs:
                     # Claims are handled concurrently (their bus and KV round trips overlap);
-                    # only decide+reserve is serialised, under `_decide_lock`.
+                    # only decide+reserve is serialised, under `_decide_lock`. One claim's
+                    # events wait for each other: an adoption and the deallocation right after it
+                    # handled side by side could leave the claim's devices held for good.
                     await self._slots.acquire()
-                    task = asyncio.create_task(self._handle_in_slot(msg))
+                    before = self._lanes.get(msg.subject)
+                    task = asyncio.create_task(self._handle_in_slot(msg, before))
                     self._inflight.add(task)
-                    task.add_done_callback(self._inflight.discard)
+                    self._lanes[msg.subject] = task
+                    task.add_done_callback(functools.partial(self._task_done, msg.subject))
                 await self._retry_waiting()
         finally:
             self.ready = False
@@ -240,8 +258,15 @@ class Worker(GangSteps):
                     task.cancel()
             await sub.unsubscribe()
 
-    async def _handle_in_slot(self, msg: Msg) -> None:
+    def _task_done(self, subject: str, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if self._lanes.get(subject) is task:
+            del self._lanes[subject]
+
+    async def _handle_in_slot(self, msg: Msg, before: asyncio.Task[None] | None) -> None:
         try:
+            if before is not None:
+                await asyncio.wait({before})  # the same claim's earlier event first
             await self._guarded(msg)
         except Exception:
             log.exception("claim event on %s failed; it will be redelivered", msg.subject)
@@ -417,6 +442,7 @@ class Worker(GangSteps):
             node_name=record.node,
             gang_id=event.gang_id,
             allocator_id=record.allocator,
+            decision_token=record.token,
         )
         decision.decided_at.GetCurrentTime()
         ref = event.claim
@@ -471,6 +497,8 @@ class Worker(GangSteps):
         for uid, waiting in list(self._waiting.items()):
             if self._waiting.get(uid) is not waiting:
                 continue
+            if waiting.msg.subject in self._lanes:
+                continue  # an event of the claim is being handled; it goes first
             if now - waiting.last_touch > self._settings.ack_wait / 3:
                 waiting.last_touch = now
                 await quietly(waiting.msg.in_progress())
@@ -518,15 +546,39 @@ class Worker(GangSteps):
         await self._finish(ref.uid, msg)
 
     async def _adopt(self, msg: Msg, event: claims_pb2.ClaimEvent) -> None:
-        """Take an allocation gpudra did not make into the reservations (kube-scheduler's)."""
+        """Take an allocation gpudra did not make into the reservations (kube-scheduler's).
+
+        A claim already decided is left as it is, unless the event says that this allocation
+        was written instead of the decision the record holds (`replaces_decision`: kube-scheduler
+        allocated an ungated pod's claim first). Then the decision's devices are freed and these
+        held: keeping the decision would hold devices nobody uses and leave the ones in use free
+        for the next claim.
+        """
         ref = event.claim
-        if await self._res.record(ref.uid) is not None:
-            await self._finish(ref.uid, msg)  # ours (or adopted before): nothing new
+        record = await self._res.record(ref.uid)
+        if record is not None and (record.released or record.token != event.replaces_decision):
+            # Ours, adopted before, or news of a decision this one has since replaced.
+            await self._finish(ref.uid, msg)
             return
         doc = claim_doc(event)
         allocation = (doc.get("status") or {}).get("allocation")
         if not isinstance(allocation, dict):
             raise BadClaimError(f"claim {ref.namespace}/{ref.name} is not allocated")
+        if record is not None:
+            if held_devices(allocation) == held_devices(record.allocation or {}):
+                await self._finish(ref.uid, msg)  # the decision's own devices after all
+                return
+            log.warning(
+                "claim %s/%s was allocated outside gpudra before decision %s was written; "
+                "freeing that decision's devices and adopting the allocation",
+                ref.namespace,
+                ref.name,
+                record.token,
+            )
+            if record.gang:
+                await self._gangs.leave(record.gang, ref.uid)
+            await self._res.forget(ref.uid)
+            self.replaced += 1
         token = f"adopted-{self.replica}-{uuid.uuid4().hex[:12]}"
         by_pool = holdings_from_json(allocation, ref.uid, f"{ref.namespace}/{ref.name}", token)
         for _ in range(RESERVE_TRIES):

@@ -33,6 +33,8 @@ so the allocator places the pod's claims together, on one node, all or none. Rul
   restart the claims may be listed before the pods that use them); when a held claim's last pod
   is deleted, it goes out alone then.
 - Message ids: `<uid>/<generation>/pending/<pod uid>` for a claim sent with its pod.
+- An adoption the write-back sends for an allocation written in place of a decision (`replaces`:
+  the decision's token) has the message id `<uid>/replaces/<token>`.
 - A claim whose allocation was cleared is offered again (`reoffer`, once the allocator confirmed
   the release) with its home pod, so it is placed beside the pod's other claims, not alone.
 - Gangs and pods combine: `gpudra.io/gang-size` counts claims, so a gang of 2 pods with 2 claims
@@ -85,9 +87,10 @@ async def publish_event(
     ref: claims_pb2.ClaimRef | None = None,
     msg_id: str,
     pod: PodUnit | None = None,
+    replaces: str = "",
 ) -> None:
     ref = ref if ref is not None else ref_of(claim or {})
-    event = claims_pb2.ClaimEvent(kind=kind, claim=ref)
+    event = claims_pb2.ClaimEvent(kind=kind, claim=ref, replaces_decision=replaces)
     if claim is not None:
         event.claim_json = json.dumps(claim, separators=(",", ":"), sort_keys=True).encode()
         event.gang_id, event.gang_size = gang_fields(claim, ref.namespace)

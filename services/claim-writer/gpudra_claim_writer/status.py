@@ -18,7 +18,8 @@ goes straight through (the write-back keeps the bare store: it asks it for what 
   changed resourceVersion, then read again);
 - `writeback`: `allocated` (allocations written, repeats of a decision included), `conflicts`
   (writes refused by a changed resourceVersion, then read and decided again), `unschedulable`
-  (reasons written), `released`, `stale`, `foreign`, `waiting`, `cleared` (decisions delivered
+  (reasons written), `released`, `stale`, `foreign` (decisions found with another allocation
+  written in their place, sent back to the allocator to adopt), `waiting`, `cleared` (decisions delivered
   again after their allocation was written and cleared since: not written again);
 - `events`: Kubernetes Events `created`, `updated`, `dropped`, `failed` (null without a recorder);
 - `classes`: DeviceClasses mirrored: `written`, `deleted`, `rejected` (null without the mirror);

@@ -6,7 +6,11 @@ Promises:
   may start from the claim as the standalone KV store last saw it at the decision's
   resourceVersion (its watch delivered it to the intake; no read) when it was pending then: the
   writes name that version, so a claim changed since is refused (409) and read again. An allocation
-  that is already there is left alone (decisions repeat after restarts). A claim that is gone, or
+  that is already there is left alone (decisions repeat after restarts). Another allocation
+  already there (kube-scheduler allocated an ungated pod's claim first) is left alone too, and
+  sent to the allocator as an adoption that replaces this decision (`replaces_decision`, the
+  decision's token; counted "foreign"), so the allocator frees the decision's devices and holds
+  the ones the claim got. A claim that is gone, or
   was re-created under the same name with another UID, gets a DELETED event instead, so the
   allocator frees the devices it reserved for it.
 - The allocation carries the claim's trace on: the metadata write before it (the finalizer) also
@@ -254,6 +258,29 @@ class Writeback:
         )
         self.counts["stale"] += 1
 
+    async def _written_instead(
+        self, claim: dict[str, Any], decision: claims_pb2.AllocationDecision
+    ) -> None:
+        """The claim was allocated by someone else (kube-scheduler, for an ungated pod) before
+        this decision was written: the allocator must hold those devices, not the decision's."""
+        ref = ref_of(claim)
+        log.warning(
+            "claim %s/%s was allocated outside gpudra before decision %s was written; "
+            "the allocator adopts that allocation instead",
+            ref.namespace,
+            ref.name,
+            decision.decision_token or "(no token)",
+        )
+        self.counts["foreign"] += 1
+        if decision.decision_token:  # an older allocator's decision: the intake's adoption only
+            await publish_event(
+                self._publisher,
+                Kind.KIND_ALLOCATED_EXTERNALLY,
+                claim,
+                msg_id=f"{ref.uid}/replaces/{decision.decision_token}",
+                replaces=decision.decision_token,
+            )
+
     async def _allocated(self, decision: claims_pb2.AllocationDecision) -> None:
         ref = decision.claim
         try:
@@ -289,12 +316,7 @@ class Writeback:
                     self.counts["cleared"] += 1
                     return
                 if existing is not None and existing != allocation:
-                    log.error(
-                        "claim %s/%s already carries another allocation; decision ignored",
-                        ref.namespace,
-                        ref.name,
-                    )
-                    self.counts["foreign"] += 1
+                    await self._written_instead(claim, decision)
                     return
                 # The trace goes with the first write of the allocation, never over a later one.
                 metadata = functools.partial(

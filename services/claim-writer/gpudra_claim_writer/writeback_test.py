@@ -278,3 +278,51 @@ async def test_a_decision_delivered_again_after_its_allocation_was_cleared(
     if not written_again:
         assert now["metadata"]["resourceVersion"] == cleared["metadata"]["resourceVersion"]
     assert writeback.counts["cleared"] == (0 if written_again else 1)
+
+
+@pytest.mark.parametrize(
+    ("token", "sent"),
+    [
+        pytest.param("r1-0123abcd", True, id="decision-with-token-is-replaced"),
+        pytest.param("", False, id="older-allocator-no-token-left-to-the-intake"),
+    ],
+)
+async def test_a_claim_allocated_by_kube_scheduler_first_is_sent_back_for_adoption(
+    nc: Client, token: str, sent: bool
+) -> None:
+    """kube-scheduler allocated an ungated pod's claim before the write-back wrote gpudra's
+    decision: the claim is not touched, and the allocator is told which decision to give up."""
+    store = KvStore(nc)
+    decision = await allocated_decision(store, "raced")
+    decision.decision_token = token
+    claim = await store.get(RESOURCE_CLAIMS, "raced", "default")
+    theirs = json.loads(json.dumps(ALLOCATION))
+    theirs["devices"]["results"][0]["device"] = "gpu-5"
+    claim["status"] = {"allocation": theirs}
+    before = await store.replace_status(RESOURCE_CLAIMS, claim)
+    events: list[claims_pb2.ClaimEvent] = []
+
+    async def got(msg: Msg) -> None:
+        event = claims_pb2.ClaimEvent()
+        event.ParseFromString(msg.data)
+        events.append(event)
+
+    sub = await nc.subscribe(subjects.claims("default", "raced"), cb=got)
+    writeback = Writeback(nc, store, Publisher(nc), consumer="raced-test")
+    await writeback._allocated(decision)
+    await nc.flush()
+    if sent:
+        await until(lambda: bool(events))
+    else:
+        await asyncio.sleep(0.2)
+    await sub.unsubscribe()
+
+    now = await store.get(RESOURCE_CLAIMS, "raced", "default")
+    assert now["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert writeback.counts["foreign"] == 1
+    assert len(events) == int(sent)
+    if sent:
+        (event,) = events
+        assert event.kind == claims_pb2.ClaimEvent.KIND_ALLOCATED_EXTERNALLY
+        assert event.replaces_decision == token
+        assert json.loads(event.claim_json)["status"]["allocation"] == theirs

@@ -93,6 +93,7 @@ class ClaimEvent(google.protobuf.message.Message):
     POD_UID_FIELD_NUMBER: builtins.int
     POD_NAME_FIELD_NUMBER: builtins.int
     POD_CLAIMS_FIELD_NUMBER: builtins.int
+    REPLACES_DECISION_FIELD_NUMBER: builtins.int
     kind: global___ClaimEvent.Kind.ValueType
     claim_json: builtins.bytes
     """The full resource.k8s.io/v1 ResourceClaim as JSON (UTF-8)."""
@@ -114,6 +115,14 @@ class ClaimEvent(google.protobuf.message.Message):
     """
     pod_name: builtins.str
     """That pod as namespace/name (reasons and logs)."""
+    replaces_decision: builtins.str
+    """KIND_ALLOCATED_EXTERNALLY only: the claim carries this allocation *instead of* gpudra's
+    decision with this token (`AllocationDecision.decision_token`). The claim-writer sends it when
+    it finds the claim allocated by someone else (kube-scheduler, for an ungated pod) before it
+    could write that decision. The allocator then frees that decision's devices and adopts these,
+    but only while its record for the claim is still that decision (a late event changes
+    nothing). Empty: adopt only when the allocator holds no decision for the claim.
+    """
     @property
     def claim(self) -> global___ClaimRef: ...
     @property
@@ -142,9 +151,10 @@ class ClaimEvent(google.protobuf.message.Message):
         pod_uid: builtins.str = ...,
         pod_name: builtins.str = ...,
         pod_claims: collections.abc.Iterable[builtins.str] | None = ...,
+        replaces_decision: builtins.str = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["claim", b"claim", "observed_at", b"observed_at"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["claim", b"claim", "claim_json", b"claim_json", "consumers", b"consumers", "gang_id", b"gang_id", "gang_size", b"gang_size", "kind", b"kind", "observed_at", b"observed_at", "pod_claims", b"pod_claims", "pod_name", b"pod_name", "pod_uid", b"pod_uid"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["claim", b"claim", "claim_json", b"claim_json", "consumers", b"consumers", "gang_id", b"gang_id", "gang_size", b"gang_size", "kind", b"kind", "observed_at", b"observed_at", "pod_claims", b"pod_claims", "pod_name", b"pod_name", "pod_uid", b"pod_uid", "replaces_decision", b"replaces_decision"]) -> None: ...
 
 global___ClaimEvent = ClaimEvent
 
@@ -177,6 +187,7 @@ class AllocationDecision(google.protobuf.message.Message):
     GANG_ID_FIELD_NUMBER: builtins.int
     ALLOCATOR_ID_FIELD_NUMBER: builtins.int
     DECIDED_AT_FIELD_NUMBER: builtins.int
+    DECISION_TOKEN_FIELD_NUMBER: builtins.int
     outcome: global___AllocationDecision.Outcome.ValueType
     allocation_json: builtins.bytes
     """resource.k8s.io/v1 AllocationResult as JSON when allocated; empty otherwise."""
@@ -187,6 +198,10 @@ class AllocationDecision(google.protobuf.message.Message):
     gang_id: builtins.str
     allocator_id: builtins.str
     """Which allocator replica decided (for logs; decisions are idempotent regardless)."""
+    decision_token: builtins.str
+    """OUTCOME_ALLOCATED: which of the claim's decisions this is (the token of the allocator's
+    record), named back in `ClaimEvent.replaces_decision` when the claim-writer cannot write it.
+    """
     @property
     def claim(self) -> global___ClaimRef: ...
     @property
@@ -202,9 +217,10 @@ class AllocationDecision(google.protobuf.message.Message):
         gang_id: builtins.str = ...,
         allocator_id: builtins.str = ...,
         decided_at: google.protobuf.timestamp_pb2.Timestamp | None = ...,
+        decision_token: builtins.str = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["claim", b"claim", "decided_at", b"decided_at"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["allocation_json", b"allocation_json", "allocator_id", b"allocator_id", "claim", b"claim", "decided_at", b"decided_at", "gang_id", b"gang_id", "node_name", b"node_name", "outcome", b"outcome", "reason", b"reason"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["allocation_json", b"allocation_json", "allocator_id", b"allocator_id", "claim", b"claim", "decided_at", b"decided_at", "decision_token", b"decision_token", "gang_id", b"gang_id", "node_name", b"node_name", "outcome", b"outcome", "reason", b"reason"]) -> None: ...
 
 global___AllocationDecision = AllocationDecision
 
