@@ -14,6 +14,7 @@ from gpudra_api.allocation import (
     DeviceRequestAllocationResult,
 )
 from gpudra_api.annotations import (
+    ALLOCATION_ID_ANNOTATION,
     TRACE_ANNOTATIONS,
     TRACEPARENT_ANNOTATION,
     TRACESTATE_ANNOTATION,
@@ -92,6 +93,7 @@ __all__ = [
     "SemverParseError",
     "TRACEPARENT_ANNOTATION",
     "TRACESTATE_ANNOTATION",
+    "ALLOCATION_ID_ANNOTATION",
     "TRACE_ANNOTATIONS",
     "UNSCHEDULABLE_ANNOTATION",
     "ValidationError",

@@ -7,6 +7,10 @@
   write, written with `status.allocation` by the claim-writer and read by the kubelet plugin's
   prepare, so the claim's trace continues on the node. `TRACE_ANNOTATIONS` maps each W3C header
   name to its annotation.
+- `gpudra.io/allocation-id`: which allocation the claim carries, written by the claim-writer with
+  it (gpudra's decision: the allocator's id of the decision; an adopted allocation: the id the
+  claim-writer gave it). The claim-writer reads it to see releases nobody watched; the allocator
+  matches it against its records to see an allocation made in the place of another.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from types import MappingProxyType
 UNSCHEDULABLE_ANNOTATION = "gpudra.io/unschedulable"
 TRACEPARENT_ANNOTATION = "gpudra.io/traceparent"
 TRACESTATE_ANNOTATION = "gpudra.io/tracestate"
+ALLOCATION_ID_ANNOTATION = "gpudra.io/allocation-id"
 TRACE_ANNOTATIONS = MappingProxyType(
     {"traceparent": TRACEPARENT_ANNOTATION, "tracestate": TRACESTATE_ANNOTATION}
 )

@@ -87,6 +87,34 @@ async def records(kv: KeyValue) -> dict[str, ClaimRecord]:
     return out
 
 
+async def kubernetes_mode(nc: Client, cluster: Cluster, api: FakeKubeApi, tmp: Path) -> KeyValue:
+    """Inventory, allocator and claim-writer against `api`, with one DGX node `node-k`; the
+    reservations bucket."""
+    kubeconfig = str(api.write_kubeconfig(tmp / "kubeconfig"))
+    await publish_nodes(nc, ["node-k"])
+    cluster.start_inventory("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+    cluster.start_allocator()
+    cluster.start_claim_writer("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+    await slices_ready(nc, cluster, 1)
+    return await nc.jetstream().key_value(RESERVATIONS_BUCKET)
+
+
+def named(api: FakeKubeApi, name: str) -> dict[str, Any] | None:
+    return next((o for o in api.objects(RESOURCE_CLAIMS) if o["metadata"]["name"] == name), None)
+
+
+async def next_claim_gets(api: FakeKubeApi, cluster: Cluster, count: int) -> list[str]:
+    """A new claim `next` of `count` GPUs, once allocated: its devices."""
+    await api.put(RESOURCE_CLAIMS, claim_manifest("next", count=count))
+
+    async def allocated_next() -> list[str]:
+        found = named(api, "next")
+        return sorted(d for _, _, d in devices_of(found)) if found else []
+
+    result: list[str] = await wait_for(allocated_next, 30, "the next claim allocated", cluster)
+    return result
+
+
 async def test_an_adoption_and_the_deallocation_right_after_it_leave_nothing_held(
     nc: Client, cluster: Cluster
 ) -> None:
@@ -129,13 +157,7 @@ async def test_a_decision_kube_scheduler_beat_is_given_up_for_the_claims_allocat
     nc: Client, cluster: Cluster, tmp_path: Path
 ) -> None:
     async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
-        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-        await publish_nodes(nc, ["node-k"])
-        cluster.start_inventory("--mode", "kubernetes", "--kubeconfig", kubeconfig)
-        cluster.start_allocator()
-        cluster.start_claim_writer("--mode", "kubernetes", "--kubeconfig", kubeconfig)
-        await slices_ready(nc, cluster, 1)
-        kv = await nc.jetstream().key_value(RESERVATIONS_BUCKET)
+        kv = await kubernetes_mode(nc, cluster, api, tmp_path)
 
         # The write-back cannot write the claim yet (the API refuses it), so the allocator's
         # decision is stored and held, but not on the claim.
@@ -173,13 +195,48 @@ async def test_a_decision_kube_scheduler_beat_is_given_up_for_the_claims_allocat
         assert holdings == sorted(f"{uid}:gpu-{i}" for i in theirs)
 
         # The next claim gets the devices gpudra's decision had held, not the raced claim's.
-        await api.put(RESOURCE_CLAIMS, claim_manifest("next", count=4))
-
-        async def next_allocated() -> list[str]:
-            found = [o for o in api.objects(RESOURCE_CLAIMS) if o["metadata"]["name"] == "next"]
-            return sorted(d for _, _, d in devices_of(found[0])) if found else []
-
-        assert await wait_for(next_allocated, 30, "the next claim allocated", cluster) == ours
-        raced = next(o for o in api.objects(RESOURCE_CLAIMS) if o["metadata"]["uid"] == uid)
+        assert await next_claim_gets(api, cluster, 4) == ours
+        raced = named(api, "raced")
+        assert raced is not None
         assert sorted(d for _, _, d in devices_of(raced)) == [f"gpu-{i}" for i in theirs]
+        cluster.stop_all()
+
+
+async def test_an_allocation_cleared_and_made_again_while_the_claim_writer_was_down(
+    nc: Client, cluster: Cluster, tmp_path: Path
+) -> None:
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
+        kv = await kubernetes_mode(nc, cluster, api, tmp_path)
+        stored = await api.put(RESOURCE_CLAIMS, claim_manifest("reused", count=4))
+        uid = stored["metadata"]["uid"]
+
+        async def written() -> list[str]:
+            claim = named(api, "reused")
+            return sorted(d for _, _, d in devices_of(claim)) if claim else []
+
+        ours = await wait_for(written, 30, "gpudra's allocation written", cluster)
+        cluster.kill("claim-writer")
+        # Meanwhile its pod finished (kube-controller-manager cleared the allocation) and
+        # kube-scheduler allocated it for the next pod, on the other four GPUs: the claim keeps
+        # its finalizer and the allocation id of gpudra's decision.
+        claim = named(api, "reused")
+        assert claim is not None
+        theirs = [i for i in range(8) if f"gpu-{i}" not in ours]
+        claim["status"] = allocated("reused", uid, "node-k", theirs)["status"]
+        await api.put(RESOURCE_CLAIMS, claim)
+        cluster.start_claim_writer(
+            "--mode", "kubernetes", "--kubeconfig", str(tmp_path / "kubeconfig")
+        )
+
+        async def swapped() -> list[str]:
+            record = (await records(kv)).get(uid)
+            if record is None or record.allocator != "external":
+                return []
+            return await held(kv, "node-k")
+
+        holdings = await wait_for(
+            swapped, 30, "the new allocation held, the old one freed", cluster
+        )
+        assert holdings == sorted(f"{uid}:gpu-{i}" for i in theirs)
+        assert await next_claim_gets(api, cluster, 4) == ours
         cluster.stop_all()

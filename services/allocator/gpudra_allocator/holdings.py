@@ -207,10 +207,18 @@ class ClaimRecord:
     allocation: dict[str, Any] | None = field(default=None, hash=False)
     allocator: str = ""
     gang: str = ""  # the gang id, for a member of a gang
+    # The `gpudra.io/allocation-id` the claim carried when this allocation was adopted; "" for
+    # gpudra's own decisions, whose id is their token (`claim_id`).
+    allocation_id: str = ""
 
     @property
     def released(self) -> bool:
         return self.state == "released"
+
+    @property
+    def claim_id(self) -> str:
+        """The allocation id the claim carries with this allocation (`gpudra.io/allocation-id`)."""
+        return self.allocation_id or self.token
 
     def encode(self) -> bytes:
         doc: dict[str, Any] = {"state": self.state, "claim": self.claim}
@@ -224,6 +232,8 @@ class ClaimRecord:
                 allocation=self.allocation,
                 allocator=self.allocator,
             )
+            if self.allocation_id:
+                doc["allocationId"] = self.allocation_id
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @staticmethod
@@ -250,6 +260,7 @@ class ClaimRecord:
                 allocation=allocation,
                 allocator=_str(doc["allocator"]),
                 gang=gang,
+                allocation_id=_str(doc.get("allocationId", "")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise BadReservationError(f"malformed claim record: {exc}") from exc

@@ -252,3 +252,35 @@ async def test_release_writes_from_the_mirror_and_reads_only_when_refused(
         assert b.holdings_of("x") == []
     finally:
         await a.stop()
+
+
+@pytest.mark.parametrize(
+    ("record", "claim_id"),
+    [
+        pytest.param(
+            ClaimRecord("allocated", "default/c", 1, "r1-tok", "n", {"devices": {}}, "r1"),
+            "r1-tok",
+            id="gpudras-decision-is-known-by-its-token",
+        ),
+        pytest.param(
+            ClaimRecord(
+                "allocated",
+                "default/c",
+                1,
+                "adopted-r1-tok",
+                "n",
+                {"devices": {}},
+                "external",
+                allocation_id="adopted-0123456789abcdef",
+            ),
+            "adopted-0123456789abcdef",
+            id="adopted-is-known-by-the-claims-id",
+        ),
+    ],
+)
+def test_a_record_round_trips_with_the_id_the_claim_carries(
+    record: ClaimRecord, claim_id: str
+) -> None:
+    again = ClaimRecord.decode(record.encode())
+    assert again == record
+    assert again.claim_id == claim_id

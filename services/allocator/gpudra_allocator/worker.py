@@ -33,10 +33,12 @@ Promises (with `Reservations` for the multi-replica part):
   (keyed by subject, one per claim name); different claims' events overlap. A held claim is not
   retried while an event of it is being handled.
 - An ALLOCATED_EXTERNALLY event adopts an allocation gpudra did not make (kube-scheduler's, for a
-  pod without gpudra's scheduling gate). A claim already decided keeps its decision, unless the
-  event replaces exactly that decision (`replaces_decision`, the record's token: the claim-writer
-  found the claim allocated otherwise before it could write the decision); then the decision's
-  devices are freed and the claim's are held (counted `replaced`).
+  pod without gpudra's scheduling gate). A claim already decided keeps its record, unless the
+  event names the record's allocation as the one it may replace (`replaces_allocation`, the
+  allocation id the claim carries, `ClaimRecord.claim_id`) and holds other devices: gpudra's
+  decision beaten to the claim by kube-scheduler, or an allocation cleared and made again while
+  no claim-writer watched. Then the record's devices are freed and the claim's are held (counted
+  `replaced`).
 - A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
   `Released`; a DELETED event that carries the claim is a cleared allocation of a claim that lives
   on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
@@ -86,7 +88,7 @@ from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
 from gpudra_allocator.tombstones import TombstoneCollector, grace_for
 from gpudra_allocator.warmup import Warmer
-from gpudra_api import DeviceClass, ResourceSlice
+from gpudra_api import ALLOCATION_ID_ANNOTATION, DeviceClass, ResourceSlice
 from gpudra_bus import (
     ALLOCATION_DECISION,
     CLAIM_EVENT,
@@ -442,7 +444,7 @@ class Worker(GangSteps):
             node_name=record.node,
             gang_id=event.gang_id,
             allocator_id=record.allocator,
-            decision_token=record.token,
+            allocation_id=record.claim_id,
         )
         decision.decided_at.GetCurrentTime()
         ref = event.claim
@@ -548,19 +550,23 @@ class Worker(GangSteps):
     async def _adopt(self, msg: Msg, event: claims_pb2.ClaimEvent) -> None:
         """Take an allocation gpudra did not make into the reservations (kube-scheduler's).
 
-        A claim already decided is left as it is, unless the event says that this allocation
-        was written instead of the decision the record holds (`replaces_decision`: kube-scheduler
-        allocated an ungated pod's claim first). Then the decision's devices are freed and these
-        held: keeping the decision would hold devices nobody uses and leave the ones in use free
-        for the next claim.
+        A claim already decided is left as it is, unless the event says that this allocation may
+        have taken the place of the one the record holds (`replaces_allocation` is the record's
+        allocation id) and its devices differ. Then the record's devices are freed and these
+        held: keeping it would hold devices nobody uses and leave the ones in use free for the
+        next claim.
         """
         ref = event.claim
         record = await self._res.record(ref.uid)
-        if record is not None and (record.released or record.token != event.replaces_decision):
+        if record is not None and (record.released or record.claim_id != event.replaces_allocation):
             # Ours, adopted before, or news of a decision this one has since replaced.
             await self._finish(ref.uid, msg)
             return
         doc = claim_doc(event)
+        meta = doc.get("metadata")
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        if not isinstance(annotations, dict):
+            annotations = {}
         allocation = (doc.get("status") or {}).get("allocation")
         if not isinstance(allocation, dict):
             raise BadClaimError(f"claim {ref.namespace}/{ref.name} is not allocated")
@@ -569,11 +575,11 @@ class Worker(GangSteps):
                 await self._finish(ref.uid, msg)  # the decision's own devices after all
                 return
             log.warning(
-                "claim %s/%s was allocated outside gpudra before decision %s was written; "
-                "freeing that decision's devices and adopting the allocation",
+                "claim %s/%s carries another allocation than %s (made outside gpudra in its "
+                "place); freeing that one's devices and adopting this one",
                 ref.namespace,
                 ref.name,
-                record.token,
+                record.claim_id,
             )
             if record.gang:
                 await self._gangs.leave(record.gang, ref.uid)
@@ -608,6 +614,7 @@ class Worker(GangSteps):
             token=token,
             allocation=allocation,
             allocator="external",
+            allocation_id=str(annotations.get(ALLOCATION_ID_ANNOTATION) or ""),
         )
         winner = await self._res.commit(ref.uid, record)
         if winner.token != token:

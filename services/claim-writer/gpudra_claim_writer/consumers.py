@@ -81,16 +81,19 @@ A clearing nobody watched (the claim-writer was down, or a 410 relist skipped th
 - Still not covered: an allocation cleared in the moment between kube-controller-manager's (or
   `unreserve`'s) two writes (status cleared, finalizer still on) when the claim-writer starts is
   taken for a write-back interrupted in between (offered, its old decision written again); an
-  allocation cleared and made again (kube-scheduler, for the next pod) both while nobody
-  watched: the claim is never seen pending, its id is taken for the new allocation's, the first
-  release is reported only with the second's and the adoption of the second is a no-op (the
-  allocator holds the first's devices until then); an adopted allocation whose id could not be
+  adopted allocation whose id could not be
   written (refused, or conflicting ten times: logged; the adoption is published regardless, as
   the allocator must hold what kube-scheduler handed out) is released only when a process sees
   its clearing live; a clearing by hand (status edited) that also removes the finalizer is
-  taken for its consumers leaving. The allocator handles one claim's events concurrently, so a
-  pod's event published right after the mark may still meet the old decision (as on the live
-  path).
+  taken for its consumers leaving. Two allocator replicas may handle one claim's events side by
+  side (one replica handles them in order), so a pod's event published right after the mark may
+  still meet the old decision there (as on the live path).
+- An allocation cleared and made again (kube-scheduler, for the next pod) both while nobody
+  watched: the claim is never seen pending, and its id is taken for the new allocation's (the
+  first one's release is never reported on its own). The adoption the intake publishes names that
+  id (`replaces_allocation`): the allocator's record of it holds the first allocation's devices,
+  which differ, so the allocator frees them and holds the new ones. The record then carries that
+  id, so the new allocation's clearing is reported under it as before.
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ import logging
 from collections import Counter
 from typing import Any
 
+from gpudra_api import ALLOCATION_ID_ANNOTATION
 from gpudra_claim_writer.claims import FINALIZER, pod_claim_names
 from gpudra_kube.claims import ClaimStore
 from gpudra_kube.consumers import Outcome, consumers_of, pod_consumer_uids, reserve, unreserve
@@ -115,7 +119,6 @@ log = logging.getLogger(__name__)
 
 _DONE_PHASES = ("Succeeded", "Failed")
 CONSUMERS_LEFT_ANNOTATION = "gpudra.io/consumers-left"
-ALLOCATION_ID_ANNOTATION = "gpudra.io/allocation-id"
 _UNKNOWN = "true"  # the mark of a claim whose allocation had no id
 ADOPTED_PREFIX = "adopted-"  # the ids the intake gives allocations gpudra did not write
 

@@ -12,11 +12,11 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client
 
+from gpudra_api import ALLOCATION_ID_ANNOTATION
 from gpudra_bus.connection import connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket
 from gpudra_claim_writer.conftest import new_claim
 from gpudra_claim_writer.consumers import (
-    ALLOCATION_ID_ANNOTATION,
     CONSUMERS_LEFT_ANNOTATION,
     Consumers,
     allocation_id,

@@ -33,8 +33,9 @@ so the allocator places the pod's claims together, on one node, all or none. Rul
   restart the claims may be listed before the pods that use them); when a held claim's last pod
   is deleted, it goes out alone then.
 - Message ids: `<uid>/<generation>/pending/<pod uid>` for a claim sent with its pod.
-- An adoption the write-back sends for an allocation written in place of a decision (`replaces`:
-  the decision's token) has the message id `<uid>/replaces/<token>`.
+- An adoption names the allocation it may have taken the place of (`replaces`: an allocation id,
+  `ClaimEvent.replaces_allocation`). The write-back's, for an allocation written in place of its
+  decision, has the message id `<uid>/replaces/<decision's id>`.
 - A claim whose allocation was cleared is offered again (`reoffer`, once the allocator confirmed
   the release) with its home pod, so it is placed beside the pod's other claims, not alone.
 - Gangs and pods combine: `gpudra.io/gang-size` counts claims, so a gang of 2 pods with 2 claims
@@ -90,7 +91,7 @@ async def publish_event(
     replaces: str = "",
 ) -> None:
     ref = ref if ref is not None else ref_of(claim or {})
-    event = claims_pb2.ClaimEvent(kind=kind, claim=ref, replaces_decision=replaces)
+    event = claims_pb2.ClaimEvent(kind=kind, claim=ref, replaces_allocation=replaces)
     if claim is not None:
         event.claim_json = json.dumps(claim, separators=(",", ":"), sort_keys=True).encode()
         event.gang_id, event.gang_size = gang_fields(claim, ref.namespace)

@@ -12,7 +12,10 @@ Promises:
   unless the id it carries names it already (`consumers`, "Adopted allocations": a relist or a
   restart writes nothing; an id of an earlier, cleared allocation is replaced): so the release of
   an adopted claim whose pod went while the claim-writer was down is seen at its restart, as for
-  gpudra's own. The write-back's ids are never touched.
+  gpudra's own. The write-back's ids are never touched. The adoption names the id the claim
+  carried before (`replaces_allocation`): if the allocator's record of the claim is that
+  allocation on other devices (it was cleared and made again while no claim-writer watched), the
+  allocator frees those and holds these.
 - A claim that is deleted, or marked for deletion, is published as DELETED; then the
   delete-protection finalizer is removed (conflicts re-read, never overwrite). A cleared allocation
   (kube-controller-manager deallocating) is published as a deallocation; the claim is offered for
@@ -47,6 +50,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -228,16 +233,23 @@ class Intake:
         first = ref.uid not in self._allocated
         self._allocated[ref.uid] = allocation
         if first and ref.uid not in self._ours:
+            # The id it carried before: the allocation this one may have taken the place of.
+            replaces = allocation_id(claim)
             # The witness goes on before the allocator holds the devices: an adoption published
             # is (but for a write that failed) one whose clearing a restart will see.
             claim = await self._witness(claim)
-            # Ours or not, the allocator decides: a recorded decision makes this a no-op. One
-            # message id per allocation: a later one of the same claim is news.
+            # Ours or not, the allocator decides: a recorded decision of these devices makes this
+            # a no-op. One message id per allocation (its id and its devices): a later one of the
+            # same claim is news, even under the id of the one it replaced.
+            digest = hashlib.sha256(
+                json.dumps(allocation, sort_keys=True, separators=(",", ":")).encode()
+            ).hexdigest()[:12]
             await publish_event(
                 self._publisher,
                 Kind.KIND_ALLOCATED_EXTERNALLY,
                 claim,
-                msg_id=f"{ref.uid}/external/{allocation_id(claim) or ref.resource_version}",
+                msg_id=f"{ref.uid}/external/{allocation_id(claim) or ref.resource_version}/{digest}",
+                replaces=replaces,
             )
             self.published["external"] += 1
 

@@ -12,13 +12,13 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from gpudra_api import ALLOCATION_ID_ANNOTATION
 from gpudra_bus import Publisher, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
 from gpudra_claim_writer.claims import FINALIZER
 from gpudra_claim_writer.conftest import ALLOCATION, until
 from gpudra_claim_writer.consumers import (
     ADOPTED_PREFIX,
-    ALLOCATION_ID_ANNOTATION,
     CONSUMERS_LEFT_ANNOTATION,
     allocation_id,
     consumers_left,
@@ -418,7 +418,9 @@ async def test_an_allocation_gpudra_did_not_write_gets_an_id_once(
             assert heard.kinds() == ["KIND_ALLOCATED_EXTERNALLY"]
             adopted = json.loads(heard.events[0].claim_json)
             assert allocation_id(adopted) == given, "the allocator hears of it with its id"
-            assert heard.ids[0].endswith(given or stored["metadata"]["resourceVersion"])
+            assert f"/external/{given or stored['metadata']['resourceVersion']}/" in heard.ids[0]
+            # The allocation it may have taken the place of: the one whose id it carried.
+            assert heard.events[0].replaces_allocation == carried
             await relist(fake, first, lambda: label(fake, store, "data"))
             await settle(heard, 1)
         second = intake()

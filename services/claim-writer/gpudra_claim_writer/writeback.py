@@ -8,18 +8,19 @@ Promises:
   writes name that version, so a claim changed since is refused (409) and read again. An allocation
   that is already there is left alone (decisions repeat after restarts). Another allocation
   already there (kube-scheduler allocated an ungated pod's claim first) is left alone too, and
-  sent to the allocator as an adoption that replaces this decision (`replaces_decision`, the
-  decision's token; counted "foreign"), so the allocator frees the decision's devices and holds
-  the ones the claim got. A claim that is gone, or
+  sent to the allocator as an adoption that replaces this decision (`replaces_allocation`, the
+  decision's allocation id; counted "foreign"), so the allocator frees the decision's devices and
+  holds the ones the claim got. A claim that is gone, or
   was re-created under the same name with another UID, gets a DELETED event instead, so the
   allocator frees the devices it reserved for it.
 - The allocation carries the claim's trace on: the metadata write before it (the finalizer) also
   sets the annotations `gpudra.io/traceparent` / `gpudra.io/tracestate` to the context of the
   `write claim status` span, so the kubelet plugin's prepare span, which reads them, joins the
   claim's trace in a real cluster too. Only a claim not yet carrying the allocation is annotated.
-- The same metadata write sets `gpudra.io/allocation-id` to an id of the decision (a hash of the
-  decision message: the same decision redelivered gives the same id, so a write interrupted
-  between its two steps is not written again); `consumers` explains how the intake uses it to
+- The same metadata write sets `gpudra.io/allocation-id` to the decision's id (`decision_id`:
+  the allocator's, the same for every announcement of one decision; from an older allocator a hash
+  of the decision message, the same for every delivery), so a write interrupted between its two
+  steps is not written again, and the allocator can tell which of its decisions a claim carries; `consumers` explains how the intake uses it to
   see, after a restart, an allocation that was cleared while nobody watched. A decision delivered
   again after its allocation was written and then cleared by its consumers leaving (its ack lost,
   or the claim-writer stopped before acknowledging it; `consumers.cleared_since`: the claim
@@ -269,16 +270,16 @@ class Writeback:
             "the allocator adopts that allocation instead",
             ref.namespace,
             ref.name,
-            decision.decision_token or "(no token)",
+            decision.allocation_id or "(no id)",
         )
         self.counts["foreign"] += 1
-        if decision.decision_token:  # an older allocator's decision: the intake's adoption only
+        if decision.allocation_id:  # an older allocator's decision: the intake's adoption only
             await publish_event(
                 self._publisher,
                 Kind.KIND_ALLOCATED_EXTERNALLY,
                 claim,
-                msg_id=f"{ref.uid}/replaces/{decision.decision_token}",
-                replaces=decision.decision_token,
+                msg_id=f"{ref.uid}/replaces/{decision.allocation_id}",
+                replaces=decision.allocation_id,
             )
 
     async def _allocated(self, decision: claims_pb2.AllocationDecision) -> None:
@@ -400,8 +401,11 @@ class Writeback:
 
 
 def decision_id(decision: claims_pb2.AllocationDecision) -> str:
-    """The id an allocation written for `decision` carries (`gpudra.io/allocation-id`): 16 hex
-    digits of the hash of the decision message, the same for every delivery of it."""
+    """The id an allocation written for `decision` carries (`gpudra.io/allocation-id`): the one
+    the allocator gave the decision (the same for every announcement of it), or from an older
+    allocator 16 hex digits of the hash of the decision message (the same for every delivery)."""
+    if decision.allocation_id:
+        return decision.allocation_id
     return hashlib.sha256(decision.SerializeToString(deterministic=True)).hexdigest()[:16]
 
 

@@ -12,6 +12,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from gpudra_api import ALLOCATION_ID_ANNOTATION
 from gpudra_bus import (
     ALLOCATION_DECISION,
     Publisher,
@@ -19,7 +20,6 @@ from gpudra_bus import (
 )
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
 from gpudra_claim_writer.conftest import ALLOCATION, decide, new_claim, until
-from gpudra_claim_writer.consumers import ALLOCATION_ID_ANNOTATION
 from gpudra_claim_writer.writeback import Writeback, decision_id
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
@@ -283,8 +283,8 @@ async def test_a_decision_delivered_again_after_its_allocation_was_cleared(
 @pytest.mark.parametrize(
     ("token", "sent"),
     [
-        pytest.param("r1-0123abcd", True, id="decision-with-token-is-replaced"),
-        pytest.param("", False, id="older-allocator-no-token-left-to-the-intake"),
+        pytest.param("r1-0123abcd", True, id="decision-with-an-id-is-replaced"),
+        pytest.param("", False, id="older-allocator-no-id-left-to-the-intake"),
     ],
 )
 async def test_a_claim_allocated_by_kube_scheduler_first_is_sent_back_for_adoption(
@@ -294,7 +294,7 @@ async def test_a_claim_allocated_by_kube_scheduler_first_is_sent_back_for_adopti
     decision: the claim is not touched, and the allocator is told which decision to give up."""
     store = KvStore(nc)
     decision = await allocated_decision(store, "raced")
-    decision.decision_token = token
+    decision.allocation_id = token
     claim = await store.get(RESOURCE_CLAIMS, "raced", "default")
     theirs = json.loads(json.dumps(ALLOCATION))
     theirs["devices"]["results"][0]["device"] = "gpu-5"
@@ -324,5 +324,21 @@ async def test_a_claim_allocated_by_kube_scheduler_first_is_sent_back_for_adopti
     if sent:
         (event,) = events
         assert event.kind == claims_pb2.ClaimEvent.KIND_ALLOCATED_EXTERNALLY
-        assert event.replaces_decision == token
+        assert event.replaces_allocation == token
         assert json.loads(event.claim_json)["status"]["allocation"] == theirs
+
+
+async def test_the_allocation_carries_the_id_the_allocator_gave_its_decision(nc: Client) -> None:
+    """Every announcement of one decision has the allocator's id for it: the claim carries that
+    id, which the allocator matches to its record (an allocation made in its place)."""
+    store = KvStore(nc)
+    decision = await allocated_decision(store, "c1")
+    decision.allocation_id = "allocator-0-0123456789ab"
+    assert decision_id(decision) == "allocator-0-0123456789ab"
+    await Writeback(nc, store, Publisher(nc), consumer="given-id-test")._allocated(decision)
+    written = await store.get(RESOURCE_CLAIMS, "c1", "default")
+    assert annotations_of(written)[ALLOCATION_ID_ANNOTATION] == "allocator-0-0123456789ab"
+    again = claims_pb2.AllocationDecision()
+    again.CopyFrom(decision)
+    again.decided_at.FromSeconds(1_700_000_060)  # announced again: another message, the same id
+    assert decision_id(again) == decision_id(decision)

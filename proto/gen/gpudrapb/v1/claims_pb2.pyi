@@ -93,7 +93,7 @@ class ClaimEvent(google.protobuf.message.Message):
     POD_UID_FIELD_NUMBER: builtins.int
     POD_NAME_FIELD_NUMBER: builtins.int
     POD_CLAIMS_FIELD_NUMBER: builtins.int
-    REPLACES_DECISION_FIELD_NUMBER: builtins.int
+    REPLACES_ALLOCATION_FIELD_NUMBER: builtins.int
     kind: global___ClaimEvent.Kind.ValueType
     claim_json: builtins.bytes
     """The full resource.k8s.io/v1 ResourceClaim as JSON (UTF-8)."""
@@ -115,13 +115,15 @@ class ClaimEvent(google.protobuf.message.Message):
     """
     pod_name: builtins.str
     """That pod as namespace/name (reasons and logs)."""
-    replaces_decision: builtins.str
-    """KIND_ALLOCATED_EXTERNALLY only: the claim carries this allocation *instead of* gpudra's
-    decision with this token (`AllocationDecision.decision_token`). The claim-writer sends it when
-    it finds the claim allocated by someone else (kube-scheduler, for an ungated pod) before it
-    could write that decision. The allocator then frees that decision's devices and adopts these,
-    but only while its record for the claim is still that decision (a late event changes
-    nothing). Empty: adopt only when the allocator holds no decision for the claim.
+    replaces_allocation: builtins.str
+    """KIND_ALLOCATED_EXTERNALLY only: the allocation id (`gpudra.io/allocation-id`) of the
+    allocation this one may have taken the place of: the id the claim carried before the
+    claim-writer saw this allocation, or the id of gpudra's decision that the write-back found
+    beaten to the claim (kube-scheduler allocated it first, for an ungated pod). When the
+    allocator's record of the claim is that allocation and holds other devices, it frees them and
+    adopts these (an allocation cleared and made again while no claim-writer watched, or a
+    decision never written). Any other record is left as it is, so a late event changes nothing.
+    Empty: adopt only when the allocator holds nothing for the claim.
     """
     @property
     def claim(self) -> global___ClaimRef: ...
@@ -151,10 +153,10 @@ class ClaimEvent(google.protobuf.message.Message):
         pod_uid: builtins.str = ...,
         pod_name: builtins.str = ...,
         pod_claims: collections.abc.Iterable[builtins.str] | None = ...,
-        replaces_decision: builtins.str = ...,
+        replaces_allocation: builtins.str = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["claim", b"claim", "observed_at", b"observed_at"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["claim", b"claim", "claim_json", b"claim_json", "consumers", b"consumers", "gang_id", b"gang_id", "gang_size", b"gang_size", "kind", b"kind", "observed_at", b"observed_at", "pod_claims", b"pod_claims", "pod_name", b"pod_name", "pod_uid", b"pod_uid", "replaces_decision", b"replaces_decision"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["claim", b"claim", "claim_json", b"claim_json", "consumers", b"consumers", "gang_id", b"gang_id", "gang_size", b"gang_size", "kind", b"kind", "observed_at", b"observed_at", "pod_claims", b"pod_claims", "pod_name", b"pod_name", "pod_uid", b"pod_uid", "replaces_allocation", b"replaces_allocation"]) -> None: ...
 
 global___ClaimEvent = ClaimEvent
 
@@ -187,7 +189,7 @@ class AllocationDecision(google.protobuf.message.Message):
     GANG_ID_FIELD_NUMBER: builtins.int
     ALLOCATOR_ID_FIELD_NUMBER: builtins.int
     DECIDED_AT_FIELD_NUMBER: builtins.int
-    DECISION_TOKEN_FIELD_NUMBER: builtins.int
+    ALLOCATION_ID_FIELD_NUMBER: builtins.int
     outcome: global___AllocationDecision.Outcome.ValueType
     allocation_json: builtins.bytes
     """resource.k8s.io/v1 AllocationResult as JSON when allocated; empty otherwise."""
@@ -198,9 +200,9 @@ class AllocationDecision(google.protobuf.message.Message):
     gang_id: builtins.str
     allocator_id: builtins.str
     """Which allocator replica decided (for logs; decisions are idempotent regardless)."""
-    decision_token: builtins.str
-    """OUTCOME_ALLOCATED: which of the claim's decisions this is (the token of the allocator's
-    record), named back in `ClaimEvent.replaces_decision` when the claim-writer cannot write it.
+    allocation_id: builtins.str
+    """OUTCOME_ALLOCATED: the id the claim-writer writes into the claim's `gpudra.io/allocation-id`
+    annotation with this allocation, the same for every announcement of one decision.
     """
     @property
     def claim(self) -> global___ClaimRef: ...
@@ -217,10 +219,10 @@ class AllocationDecision(google.protobuf.message.Message):
         gang_id: builtins.str = ...,
         allocator_id: builtins.str = ...,
         decided_at: google.protobuf.timestamp_pb2.Timestamp | None = ...,
-        decision_token: builtins.str = ...,
+        allocation_id: builtins.str = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["claim", b"claim", "decided_at", b"decided_at"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["allocation_json", b"allocation_json", "allocator_id", b"allocator_id", "claim", b"claim", "decided_at", b"decided_at", "decision_token", b"decision_token", "gang_id", b"gang_id", "node_name", b"node_name", "outcome", b"outcome", "reason", b"reason"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["allocation_id", b"allocation_id", "allocation_json", b"allocation_json", "allocator_id", b"allocator_id", "claim", b"claim", "decided_at", b"decided_at", "gang_id", b"gang_id", "node_name", b"node_name", "outcome", b"outcome", "reason", b"reason"]) -> None: ...
 
 global___AllocationDecision = AllocationDecision
 
