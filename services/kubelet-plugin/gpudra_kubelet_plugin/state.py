@@ -4,6 +4,8 @@ checkpoint, the CDI specs and dynamic MIG devices.
 Promises:
 - Prepare and unprepare are serialized, across coroutines and across plugin instances sharing the
   plugin directory (rolling update), by a file lock; each starts from the checkpoint file's state.
+- The claim store is read outside the lock, so a slow or hanging read holds up no other claim;
+  what to do is decided after it, under the lock, from the checkpoint as it is then.
 - Prepare checks the claim's UID against the store (a mismatch fails that claim only), resolves
   every device and config *before* any side effect, records `PrepareStarted` (with the MIG devices it
   will create) in the checkpoint, creates those MIG devices, writes the CDI spec, then records
@@ -120,13 +122,18 @@ class DeviceState:
     async def prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
         """The claim's devices with CDI IDs; idempotent."""
         async with self._serialized():
-            record = self._records.get(ref.uid)
-            if record is not None and record.state == PREPARE_COMPLETED:
-                return record.devices
-            if record is not None:
-                log.warning("claim %s was interrupted mid-prepare; rolling back", ref.uid)
-                await self._release(ref.uid, record)
-            claim = await self._claims.get(ref.namespace, ref.name)
+            done = await self._completed_or_rolled_back(ref.uid)
+            if done is not None:
+                return done
+        # The read may take as long as the store's request timeout (an unreachable API server):
+        # made under the node-wide lock it would hold up every other claim's prepare and
+        # unprepare behind it, and a request of several claims would outlast the kubelet's
+        # deadline. So read first, then decide under the lock from the checkpoint as it is then.
+        claim = await self._claims.get(ref.namespace, ref.name)
+        async with self._serialized():
+            done = await self._completed_or_rolled_back(ref.uid)  # another call may have run
+            if done is not None:
+                return done
             with self._span("prepare", ref, claim) as span:
                 name = f"{ref.namespace}/{ref.name}"
                 try:
@@ -137,6 +144,17 @@ class DeviceState:
                 span.set_attribute("gpudra.devices", [d.device_name for d in devices])
                 await self._events.prepared(ref.uid, name, devices)
                 return devices
+
+    async def _completed_or_rolled_back(self, uid: str) -> tuple[PreparedDevice, ...] | None:
+        """The stored answer of a completed claim; else None, after rolling back a claim left
+        `PrepareStarted` (a crash mid-prepare). Call with the lock held."""
+        record = self._records.get(uid)
+        if record is not None and record.state == PREPARE_COMPLETED:
+            return record.devices
+        if record is not None:
+            log.warning("claim %s was interrupted mid-prepare; rolling back", uid)
+            await self._release(uid, record)
+        return None
 
     async def unprepare(self, ref: ClaimRef) -> None:
         """Undo prepare; succeeds for claims this node never prepared."""

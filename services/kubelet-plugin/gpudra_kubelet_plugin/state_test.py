@@ -15,6 +15,7 @@ from gpudra_kubelet_plugin.checkpoint import (
     Checkpoint,
     ClaimRecord,
 )
+from gpudra_kubelet_plugin.claimsource import MemoryClaimSource
 from gpudra_kubelet_plugin.conftest import (
     DRIVER,
     GPU0,
@@ -376,3 +377,58 @@ async def test_a_claim_without_name_is_that_claims_error(node: Node, running: Ru
     response = await kubelet.prepare([ref(good), ClaimName("uid-anon", "default", "")])
     assert response.claims["uid-good"].error == ""
     assert "without uid or name" in response.claims["uid-anon"].error
+
+
+class GatedClaims(MemoryClaimSource):
+    """A claim store whose reads hang until `gate` is set, as reads do while the API server is
+    unreachable and each request runs into its timeout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.waiting = 0
+
+    async def get(self, namespace: str, name: str) -> Mapping[str, Any]:
+        self.waiting += 1
+        try:
+            await self.gate.wait()
+        finally:
+            self.waiting -= 1
+        return await super().get(namespace, name)
+
+
+async def test_a_hanging_claim_read_holds_up_no_other_claim(node: Node) -> None:
+    claims = GatedClaims()
+    node.claims = claims
+    ready = make_claim("ready", "uid-ready", [("gpu", "gpu-0")])
+    slow = [make_claim(f"slow{i}", f"uid-slow{i}", [("gpu", "gpu-1")]) for i in range(2)]
+    for claim in (ready, *slow):
+        claims.put(claim)
+    state = node.state()
+    await state.start()
+    claims.gate.set()
+    ready_ref = ClaimRef("uid-ready", "default", "ready")
+    first = await state.prepare(ready_ref)
+    claims.gate.clear()
+    pending = [
+        asyncio.create_task(state.prepare(ClaimRef(f"uid-slow{i}", "default", f"slow{i}")))
+        for i in range(2)
+    ]
+    try:
+        # Both reads are in flight together: one slow read does not queue the next behind it.
+        async with asyncio.timeout(10):
+            while claims.waiting < 2:
+                await asyncio.sleep(0.01)
+        # Neither a repeated prepare (answered from the checkpoint) nor an unprepare needs the
+        # store: they finish while the reads hang.
+        assert await asyncio.wait_for(state.prepare(ready_ref), 10) == first
+        await asyncio.wait_for(state.unprepare(ready_ref), 10)
+        assert not node.cdi.spec_path("uid-ready").exists()
+        claims.gate.set()
+        answers = await asyncio.wait_for(asyncio.gather(*pending), 10)
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    assert [a[0].device_name for a in answers] == ["gpu-1", "gpu-1"]
+    assert set(node.checkpoint().load().claims) == {"uid-slow0", "uid-slow1"}
