@@ -14,7 +14,8 @@ Promises:
 - A claim found `PrepareStarted` (a crash mid-prepare) is rolled back — its spec removed, its planned
   MIG devices destroyed — before it is prepared again; unprepare of such a claim cleans up the same.
 - Unprepare removes exactly the claim's spec and the MIG devices it created (unless another
-  prepared claim shares them); unprepare of an unknown claim succeeds.
+  prepared claim shares them); unprepare of an unknown claim succeeds, and so does unprepare of a
+  claim whose MIG device this node no longer has.
 - Each prepare and unprepare is a span; prepare continues the claim's trace (see `traces`), and
   its outcome goes to the `EventSink` inside that span (see `events`).
 - At start, claims of a previous boot are dropped (their specs removed) and specs of this driver
@@ -48,6 +49,7 @@ from gpudra_kubelet_plugin.devices import DeviceControl, DeviceInfo, DeviceLooku
 from gpudra_kubelet_plugin.errors import (
     ClaimUidMismatchError,
     ConfigError,
+    DeviceError,
     InvalidClaimError,
     KubeletPluginError,
 )
@@ -287,7 +289,14 @@ class DeviceState:
         for name in record.mig_devices:
             if self._mig_owned_elsewhere(name, uid):
                 continue
-            info = await self._lookup.device(name)
+            try:
+                info = await self._lookup.device(name)
+            except DeviceError:
+                # Not on this node any more (its GPU gone, the MIG layout changed by hand since
+                # the plugin started): nothing is left to destroy. Failing here would fail the
+                # kubelet's unprepare on every retry and keep the pod from terminating.
+                log.warning("claim %s: MIG device %s is no longer on this node", uid, name)
+                continue
             if info.exists:
                 log.info("claim %s: destroying MIG device %s", uid, name)
                 await self._control.destroy_mig(info)

@@ -432,3 +432,32 @@ async def test_a_hanging_claim_read_holds_up_no_other_claim(node: Node) -> None:
         await asyncio.gather(*pending, return_exceptions=True)
     assert [a[0].device_name for a in answers] == ["gpu-1", "gpu-1"]
     assert set(node.checkpoint().load().claims) == {"uid-slow0", "uid-slow1"}
+
+
+@pytest.mark.parametrize("interrupted", [False, True], ids=["completed", "prepare-started"])
+async def test_unprepare_succeeds_when_a_recorded_mig_device_is_gone_from_the_node(
+    node: Node, interrupted: bool
+) -> None:
+    claim = make_claim("m", "uid-g", [("mig", "gpu-1-mig-3g-40gb-4")])
+    node.claims.put(claim)
+    before = node.state(
+        CrashBeforeCompleted(node.settings.checkpoint_path, node.settings.boot_id_file)
+        if interrupted
+        else None
+    )
+    await before.start()
+    if interrupted:
+        with pytest.raises(Crash):
+            await before.prepare(ClaimRef("uid-g", "default", "m"))
+    else:
+        await before.prepare(ClaimRef("uid-g", "default", "m"))
+    # The plugin restarts and discovers a node without that MIG device (its GPU fell off the
+    # bus, or the MIG layout was changed by hand): there is nothing left to destroy, and the
+    # kubelet's unprepare must not fail for ever on it.
+    node.table = DeviceTable(d for d in node_devices() if d.name != "gpu-1-mig-3g-40gb-4")
+    after = node.state()
+    await after.start()
+    await after.unprepare(ClaimRef("uid-g", "default", "m"))
+    assert after.records == {}
+    assert node.cdi.claim_uids() == set()
+    assert node.checkpoint().load().claims == {}
