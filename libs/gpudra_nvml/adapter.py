@@ -3,7 +3,9 @@
 The same code runs on a real GPU (the `pynvml` module) and in tests (`FakeNvml`); it knows nothing
 about which one it holds. Promises:
 - `discover()` describes every GPU that answers; a GPU that is lost is reported in `lost` (by
-  index) instead of failing the whole discovery, so the agent can keep its last description.
+  index), one whose description fails with another NVML error (a MIG query its driver refuses, an
+  unknown error) in `failed`, instead of failing the whole discovery, so the agent can keep its
+  last description. A GPU in `lost` or `failed` contributes no device at all, not half of one.
 - Devices come out in GPU index order, each GPU followed by its MIG devices; names are stable.
 - A GPU in MIG mode carries its free placements (dynamic MIG) and is itself marked `mig_enabled`;
   whole GPUs are MIG-disabled ones.
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra_nvml import mig, topology
-from gpudra_nvml.errors import DeviceLostError
+from gpudra_nvml.errors import DeviceLostError, NvmlCallError
 from gpudra_nvml.nvcall import Nvml, text
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -63,6 +65,8 @@ class Discovery:
     devices: list[pb.Device] = field(default_factory=list)
     #: GPU indexes that did not answer (NVML_ERROR_GPU_IS_LOST).
     lost: list[int] = field(default_factory=list)
+    #: GPU index -> the NVML error that stopped its description (any other than GPU_IS_LOST).
+    failed: dict[int, str] = field(default_factory=dict)
 
 
 class NvmlAdapter:
@@ -114,20 +118,28 @@ class NvmlAdapter:
                 gpus[index] = self._gpu(index, handle)
             except DeviceLostError:
                 result.lost.append(index)
+            except NvmlCallError as exc:
+                result.failed[index] = str(exc)
         live = {i: handles[i] for i in gpus}
         domains = topology.nvlink_domains(
             self.nvml, live, {i: d.pci_bus_id for i, d in gpus.items()}
         )
         for index, device in sorted(gpus.items()):
             device.nvlink_domain = domains.get(index, "")
-            device.clique_id = topology.clique_id(self.nvml, live[index])
+            # A GPU is added with its MIG devices or not at all: one that stops answering half-way
+            # must not appear both described afresh and carried over from the last inventory.
+            try:
+                device.clique_id = topology.clique_id(self.nvml, live[index])
+                children = self._mig(live[index], device) if device.mig_enabled else []
+            except DeviceLostError:
+                result.lost.append(index)
+                continue
+            except NvmlCallError as exc:
+                result.failed[index] = str(exc)
+                continue
             result.versions.vbios[device.uuid] = device.vbios_version
             result.devices.append(device)
-            if device.mig_enabled:
-                try:
-                    result.devices.extend(self._mig(live[index], device))
-                except DeviceLostError:
-                    result.lost.append(index)
+            result.devices.extend(children)
         result.lost.sort()
         return result
 

@@ -8,6 +8,7 @@ import pynvml
 import pytest
 
 from gpudra_nvml.adapter import sysfs_pcie_root
+from gpudra_nvml.inventory import snapshot
 from gpudra_nvml.loader import open_simulator
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -305,3 +306,65 @@ def test_partner_of_a_lost_gpu_keeps_a_bridge_domain() -> None:
     found = opened.adapter.discover()
     assert found.lost == [0]
     assert [d.nvlink_domain for d in found.devices] == ["nvlink-0", "nvlink-1", "nvlink-1"]
+
+
+class _FailsOn:
+    """The simulator with one NVML function failing with `code` on one GPU (by index)."""
+
+    def __init__(self, lib: Any, function: str, index: int, code: int) -> None:
+        self._lib, self._function, self._index, self._code = lib, function, index, code
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if name != self._function:
+            return real
+
+        def call(handle: Any, *args: Any) -> Any:
+            if self._lib.nvmlDeviceGetIndex(handle) == self._index:
+                raise pynvml.NVMLError(self._code)
+            return real(handle, *args)
+
+        return call
+
+
+def test_gpu_lost_while_its_mig_devices_are_read_is_only_reported_lost() -> None:
+    opened = open_simulator("a100-mig")
+    before = snapshot(opened.adapter.discover(), "n1", opened.source)
+    opened.adapter.nvml.lib = _FailsOn(
+        opened.fake, "nvmlDeviceGetMaxMigDeviceCount", 0, pynvml.NVML_ERROR_GPU_IS_LOST
+    )
+    found = opened.adapter.discover()
+    assert found.lost == [0]
+    assert 0 not in {d.index for d in found.devices}
+    # The agent keeps the last description of the lost GPU, once: no duplicate GPU or counter set.
+    after = snapshot(found, "n1", opened.source, before)
+    names = [d.name for d in after.devices]
+    assert len(names) == len(set(names))
+    assert sorted(names) == sorted(d.name for d in before.devices)
+
+
+@pytest.mark.parametrize(
+    ("function", "code"),
+    [
+        pytest.param(
+            "nvmlDeviceGetMaxMigDeviceCount", pynvml.NVML_ERROR_NOT_SUPPORTED, id="mig-unsupported"
+        ),
+        pytest.param(
+            "nvmlDeviceGetMaxMigDeviceCount", pynvml.NVML_ERROR_UNKNOWN, id="mig-unknown-error"
+        ),
+        pytest.param("nvmlDeviceGetMemoryInfo", pynvml.NVML_ERROR_UNKNOWN, id="gpu-query-error"),
+    ],
+)
+def test_an_nvml_error_on_one_gpu_does_not_lose_the_others(function: str, code: int) -> None:
+    opened = open_simulator("a100-mig")
+    before = snapshot(opened.adapter.discover(), "n1", opened.source)
+    opened.adapter.nvml.lib = _FailsOn(opened.fake, function, 1, code)
+    found = opened.adapter.discover()
+    assert sorted({d.index for d in found.devices}) == [0, 2, 3, 4, 5, 6, 7]
+    assert list(found.failed) == [1]
+    assert function in found.failed[1]
+    # GPU 1 keeps its last description (with its MIG devices) until it answers again.
+    after = snapshot(found, "n1", opened.source, before)
+    assert [d.name for d in after.devices] == [d.name for d in before.devices]
+    opened.adapter.nvml.lib = opened.fake
+    assert opened.adapter.discover().failed == {}

@@ -1,7 +1,8 @@
 """A discovery as a NodeInventory message: the one place the agent and the CLI build it.
 
-Devices a discovery could not reach (lost GPUs) are carried over from the previous inventory, so a
-GPU that falls off the bus stays visible — with a LOST condition — instead of silently vanishing.
+Devices a discovery could not reach (lost GPUs, and GPUs whose description failed with another
+NVML error) are carried over from the previous inventory, so a GPU that falls off the bus stays
+visible — with a LOST condition — and one query failing once does not make a GPU vanish.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ def snapshot(
     )
     inventory.observed_at.FromNanoseconds(time.time_ns())
     devices = list(discovery.devices)
-    if previous is not None and discovery.lost:
-        lost = set(discovery.lost)
+    if previous is not None and (discovery.lost or discovery.failed):
+        lost = set(discovery.lost) | set(discovery.failed)
         devices += [d for d in previous.devices if d.index in lost]
         for d in previous.devices:
             if d.index in lost and d.type == pb.Device.TYPE_GPU and d.uuid:

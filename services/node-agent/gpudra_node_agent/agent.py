@@ -148,6 +148,8 @@ class NodeAgent:
         if rediscover:
             self._last_discovery = now
             found = adapter.discover()
+            for index, why in sorted(found.failed.items()):
+                log.warning("GPU %d not described this time, last description kept: %s", index, why)
             inventory = snapshot(
                 found, self.node, self.opened.source, self.inventory, self._boot_id
             )
