@@ -8,11 +8,13 @@ conditions per GPU index. Policy:
 - ECC: the volatile uncorrected count > 0 raises a condition; a GPU reset zeroes the count and
   clears it.
 - Lost: a GPU answering NVML_ERROR_GPU_IS_LOST raises a condition that clears when it answers again.
+  A GPU that was lost when the event set was opened is registered for events once it answers.
 Blocking: `poll()` may wait up to `timeout_ms` in NVML's event wait; run it off the event loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import time
 from collections.abc import Callable, Iterable
@@ -62,20 +64,26 @@ class HealthMonitor:
         self._by_address: dict[int, int] = {}
         self._conditions: dict[int, dict[int, pb.HealthCondition]] = {}
         self._xid_seen: dict[int, float] = {}
+        self._registered: set[int] = set()  # GPU indexes registered with the event set
 
     def open(self, handles: dict[int, Any]) -> None:
         """Create the event set and register every GPU for the event types it supports."""
         self._event_set = self._nvml.call("nvmlEventSetCreate")
+        for index, handle in handles.items():
+            with contextlib.suppress(DeviceLostError):  # registered once it answers (`_check`)
+                self._register(index, handle)
+
+    def _register(self, index: int, handle: Any) -> None:
         wanted = int(
             self._nvml.const("nvmlEventTypeXidCriticalError")
             | self._nvml.const("nvmlEventTypeDoubleBitEccError")
         )
-        for index, handle in handles.items():
-            supported = self._nvml.optional("nvmlDeviceGetSupportedEventTypes", handle)
-            mask = wanted & int(supported) if supported is not None else 0
-            if mask:
-                self._nvml.optional("nvmlDeviceRegisterEvents", handle, mask, self._event_set)
-            self._by_address[int(ctypes.cast(handle, ctypes.c_void_p).value or 0)] = index
+        supported = self._nvml.optional("nvmlDeviceGetSupportedEventTypes", handle)
+        mask = wanted & int(supported) if supported is not None else 0
+        if mask:
+            self._nvml.optional("nvmlDeviceRegisterEvents", handle, mask, self._event_set)
+        self._by_address[int(ctypes.cast(handle, ctypes.c_void_p).value or 0)] = index
+        self._registered.add(index)
 
     def close(self) -> None:
         if self._event_set is not None:
@@ -137,6 +145,9 @@ class HealthMonitor:
     def _check(self, index: int) -> list[Transition | None]:
         try:
             handle = self._nvml.call("nvmlDeviceGetHandleByIndex", index)
+            if self._event_set is not None and index not in self._registered:
+                # Lost when the set was opened: without this its XIDs would never be seen.
+                self._register(index, handle)
             count = self._nvml.optional(
                 "nvmlDeviceGetTotalEccErrors",
                 handle,

@@ -98,3 +98,19 @@ def test_close_frees_event_set() -> None:
     monitor.close()
     monitor.close()  # idempotent
     assert monitor.poll(8) == []
+
+
+def test_a_gpu_lost_when_the_monitor_opened_gets_its_xids_once_it_answers() -> None:
+    clock = Clock()
+    opened = open_simulator("dgx-h100", clock=clock)
+    assert opened.fake is not None
+    opened.fake.lose_device(3)
+    handles, lost = opened.adapter.handles()
+    assert lost == [3]
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
+    monitor.open(handles)
+    assert _kinds(monitor.poll(8)) == [(3, LOST, 0, False)]
+    opened.fake.recover_device(3)
+    assert _kinds(monitor.poll(8)) == [(3, LOST, 0, True)]
+    opened.fake.inject_xid(3, 48)
+    assert _kinds(monitor.poll(8)) == [(3, XID, 48, False)]
