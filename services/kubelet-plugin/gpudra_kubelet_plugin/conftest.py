@@ -114,6 +114,7 @@ class Node:
     claims: MemoryClaimSource
     table: DeviceTable
     registration_retry: float = 5.0
+    socket_check: float = 1.0
 
     @property
     def settings(self) -> Settings:
@@ -125,6 +126,7 @@ class Node:
             cdi_dir=self.root / "cdi",
             boot_id_file=self.root / "boot_id",
             registration_retry=self.registration_retry,
+            socket_check=self.socket_check,
             shutdown_grace=0.5,
         )
 

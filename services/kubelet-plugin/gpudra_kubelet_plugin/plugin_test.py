@@ -20,7 +20,7 @@ from gpudra_kubelet_plugin.conftest import (
     ref,
 )
 from gpudra_kubelet_plugin.errors import SocketError
-from gpudra_kubelet_plugin.fakekubelet import FakeKubelet
+from gpudra_kubelet_plugin.fakekubelet import FakeKubelet, wait_for_socket
 from gpudra_kubelet_plugin.health import HealthEvent
 from gpudra_kubelet_plugin.registration import SUPPORTED_VERSIONS
 from kubeletpb.dra.v1 import api_pb2 as v1
@@ -171,3 +171,76 @@ async def test_rolling_update_two_instances_share_the_node(node: Node) -> None:
         await old.stop()
         assert new.settings.registration_socket.exists()  # the old pod leaves the new one's alone
         await new.stop()
+
+
+async def test_a_removed_registration_socket_is_created_again(node: Node) -> None:
+    """The kubelet deregisters a driver whose registration socket goes away (a cleanup of the
+    registry directory, a kubelet reinstall) and registers it again only for a new socket."""
+    node.socket_check = 0.05
+    claim = make_claim("c", "uid-s", [("gpu", "gpu-0")])
+    node.claims.put(claim)
+    plugin = await node.plugin()
+    await plugin.start()
+    try:
+        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
+            await kubelet.register()
+        node.settings.registration_socket.unlink()
+        await wait_for_socket(node.settings.registration_socket, timeout=10)
+        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
+            await kubelet.register()
+            assert (await kubelet.prepare([ref(claim)])).claims["uid-s"].error == ""
+        assert plugin.registrar.attempts == 2
+    finally:
+        await plugin.stop()
+    assert not node.settings.registration_socket.exists()
+
+
+async def test_a_removed_dra_socket_is_served_again_and_registered_anew(node: Node) -> None:
+    """Without its DRA socket file the kubelet cannot reach the plugin; the plugin serves on a new
+    one and re-creates its registration socket, so the kubelet connects to the new one."""
+    node.socket_check = 0.05
+    claim = make_claim("c", "uid-d", [("gpu", "gpu-0")])
+    node.claims.put(claim)
+    plugin = await node.plugin()
+    await plugin.start()
+    try:
+        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
+            await kubelet.register()
+        node.settings.dra_socket.unlink()
+        await wait_for_socket(node.settings.dra_socket, timeout=10)
+        async with asyncio.timeout(10):
+            while plugin.registrar.attempts < 2:
+                await asyncio.sleep(0.01)
+        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
+            await kubelet.register()
+            assert (await kubelet.prepare([ref(claim)])).claims["uid-d"].error == ""
+    finally:
+        await plugin.stop()
+    assert not node.settings.dra_socket.exists()
+    assert not node.settings.registration_socket.exists()
+
+
+async def test_a_socket_taken_over_by_another_instance_is_left_to_it(node: Node) -> None:
+    """Fixed socket names (no pod UID): a second instance replaces the first one's sockets. The
+    first must not take them back (the two would replace each other for ever); when it stops and
+    removes the files on its way out, the second one serves on new ones."""
+    node.socket_check = 0.05
+    first = await node.plugin()
+    second = await node.plugin()
+    await first.start()
+    await second.start()
+    try:
+        for _ in range(10):
+            await asyncio.sleep(0.05)
+        assert first.registrar.attempts == 1
+        await first.stop()
+        await wait_for_socket(node.settings.dra_socket, timeout=10)
+        async with asyncio.timeout(10):
+            while second.registrar.attempts < 2 or not node.settings.registration_socket.exists():
+                await asyncio.sleep(0.01)
+        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
+            await kubelet.register()
+        assert second.registration.registered.is_set()
+    finally:
+        await first.stop()
+        await second.stop()

@@ -4,7 +4,8 @@ The kubelet notices `<registry-dir>/<driver>-reg.sock`, calls `GetInfo` (answere
 `DRAPlugin`, the driver name, the DRA socket and the services served, `v1.DRAPlugin` first), and
 reports the outcome with `NotifyRegistrationStatus`. When it refuses, the plugin logs the reason and,
 after `retry_delay` seconds, re-creates the registration socket: the plugin watcher only retries on
-a new socket file, so that is how a plugin asks again.
+a new socket file, so that is how a plugin asks again (`serve_again`, which the plugin also uses
+when a socket of its own was removed; see `plugin`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import grpc
 from grpc.aio import ServicerContext as Ctx
 
+from gpudra_kubelet_plugin.errors import KubeletPluginError
 from gpudra_kubelet_plugin.sockets import remove_socket, start_unix_server
 from gpudra_service import cancel_until_done
 from kubeletpb.pluginregistration.v1 import api_pb2 as reg
@@ -88,6 +90,7 @@ class Registrar:
         self.attempts = 0
         self._server: grpc.aio.Server | None = None
         self._retry_task: asyncio.Task[None] | None = None
+        self._reserving = asyncio.Lock()
 
     async def start(self) -> None:
         await self._serve()
@@ -98,6 +101,14 @@ class Registrar:
             await cancel_until_done(self._retry_task)
             self._retry_task = None
         await self._unserve()
+
+    async def serve_again(self, why: str) -> None:
+        """Re-create the registration socket, so the kubelet registers the plugin anew."""
+        async with self._reserving:
+            log.info("re-registering driver %s: %s", self.servicer.driver, why)
+            self.servicer.registered.clear()  # until the kubelet confirms again (readiness)
+            await self._unserve()
+            await self._serve()
 
     async def _serve(self) -> None:
         server = grpc.aio.server()
@@ -118,6 +129,8 @@ class Registrar:
             await self.servicer.refused.wait()
             await asyncio.sleep(self.retry_delay)
             self.servicer.refused.clear()
-            log.info("re-registering driver %s", self.servicer.driver)
-            await self._unserve()
-            await self._serve()
+            try:
+                await self.serve_again("the kubelet refused the registration")
+            except KubeletPluginError as exc:
+                # The socket is gone now: the plugin's socket check creates it again later.
+                log.error("cannot re-create registration socket %s: %s", self.socket_path, exc)

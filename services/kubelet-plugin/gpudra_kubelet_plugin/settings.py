@@ -123,6 +123,14 @@ class Settings(CommonSettings):
             "delay before re-registering after the kubelet refused registration", "seconds"
         ),
     )
+    socket_check: float = field(
+        default=1.0,
+        metadata=doc(
+            "how often to check that the DRA and registration sockets still exist; a removed one "
+            "is created again and the plugin registers anew",
+            "seconds",
+        ),
+    )
     health_timeout: int = field(
         default=0,
         metadata=doc(
@@ -180,6 +188,8 @@ class Settings(CommonSettings):
             raise SettingsError(f"invalid driver name {self.driver_name!r}")
         if self.registration_retry <= 0 or self.shutdown_grace < 0:
             raise SettingsError("registration retry must be > 0 and shutdown grace >= 0")
+        if self.socket_check <= 0:
+            raise SettingsError("socket check interval must be > 0")
         if self.pod_uid and not all(c.isalnum() or c == "-" for c in self.pod_uid):
             raise SettingsError(f"pod UID {self.pod_uid!r} is not a UID")
         kind, _, argument = self.device_source.partition(":")

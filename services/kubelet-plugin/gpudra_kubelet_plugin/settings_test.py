@@ -76,6 +76,9 @@ def test_registration_socket_and_node_fallback() -> None:
             ["--registration-retry", "0"], {}, "registration retry must be > 0", id="zero-retry"
         ),
         pytest.param(
+            ["--socket-check", "0"], {}, "socket check interval must be > 0", id="zero-check"
+        ),
+        pytest.param(
             ["--health-timeout", "-1"], {}, "health timeout must be >= 0", id="negative-timeout"
         ),
     ],
