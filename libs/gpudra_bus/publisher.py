@@ -11,8 +11,9 @@ Promises:
 - Every message carries the codec's schema header and the W3C trace context of the current span;
   `publish` opens a PRODUCER span around the attempt.
 - `DeadLetters.send` stores a malformed message, unchanged, on `gpudra.deadletter.<kind>` with the
-  reason in headers; `receive` decodes a JetStream message or dead-letters and acks it, so that a
-  bad event never blocks a stream and is never silently lost.
+  reason in headers (a message too large to carry them within the server's max_payload is cut to
+  fit, its original size in `Gpudra-Truncated-From`); `receive` decodes a JetStream message or
+  dead-letters and acks it, so that a bad event never blocks a stream and is never silently lost.
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ ORIGINAL_SUBJECT_HEADER = "Gpudra-Original-Subject"
 ERROR_HEADER = "Gpudra-Error"
 ERROR_TYPE_HEADER = "Gpudra-Error-Type"
 DEAD_LETTERED_BY_HEADER = "Gpudra-Dead-Lettered-By"
+TRUNCATED_FROM_HEADER = "Gpudra-Truncated-From"
+# Header bytes left for what publishing adds (message id, trace context).
+_PUBLISH_HEADER_ROOM = 1024
+
+
+def _header_bytes(headers: Mapping[str, str]) -> int:
+    """The size of `headers` on the wire: the version line, a "key: value" line each, CRLFs."""
+    return 12 + sum(len(k.encode()) + len(v.encode()) + 4 for k, v in headers.items())
 
 
 class Publisher:
@@ -76,6 +85,11 @@ class Publisher:
         self._ack_timeout = ack_timeout
         self._backoff = backoff or Backoff()
         self.retries = 0  # attempts that failed and were retried, for metrics and tests
+
+    @property
+    def max_payload(self) -> int:
+        """The most bytes (headers and payload) the server accepts in one message."""
+        return int(self._nc.max_payload)
 
     async def publish(
         self,
@@ -167,16 +181,25 @@ class DeadLetters:
             for k, v in (headers or {}).items()
             if isinstance(v, str) and not k.startswith("Nats-")
         }
-        kept.update(
-            {
-                ORIGINAL_SUBJECT_HEADER: subject,
-                # Header values must be one line.
-                ERROR_HEADER: " ".join(str(error).split())[:1024] or type(error).__name__,
-                ERROR_TYPE_HEADER: type(error).__name__,
-                DEAD_LETTERED_BY_HEADER: self._service,
-            }
-        )
-        await self._publisher.publish_raw(target, bytes(data), kept)
+        reason = {
+            ORIGINAL_SUBJECT_HEADER: subject,
+            # Header values must be one line.
+            ERROR_HEADER: " ".join(str(error).split())[:1024] or type(error).__name__,
+            ERROR_TYPE_HEADER: type(error).__name__,
+            DEAD_LETTERED_BY_HEADER: self._service,
+        }
+        kept.update(reason)
+        data = bytes(data)
+        # The server closes the connection of a client that publishes more than max_payload
+        # (headers included), and a message that was just under it is over once the reason is
+        # added: keep the reason and as much of the message as fits.
+        limit = self._publisher.max_payload - _PUBLISH_HEADER_ROOM
+        if _header_bytes(kept) + len(data) > limit:
+            kept[TRUNCATED_FROM_HEADER] = str(len(data))
+            if _header_bytes(kept) > limit // 2:
+                kept = {**reason, TRUNCATED_FROM_HEADER: str(len(data))}
+            data = data[: max(0, limit - _header_bytes(kept))]
+        await self._publisher.publish_raw(target, data, kept)
         self.counts[kind.value] += 1
         log.warning("dead-lettered a message from %s to %s: %s", subject, target, error)
         return True

@@ -13,10 +13,11 @@ from gpudra_bus import streams, subjects, tracing
 from gpudra_bus.codec import SCHEMA_HEADER
 from gpudra_bus.codecs import ALLOCATION_DECISION, CLAIM_EVENT
 from gpudra_bus.connection import Backoff
-from gpudra_bus.errors import BusRetryableError, StreamConfigError
+from gpudra_bus.errors import BusRetryableError, CorruptMessageError, StreamConfigError
 from gpudra_bus.publisher import (
     ERROR_TYPE_HEADER,
     ORIGINAL_SUBJECT_HEADER,
+    TRUNCATED_FROM_HEADER,
     DeadLetters,
     Publisher,
     receive,
@@ -130,6 +131,36 @@ async def test_dead_letter_of_foreign_subject_is_counted_not_raised(fresh_nc: Cl
     dead = DeadLetters(Publisher(fresh_nc, backoff=FAST), service="x")
     assert not await dead.send("other.subject", b"x", None, ValueError("bad"))
     assert dead.counts["unknown"] == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "kept"),
+    [
+        pytest.param(0, True, id="small-headers-kept"),
+        pytest.param(600 * 1024, False, id="huge-headers-dropped"),
+    ],
+)
+async def test_a_dead_letter_too_large_for_the_server_is_cut_to_fit(
+    fresh_nc: Client, extra: int, kept: bool
+) -> None:
+    # As stored it was within max_payload; with the reason added it would not be, and the server
+    # closes the connection of a client that publishes over max_payload.
+    js = fresh_nc.jetstream()
+    await streams.ensure_streams(js)
+    dead = DeadLetters(Publisher(fresh_nc, backoff=FAST), service="allocator")
+    headers = {SCHEMA_HEADER: "gpudra.v1.ClaimEvent;v=1", "X-Pad": "p" * extra}
+    data = b"\x0a\xff" * ((fresh_nc.max_payload - extra) // 2 - 64)
+    subject = subjects.claims("default", "big")
+    assert await dead.send(subject, data, headers, CorruptMessageError("truncated"))
+    parked = await js.get_last_msg(streams.DEADLETTER_STREAM, subjects.deadletter("claims"))
+    assert parked.headers is not None
+    assert parked.headers[ORIGINAL_SUBJECT_HEADER] == subject
+    assert parked.headers[ERROR_TYPE_HEADER] == "CorruptMessageError"
+    assert parked.headers[TRUNCATED_FROM_HEADER] == str(len(data))
+    assert (SCHEMA_HEADER in parked.headers) == kept
+    assert data.startswith(parked.data)
+    assert len(parked.data) > fresh_nc.max_payload // 3
+    assert fresh_nc.is_connected
 
 
 async def test_wrong_codec_is_dead_lettered(fresh_nc: Client) -> None:

@@ -285,3 +285,31 @@ async def test_a_replica_whose_lease_task_died_is_not_alive(nc: Client) -> None:
     finally:
         stop.set()
         await task
+
+
+async def test_a_corrupt_inventory_as_large_as_nats_allows_is_dead_lettered(nc: Client) -> None:
+    # The dead letter carries the reason in headers the original lacked: stored unchanged it would
+    # be over the server's max_payload, and the server closes the connection of whoever sends it.
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+    service = InventoryService(nc, kv, Settings(heartbeat_timeout=30.0))
+    async with running(service):
+        big = b"\xff" * (nc.max_payload - 16)
+        await nc.jetstream().publish(subjects.inventory("node-y"), big)
+        await Publisher(nc).publish(
+            subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
+        )
+
+        async def dead_lettered() -> bool:
+            info = await nc.jetstream().stream_info(DEADLETTER_STREAM)
+            return info.state.messages == 1
+
+        await eventually(dead_lettered)
+        assert set(await eventually(lambda: slices(kv))) == {"node-x-gpu.nvidia.com-0"}
+        parked = await nc.jetstream().get_last_msg(
+            DEADLETTER_STREAM, subjects.deadletter(subjects.Kind.INVENTORY)
+        )
+        assert parked.headers is not None
+        assert parked.headers["Gpudra-Original-Subject"] == subjects.inventory("node-y")
+        assert parked.headers["Gpudra-Truncated-From"] == str(len(big))
+        assert big.startswith(parked.data)
+        assert nc.is_connected
