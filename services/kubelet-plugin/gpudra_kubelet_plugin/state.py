@@ -11,8 +11,10 @@ Promises:
   will create) in the checkpoint, creates those MIG devices, writes the CDI spec, then records
   `PrepareCompleted` with the answer. A failure rolls back what this call did.
 - A repeated prepare of a completed claim returns the stored answer without reading the store.
-- A claim found `PrepareStarted` (a crash mid-prepare) is rolled back — its spec removed, its planned
-  MIG devices destroyed — before it is prepared again; unprepare of such a claim cleans up the same.
+- A claim found `PrepareStarted` (a crash mid-prepare or mid-unprepare) is rolled back — its spec
+  removed, its planned MIG devices destroyed — before it is prepared again; unprepare of such a
+  claim cleans up the same. Unprepare records a completed claim as `PrepareStarted` before it
+  removes anything, so a `PrepareCompleted` answer always names a spec that exists.
 - Unprepare removes exactly the claim's spec and the MIG devices it created (unless another
   prepared claim shares them); unprepare of an unknown claim succeeds, and so does unprepare of a
   claim whose MIG device this node no longer has.
@@ -285,6 +287,11 @@ class DeviceState:
 
     async def _release(self, uid: str, record: ClaimRecord) -> None:
         """Remove the claim's spec and the MIG devices only it owns, then forget the claim."""
+        if record.state == PREPARE_COMPLETED:
+            # From the first removal on, the stored answer names a spec that is gone: record the
+            # claim as half done first, so that a crash or a failed MIG destroy part-way leaves a
+            # claim the next prepare rolls back and prepares afresh, never an answer it repeats.
+            await self._save(uid, dataclasses.replace(record, state=PREPARE_STARTED, devices=()))
         self._cdi.remove(uid)
         for name in record.mig_devices:
             if self._mig_owned_elsewhere(name, uid):

@@ -461,3 +461,40 @@ async def test_unprepare_succeeds_when_a_recorded_mig_device_is_gone_from_the_no
     assert after.records == {}
     assert node.cdi.claim_uids() == set()
     assert node.checkpoint().load().claims == {}
+
+
+class CrashOnDestroy(DeviceTable):
+    """Dies (as on SIGKILL during a rollout) while destroying a MIG device."""
+
+    async def destroy_mig(self, device: DeviceInfo) -> None:
+        raise Crash
+
+
+async def test_a_crash_mid_unprepare_never_leaves_a_completed_claim_without_its_spec(
+    node: Node,
+) -> None:
+    claim = make_claim("m", "uid-u", [("gpu", "gpu-0"), ("mig", "gpu-1-mig-3g-40gb-4")])
+    node.claims.put(claim)
+    claim_ref = ClaimRef("uid-u", "default", "m")
+    crashing = CrashOnDestroy(node_devices())
+    node.table = crashing
+    state = node.state()
+    await state.start()
+    await state.prepare(claim_ref)
+    with pytest.raises(Crash):
+        await state.unprepare(claim_ref)
+    assert not node.cdi.spec_path("uid-u").exists()  # the spec went before the crash
+    # The restarted plugin is asked to prepare the claim again: its answer must name CDI devices
+    # that exist, not the stored answer of a spec already removed.
+    node.table = DeviceTable(await crashing.devices())  # the node as the crash left it
+    after = node.state()
+    await after.start()
+    devices = await after.prepare(claim_ref)
+    assert node.cdi.spec_path("uid-u").exists()
+    spec_names = {d["name"] for d in read_spec(node, "uid-u")["devices"]}
+    assert {i.split("=", 1)[1] for d in devices for i in d.cdi_device_ids} <= spec_names
+    assert after.records["uid-u"].state == PREPARE_COMPLETED
+    # And unprepare after the restart cleans up everything, MIG device included.
+    await after.unprepare(claim_ref)
+    assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
+    assert node.checkpoint().load().claims == {}
