@@ -14,7 +14,9 @@ Promises:
 - A claim found `PrepareStarted` (a crash mid-prepare or mid-unprepare) is rolled back — its spec
   removed, its planned MIG devices destroyed — before it is prepared again; unprepare of such a
   claim cleans up the same. Unprepare records a completed claim as `PrepareStarted` before it
-  removes anything, so a `PrepareCompleted` answer always names a spec that exists.
+  removes anything, so a `PrepareCompleted` answer always names a spec that exists. A prepare
+  cancelled part-way (the kubelet's deadline) stays `PrepareStarted`; a MIG device it is creating
+  is waited for first, so the rollback finds and destroys it.
 - Unprepare removes exactly the claim's spec and the MIG devices it created (unless another
   prepared claim shares them); unprepare of an unknown claim succeeds, and so does unprepare of a
   claim whose MIG device this node no longer has.
@@ -29,10 +31,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry.trace import Span, Tracer
 
@@ -60,6 +62,24 @@ from gpudra_kubelet_plugin.filelock import file_lock
 from gpudra_kubelet_plugin.traces import claim_span
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+async def _to_the_end(work: Coroutine[Any, Any, T]) -> T:
+    """`await work`; if the caller is cancelled meanwhile, let `work` finish first, then re-raise.
+
+    NVML creates a MIG device in a worker thread that a cancellation (the kubelet's deadline)
+    cannot stop: the device appears anyway, and only a `create_mig` that runs to its end records
+    it where the rollback and unprepare look for it. Until then the caller keeps the lock.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("work finished after its caller was cancelled: %r", task.exception())
+        raise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,7 +243,7 @@ class DeviceState:
         try:
             for name in planned:
                 log.info("claim %s: creating MIG device %s", ref.uid, name)
-                infos[name] = await self._control.create_mig(infos[name])
+                infos[name] = await _to_the_end(self._control.create_mig(infos[name]))
             devices, cdi_devices = self._answer(allocation, infos)
             env = sharing.env([infos[n].uuid for n in shared])
             self._cdi.write(ref.uid, self._cdi.build(ref.uid, cdi_devices, env))

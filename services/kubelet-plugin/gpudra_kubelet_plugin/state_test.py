@@ -4,6 +4,7 @@ claims, per-claim errors, idempotence, crash and reboot recovery, rollback."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -498,3 +499,55 @@ async def test_a_crash_mid_unprepare_never_leaves_a_completed_claim_without_its_
     await after.unprepare(claim_ref)
     assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
     assert node.checkpoint().load().claims == {}
+
+
+class ThreadedMig(DeviceTable):
+    """Dynamic MIG as `NvmlMigControl` does it: the device is made in a worker thread (into
+    `hardware`, the GPU's own state), then recorded in the table the plugin looks devices up in.
+    The thread waits for `go`."""
+
+    def __init__(self) -> None:
+        super().__init__(node_devices())
+        self.hardware: set[str] = set()
+        self.go = threading.Event()
+        self.creating = asyncio.Event()
+
+    def _make(self, name: str) -> None:
+        self.go.wait(10)
+        self.hardware.add(name)
+
+    async def create_mig(self, placement: DeviceInfo) -> DeviceInfo:
+        self.creating.set()
+        await asyncio.to_thread(self._make, placement.name)
+        return await super().create_mig(placement)
+
+    async def destroy_mig(self, device: DeviceInfo) -> None:
+        self.hardware.discard(device.name)
+        await super().destroy_mig(device)
+
+
+async def test_a_prepare_cancelled_while_a_mig_device_is_made_leaks_no_device(node: Node) -> None:
+    control = ThreadedMig()
+    node.table = control
+    claim = make_claim("m", "uid-k", [("mig", "gpu-1-mig-3g-40gb-4")])
+    node.claims.put(claim)
+    claim_ref = ClaimRef("uid-k", "default", "m")
+    state = node.state()
+    await state.start()
+    # The kubelet's deadline passes while NVML is creating the device: gRPC cancels the call, but
+    # a worker thread cannot be stopped and the device appears all the same.
+    preparing = asyncio.create_task(state.prepare(claim_ref))
+    await asyncio.wait_for(control.creating.wait(), 10)
+    preparing.cancel()
+    await asyncio.sleep(0.05)
+    control.go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(preparing, 10)
+    async with asyncio.timeout(10):
+        while not control.hardware:
+            await asyncio.sleep(0.01)
+    # The pod is deleted instead of retried: unprepare must destroy what the prepare made.
+    await state.unprepare(claim_ref)
+    assert control.hardware == set()
+    assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
+    assert state.records == {}
