@@ -171,12 +171,12 @@ class DeviceState:
 
     async def _completed_or_rolled_back(self, uid: str) -> tuple[PreparedDevice, ...] | None:
         """The stored answer of a completed claim; else None, after rolling back a claim left
-        `PrepareStarted` (a crash mid-prepare). Call with the lock held."""
+        `PrepareStarted` (interrupted mid-prepare or mid-unprepare). Call with the lock held."""
         record = self._records.get(uid)
         if record is not None and record.state == PREPARE_COMPLETED:
             return record.devices
         if record is not None:
-            log.warning("claim %s was interrupted mid-prepare; rolling back", uid)
+            log.warning("claim %s was left half prepared or unprepared; rolling back", uid)
             await self._release(uid, record)
         return None
 
