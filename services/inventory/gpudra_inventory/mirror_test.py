@@ -141,3 +141,90 @@ async def test_a_new_leader_mirrors_its_pools_then_prunes_strangers(
         if task is not None:
             await task
         await nc.drain()
+
+
+async def test_an_api_outage_delays_the_mirror_and_loses_nothing(
+    api: tuple[FakeKubeApi, ApiStore], fresh_nats_server: NatsServer
+) -> None:
+    fake, store = api
+    nc = await connect(fresh_nats_server.url, name="mirror-test", deadline=10)
+    stop = asyncio.Event()
+    task = None
+    try:
+        await ensure_streams(nc.jetstream())
+        kv = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
+        service = InventoryService(
+            nc,
+            kv,
+            Settings(mode="kubernetes", heartbeat_timeout=600.0),
+            SliceMirror(store, "gpu.nvidia.com"),
+        )
+        service.book = PoolBook(SliceOptions(max_devices=4))  # node-x: two slices of 4 GPUs
+        await service.load()
+        task = asyncio.create_task(service.run(stop))
+        publisher = Publisher(nc)
+        await publisher.publish(subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY)
+        two = ["node-x-gpu.nvidia.com-0", "node-x-gpu.nvidia.com-1"]
+        for _ in range(200):
+            if names(fake) == two:
+                break
+            await asyncio.sleep(0.05)
+        assert names(fake) == two
+        # The API server is away while the node shrinks to one slice; the bucket is written.
+        fake.inject_error(503, path_contains="resourceslices", times=4)
+        smaller = inventory("node-x")
+        del smaller.devices[4:]
+        await publisher.publish(subjects.inventory("node-x"), smaller, NODE_INVENTORY)
+        for _ in range(200):
+            if names(fake) == two[:1] and not task.done():
+                break
+            await asyncio.sleep(0.05)
+        assert not task.done(), task.exception()
+        (only,) = fake.objects(RESOURCE_SLICES)
+        assert only["spec"]["pool"] == {
+            "name": "node-x",
+            "generation": 2,
+            "resourceSliceCount": 1,
+        }
+    finally:
+        stop.set()
+        if task is not None and not task.done():
+            await task
+        await nc.drain()
+
+
+async def test_a_prune_the_api_refused_is_tried_again(
+    api: tuple[FakeKubeApi, ApiStore], fresh_nats_server: NatsServer
+) -> None:
+    fake, store = api
+    nc = await connect(fresh_nats_server.url, name="mirror-test", deadline=10)
+    stop = asyncio.Event()
+    task = None
+    try:
+        await ensure_streams(nc.jetstream())
+        kv = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
+        await fake.put(RESOURCE_SLICES, build_slices(inventory("gone-node"), SliceOptions())[0])
+        await Publisher(nc).publish(
+            subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
+        )
+        fake.inject_error(503, method="DELETE", path_contains="resourceslices", times=3)
+        service = InventoryService(
+            nc,
+            kv,
+            Settings(mode="kubernetes"),
+            SliceMirror(store, "gpu.nvidia.com"),
+            lease=Lease(await ensure_lease_bucket(nc.jetstream(), 2.0), "leader", 2.0),
+        )
+        await service.load()
+        task = asyncio.create_task(service.run(stop))
+        for _ in range(200):
+            if names(fake) == ["node-x-gpu.nvidia.com-0"] or task.done():
+                break
+            await asyncio.sleep(0.05)
+        assert not task.done(), task.exception()
+        assert names(fake) == ["node-x-gpu.nvidia.com-0"]
+    finally:
+        stop.set()
+        if task is not None and not task.done():
+            await task
+        await nc.drain()

@@ -19,7 +19,9 @@ Promises:
 - A malformed inventory (bad payload, schema, node name, or one that cannot be sliced) is
   dead-lettered by the leader (logged by a standby) and acknowledged; it never blocks the stream.
 - After every change the leader publishes a drift summary (driver / CUDA versions per node,
-  outliers) on `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API.
+  outliers) on `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API; a pool
+  the API could not take (API server away, a conflict that kept coming back) is mirrored again on
+  the next turns, with every slice its changes removed meanwhile, until the API has it.
 - `ready` (readiness): the replica has caught up with the inventories and, when it holds the
   lease, has taken over and written every pool; a warm standby is ready too. `alive` (liveness) fails once the lease task
   has died, since such a replica could never lead again. `role` says leader or standby;
@@ -64,6 +66,7 @@ from gpudra_inventory.nats_errors import NATS_ERRORS
 from gpudra_inventory.pools import Change, PoolBook
 from gpudra_inventory.settings import Settings
 from gpudra_inventory.writer import SliceWriter
+from gpudra_kube.errors import KubeError
 from gpudra_slices import SliceError, SliceOptions
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -107,6 +110,9 @@ class InventoryService:
         # The lease epoch this replica has taken over in (0: none; without a lease, 1 once loaded).
         self._term = 0
         self._dirty: set[str] = set()
+        # Kubernetes mode: pools written to the bucket but not yet to the API, each with the
+        # slices its changes removed from the bucket (to be removed from the API as well).
+        self._unmirrored: dict[str, set[str]] = {}
         self._prune_pending = False
         # False from a takeover until every pool has been written in the new term.
         self._republished = True
@@ -254,7 +260,8 @@ class InventoryService:
             if not await self._takeover():
                 return
         await self._flush()
-        if not self._dirty and self.leading():
+        await self._mirror_flush()
+        if not self._dirty and not self._unmirrored and self.leading():
             self._republished = True
             if self._prune_pending:
                 await self._mirror_prune()
@@ -290,6 +297,9 @@ class InventoryService:
             log.warning("pruning stopped: %s", exc)
             self._term = 0
             return
+        except KubeError as exc:
+            log.warning("pruning the API's stale slices failed (%s); retrying", exc)
+            return
         self._prune_pending = False
         log.info("removed %d stale slices from the API", removed)
 
@@ -311,9 +321,7 @@ class InventoryService:
                     len(deleted),
                 )
                 if self._mirror is not None:
-                    await self._mirror.apply(
-                        Change(node, state.generation, list(state.slices.values()), deleted)
-                    )
+                    self._unmirrored.setdefault(node, set()).update(deleted)
             except NotLeaderError as exc:
                 log.warning("writes stopped: %s", exc)
                 self._term = 0  # re-read under a valid lease before writing again
@@ -322,6 +330,26 @@ class InventoryService:
                 log.warning("pool %s not written (%s); retrying", node, exc)
                 return
         await self._publish_drift()
+
+    async def _mirror_flush(self) -> None:
+        """Kubernetes mode: bring the API up to the bucket; failures stay for the next turn."""
+        if self._mirror is None or not self.leading():
+            return
+        for node in sorted(self._unmirrored):
+            state = self.book.pools[node]
+            stale = sorted(self._unmirrored[node] - set(state.slices))
+            try:
+                await self._mirror.apply(
+                    Change(node, state.generation, list(state.slices.values()), stale)
+                )
+            except NotLeaderError as exc:
+                log.warning("mirroring stopped: %s", exc)
+                self._term = 0
+                return
+            except KubeError as exc:
+                log.warning("pool %s not mirrored to the API (%s); retrying", node, exc)
+                return
+            del self._unmirrored[node]
 
     async def _guarded(self, msg: Msg) -> None:
         try:
