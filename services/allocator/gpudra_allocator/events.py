@@ -3,7 +3,8 @@
 Promises: `parse_claim` returns a valid ResourceClaim whose UID matches the event, or raises
 `BadClaimError` naming what is wrong (never another exception); `holdings_from_json` turns a
 resource.k8s.io/v1 `status.allocation` into holdings (admin-access devices hold nothing), or raises
-`BadClaimError` (`held_devices`: just which devices, to compare two allocations); `quietly` awaits an ack/nak and only logs when the server is away (a lost ack means
+`BadClaimError` (`held_devices`: just which devices, to compare two allocations); `stream_seq` is a delivered event's claims-stream sequence (0 when
+unknown); `quietly` awaits an ack/nak and only logs when the server is away (a lost ack means
 a redelivery, which the decision record makes harmless).
 """
 
@@ -69,6 +70,15 @@ def held_devices(allocation: dict[str, Any]) -> frozenset[tuple[str, str, str, s
         for (driver, pool), holdings in holdings_from_json(allocation, "", "", "").items()
         for h in holdings
     )
+
+
+def stream_seq(msg: Any) -> int:
+    """The claims-stream sequence of a delivered event (0 when it has none: not from JetStream)."""
+    try:
+        seq = msg.metadata.sequence.stream
+    except (AttributeError, TypeError, ValueError):  # core NATS message, or a test's stand-in
+        return 0
+    return seq if isinstance(seq, int) else 0
 
 
 async def quietly(ack: Any) -> None:

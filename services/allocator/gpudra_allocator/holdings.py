@@ -197,9 +197,16 @@ def holdings_for(
 
 @dataclass(frozen=True)
 class ClaimRecord:
-    """The content of a `c.` key: the decision that won, or a tombstone (`released`)."""
+    """The content of a `c.` key: the decision that won, a tombstone (`released`: the claim is
+    gone), or the mark of a cleared allocation (`cleared`: the claim lives on, nothing is held).
 
-    state: str  # "allocated" or "released"
+    `seq` is the claims-stream sequence of the event that wrote the record (0 when unknown: a
+    gang's members, records of older replicas). An event of the claim with a lower sequence that
+    arrives afterwards (redelivered, or handled late by another replica) is older news than the
+    record and changes nothing (`Worker`: a late adoption after the deallocation that followed it
+    must not hold the devices again)."""
+
+    state: str  # "allocated", "released" or "cleared"
     claim: str = ""
     generation: int = 0
     token: str = ""
@@ -210,10 +217,15 @@ class ClaimRecord:
     # The `gpudra.io/allocation-id` the claim carried when this allocation was adopted; "" for
     # gpudra's own decisions, whose id is their token (`claim_id`).
     allocation_id: str = ""
+    seq: int = 0
 
     @property
     def released(self) -> bool:
         return self.state == "released"
+
+    @property
+    def cleared(self) -> bool:
+        return self.state == "cleared"
 
     @property
     def claim_id(self) -> str:
@@ -224,7 +236,9 @@ class ClaimRecord:
         doc: dict[str, Any] = {"state": self.state, "claim": self.claim}
         if self.gang:
             doc["gang"] = self.gang
-        if not self.released:
+        if self.seq:
+            doc["seq"] = self.seq
+        if self.state == "allocated":
             doc.update(
                 generation=self.generation,
                 token=self.token,
@@ -244,8 +258,11 @@ class ClaimRecord:
             gang = doc.get("gang", "")
             if not isinstance(gang, str):
                 raise TypeError("gang must be a string")
-            if state == "released":
-                return ClaimRecord("released", claim=str(doc.get("claim", "")), gang=gang)
+            seq = doc.get("seq", 0)
+            if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+                raise TypeError("seq must be a whole number")
+            if state in ("released", "cleared"):
+                return ClaimRecord(state, claim=str(doc.get("claim", "")), gang=gang, seq=seq)
             if state != "allocated":
                 raise ValueError(f"unknown state {state!r}")
             allocation = doc["allocation"]
@@ -261,6 +278,7 @@ class ClaimRecord:
                 allocator=_str(doc["allocator"]),
                 gang=gang,
                 allocation_id=_str(doc.get("allocationId", "")),
+                seq=seq,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise BadReservationError(f"malformed claim record: {exc}") from exc

@@ -183,19 +183,31 @@ class Reservations:
     # -- claim records -------------------------------------------------------------------------
 
     async def record(self, uid: str) -> ClaimRecord | None:
-        """The claim's record, or None when nothing was decided for it yet."""
+        """The claim's record, or None when nothing is decided for it (none, or `cleared`)."""
+        stored = await self.stored(uid)
+        return None if stored is None or stored.cleared else stored
+
+    async def stored(self, uid: str) -> ClaimRecord | None:
+        """Whatever the claim's key holds, the mark of a cleared allocation included."""
+        return (await self._entry(uid))[1]
+
+    async def _entry(self, uid: str) -> tuple[int, ClaimRecord | None]:
         try:
             entry = await self._kv.get(claim_key(uid))
         except nats.js.errors.KeyNotFoundError:
-            return None
+            return 0, None
         except _NATS_ERRORS as exc:
             raise translate(exc, f"reading claim record {uid}") from exc
         if not entry.value:
-            return None
-        return ClaimRecord.decode(entry.value)
+            return entry.revision or 0, None
+        return entry.revision or 0, ClaimRecord.decode(entry.value)
 
     async def commit(self, uid: str, record: ClaimRecord) -> ClaimRecord:
-        """Record `record` unless the claim has one already; returns the record that stands."""
+        """Record `record` unless the claim has a record already; returns the record that stands.
+
+        A `cleared` mark is replaced by a record from an event not older than the mark (`seq`;
+        0: unknown, as for a gang's members): an older one answers news the mark has overtaken
+        (an adoption handled after the deallocation that followed it), and the mark stands."""
         key = claim_key(uid)
         for _ in range(_MAX_CAS_TRIES):
             try:
@@ -204,9 +216,19 @@ class Reservations:
             except _NATS_ERRORS as exc:
                 if not wrong_revision(exc):
                     raise translate(exc, f"recording decision for {uid}") from exc
-                existing = await self.record(uid)
-                if existing is not None:
-                    return existing
+            revision, existing = await self._entry(uid)
+            if existing is not None and not (
+                existing.cleared and (record.seq == 0 or record.seq >= existing.seq)
+            ):
+                return existing
+            if existing is None:
+                continue  # deleted (collected) meanwhile: create again
+            try:
+                await self._kv.update(key, record.encode(), last=revision)
+                return record
+            except _NATS_ERRORS as exc:
+                if not wrong_revision(exc):
+                    raise translate(exc, f"recording decision for {uid}") from exc
         raise ReservationConflict(f"claim record {uid} keeps changing")
 
     # -- holdings ------------------------------------------------------------------------------
@@ -246,13 +268,17 @@ class Reservations:
             raise translate(exc, f"tombstoning claim {uid}") from exc
         await self.drop(uid)
 
-    async def forget(self, uid: str) -> None:
-        """The claim's allocation was cleared but the claim lives on: free it, allow a new one."""
-        await self.drop(uid)
+    async def forget(self, uid: str, claim: str = "", seq: int = 0) -> None:
+        """The claim's allocation was cleared but the claim lives on: mark it `cleared` (at
+        claims-stream sequence `seq`), then free every holding of its UID. The mark is no
+        decision: the next one replaces it (`commit`), and older events of the claim that come
+        late find it and change nothing."""
+        mark = ClaimRecord("cleared", claim=claim, seq=seq)
         try:
-            await self._kv.delete(claim_key(uid))
+            await self._kv.put(claim_key(uid), mark.encode())
         except _NATS_ERRORS as exc:
             raise translate(exc, f"forgetting claim {uid}") from exc
+        await self.drop(uid)
 
     async def _add(self, driver: str, pool: str, holdings: Iterable[Holding]) -> None:
         new = list(holdings)

@@ -276,6 +276,9 @@ async def test_release_writes_from_the_mirror_and_reads_only_when_refused(
             "adopted-0123456789abcdef",
             id="adopted-is-known-by-the-claims-id",
         ),
+        pytest.param(
+            ClaimRecord("cleared", "default/c", seq=42), "", id="cleared-mark-keeps-its-sequence"
+        ),
     ],
 )
 def test_a_record_round_trips_with_the_id_the_claim_carries(
@@ -284,3 +287,41 @@ def test_a_record_round_trips_with_the_id_the_claim_carries(
     again = ClaimRecord.decode(record.encode())
     assert again == record
     assert again.claim_id == claim_id
+
+
+async def test_a_cleared_mark_is_no_decision_and_the_next_one_replaces_it(kv: KeyValue) -> None:
+    res = Reservations(kv)
+    await res.forget("uid-c", "default/c", seq=11)
+    assert await res.record("uid-c") is None
+    mark = await res.stored("uid-c")
+    assert mark is not None
+    assert mark.cleared
+    assert mark.seq == 11
+    decision = ClaimRecord("allocated", "default/c", 1, "tok", "n", {"devices": {}}, "a", seq=12)
+    assert await res.commit("uid-c", decision) == decision
+    assert await res.record("uid-c") == decision
+    later = ClaimRecord("allocated", "default/c", 1, "tok-2", "n", {"devices": {}}, "b", seq=13)
+    assert await res.commit("uid-c", later) == decision, "a decision is never replaced"
+
+
+@pytest.mark.parametrize(
+    ("seq", "replaced"),
+    [
+        pytest.param(10, False, id="older-than-the-mark-stays-out"),
+        pytest.param(11, True, id="the-marks-own-event"),
+        pytest.param(12, True, id="newer-replaces"),
+        pytest.param(0, True, id="unknown-sequence-replaces"),
+    ],
+)
+async def test_a_record_replaces_a_cleared_mark_only_when_not_older(
+    kv: KeyValue, seq: int, replaced: bool
+) -> None:
+    """An adoption that read the claim's key before a later deallocation marked it, and commits
+    after: the mark stands, so nothing stays held for an allocation that was cleared."""
+    res = Reservations(kv)
+    await res.forget("uid-c", "default/c", seq=11)
+    record = ClaimRecord("allocated", "default/c", 1, "tok", "n", {"devices": {}}, "a", seq=seq)
+    winner = await res.commit("uid-c", record)
+    assert (winner == record) == replaced
+    assert winner.cleared != replaced
+    assert await res.stored("uid-c") == winner

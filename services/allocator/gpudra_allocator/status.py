@@ -12,7 +12,8 @@ request that sees it. The shape is stable (every key always present; see `deploy
 - `reservations`: `version` (the mirror's);
 - `claims`: `decided` (allocations announced, repeats included), `unschedulable` (reasons
   published), `released`, `replaced` (decisions given up for an allocation written in their
-  place, kube-scheduler's, which was adopted instead), `inFlight` (events being handled now);
+  place, kube-scheduler's, which was adopted instead), `stale` (events older than the claim's
+  record, acknowledged without effect), `inFlight` (events being handled now);
 - `waiting`: claims held for retry here — `claims`, `lone` (claims placed alone), `gangs` and
   `pods` (distinct units with a member held), `reasons` (distinct reasons) and `topReasons`
   (up to `TOP_REASONS` of `{"reason", "claims"}`, most claims first; "" is a unit member still
@@ -117,6 +118,7 @@ class AllocatorStatus:
                 "unschedulable": worker.unschedulable,
                 "released": worker.released,
                 "replaced": worker.replaced,
+                "stale": worker.stale,
                 "inFlight": worker.in_flight,
             },
             "waiting": self._waiting(),

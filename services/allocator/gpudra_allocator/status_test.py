@@ -92,6 +92,7 @@ async def test_a_fresh_replica_says_who_it_is(allocator: int) -> None:
         "unschedulable": 0,
         "released": 0,
         "replaced": 0,
+        "stale": 0,
         "inFlight": 0,
     }
     assert status["waiting"] == {

@@ -1,4 +1,5 @@
-"""Garbage collection of released claims' tombstones (`c.<uid>` records in state "released").
+"""Garbage collection of released claims' tombstones (`c.<uid>` records in state "released"),
+and of the marks of cleared allocations (state "cleared") the same way.
 
 A tombstone is what a PENDING event of a claim that arrives after the claim's release finds
 (`Worker._settled`), so that a deleted claim is never allocated. Keeping it forever costs a key per
@@ -13,6 +14,8 @@ is unacknowledged:
   record again on every retry (at least every `retry_interval`) and acknowledges the event on
   finding the tombstone, or it is redelivered `ack_wait` after its holder stopped extending it, to
   a replica that reads the record before anything else.
+The same holds for a `cleared` mark, which only fences off events of the claim older than the
+deallocation: those too reach an allocator only while unacknowledged.
 So a tombstone matters for about `ack_wait + retry_interval` after the release; `grace` is many
 times that (`grace_for`: ten times, and never under ten minutes). Should an event still slip
 through (a replica frozen for longer than `grace`), the claim-writer's write-back finds the claim
@@ -108,7 +111,7 @@ class TombstoneCollector:
                 except BadReservationError as exc:
                     log.error("claim record %s left alone: %s", entry.key, exc)
                     continue
-                if record.released and entry.revision:
+                if (record.released or record.cleared) and entry.revision:
                     out.append((entry.key, entry.revision))
         finally:
             with contextlib.suppress(*_NATS_ERRORS):

@@ -24,6 +24,8 @@ def collector(nc: Client, kv: KeyValue, later: float) -> TombstoneCollector:
     [
         pytest.param("released", GRACE + 60, True, id="old-tombstone-goes"),
         pytest.param("released", GRACE - 60, False, id="young-tombstone-stays"),
+        pytest.param("cleared", GRACE + 60, True, id="old-cleared-mark-goes"),
+        pytest.param("cleared", GRACE - 60, False, id="young-cleared-mark-stays"),
         pytest.param("allocated", GRACE + 60, False, id="decision-stays-however-old"),
     ],
 )
@@ -33,13 +35,14 @@ async def test_only_tombstones_older_than_grace_go(
     res = Reservations(kv)
     if state == "released":
         await res.release("uid-1", "default/c")
+    elif state == "cleared":
+        await res.forget("uid-1", "default/c", seq=7)
     else:
         await res.commit("uid-1", ALLOCATED)
     await res.commit("uid-2", ALLOCATED)  # a neighbour that must never be touched
     gc = collector(nc, kv, later=age)
     assert await gc.collect() == (1 if removed else 0)
-    record = await res.record("uid-1")
-    assert (record is None) == removed
+    assert (await res.stored("uid-1") is None) == removed
     assert await res.record("uid-2") == ALLOCATED
     if removed:
         # Gone for good: no delete marker is left behind either.

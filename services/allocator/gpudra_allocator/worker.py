@@ -39,6 +39,14 @@ Promises (with `Reservations` for the multi-replica part):
   decision beaten to the claim by kube-scheduler, or an allocation cleared and made again while
   no claim-writer watched. Then the record's devices are freed and the claim's are held (counted
   `replaced`).
+- Events are fenced by their claims-stream sequence: the claim's record keeps the sequence of the
+  event that wrote it, and a deallocation leaves a `cleared` mark with its own (`forget`) instead
+  of removing the record. An event older than the record or the mark (a redelivery, or one that
+  another replica handled after a newer one) changes nothing and is acknowledged (counted
+  `stale`): an adoption arriving after the deallocation that followed it holds nothing, a
+  deallocation arriving after the next decision keeps that decision, a pending event arriving
+  after its claim was allocated and cleared is not decided again (the claim-writer offers the
+  claim anew).
 - A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
   `Released`; a DELETED event that carries the claim is a cleared allocation of a claim that lives
   on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
@@ -79,6 +87,7 @@ from gpudra_allocator.events import (
     holdings_from_json,
     parse_claim,
     quietly,
+    stream_seq,
 )
 from gpudra_allocator.gang_steps import EMPTY_CLAIM, RESERVE_TRIES, GangSteps, Waiting
 from gpudra_allocator.gangs import GangBook, unit_of
@@ -151,6 +160,7 @@ class Worker(GangSteps):
         # handled one after the other, in delivery order (`_handle_in_slot`).
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self.replaced = 0
+        self.stale = 0
         self._tombstones = TombstoneCollector(
             nc.jetstream(),
             reservations.kv,
@@ -335,11 +345,16 @@ class Worker(GangSteps):
         await self._attempt(Waiting(msg, event, claim, reason=old.reason if old else ""))
 
     async def _settled(self, msg: Msg, event: claims_pb2.ClaimEvent) -> bool:
-        """True (and the event acked) when the claim was already decided or released."""
-        record = await self._res.record(event.claim.uid)
+        """True (and the event acked) when the claim was already decided or released, or its
+        allocation was cleared after this event was published (old news)."""
+        record = await self._res.stored(event.claim.uid)
         if record is None:
             return False
-        if not record.released:
+        if record.cleared:
+            if record.seq <= stream_seq(msg):
+                return False
+            self.stale += 1
+        elif not record.released:
             await self._announce(event, record)
         await self._finish(event.claim.uid, msg)
         return True
@@ -428,11 +443,14 @@ class Worker(GangSteps):
             node=decision.node,
             allocation=decision.results[0].to_json(),
             allocator=self.replica,
+            seq=stream_seq(waiting.msg),
         )
         winner = await self._res.commit(uid, record)
         if winner.token != token:
             await self._res.drop(uid, token)
-        if not winner.released:
+        if winner.cleared:
+            self.stale += 1  # its allocation was made and cleared since this event: old news
+        elif not winner.released:
             await self._announce(event, winner)
         await self._finish(uid, waiting.msg)
 
@@ -528,11 +546,18 @@ class Worker(GangSteps):
             raise BadClaimError("claim event without a claim UID")
         # A deletion carries no claim; a cleared allocation (the claim lives on) carries it.
         deallocated = bool(event.claim_json)
-        before = await self._res.record(ref.uid)
-        if before is not None and before.gang:
+        seq = stream_seq(msg)
+        before = await self._res.stored(ref.uid)
+        if deallocated and before is not None and before.seq > seq:
+            # Older than what the record says (a redelivery, or another replica was faster):
+            # the allocation it clears was cleared already, and a newer one must stay.
+            self.stale += 1
+            await self._finish(ref.uid, msg)
+            return
+        if before is not None and before.gang and not before.cleared:
             await self._gangs.leave(before.gang, ref.uid)
         if deallocated:
-            await self._res.forget(ref.uid)
+            await self._res.forget(ref.uid, f"{ref.namespace}/{ref.name}", seq)
         else:
             await self._res.release(ref.uid, f"{ref.namespace}/{ref.name}")
         reason = "deallocated" if deallocated else "deleted"
@@ -557,7 +582,13 @@ class Worker(GangSteps):
         next claim.
         """
         ref = event.claim
-        record = await self._res.record(ref.uid)
+        record = await self._res.stored(ref.uid)
+        if record is not None and record.cleared:
+            if record.seq > stream_seq(msg):
+                self.stale += 1  # cleared after this allocation was made: old news
+                await self._finish(ref.uid, msg)
+                return
+            record = None  # cleared before: this is a new allocation
         if record is not None and (record.released or record.claim_id != event.replaces_allocation):
             # Ours, adopted before, or news of a decision this one has since replaced.
             await self._finish(ref.uid, msg)
@@ -583,7 +614,7 @@ class Worker(GangSteps):
             )
             if record.gang:
                 await self._gangs.leave(record.gang, ref.uid)
-            await self._res.forget(ref.uid)
+            await self._res.forget(ref.uid, f"{ref.namespace}/{ref.name}", stream_seq(msg))
             self.replaced += 1
         token = f"adopted-{self.replica}-{uuid.uuid4().hex[:12]}"
         by_pool = holdings_from_json(allocation, ref.uid, f"{ref.namespace}/{ref.name}", token)
@@ -615,8 +646,11 @@ class Worker(GangSteps):
             allocation=allocation,
             allocator="external",
             allocation_id=str(annotations.get(ALLOCATION_ID_ANNOTATION) or ""),
+            seq=stream_seq(msg),
         )
         winner = await self._res.commit(ref.uid, record)
         if winner.token != token:
             await self._res.drop(ref.uid, token)
+        if winner.cleared:
+            self.stale += 1  # cleared meanwhile by a later event: nothing is held
         await self._finish(ref.uid, msg)

@@ -1,0 +1,142 @@
+"""Events of one claim handled out of order (a redelivery, or two replicas): what the claim's record
+and the devices held end up as, against a real nats-server. Each case runs the worker's handlers in
+the order given, each event with its claims-stream sequence."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.kv import KeyValue
+
+from gpudra_allocator.engine import Engine
+from gpudra_allocator.gang_steps_test import Slices
+from gpudra_allocator.reservations import Reservations
+from gpudra_allocator.settings import Settings
+from gpudra_allocator.worker import Worker
+from gpudra_bus import ensure_streams, subjects
+from gpudrapb.v1 import claims_pb2
+
+UID = "uid-c"
+SUBJECT = subjects.claims("default", "c")
+Kind = claims_pb2.ClaimEvent
+
+
+@dataclass
+class Delivered:
+    """The parts of a JetStream message the worker's handlers use."""
+
+    seq: int
+    acks: int = 0
+    subject: str = SUBJECT
+
+    @property
+    def metadata(self) -> Any:
+        return SimpleNamespace(sequence=SimpleNamespace(stream=self.seq))
+
+    async def ack(self) -> None:
+        self.acks += 1
+
+
+def claim_event(kind: Kind.Kind.ValueType, devices: tuple[int, ...] = ()) -> Any:
+    doc: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "default", "uid": UID},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "g"}}]}},
+    }
+    if devices:
+        doc["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": "d", "pool": "node-a", "device": f"gpu-{i}"}
+                        for i in devices
+                    ]
+                }
+            }
+        }
+    ref = claims_pb2.ClaimRef(namespace="default", name="c", uid=UID, resource_version="1")
+    return claims_pb2.ClaimEvent(kind=kind, claim=ref, claim_json=json.dumps(doc).encode())
+
+
+ADOPT_0 = ("adopt", (0,))
+ADOPT_1 = ("adopt", (1,))
+CLEAR = ("clear", ())
+PENDING = ("pending", ())
+
+
+@pytest_asyncio.fixture
+async def worker(nc: Client, kv: KeyValue) -> AsyncIterator[Worker]:
+    await ensure_streams(nc.jetstream())  # the worker publishes `Released`
+    res = Reservations(kv)
+    await res.start()
+    try:
+        yield Worker(nc, Settings(), Engine([], "first-fit"), cast(Any, Slices({})), res)
+    finally:
+        await res.stop()
+
+
+@pytest.mark.parametrize(
+    ("events", "state", "held", "stale"),
+    [
+        pytest.param([(10, ADOPT_0), (11, CLEAR)], "cleared", [], 0, id="adopted-then-cleared"),
+        # Another replica (or a redelivery) handles the adoption after the deallocation that
+        # followed it: without the mark the claim's devices would be held for good.
+        pytest.param([(11, CLEAR), (10, ADOPT_0)], "cleared", [], 1, id="late-adoption"),
+        pytest.param(
+            [(11, CLEAR), (12, ADOPT_1)], "allocated", ["gpu-1"], 0, id="next-allocation-adopted"
+        ),
+        # The deallocation of the first allocation, delivered again after the second one was
+        # adopted: the second must stay held.
+        pytest.param(
+            [(10, ADOPT_0), (11, CLEAR), (12, ADOPT_1), (11, CLEAR)],
+            "allocated",
+            ["gpu-1"],
+            1,
+            id="late-deallocation-keeps-the-next",
+        ),
+        pytest.param(
+            [(10, ADOPT_0), (11, CLEAR), (11, CLEAR)], "cleared", [], 0, id="deallocation-again"
+        ),
+        # A pending event from before the claim was allocated and cleared: not decided again
+        # (the claim-writer offers the claim anew once the release is confirmed).
+        pytest.param(
+            [(10, ADOPT_0), (11, CLEAR), (9, PENDING)], "cleared", [], 1, id="late-pending"
+        ),
+    ],
+)
+async def test_an_event_older_than_the_claims_record_changes_nothing(
+    worker: Worker,
+    events: list[tuple[int, tuple[str, tuple[int, ...]]]],
+    state: str,
+    held: list[str],
+    stale: int,
+) -> None:
+    msgs = []
+    for seq, (what, devices) in events:
+        msg = Delivered(seq)
+        msgs.append(msg)
+        if what == "adopt":
+            await worker._adopt(
+                cast(Msg, msg), claim_event(Kind.KIND_ALLOCATED_EXTERNALLY, devices)
+            )
+        elif what == "clear":
+            await worker._deleted(cast(Msg, msg), claim_event(Kind.KIND_DELETED))
+        else:
+            assert await worker._settled(cast(Msg, msg), claim_event(Kind.KIND_PENDING))
+    stored = await worker._res.stored(UID)
+    assert stored is not None
+    assert stored.state == state
+    assert stored.seq == max(seq for seq, _ in events)
+    assert sorted(h.device for _, h in worker._res.holdings_of(UID)) == held
+    assert worker.stale == stale
+    assert all(m.acks == 1 for m in msgs), "every event is acknowledged once"
+    assert (await worker._res.record(UID) is None) == (state == "cleared")
