@@ -8,6 +8,8 @@ conditions per GPU index. Policy:
 - ECC: the volatile uncorrected count > 0 raises a condition; a GPU reset zeroes the count and
   clears it.
 - Lost: a GPU answering NVML_ERROR_GPU_IS_LOST raises a condition that clears when it answers again.
+- A GPU whose check fails with another NVML error keeps its conditions until a check succeeds;
+  it does not stop the checks of the others.
   A GPU that was lost when the event set was opened is registered for events once it answers.
 Blocking: `poll()` may wait up to `timeout_ms` in NVML's event wait; run it off the event loop.
 """
@@ -160,6 +162,10 @@ class HealthMonitor:
                     index, pb.HealthCondition.KIND_LOST, 0, "GPU is lost (fell off the bus)"
                 )
             ]
+        except NvmlCallError:
+            # Unreadable this time (NVML's unknown error, say): its conditions stay as they are,
+            # and the other GPUs are still checked.
+            return []
         out = [self._clear(index, pb.HealthCondition.KIND_LOST)]
         if count:
             out.append(

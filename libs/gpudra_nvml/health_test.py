@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from typing import Any
+
+import pynvml
 import pytest
 
 from gpudra_nvml.fake import FakeNvml
@@ -114,3 +117,38 @@ def test_a_gpu_lost_when_the_monitor_opened_gets_its_xids_once_it_answers() -> N
     assert _kinds(monitor.poll(8)) == [(3, LOST, 0, True)]
     opened.fake.inject_xid(3, 48)
     assert _kinds(monitor.poll(8)) == [(3, XID, 48, False)]
+
+
+class _EccUnreadable:
+    """The simulator with GPU `index`'s ECC counter query failing with NVML's unknown error."""
+
+    def __init__(self, lib: FakeNvml, index: int) -> None:
+        self._lib, self._index = lib, index
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if name != "nvmlDeviceGetTotalEccErrors":
+            return real
+
+        def count(handle: Any, *args: Any) -> Any:
+            if self._lib.nvmlDeviceGetIndex(handle) == self._index:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+            return real(handle, *args)
+
+        return count
+
+
+def test_one_gpu_whose_ecc_cannot_be_read_does_not_blind_the_others() -> None:
+    clock = Clock()
+    opened = open_simulator("dgx-h100", clock=clock)
+    assert opened.fake is not None
+    fake = opened.fake
+    opened.adapter.nvml.lib = _EccUnreadable(fake, 2)
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
+    monitor.open(opened.adapter.handles()[0])
+    fake.add_ecc_errors(0, 3)
+    fake.lose_device(5)
+    got = _kinds(monitor.poll(8))
+    assert (0, ECC, 3, False) in got
+    assert (5, LOST, 0, False) in got
+    assert not [t for t in got if t[0] == 2]
