@@ -81,13 +81,14 @@ A clearing nobody watched (the claim-writer was down, or a 410 relist skipped th
 - Still not covered: an allocation cleared in the moment between kube-controller-manager's (or
   `unreserve`'s) two writes (status cleared, finalizer still on) when the claim-writer starts is
   taken for a write-back interrupted in between (offered, its old decision written again); an
-  adopted allocation whose id could not be
-  written (refused, or conflicting ten times: logged; the adoption is published regardless, as
-  the allocator must hold what kube-scheduler handed out) is released only when a process sees
-  its clearing live; a clearing by hand (status edited) that also removes the finalizer is
-  taken for its consumers leaving. Two allocator replicas may handle one claim's events side by
-  side (one replica handles them in order), so a pod's event published right after the mark may
-  still meet the old decision there (as on the live path).
+  adopted allocation whose id could not be written (refused, or conflicting ten times: logged;
+  the adoption is published regardless, as the allocator must hold what kube-scheduler handed
+  out) is released only when a process sees its clearing live; a clearing by hand (status
+  edited) that also removes the finalizer is taken for its consumers leaving. A pod's event
+  published right after the mark may still meet the old decision at an allocator that has not
+  handled the deallocation yet (the allocator fences off only events *older* than its record),
+  and is answered with it: the write-back finds that decision written and cleared since
+  (`cleared_since`) and leaves the claim alone, as on the live path.
 - An allocation cleared and made again (kube-scheduler, for the next pod) both while nobody
   watched: the claim is never seen pending, and its id is taken for the new allocation's (the
   first one's release is never reported on its own). The adoption the intake publishes names that
