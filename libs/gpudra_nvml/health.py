@@ -130,6 +130,10 @@ class HealthMonitor:
         while True:
             try:
                 event = self._nvml.call("nvmlEventSetWait_v2", self._event_set, wait)
+            except DeviceLostError:
+                # NVML may answer the wait with GPU_IS_LOST while a GPU of the set is off the
+                # bus; the per-GPU checks still run and mark the one that is lost.
+                return out
             except NvmlCallError as exc:
                 if exc.code == _TIMEOUT:
                     return out

@@ -152,3 +152,49 @@ def test_one_gpu_whose_ecc_cannot_be_read_does_not_blind_the_others() -> None:
     assert (0, ECC, 3, False) in got
     assert (5, LOST, 0, False) in got
     assert not [t for t in got if t[0] == 2]
+
+
+def _is_lost(lib: FakeNvml, index: int) -> bool:
+    try:
+        lib.nvmlDeviceGetHandleByIndex(index)
+    except pynvml.NVMLError_GpuIsLost:
+        return True
+    return False
+
+
+class _WaitFailsWhileLost:
+    """NVML's event wait answering GPU_IS_LOST while a GPU of the set is lost (as its API
+    documents it may), instead of the next event."""
+
+    def __init__(self, lib: FakeNvml) -> None:
+        self._lib = lib
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if name != "nvmlEventSetWait_v2":
+            return real
+
+        def wait(event_set: Any, timeout_ms: int) -> Any:
+            if any(_is_lost(self._lib, i) for i in range(self._lib.nvmlDeviceGetCount())):
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+            return real(event_set, timeout_ms)
+
+        return wait
+
+
+def test_an_event_wait_failing_on_a_lost_gpu_still_checks_every_gpu() -> None:
+    clock = Clock()
+    opened = open_simulator("dgx-h100", clock=clock)
+    assert opened.fake is not None
+    fake = opened.fake
+    opened.adapter.nvml.lib = _WaitFailsWhileLost(fake)
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
+    monitor.open(opened.adapter.handles()[0])
+    fake.lose_device(5)
+    fake.add_ecc_errors(1, 2)
+    got = _kinds(monitor.poll(8))
+    assert (5, LOST, 0, False) in got
+    assert (1, ECC, 2, False) in got
+    fake.recover_device(5)
+    fake.inject_xid(3, 48)
+    assert (3, XID, 48, False) in _kinds(monitor.poll(8))
