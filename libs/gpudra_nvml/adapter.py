@@ -121,10 +121,14 @@ class NvmlAdapter:
             except NvmlCallError as exc:
                 result.failed[index] = str(exc)
         live = {i: handles[i] for i in gpus}
+        gone: set[int] = set()
         domains = topology.nvlink_domains(
-            self.nvml, live, {i: d.pci_bus_id for i, d in gpus.items()}
+            self.nvml, live, {i: d.pci_bus_id for i, d in gpus.items()}, gone
         )
+        result.lost.extend(gone)
         for index, device in sorted(gpus.items()):
+            if index in gone:
+                continue
             device.nvlink_domain = domains.get(index, "")
             # A GPU is added with its MIG devices or not at all: one that stops answering half-way
             # must not appear both described afresh and carried over from the last inventory.

@@ -368,3 +368,40 @@ def test_an_nvml_error_on_one_gpu_does_not_lose_the_others(function: str, code: 
     assert [d.name for d in after.devices] == [d.name for d in before.devices]
     opened.adapter.nvml.lib = opened.fake
     assert opened.adapter.discover().failed == {}
+
+
+@pytest.mark.parametrize(
+    ("function", "code", "domains", "lost"),
+    [
+        pytest.param(
+            "nvmlDeviceGetNvLinkState",
+            pynvml.NVML_ERROR_UNKNOWN,
+            ["nvswitch-0"] * 3 + [""] + ["nvswitch-0"] * 4,
+            [],
+            id="link-state-unreadable",
+        ),
+        pytest.param(
+            "nvmlDeviceGetNvLinkRemotePciInfo",
+            pynvml.NVML_ERROR_UNKNOWN,
+            ["nvswitch-0"] * 3 + [""] + ["nvswitch-0"] * 4,
+            [],
+            id="remote-end-unreadable",
+        ),
+        pytest.param(
+            "nvmlDeviceGetNvLinkState",
+            pynvml.NVML_ERROR_GPU_IS_LOST,
+            ["nvswitch-0"] * 7,
+            [3],
+            id="lost-while-links-read",
+        ),
+    ],
+)
+def test_an_nvlink_query_failing_on_one_gpu_does_not_fail_discovery(
+    function: str, code: int, domains: list[str], lost: list[int]
+) -> None:
+    # A link whose state cannot be read counts as inactive (no NVLink domain claimed for it).
+    opened = open_simulator("dgx-h100")
+    opened.adapter.nvml.lib = _FailsOn(opened.fake, function, 3, code)
+    found = opened.adapter.discover()
+    assert [d.nvlink_domain for d in found.devices] == domains
+    assert found.lost == lost

@@ -5,7 +5,9 @@
   one domain. A link either end reports active joins both; a bridge to a GPU that is lost right now
   still makes its partner an NVLink GPU. Names are `nvswitch-<k>` when the
   island contains a switch and `nvlink-<k>` otherwise, k counting islands in order of their lowest
-  GPU index. GPUs with no active link get no domain.
+  GPU index. GPUs with no active link get no domain. A link whose queries fail counts as inactive;
+  a GPU that answers GPU_IS_LOST is left out and added to `lost`, so one GPU never fails the
+  whole computation.
 - `clique_id`: `<clusterUUID>.<cliqueId>` from `nvmlDeviceGetGpuFabricInfoV` once the fabric manager
   has registered the GPU; empty otherwise (no fabric, registration pending or failed).
 """
@@ -17,6 +19,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from gpudra_nvml.errors import DeviceLostError, NvmlCallError
 from gpudra_nvml.nvcall import Nvml, text
 
 
@@ -46,9 +49,14 @@ class _Islands:
 
 
 def nvlink_domains(
-    nvml: Nvml, handles: Mapping[int, Any], bus_ids: Mapping[int, str]
+    nvml: Nvml,
+    handles: Mapping[int, Any],
+    bus_ids: Mapping[int, str],
+    lost: set[int] | None = None,
 ) -> dict[int, str]:
-    """Domain name per GPU index, for GPUs with at least one active NVLink."""
+    """Domain name per GPU index, for GPUs with at least one active NVLink; GPUs found lost
+    meanwhile are added to `lost` (when given) and get none."""
+    gone: set[int] = set() if lost is None else lost
     local = {normalize_bus_id(b): i for i, b in bus_ids.items()}
     islands = _Islands()
     linked: set[int] = set()
@@ -58,17 +66,23 @@ def nvlink_domains(
     for index, handle in sorted(handles.items()):
         gpu = ("gpu", f"{index:06d}")
         for link in range(max_links):
-            state = nvml.optional("nvmlDeviceGetNvLinkState", handle, link)
-            if state is None:
-                if link == 0:
-                    break  # no NVLink on this GPU at all
-                continue
-            if not state:
-                continue
-            kind = nvml.optional("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
-            if kind == npu:
-                continue  # a CPU link (POWER9), not a GPU island
-            remote = nvml.optional("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+            try:
+                state = nvml.optional("nvmlDeviceGetNvLinkState", handle, link)
+                if state is None:
+                    if link == 0:
+                        break  # no NVLink on this GPU at all
+                    continue
+                if not state:
+                    continue
+                kind = nvml.optional("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+                if kind == npu:
+                    continue  # a CPU link (POWER9), not a GPU island
+                remote = nvml.optional("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+            except DeviceLostError:
+                gone.add(index)
+                break
+            except NvmlCallError:
+                continue  # a link that cannot be read is not counted as active
             if remote is None:
                 continue
             remote_bus = normalize_bus_id(text(remote.busId))
@@ -84,7 +98,7 @@ def nvlink_domains(
             if peer is not None:
                 linked.add(peer)  # a link one side reports active joins both ends
     components: dict[tuple[str, str], list[int]] = {}
-    for index in sorted(linked):
+    for index in sorted(linked - gone):
         components.setdefault(islands.find(("gpu", f"{index:06d}")), []).append(index)
     has_switch = {islands.find(k) for k in islands.parent if k[0] == "switch"}
     out: dict[int, str] = {}
