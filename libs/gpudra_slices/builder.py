@@ -202,6 +202,9 @@ def build_slices(
     names = [d["name"] for d in devices]
     if len(set(names)) != len(names):
         raise InvalidInventoryError(f"node {node}: duplicate device names")
+    set_names = [c["name"] for c in counter_sets]
+    if len(set(set_names)) != len(set_names):
+        raise InvalidInventoryError(f"node {node}: duplicate MIG GPU names (counter sets)")
     specs: list[dict[str, Any]] = [
         {"sharedCounters": chunk} for chunk in _pack_counter_sets(counter_sets, options)
     ]

@@ -256,6 +256,19 @@ def test_bad_inventory_is_a_clear_error(mutate: Any, message: str) -> None:
         build_slices(inventory)
 
 
+def test_two_mig_gpus_of_one_name_are_rejected() -> None:
+    # MIG-mode GPUs are no devices themselves, but each names a counter set: two of one name
+    # would publish a slice the API (and gpudra_api) refuses, with ambiguous counter references.
+    inventory = _inventory("a100-mig")
+    gpu1 = next(d for d in inventory.devices if d.name == "gpu-1")
+    gpu1.name = "gpu-0"
+    for d in inventory.devices:
+        if d.parent_uuid == gpu1.uuid:
+            d.name = d.name.replace("gpu-1-", "gpu-9-")
+    with pytest.raises(InvalidInventoryError, match="duplicate"):
+        build_slices(inventory)
+
+
 def test_orphan_mig_device_is_rejected() -> None:
     inventory = _inventory("a100-mig")
     del inventory.devices[0]  # gpu-0, the parent of the next devices
