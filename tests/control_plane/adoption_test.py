@@ -145,7 +145,7 @@ async def test_an_adoption_and_the_deallocation_right_after_it_leave_nothing_hel
             info = await js.consumer_info(CLAIMS_STREAM, "allocator")
         except nats.js.errors.NotFoundError:
             return False  # the allocator has not subscribed yet
-        return info.num_pending == 0 and info.num_ack_pending == 0
+        return bool(info.num_pending == 0 and info.num_ack_pending == 0)
 
     await wait_for(all_handled, 60, "every claim event handled", cluster)
     kv = await js.key_value(RESERVATIONS_BUCKET)
