@@ -199,7 +199,8 @@ class NvmlAdapter:
         return ""
 
     def utilization(self) -> list[pb.DeviceUtilization]:
-        """One sample per GPU that answers (NVML does not sample MIG devices separately)."""
+        """One sample per GPU that answers (NVML does not sample MIG devices separately); a GPU
+        whose queries fail is left out of this sample."""
         handles, _ = self.handles()
         out: list[pb.DeviceUtilization] = []
         for index, handle in sorted(handles.items()):
@@ -207,8 +208,8 @@ class NvmlAdapter:
                 rates = self.nvml.call("nvmlDeviceGetUtilizationRates", handle)
                 memory = self.nvml.call("nvmlDeviceGetMemoryInfo", handle)
                 uuid = text(self.nvml.call("nvmlDeviceGetUUID", handle))
-            except DeviceLostError:
-                continue
+            except (DeviceLostError, NvmlCallError):
+                continue  # no sample for this GPU this time; the others are still sampled
             out.append(
                 pb.DeviceUtilization(
                     device_name=f"gpu-{index}",

@@ -405,3 +405,12 @@ def test_an_nvlink_query_failing_on_one_gpu_does_not_fail_discovery(
     found = opened.adapter.discover()
     assert [d.nvlink_domain for d in found.devices] == domains
     assert found.lost == lost
+
+
+def test_one_gpu_failing_its_utilisation_query_leaves_the_others_sampled() -> None:
+    opened = open_simulator("dgx-h100")
+    opened.adapter.nvml.lib = _FailsOn(
+        opened.fake, "nvmlDeviceGetUtilizationRates", 2, pynvml.NVML_ERROR_UNKNOWN
+    )
+    sampled = [s.device_name for s in opened.adapter.utilization()]
+    assert sampled == [f"gpu-{i}" for i in range(8) if i != 2]
