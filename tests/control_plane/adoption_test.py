@@ -115,17 +115,22 @@ async def next_claim_gets(api: FakeKubeApi, cluster: Cluster, count: int) -> lis
     return result
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
 async def test_an_adoption_and_the_deallocation_right_after_it_leave_nothing_held(
-    nc: Client, cluster: Cluster
+    nc: Client, cluster: Cluster, replicas: int
 ) -> None:
     await publish_nodes(nc, ["node-a"])
     cluster.start_inventory()
-    cluster.start_allocator()
+    for i in range(replicas):
+        # Replicas share one durable consumer; one event per pull spreads a claim's events over
+        # them, so either replica may get either event of a pair.
+        cluster.start_allocator(f"allocator-{i}", *(["--batch", "1"] if replicas > 1 else []))
     await slices_ready(nc, cluster, 1)
     js = nc.jetstream()
     publisher = Publisher(nc)
-    # Pairs published back to back land in one fetch of the allocator: handled side by side,
-    # the deallocation could find nothing to free before the adoption stored its holdings.
+    # Pairs published back to back land in one fetch of an allocator, or in two replicas'
+    # fetches: handled side by side, the deallocation could find nothing to free before the
+    # adoption stored its holdings.
     claims = [allocated(f"c{i}", f"uid-{i}", "node-a", [i % 8]) for i in range(24)]
     for claim in claims:
         cleared = copy.deepcopy(claim)
