@@ -154,11 +154,13 @@ class PoolBook:
         state.last_seen = max(state.last_seen, seen_at)
         return change
 
-    def expire(self, now: float, timeout: float) -> list[Change]:
-        """Taint every node whose last inventory is older than `timeout`."""
+    def expire(self, now: float, timeout: float, not_before: float = float("-inf")) -> list[Change]:
+        """Taint every node whose last inventory is older than `timeout`, silence counted from
+        `not_before` at the earliest (when the bus came back after the nodes could not publish)."""
         changes = []
         for state in self.pools.values():
-            if state.inventory is None or state.unreachable or now - state.last_seen <= timeout:
+            silent_since = max(state.last_seen, not_before)
+            if state.inventory is None or state.unreachable or now - silent_since <= timeout:
                 continue
             state.unreachable = True
             state.unreachable_since = now

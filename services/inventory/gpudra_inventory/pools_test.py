@@ -176,3 +176,16 @@ def test_adopt_starts_a_pool_the_bucket_lacks_at_generation_one() -> None:
     (change,) = book.adopt([])
     assert change.generation == 1
     assert change.delete == []
+
+
+@pytest.mark.parametrize(
+    ("now", "tainted"),
+    [
+        pytest.param(225.0, False, id="within-timeout-of-the-bus-coming-back"),
+        pytest.param(231.0, True, id="silent-a-timeout-after-the-bus-came-back"),
+    ],
+)
+def test_silence_is_counted_from_the_bus_coming_back(now: float, tainted: bool) -> None:
+    book = PoolBook(SliceOptions())
+    book.observe(inventory(), seen_at=100.0)
+    assert bool(book.expire(now=now, timeout=30.0, not_before=200.0)) == tainted

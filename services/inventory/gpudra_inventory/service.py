@@ -15,7 +15,10 @@ Promises:
   revision-checked, so a write by another process since this one read the bucket stops it
   (`NotLeaderError`) until it has re-read the bucket under a valid lease.
 - A node silent for `heartbeat_timeout` keeps its devices, tainted NoSchedule; its next inventory
-  removes the taint. Silence is measured from the time JetStream stored the node's last message.
+  removes the taint. Silence is measured from the time JetStream stored the node's last message,
+  but not while this replica is cut off from NATS (disconnected, or its fetches failing): then no
+  node-agent may have been able to publish either, so once the bus is back every node gets a whole
+  `heartbeat_timeout` from then to be heard again before it is tainted.
 - A malformed inventory (bad payload, schema, node name, or one that cannot be sliced) is
   dead-lettered by the leader (logged by a standby) and acknowledged; it never blocks the stream.
 - After every change the leader publishes a drift summary (driver / CUDA versions per node,
@@ -117,6 +120,9 @@ class InventoryService:
         # False from a takeover until every pool has been written in the new term.
         self._republished = True
         self._last_drift: dict[str, Any] | None = None
+        # Cut off from NATS since the last turn; when the bus came back (local clock).
+        self._blind = False
+        self._resumed_at = float("-inf")
 
     def _epoch(self) -> int:
         return self._lease.epoch if self._lease is not None else 1
@@ -214,6 +220,7 @@ class InventoryService:
                     failures = 0
                 except (nats.errors.Error, OSError) as exc:
                     log.warning("fetching inventories failed (%s); retrying", exc)
+                    self._blind = True
                     failures += 1
                     await asyncio.sleep(0.5)
                     if failures >= _RESUBSCRIBE_AFTER and self._nc.is_connected:
@@ -227,9 +234,7 @@ class InventoryService:
                     await self._guarded(msg)
                 if len(msgs) < _BATCH:
                     self._caught_up = True
-                for change in self.book.expire(self._clock(), self._settings.heartbeat_timeout):
-                    log.warning("node %s missed its heartbeats: devices tainted", change.node)
-                    self._dirty.add(change.node)
+                self._expire()
                 await self._lead()
         finally:
             self._subscribed = False
@@ -246,6 +251,21 @@ class InventoryService:
                 await self._nc.jetstream().delete_consumer(INVENTORY_STREAM, self.consumer)
             if self._lease is not None:
                 await self._lease.release()
+
+    def _expire(self) -> None:
+        """Taint the nodes silent for the heartbeat timeout, unless the bus was what was silent."""
+        now = self._clock()
+        if not self._nc.is_connected:
+            self._blind = True  # a fetch times out while reconnecting: it proves nothing
+            return
+        if self._blind:
+            self._blind = False
+            self._resumed_at = now
+            log.info("NATS is back: nodes have %ss to be heard", self._settings.heartbeat_timeout)
+        timeout = self._settings.heartbeat_timeout
+        for change in self.book.expire(now, timeout, not_before=self._resumed_at):
+            log.warning("node %s missed its heartbeats: devices tainted", change.node)
+            self._dirty.add(change.node)
 
     async def _lead(self) -> None:
         """The leader's part of one turn: take over in a new term, write what changed."""

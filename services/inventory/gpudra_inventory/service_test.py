@@ -313,3 +313,47 @@ async def test_a_corrupt_inventory_as_large_as_nats_allows_is_dead_lettered(nc: 
         assert parked.headers["Gpudra-Truncated-From"] == str(len(big))
         assert big.startswith(parked.data)
         assert nc.is_connected
+
+
+async def test_a_nats_outage_does_not_taint_the_nodes_it_silenced(
+    nc: Client, fresh_nats_server: NatsServer
+) -> None:
+    # While NATS is down no node-agent can publish: that silence is the bus's, not the nodes'.
+    # Once it is back, the nodes get a whole heartbeat timeout to be heard again; one that stays
+    # silent is tainted after that.
+    timeout = 4.0
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+    service = InventoryService(nc, kv, Settings(heartbeat_timeout=timeout))
+    async with running(service):
+        publisher = Publisher(nc)
+        for node in ("node-x", "node-y"):
+            await publisher.publish(subjects.inventory(node), inventory(node), NODE_INVENTORY)
+
+        async def both() -> bool:
+            return len(await slices(kv)) == 2
+
+        await eventually(both)
+        fresh_nats_server.kill()
+        await asyncio.sleep(timeout + 2.0)
+        fresh_nats_server.restart()
+
+        async def node_x_agent() -> None:  # reconnects and sends its heartbeats again
+            while True:
+                await publisher.publish(
+                    subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
+                )
+                await asyncio.sleep(timeout / 4)
+
+        async def node_y_tainted() -> bool:  # node-y's agent never comes back
+            return service.book.pools["node-y"].unreachable
+
+        agent = asyncio.create_task(node_x_agent())
+        try:
+            await eventually(node_y_tainted, timeout=timeout + 10.0)
+        finally:
+            agent.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await agent
+        assert not service.book.pools["node-x"].unreachable
+        assert service.book.pools["node-x"].generation == 1
+        assert service.book.pools["node-y"].generation == 2
