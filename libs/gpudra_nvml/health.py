@@ -10,7 +10,8 @@ conditions per GPU index. Policy:
 - Lost: a GPU answering NVML_ERROR_GPU_IS_LOST raises a condition that clears when it answers again.
 - A GPU whose check fails with another NVML error keeps its conditions until a check succeeds;
   it does not stop the checks of the others.
-  A GPU that was lost when the event set was opened is registered for events once it answers.
+  A GPU that was lost when the event set was opened (or whose registration failed) is registered
+  for events once it answers.
 Blocking: `poll()` may wait up to `timeout_ms` in NVML's event wait; run it off the event loop.
 """
 
@@ -72,7 +73,8 @@ class HealthMonitor:
         """Create the event set and register every GPU for the event types it supports."""
         self._event_set = self._nvml.call("nvmlEventSetCreate")
         for index, handle in handles.items():
-            with contextlib.suppress(DeviceLostError):  # registered once it answers (`_check`)
+            # One GPU that cannot be registered now is registered by a later `_check`.
+            with contextlib.suppress(DeviceLostError, NvmlCallError):
                 self._register(index, handle)
 
     def _register(self, index: int, handle: Any) -> None:
@@ -152,8 +154,10 @@ class HealthMonitor:
         try:
             handle = self._nvml.call("nvmlDeviceGetHandleByIndex", index)
             if self._event_set is not None and index not in self._registered:
-                # Lost when the set was opened: without this its XIDs would never be seen.
-                self._register(index, handle)
+                # Lost (or refused) when the set was opened: else its XIDs would never be seen.
+                # Failing again, it is tried at the next check; its checks go on meanwhile.
+                with contextlib.suppress(NvmlCallError):
+                    self._register(index, handle)
             count = self._nvml.optional(
                 "nvmlDeviceGetTotalEccErrors",
                 handle,

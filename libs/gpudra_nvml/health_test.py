@@ -198,3 +198,41 @@ def test_an_event_wait_failing_on_a_lost_gpu_still_checks_every_gpu() -> None:
     fake.recover_device(5)
     fake.inject_xid(3, 48)
     assert (3, XID, 48, False) in _kinds(monitor.poll(8))
+
+
+class _RegisterFails:
+    """The simulator with event registration of GPU `index` failing with NVML's unknown error
+    until `fixed` is set."""
+
+    def __init__(self, lib: FakeNvml, index: int) -> None:
+        self._lib, self._index, self.fixed = lib, index, False
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if name != "nvmlDeviceRegisterEvents":
+            return real
+
+        def register(handle: Any, *args: Any) -> Any:
+            if not self.fixed and self._lib.nvmlDeviceGetIndex(handle) == self._index:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+            return real(handle, *args)
+
+        return register
+
+
+def test_a_gpu_whose_event_registration_fails_is_still_checked_and_registered_later() -> None:
+    clock = Clock()
+    opened = open_simulator("dgx-h100", clock=clock)
+    assert opened.fake is not None
+    fake = opened.fake
+    lib = _RegisterFails(fake, 4)
+    opened.adapter.nvml.lib = lib
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
+    monitor.open(opened.adapter.handles()[0])  # the other GPUs are registered
+    fake.add_ecc_errors(4, 1)
+    fake.inject_xid(1, 48)
+    assert sorted(_kinds(monitor.poll(8))) == [(1, XID, 48, False), (4, ECC, 1, False)]
+    lib.fixed = True
+    assert monitor.poll(8) == []
+    fake.inject_xid(4, 48)
+    assert _kinds(monitor.poll(8)) == [(4, XID, 48, False)]
