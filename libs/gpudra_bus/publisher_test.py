@@ -158,6 +158,7 @@ async def test_a_dead_letter_too_large_for_the_server_is_cut_to_fit(
     assert parked.headers[ERROR_TYPE_HEADER] == "CorruptMessageError"
     assert parked.headers[TRUNCATED_FROM_HEADER] == str(len(data))
     assert (SCHEMA_HEADER in parked.headers) == kept
+    assert parked.data is not None
     assert data.startswith(parked.data)
     assert len(parked.data) > fresh_nc.max_payload // 3
     assert fresh_nc.is_connected

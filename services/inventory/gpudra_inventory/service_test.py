@@ -311,6 +311,7 @@ async def test_a_corrupt_inventory_as_large_as_nats_allows_is_dead_lettered(nc: 
         assert parked.headers is not None
         assert parked.headers["Gpudra-Original-Subject"] == subjects.inventory("node-y")
         assert parked.headers["Gpudra-Truncated-From"] == str(len(big))
+        assert parked.data is not None
         assert big.startswith(parked.data)
         assert nc.is_connected
 
