@@ -30,6 +30,11 @@ def pod_devices(pod: Sequence[ResourceClaim]) -> int:
     return total
 
 
+def needs_large_domain(devices: int) -> bool:
+    """A pod asking for `devices` devices together needs a whole large NVLink domain."""
+    return devices >= LARGE_DOMAIN
+
+
 def large_pods(pods: Iterable[Sequence[ResourceClaim]]) -> int:
-    """How many of `pods` each need a whole large NVLink domain (`LARGE_DOMAIN` devices or more)."""
-    return sum(1 for pod in pods if pod_devices(pod) >= LARGE_DOMAIN)
+    """How many of `pods` each need a whole large NVLink domain (`needs_large_domain`)."""
+    return sum(1 for pod in pods if needs_large_domain(pod_devices(pod)))

@@ -52,7 +52,7 @@ from nats.aio.msg import Msg
 
 from gpudra_alloc import AllocatedState, AllocationInputError
 from gpudra_alloc.placement import Gang, group_nodes, place_gang, why_pending
-from gpudra_alloc.placement.waiting import large_pods
+from gpudra_alloc.placement.waiting import needs_large_domain, pod_devices
 from gpudra_allocator.engine import Engine, GangDecision, gang_node, held_reason, summary
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
 from gpudra_allocator.events import claim_doc, parse_claim
@@ -94,6 +94,54 @@ class Waiting:
     last_touch: float = field(default_factory=time.monotonic)
     # a unit member's claim, parsed once when the reserve's queue is counted (`_large_waiting`)
     parsed: ResourceClaim | None = None
+
+
+@dataclass
+class QueueCount:
+    """The pods of a queue that each need a whole large NVLink domain, counted once per change of
+    the queue (`placement.waiting`'s rule, `needs_large_domain` of the devices a pod's held claims
+    ask for together), with what it takes to leave a claim or unit out of the count without counting
+    again: each decision leaves out its own, and a backlog of thousands is decided claim by claim.
+    """
+
+    version: int
+    devices: dict[str, int]  # held claim UID -> devices it asks for (unparsable claims: absent)
+    pod_of: dict[str, str]  # held claim UID -> its pod (`pod_key`)
+    pods: dict[str, int]  # pod -> devices its held claims ask for together
+    units: dict[str, list[str]]  # unit -> its held claims' UIDs
+    large: int
+
+    @staticmethod
+    def of(waiting: dict[str, Waiting], version: int) -> QueueCount:
+        count = QueueCount(version, {}, {}, {}, {}, 0)
+        for uid, held in waiting.items():
+            unit = unit_of(held.event)
+            if unit:
+                count.units.setdefault(unit, []).append(uid)
+            claim = held.claim if held.claim is not EMPTY_CLAIM else held.parsed
+            if claim is None:
+                try:
+                    claim = held.parsed = parse_claim(held.event)
+                except BadClaimError:
+                    continue
+            pod = count.pod_of[uid] = pod_key(held.event)
+            count.devices[uid] = pod_devices([claim])
+            count.pods[pod] = count.pods.get(pod, 0) + count.devices[uid]
+        count.large = sum(1 for devices in count.pods.values() if needs_large_domain(devices))
+        return count
+
+    def without(self, uids: set[str]) -> int:
+        """The count with the claims `uids` left out (their pods may then fall below)."""
+        minus: dict[str, int] = {}
+        for uid in uids:
+            if uid in self.devices:
+                pod = self.pod_of[uid]
+                minus[pod] = minus.get(pod, 0) + self.devices[uid]
+        large = self.large
+        for pod, devices in minus.items():
+            before = self.pods[pod]
+            large -= int(needs_large_domain(before)) - int(needs_large_domain(before - devices))
+        return large
 
 
 @dataclass(frozen=True)
@@ -223,7 +271,11 @@ class GangSteps:
     _gangs: GangBook
     _gang_reasons: dict[str, str]
     _decide_lock: asyncio.Lock
-    _waiting: dict[str, Waiting]  # the claims held for retry, by UID
+    # The claims held for retry, by UID. Changed only by `_hold` and `_finish`, which bump
+    # `_held_version`: the reserve's count of the queue is kept until the next change.
+    _waiting: dict[str, Waiting]
+    _held_version: int = 0
+    _queue_count: QueueCount | None = None
 
     def _versions(self) -> tuple[int, ...]:
         raise NotImplementedError
@@ -250,19 +302,11 @@ class GangSteps:
         queue: with several replicas each counts the claims it holds."""
         if not self._engine.reserving:
             return None
+        count = self._queue_count
+        if count is None or count.version != self._held_version:
+            count = self._queue_count = QueueCount.of(self._waiting, self._held_version)
         unit, own = unit_of(deciding.event), deciding.event.claim.uid
-        pods: dict[str, list[ResourceClaim]] = {}
-        for uid, held in self._waiting.items():
-            if uid == own or (unit and unit_of(held.event) == unit):
-                continue
-            claim = held.claim if held.claim is not EMPTY_CLAIM else held.parsed
-            if claim is None:
-                try:
-                    claim = held.parsed = parse_claim(held.event)
-                except BadClaimError:
-                    continue
-            pods.setdefault(pod_key(held.event), []).append(claim)
-        return large_pods(pods.values())
+        return count.without({own, *count.units.get(unit, ())} if unit else {own})
 
     async def _attempt_gang(self, waiting: Waiting) -> None:
         event, uid = waiting.event, waiting.event.claim.uid

@@ -3,6 +3,7 @@ from the claims the worker holds for retry, and a unit it holds back is told so.
 
 from __future__ import annotations
 
+import random
 from typing import Any, cast
 
 import pytest
@@ -192,3 +193,28 @@ async def test_a_claim_leaving_the_queue_retries_the_others_while_the_reserve_ru
     assert "uid-big" not in worker.waiting
     assert msg.acks == 1
     assert (worker._versions() != before) == retried
+
+
+async def test_the_kept_queue_count_follows_every_hold_and_finish(nc: Client, kv: KeyValue) -> None:
+    """The count is kept between decisions and must change exactly when the queue does: after
+    each step of a seeded walk of holds and finishes it equals a count made anew."""
+    rng = random.Random(7)
+    engine = Engine(CLASSES, "topology", reserve=2)
+    worker = Worker(nc, Settings(), engine, cast(Any, Slices({})), Reservations(kv))
+    pool = [
+        *QUEUE,
+        *(held(pod_event(f"x{i}", 8 >> (i % 4), f"p-x{i}", (f"x{i}",))) for i in range(6)),
+    ]
+    deciders = [*pool, held(pod_event("new", 8, "p-new", ("new",)))]
+    for _ in range(200):
+        waiting = rng.choice(pool)
+        uid = waiting.event.claim.uid
+        if uid in worker.waiting and rng.random() < 0.5:
+            msg = Acked()
+            waiting.msg = cast(Msg, msg)
+            await worker._finish(uid, cast(Msg, msg))
+        else:
+            worker._hold(waiting)
+        fresh = Queue(engine, list(worker.waiting.values()))
+        for deciding in deciders:
+            assert worker._large_waiting(deciding) == fresh._large_waiting(deciding)

@@ -499,10 +499,15 @@ class Worker(GangSteps):
         self.last_decision_at = time.time()
 
     def _hold(self, waiting: Waiting) -> None:
-        self._waiting[waiting.event.claim.uid] = waiting
+        uid = waiting.event.claim.uid
+        if self._waiting.get(uid) is not waiting:
+            self._held_version += 1
+        self._waiting[uid] = waiting
 
     async def _finish(self, uid: str, msg: Msg) -> None:
         held = self._waiting.pop(uid, None)
+        if held is not None:
+            self._held_version += 1
         if held is not None and self._engine.reserving:
             self._queue_version += 1
         if held is not None and held.msg is not msg:
