@@ -17,7 +17,8 @@ Promises:
   allocation on other devices (it was cleared and made again while no claim-writer watched), the
   allocator frees those and holds these.
 - A claim that is deleted, or marked for deletion, is published as DELETED; then the
-  delete-protection finalizer is removed (conflicts re-read, never overwrite). A cleared allocation
+  delete-protection finalizer is removed (conflicts re-read, never overwrite; never from a claim
+  re-created under the name; a refusal or an API error is logged, never fatal). A cleared allocation
   (kube-controller-manager deallocating) is published as a deallocation; the claim is offered for
   allocation again only after the allocator confirms the release (see `writeback`), so a new
   decision can never race the release of the old one.
@@ -81,7 +82,7 @@ from gpudra_claim_writer.consumers import (
 )
 from gpudra_claim_writer.events import Kind, PodUnits, publish_event
 from gpudra_claim_writer.ownership import DRIVERS, Ownership
-from gpudra_kube.errors import ConflictError, KubeError, KubeRetryableError, NotFoundError
+from gpudra_kube.errors import ConflictError, KubeError, KubeRetryableError
 from gpudra_kube.informer import informer
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_kube.store import EventType, Store, WatchEvent
@@ -351,26 +352,16 @@ class Intake:
         return marked
 
     async def _drop_finalizer(self, claim: dict[str, Any]) -> None:
-        ref = ref_of(claim)
-        current = claim
-        for _ in range(_MAX_TRIES):
-            updated = without_finalizer(current)
-            if updated is None:
-                return
-            try:
-                await self._store.replace(RESOURCE_CLAIMS, updated)
-                return
-            except NotFoundError:
-                return
-            except (ConflictError, KubeRetryableError) as exc:
-                log.info("claim %s/%s: %s; re-reading", ref.namespace, ref.name, exc)
-                if isinstance(exc, ConflictError):
-                    self.conflicts += 1
-                try:
-                    current = await self._store.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
-                except NotFoundError:
-                    return
-        log.error("could not remove the finalizer of %s/%s", ref.namespace, ref.name)
+        """Remove the delete-protection finalizer (`_rewrite`: conflicts re-read, never
+        overwrite): only from this claim (its UID) while it is being deleted, never from a claim
+        re-created under its name; a refusal or an error is logged, never raised (it would end
+        the intake, and a restart would meet the same refusal)."""
+        await self._rewrite(
+            claim,
+            without_finalizer,
+            lambda c: state_of(c) is ClaimState.DELETING,
+            "finalizer removal",
+        )
 
 
 def _on_gpudras_devices(allocation: dict[str, Any] | None) -> bool:

@@ -582,3 +582,85 @@ async def test_the_witness_write_re_reads_a_changed_claim(
     assert given.startswith(ADOPTED_PREFIX) if written else given == ""
     if written:
         assert now["metadata"]["labels"] == {"touched": "yes"}, "the other client's write kept"
+
+
+# -- a claim being deleted: its delete-protection finalizer is removed -------------------------
+
+
+async def deleting(fake: FakeKubeApi, store: ApiStore) -> dict[str, Any]:
+    """Claim `data`, allocated with the finalizer, then deleted: held by the finalizer."""
+    await fake.put(RESOURCE_CLAIMS, scheduled())
+    await store.delete(RESOURCE_CLAIMS, "data", "default")
+    held = await store.get(RESOURCE_CLAIMS, "data", "default")
+    assert held["metadata"].get("deletionTimestamp")
+    assert FINALIZER in held["metadata"]["finalizers"]
+    return held
+
+
+async def test_removing_a_deleted_claims_finalizer_never_touches_its_successor(
+    nc: Client, api: tuple[FakeKubeApi, ApiStore]
+) -> None:
+    """The event the intake handles is older than the store: meanwhile the claim went (another
+    client removed the finalizer) and a new claim took its name. The refused write re-reads a
+    claim with another UID: that one keeps its finalizer (without it, it could be deleted while
+    in use, and its allocation id without the finalizer reads as a release)."""
+    fake, store = api
+    old = await deleting(fake, store)
+    unprotected = dict(old, metadata={**old["metadata"], "finalizers": []})
+    await store.replace(RESOURCE_CLAIMS, unprotected)  # gone now
+    assert not fake.objects(RESOURCE_CLAIMS)
+    successor = await fake.put(RESOURCE_CLAIMS, scheduled())
+    assert successor["metadata"]["uid"] != old["metadata"]["uid"]
+    intake = Intake(store, Publisher(nc))
+    await intake.on_event(WatchEvent(EventType.MODIFIED, old))
+    assert intake.published["deleted"] == 1, "the old claim's deletion is reported"
+    now = await store.get(RESOURCE_CLAIMS, "data", "default")
+    assert now["metadata"]["uid"] == successor["metadata"]["uid"]
+    assert now["metadata"].get("finalizers") == [FINALIZER], "the new claim's finalizer stays"
+
+
+@pytest.mark.parametrize(
+    ("faults", "removed"),
+    [
+        pytest.param([(409, "Conflict", "PUT")], True, id="conflict-re-read-removed"),
+        pytest.param([(422, "Invalid", "PUT")], False, id="refused-logged-not-fatal"),
+        pytest.param([(403, "Forbidden", "PUT")], False, id="forbidden-logged-not-fatal"),
+        pytest.param(
+            [(409, "Conflict", "PUT"), (404, "NotFound", "GET")], False, id="gone-on-re-read"
+        ),
+        pytest.param(
+            [(409, "Conflict", "PUT"), (503, "ServiceUnavailable", "GET")],
+            None,
+            id="re-read-failing-not-fatal",
+        ),
+        pytest.param(
+            [(409, "Conflict", "PUT"), (429, "TooManyRequests", "GET")],
+            None,
+            id="re-read-throttled-not-fatal",
+        ),
+    ],
+)
+async def test_a_failing_finalizer_removal_never_stops_the_intake(
+    nc: Client,
+    api: tuple[FakeKubeApi, ApiStore],
+    faults: list[tuple[int, str, str]],
+    removed: bool | None,
+) -> None:
+    """Whatever the API server answers the finalizer removal (a refusal, a conflict and then an
+    error on the re-read), the claim's deletion is reported and the intake goes on with the next
+    event: an exception here would end its loop, and with it the claim-writer (over and over,
+    for a refusal that a restart meets again). `removed` None: either outcome is fine."""
+    fake, store = api
+    held = await deleting(fake, store)
+    for status, reason, method in faults:
+        fake.inject_error(status, reason=reason, method=method, path_contains="resourceclaims")
+    intake = Intake(store, Publisher(nc))
+    await intake.on_event(WatchEvent(EventType.MODIFIED, held))
+    fake.clear_faults()
+    assert intake.published["deleted"] == 1
+    if removed is not None:
+        assert (not fake.objects(RESOURCE_CLAIMS)) is removed
+    # The next claim's event is handled as ever.
+    await fake.put(RESOURCE_CLAIMS, claim("next", "gpu.nvidia.com"))
+    await intake.on_event(WatchEvent(EventType.ADDED, claim("next", "gpu.nvidia.com")))
+    assert intake.published["pending"] == 1
