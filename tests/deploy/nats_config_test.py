@@ -11,6 +11,7 @@ pass `nats-server -t`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import ssl
@@ -28,9 +29,14 @@ from nats.aio.client import Client
 
 from deploy import manifests, tls_certs
 from deploy.nats_subjects import allows
+from gpudra_allocator.index import class_index
 from gpudra_bus import flush_subscriptions, streams
+from gpudra_claim_writer.classes import ClassMirror
 from gpudra_inventory.lease import Lease, ensure_lease_bucket
+from gpudra_kube.api_backend import ApiStore
+from gpudra_kube.resources import DEVICE_CLASSES
 from gpudra_testing import find_nats_server_binary
+from gpudra_testing.kubeapi import FakeKubeApi
 
 SERVICES = ("node-agent", "inventory", "allocator", "claim-writer", "kubelet-plugin")
 CONFIG = manifests.KUSTOMIZE / "base" / "nats" / "config"
@@ -97,6 +103,10 @@ PUBLISH = [
     ("claim-writer", "gpudra.claims.ns.claim", True),
     ("claim-writer", "$JS.API.CONSUMER.MSG.NEXT.GPUDRA_DECISIONS.claim-writer", True),
     ("claim-writer", "$KV.gpudra-claims.ns.claim", True),
+    ("claim-writer", "$KV.gpudra-deviceclasses.gpu.nvidia.com", True),
+    ("allocator", "$KV.gpudra-deviceclasses.gpu.nvidia.com", False),
+    ("allocator", "$JS.API.CONSUMER.CREATE.KV_gpudra-deviceclasses", True),
+    ("inventory", "$KV.gpudra-deviceclasses.gpu.nvidia.com", False),
     ("claim-writer", "gpudra.allocations.ns.claim", False),
     ("claim-writer", "$KV.gpudra-reservations.x", False),
     ("kubelet-plugin", "gpudra.prepared.node-1", True),
@@ -424,6 +434,60 @@ async def test_claim_flow_with_per_service_users(sessions: dict[str, Session]) -
     assert not await plugin.denied("gpudra.prepared.node-1")
     # Nothing above was refused, not even a call whose failure a client would swallow.
     assert _refusals(agent.server) == violations
+
+
+async def _within(what: str, awaitable: Any) -> Any:
+    """`awaitable`, or a failure naming `what` (a call the server refuses gets no answer)."""
+    try:
+        return await asyncio.wait_for(awaitable, _TIMEOUT_S)
+    except TimeoutError:
+        pytest.fail(f"{what}: no answer within {_TIMEOUT_S} s (refused by the server?)")
+
+
+async def test_device_class_mirror_with_per_service_users(
+    sessions: dict[str, Session], rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """Through the services' own code: the claim-writer's DeviceClass mirror (kubernetes mode)
+    writes the `gpudra-deviceclasses` bucket, which the allocator watches from its start (a
+    refused watch is a fatal error there: no allocator would run)."""
+    writer, allocator = sessions["claim-writer"], sessions["allocator"]
+    violations = _refusals(writer.server)
+    for service in (writer, allocator):
+        await streams.ensure_buckets(service.js)
+
+    # claim-writer: the cluster's classes into the bucket; a key no class backs is removed.
+    classes_kv = await writer.js.key_value(streams.DEVICE_CLASSES_BUCKET)
+    await _within("put a stale class", classes_kv.put("gone.example.com", b"{}"))
+    device_classes = manifests.by_kind(rendered["dev"], "DeviceClass")
+    async with FakeKubeApi(validate_version=None) as kube_api:
+        for device_class in device_classes:
+            await kube_api.put(DEVICE_CLASSES, device_class)
+        kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+        store = await ApiStore.from_kubeconfig(str(kubeconfig))
+        mirror = ClassMirror(store, classes_kv, backoff_max=0.5)
+        task = asyncio.create_task(mirror.run())
+        try:
+            deadline = time.monotonic() + _TIMEOUT_S
+            while not mirror.synced.is_set() or mirror.counts["deleted"] < 1:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the DeviceClass mirror did not finish: {dict(mirror.counts)}")
+                await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await store.close()
+    assert mirror.counts["written"] == len(device_classes)
+
+    # allocator: the class index it starts before consuming claims sees the mirrored classes.
+    allocator_classes = class_index(await allocator.js.key_value(streams.DEVICE_CLASSES_BUCKET))
+    await _within("watch the DeviceClass bucket", allocator_classes.start())
+    try:
+        names = {c["metadata"]["name"] for c in device_classes}
+        assert set(allocator_classes.objects) == names
+    finally:
+        await allocator_classes.stop()
+    assert _refusals(writer.server) == violations
 
 
 @pytest.mark.parametrize(
