@@ -3,7 +3,8 @@
 Promises: the server listens on 127.0.0.1 only, on a port the kernel picked (`-p -1`; note that
 `-p 0` does *not* pick a free port), with JetStream storing into a private directory that is removed
 on stop. The port is read from the server's own log line, so there is no race between choosing a
-port and binding it. With `NATS_URL` set, `NatsServer.from_env()` uses that server instead.
+port and binding it. The server runs in a session of its own, so only its owner stops it (a Ctrl-C
+in the terminal does not). With `NATS_URL` set, `NatsServer.from_env()` uses that server instead.
 """
 
 from __future__ import annotations
@@ -82,7 +83,12 @@ class NatsServer:
             "-a", "127.0.0.1", "-p", str(self.port or -1), "-js", "-sd", str(self.store_dir),
             *self.extra_args,
         ]  # fmt: skip
-        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # A session of its own: the terminal's Ctrl-C goes to the owner's process group, and the
+        # owner stops its services before this server; a server that took the SIGINT itself
+        # would die first and leave them draining against a dead connection.
+        self._proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
         port = self._wait_for_port(timeout)
         self.port = port
         self.url = f"nats://127.0.0.1:{port}"
