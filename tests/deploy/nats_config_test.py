@@ -24,12 +24,16 @@ from typing import Any
 
 import nats
 import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.client import Client
 
 from deploy import manifests, tls_certs
 from deploy.nats_subjects import allows
+from gpudra_allocator.holdings import CLAIM_PREFIX, ClaimRecord
 from gpudra_allocator.index import class_index
+from gpudra_allocator.reservations import Reservations
+from gpudra_allocator.tombstones import TombstoneCollector
 from gpudra_bus import flush_subscriptions, streams
 from gpudra_claim_writer.classes import ClassMirror
 from gpudra_inventory.lease import Lease, ensure_lease_bucket
@@ -135,6 +139,11 @@ def test_nobody_may_delete_or_purge_or_use_wildcard_apis(service: str) -> None:
         assert pattern not in (">", "$JS.API.>", "$JS.>", "gpudra.>", "$KV.>"), pattern
     for verb in ("STREAM.DELETE", "STREAM.PURGE", "ACCOUNT.PURGE", "STREAM.NAMES"):
         assert not allows(publish, f"$JS.API.{verb}.GPUDRA_CLAIMS"), verb
+    names = [spec.name for spec in streams.STREAMS] + [f"KV_{b.name}" for b in streams.BUCKETS]
+    assert not any(allows(publish, f"$JS.API.STREAM.DELETE.{name}") for name in names)
+    # The one purge: the allocator's tombstone collector, in its own reservations bucket.
+    purged = {name for name in names if allows(publish, f"$JS.API.STREAM.PURGE.{name}")}
+    assert purged == ({f"KV_{streams.RESERVATIONS_BUCKET}"} if service == "allocator" else set())
     subscribe = _perms(service, "subscribe")
     extra = {"inventory": ["gpudra.health.>"], "kubelet-plugin": ["gpudra.health.*"]}.get(
         service, []
@@ -488,6 +497,30 @@ async def test_device_class_mirror_with_per_service_users(
     finally:
         await allocator_classes.stop()
     assert _refusals(writer.server) == violations
+
+
+async def test_allocator_reservations_and_tombstones_with_its_user(
+    sessions: dict[str, Session],
+) -> None:
+    """Through the allocator's own code: its reservations mirror (a watch filtered to the pool
+    keys) and its tombstone collector, which purges an old claim record from the reservations
+    bucket by subject and sequence (a refused purge is retried for ever: the bucket only grows)."""
+    allocator = sessions["allocator"]
+    violations = _refusals(allocator.server)
+    await streams.ensure_buckets(allocator.js)
+    reservations_kv = await allocator.js.key_value(streams.RESERVATIONS_BUCKET)
+    reservations = Reservations(reservations_kv)
+    await _within("watch the reservations", reservations.start())
+    await reservations.stop()
+    tombstone = f"{CLAIM_PREFIX}uid-gone"
+    await reservations_kv.put(tombstone, ClaimRecord(state="released", claim="ns/gone").encode())
+    collector = TombstoneCollector(
+        allocator.js, reservations_kv, grace=600.0, clock=lambda: time.time() + 3600.0
+    )
+    assert await _within("collect tombstones", collector.collect()) >= 1
+    with pytest.raises(nats.js.errors.KeyNotFoundError):
+        await reservations_kv.get(tombstone)
+    assert _refusals(allocator.server) == violations
 
 
 @pytest.mark.parametrize(
