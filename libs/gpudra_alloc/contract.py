@@ -46,6 +46,12 @@ def _candidate_nodes(allocator: Allocator, problem: Problem) -> list[Node]:
     return [Node(name) for name in allocator.node_names()]
 
 
+def _not_json(name: str) -> Any:
+    # Python's decoder accepts NaN and Infinity, which JSON has not; an id echoed as NaN would
+    # make the answer line itself invalid JSON.
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def run_lines(source: TextIO, sink: TextIO, policy: str = "topology") -> int:
     """Answer every JSON line of `source` on `sink`; returns the number of lines answered."""
     answered = 0
@@ -53,8 +59,10 @@ def run_lines(source: TextIO, sink: TextIO, policy: str = "topology") -> int:
         if not line.strip():
             continue
         try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
+            doc = json.loads(line, parse_constant=_not_json)
+        except (ValueError, RecursionError) as exc:
+            # Not only JSONDecodeError: Python's decoder also fails with ValueError (an integer
+            # of more than 4300 digits) and RecursionError (arrays nested too deep).
             answer = _error(None, f"not a JSON document: {exc}")
         else:
             try:

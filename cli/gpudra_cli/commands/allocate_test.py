@@ -71,3 +71,29 @@ def test_answers_every_line_in_order_and_exits_zero(
     devices = answers[0]["results"][0]["devices"]["results"]
     assert sorted(d["device"] for d in devices) == ["gpu-0", "gpu-1"]
     assert answers[2]["id"] == "too-big"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param("[" * 100_000 + "]" * 100_000, id="nested-too-deep"),
+        pytest.param('{"id": ' + "9" * 5000 + "}", id="integer-too-long"),
+        pytest.param('{"id": NaN, "claims": []}', id="nan-is-not-json"),
+        pytest.param('{"id": "x", "claims": [{"count": Infinity}]}', id="infinity-is-not-json"),
+    ],
+)
+def test_a_line_python_cannot_decode_is_one_error_answer_and_the_stream_goes_on(
+    bad: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{bad}\n{_problem('after', 1)}\n"))
+    assert main(["allocate"]) == 0
+    out = capsys.readouterr().out
+    answers = [json.loads(line, parse_constant=_no_constant) for line in out.splitlines()]
+    assert [a["outcome"] for a in answers] == ["error", "allocated"]
+    assert answers[0]["id"] is None
+    assert "not a JSON document" in answers[0]["error"]
+    assert answers[1]["id"] == "after"
+
+
+def _no_constant(name: str) -> object:
+    raise AssertionError(f"the output holds {name}, which is not JSON")
