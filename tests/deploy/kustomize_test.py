@@ -394,7 +394,7 @@ EXPECTED_GRANTS = {
     ),
     *(
         ("gpudra-claim-writer", "events.k8s.io", "events", verb)
-        for verb in ("create", "update", "patch")
+        for verb in ("get", "create", "update", "patch")
     ),
     *(
         ("gpudra-kubelet-plugin", "resource.k8s.io", "resourceclaims", verb)

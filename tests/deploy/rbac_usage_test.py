@@ -1,0 +1,162 @@
+"""The rendered RBAC against the API calls gpudra's code really makes.
+
+Each test runs a service's Kubernetes-facing code (the same classes its main module wires up)
+against the fake API server, records every request, turns each into the (API group, resource,
+verb) an API server authorizes, and asks the rendered ClusterRoles whether the service account may
+make it, as the RBAC authorizer would: a call no rule grants would be refused (403) in a cluster.
+Limits: only the paths these tests drive are seen, so grants for calls
+elsewhere are checked by `kustomize_test.test_rbac_grants_exactly_the_documented_list`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from deploy import manifests
+from deploy.manifests import by_kind
+from gpudra_kube.api_backend import ApiStore
+from gpudra_kube.recorder import WARNING, EventRecorder, reference
+from gpudra_kube.resources import EVENTS
+from gpudra_testing.kubeapi import FakeKubeApi
+
+Grant = tuple[str, str, str]  # (API group, resource[/subresource], verb)
+Objs = list[dict[str, Any]]
+
+
+class RecordingKubeApi(FakeKubeApi):
+    """The fake API server, also recording each request's query (list and watch differ there)."""
+
+    def __init__(self) -> None:
+        super().__init__(validate_version=None, bookmark_interval=0.1)
+        self.calls: list[tuple[str, str, dict[str, str]]] = []
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.calls.append((request.method, request.path, dict(request.query)))
+        return await super()._handle(request)
+
+    def grants_used(self) -> set[Grant]:
+        return {_authorization_attributes(*call) for call in self.calls}
+
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def _authorization_attributes(method: str, path: str, query: dict[str, str]) -> Grant:
+    """What the API server's RBAC authorizer checks for one resource request."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, rest = "", parts[2:]
+    elif parts[0] == "apis":
+        group, rest = parts[1], parts[3:]
+    else:
+        raise AssertionError(f"not a resource request: {method} {path}")
+    if rest[:1] == ["namespaces"]:
+        rest = rest[2:]
+    resource, name, sub = rest[0], rest[1] if len(rest) > 1 else None, rest[2:]
+    if sub:
+        resource = f"{resource}/{sub[0]}"
+    if method == "GET":
+        if name is not None:
+            return group, resource, "get"
+        watching = query.get("watch", "").lower() in ("1", "true")
+        return group, resource, "watch" if watching else "list"
+    return group, resource, _VERBS[method]
+
+
+def _grants(objs: Objs, service_account: str) -> set[Grant]:
+    """(group, resource, verb) the rendered ClusterRoles give `service_account`."""
+    roles = {r["metadata"]["name"]: r for r in by_kind(objs, "ClusterRole")}
+    out: set[Grant] = set()
+    for binding in by_kind(objs, "ClusterRoleBinding"):
+        subjects = binding["subjects"]
+        if not any(
+            s["kind"] == "ServiceAccount"
+            and s["name"] == service_account
+            and s["namespace"] == manifests.NAMESPACE
+            for s in subjects
+        ):
+            continue
+        for rule in roles[binding["roleRef"]["name"]]["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        out.add((group, resource, verb))
+    return out
+
+
+@pytest.fixture
+async def kube_api() -> AsyncIterator[RecordingKubeApi]:
+    api = RecordingKubeApi()
+    await api.start()
+    try:
+        yield api
+    finally:
+        await api.stop()
+
+
+@pytest.fixture
+async def store(kube_api: RecordingKubeApi, tmp_path: Path) -> AsyncIterator[ApiStore]:
+    api = await ApiStore.from_kubeconfig(str(kube_api.write_kubeconfig(tmp_path / "kubeconfig")))
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+OVERLAY_PARAMS = [pytest.param(name, id=name) for name in manifests.OVERLAYS]
+
+
+@pytest.fixture(params=OVERLAY_PARAMS)
+def overlay(request: pytest.FixtureRequest, rendered: dict[str, Objs]) -> Objs:
+    objs: Objs = rendered[request.param]
+    return objs
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_claim_writer_may_make_every_call_of_its_event_series(
+    overlay: Objs, kube_api: RecordingKubeApi, store: ApiStore
+) -> None:
+    """The recorder creates an Event, updates it as a series, and on a 409 Conflict (someone
+    else wrote the Event) reads it again before updating: get is part of the series."""
+    clock = Clock()
+    recorder = EventRecorder(
+        store, controller="gpudra.io/claim-writer", instance="cw-0", clock=clock
+    )
+    claim = reference(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "c1", "namespace": "team-a", "uid": "uid-1"},
+        }
+    )
+
+    def failed(note: str) -> None:
+        recorder.record(
+            claim, type=WARNING, reason="FailedAllocation", action="Allocate", note=note
+        )
+
+    failed("no fit")
+    await recorder.process_pending()
+    [event] = kube_api.objects(EVENTS)
+    await kube_api.put(EVENTS, {**event, "note": "edited"})  # our resourceVersion is stale now
+    clock.now += 1
+    failed("still no fit")
+    await recorder.process_pending()
+    [event] = kube_api.objects(EVENTS)
+    assert (event["series"]["count"], event["note"]) == (2, "still no fit")
+
+    used = kube_api.grants_used()
+    assert ("events.k8s.io", "events", "get") in used  # the conflict path ran
+    assert used - _grants(overlay, "gpudra-claim-writer") == set()
