@@ -24,6 +24,7 @@ from control_plane.cluster import (
     Cluster,
     claim_manifest,
     devices_of,
+    kubernetes_mode,
     publish_nodes,
     slices_ready,
     wait_for,
@@ -85,18 +86,6 @@ async def records(kv: KeyValue) -> dict[str, ClaimRecord]:
         if key.startswith(CLAIM_PREFIX):
             out[key[len(CLAIM_PREFIX) :]] = ClaimRecord.decode((await kv.get(key)).value or b"")
     return out
-
-
-async def kubernetes_mode(nc: Client, cluster: Cluster, api: FakeKubeApi, tmp: Path) -> KeyValue:
-    """Inventory, allocator and claim-writer against `api`, with one DGX node `node-k`; the
-    reservations bucket."""
-    kubeconfig = str(api.write_kubeconfig(tmp / "kubeconfig"))
-    await publish_nodes(nc, ["node-k"])
-    cluster.start_inventory("--mode", "kubernetes", "--kubeconfig", kubeconfig)
-    cluster.start_allocator()
-    cluster.start_claim_writer("--mode", "kubernetes", "--kubeconfig", kubeconfig)
-    await slices_ready(nc, cluster, 1)
-    return await nc.jetstream().key_value(RESERVATIONS_BUCKET)
 
 
 def named(api: FakeKubeApi, name: str) -> dict[str, Any] | None:

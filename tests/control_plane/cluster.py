@@ -23,13 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
+from nats.js.kv import KeyValue
 
-from gpudra_bus import SLICES_BUCKET, Codec, Publisher, subjects
+from gpudra_bus import RESERVATIONS_BUCKET, SLICES_BUCKET, Codec, Publisher, subjects
 from gpudra_kube.errors import NotFoundError
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_nvml.inventory import snapshot
 from gpudra_nvml.loader import open_simulator
+from gpudra_testing.kubeapi import FakeKubeApi
 from gpudra_testing.kvkeys import bucket_keys
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -211,6 +213,19 @@ async def slices_ready(nc: Client, cluster: Cluster, count: int, what: str = "")
         return len(await bucket_keys(kv)) >= count
 
     await wait_for(enough, 60, what or f"{count} slices in the bucket", cluster)
+
+
+async def kubernetes_mode(nc: Client, cluster: Cluster, api: FakeKubeApi, tmp: Path) -> KeyValue:
+    """Inventory, allocator and claim-writer in kubernetes mode against `api` (its kubeconfig
+    written to `tmp/kubeconfig`), with one DGX H100 node `node-k` whose slice is stored; the
+    reservations bucket."""
+    kubeconfig = str(api.write_kubeconfig(tmp / "kubeconfig"))
+    await publish_nodes(nc, ["node-k"])
+    cluster.start_inventory("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+    cluster.start_allocator()
+    cluster.start_claim_writer("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+    await slices_ready(nc, cluster, 1)
+    return await nc.jetstream().key_value(RESERVATIONS_BUCKET)
 
 
 async def claims(store: KvStore, namespace: str = "default") -> dict[str, dict[str, Any]]:

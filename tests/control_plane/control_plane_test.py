@@ -23,6 +23,7 @@ from control_plane.cluster import (
     claim_or_none,
     claims,
     devices_of,
+    kubernetes_mode,
     publish_nodes,
     slices_ready,
     wait_for,
@@ -253,12 +254,7 @@ async def test_kubernetes_mode_adopts_foreign_allocations_and_lifts_the_pod_gate
     nc: Client, cluster: Cluster, tmp_path: Path
 ) -> None:
     async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
-        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-        await publish_nodes(nc, ["node-k"])
-        cluster.start_inventory("--mode", "kubernetes", "--kubeconfig", kubeconfig)
-        cluster.start_allocator()
-        cluster.start_claim_writer("--mode", "kubernetes", "--kubeconfig", kubeconfig)
-        await slices_ready(nc, cluster, 1)
+        kv = await kubernetes_mode(nc, cluster, api, tmp_path)
 
         async def mirrored() -> list[dict[str, Any]]:
             return api.objects(RESOURCE_SLICES)
@@ -288,7 +284,6 @@ async def test_kubernetes_mode_adopts_foreign_allocations_and_lifts_the_pod_gate
             }
         }
         stored = await api.put(RESOURCE_CLAIMS, foreign)
-        kv = await nc.jetstream().key_value(RESERVATIONS_BUCKET)
 
         async def adopted() -> bool:
             try:
