@@ -69,7 +69,19 @@ def documents(path: Path) -> Iterator[dict[str, Any]]:
             continue
         if not isinstance(doc, dict) or not isinstance(doc.get("kind"), str):
             raise ManifestError(f"{path}: document {i + 1} is not a Kubernetes object")
+        if not isinstance(doc.get("metadata") or {}, dict):
+            raise ManifestError(f"{path}: {doc['kind']}: metadata is not a mapping")
         yield doc
+
+
+def _mapping(value: Any, where: str, doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`value` (absent is empty) as a mapping, else a `ManifestError` naming the object and
+    field: a manifest of the wrong shape is the author's error to fix, not a traceback."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ManifestError(f"{path}: {doc['kind']} {_name(doc, path)!r}: {where} is not a mapping")
+    return value
 
 
 def _name(doc: dict[str, Any], path: Path) -> str:
@@ -79,25 +91,55 @@ def _name(doc: dict[str, Any], path: Path) -> str:
     return name
 
 
-def _pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
+def _pod_spec(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    spec = _mapping(doc.get("spec"), "spec", doc, path)
     if doc["kind"] == "Pod":
-        return dict(doc.get("spec") or {})
-    return dict(((doc.get("spec") or {}).get("template") or {}).get("spec") or {})
+        return dict(spec)
+    template = _mapping(spec.get("template"), "spec.template", doc, path)
+    return dict(_mapping(template.get("spec"), "spec.template.spec", doc, path))
 
 
-def _pods(doc: dict[str, Any]) -> int:
-    spec = doc.get("spec") or {}
+def _claim_refs(doc: dict[str, Any], path: Path) -> list[dict[str, Any]]:
+    """The pod spec's `resourceClaims`, each a mapping."""
+    refs = _pod_spec(doc, path).get("resourceClaims") or []
+    if not isinstance(refs, list):
+        raise ManifestError(
+            f"{path}: {doc['kind']} {_name(doc, path)!r}: spec.resourceClaims is not a list"
+        )
+    for i, ref in enumerate(refs):
+        _mapping(ref, f"spec.resourceClaims[{i}]", doc, path)
+        template = ref.get("resourceClaimTemplateName")
+        if template is not None and not isinstance(template, str):
+            raise ManifestError(
+                f"{path}: {doc['kind']} {_name(doc, path)!r}: "
+                f"spec.resourceClaims[{i}].resourceClaimTemplateName is not a string"
+            )
+    return refs
+
+
+def _pods(doc: dict[str, Any], path: Path) -> int:
     if doc["kind"] == "Pod":
         return 1
-    if doc["kind"] == "Job":
-        return int(spec.get("parallelism", 1))
-    return int(spec.get("replicas", 1))
+    field = "parallelism" if doc["kind"] == "Job" else "replicas"
+    count: object = _mapping(doc.get("spec"), "spec", doc, path).get(field)
+    if count is None:  # unset or null: Kubernetes defaults it to 1
+        return 1
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ManifestError(
+            f"{path}: {doc['kind']} {_name(doc, path)!r}: "
+            f"spec.{field} is not a non-negative integer: {count!r}"
+        )
+    return count
 
 
 def _claim(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     claim = copy.deepcopy(doc)
-    meta = claim.setdefault("metadata", {})
+    if claim.get("metadata") is None:
+        claim["metadata"] = {}
+    meta = claim["metadata"]
     meta.setdefault("namespace", DEFAULT_NAMESPACE)
+    if not claim.get("apiVersion"):  # as kubectl, which refuses to send such an object
+        raise ManifestError(f"{path}: ResourceClaim {meta.get('name')!r}: apiVersion is not set")
     try:
         parse_resource_claim(claim)
     except ApiError as exc:
@@ -146,7 +188,7 @@ def _plan_file(path: Path, plan: Plan) -> None:
             _add(plan, _claim(doc, path), path)
         elif kind in WORKLOAD_KINDS:
             ns = (doc.get("metadata") or {}).get("namespace") or DEFAULT_NAMESPACE
-            for ref in _pod_spec(doc).get("resourceClaims") or []:
+            for ref in _claim_refs(doc, path):
                 template_name = ref.get("resourceClaimTemplateName")
                 if not template_name:
                     continue
@@ -156,7 +198,7 @@ def _plan_file(path: Path, plan: Plan) -> None:
                         f"{path}: {kind} {_name(doc, path)!r} names ResourceClaimTemplate "
                         f"{template_name!r}, which is not in the file"
                     )
-                for i in range(_pods(doc)):
+                for i in range(_pods(doc, path)):
                     claim = _from_template(template, f"{template_name}-{i}", ns)
                     _add(plan, _claim(claim, path), path)
             _record_pods(plan, doc, ns, path)
@@ -167,12 +209,12 @@ def _plan_file(path: Path, plan: Plan) -> None:
 
 def _record_pods(plan: Plan, doc: dict[str, Any], namespace: str, path: Path) -> None:
     """The workload's pods that use claims, each with the claims generated for it."""
-    spec = _pod_spec(doc)
-    refs = [r for r in spec.get("resourceClaims") or [] if isinstance(r, dict)]
+    spec = _pod_spec(doc, path)
+    refs = _claim_refs(doc, path)
     if not refs:
         return
     name = _name(doc, path)
-    for i in range(_pods(doc)):
+    for i in range(_pods(doc, path)):
         pod_name = name if doc["kind"] == "Pod" else f"{name}-{i}"
         generated = [
             {

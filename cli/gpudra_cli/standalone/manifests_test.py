@@ -102,6 +102,79 @@ def test_bad_manifests_are_clear_errors(tmp_path: Path, docs: list[str], message
         plan_files([write(tmp_path, "m.yaml", *docs)])
 
 
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("docs", "message"),
+    [
+        pytest.param(
+            [CLAIM.replace("metadata: {name: solo, namespace: team-a}", "metadata: solo")],
+            "ResourceClaim: metadata is not a mapping",
+            id="claim-metadata-a-string",
+        ),
+        pytest.param(
+            [CLAIM.replace("apiVersion: resource.k8s.io/v1\n", "")],
+            "ResourceClaim 'solo': apiVersion is not set",
+            id="claim-without-apiversion",
+        ),
+        pytest.param(
+            [TEMPLATE, workload("Deployment", "replicas: null")],
+            None,
+            id="replicas-null-is-the-default",
+        ),
+        pytest.param(
+            [TEMPLATE, workload("Deployment", "replicas: many")],
+            "Deployment 'w': spec.replicas is not a non-negative integer: 'many'",
+            id="replicas-a-word",
+        ),
+        pytest.param(
+            [TEMPLATE, workload("Job", "parallelism: -2")],
+            "Job 'w': spec.parallelism is not a non-negative integer: -2",
+            id="parallelism-negative",
+        ),
+        pytest.param(
+            [TEMPLATE, POD.replace("spec:\n  resourceClaims", "spec: hello\nx:\n  y")],
+            "Pod 'p': spec is not a mapping",
+            id="pod-spec-a-string",
+        ),
+        pytest.param(
+            [TEMPLATE, POD.replace("[{name: gpu, resourceClaimTemplateName: one-gpu}]", "[gpu]")],
+            "Pod 'p': spec.resourceClaims\\[0\\] is not a mapping",
+            id="pod-claim-ref-a-string",
+        ),
+        pytest.param(
+            [TEMPLATE, POD.replace("[{name", "{x: [{name").replace("one-gpu}]", "one-gpu}]}")],
+            "Pod 'p': spec.resourceClaims is not a list",
+            id="pod-claim-refs-a-mapping",
+        ),
+        pytest.param(
+            [
+                TEMPLATE,
+                workload("Deployment", "replicas: 1").replace("template:", "template: 3\n  x:"),
+            ],
+            "Deployment 'w': spec.template is not a mapping",
+            id="workload-template-a-number",
+        ),
+    ],
+)
+def test_objects_of_the_wrong_shape_are_clear_errors(
+    tmp_path: Path, docs: list[str], message: str | None
+) -> None:
+    path = write(tmp_path, "m.yaml", *docs)
+    if message is None:
+        assert [c["metadata"]["name"] for c in plan_files([path]).claims] == ["one-gpu-0"]
+        return
+    with pytest.raises(ManifestError, match=message):
+        plan_files([path])
+
+
 def test_missing_paths_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="no such file or folder"):
         plan_files([tmp_path / "nope.yaml"])
