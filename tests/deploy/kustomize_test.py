@@ -382,19 +382,16 @@ EXPECTED_GRANTS = {
     *(
         ("gpudra-claim-writer", "resource.k8s.io", resource, verb)
         for resource in ("resourceclaims", "resourceclaims/status")
-        for verb in ("update", "patch")
+        for verb in ("update",)
     ),
-    *(
-        ("gpudra-claim-writer", "", "pods", verb)
-        for verb in ("get", "list", "watch", "update", "patch")
-    ),
+    *(("gpudra-claim-writer", "", "pods", verb) for verb in ("get", "list", "watch", "update")),
     *(
         ("gpudra-claim-writer", "resource.k8s.io", "deviceclasses", verb)
         for verb in ("get", "list", "watch")
     ),
     *(
         ("gpudra-claim-writer", "events.k8s.io", "events", verb)
-        for verb in ("get", "create", "update", "patch")
+        for verb in ("get", "create", "update")
     ),
     *(
         ("gpudra-kubelet-plugin", "resource.k8s.io", "resourceclaims", verb)

@@ -21,7 +21,7 @@ from deploy import manifests
 from deploy.manifests import by_kind
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.recorder import WARNING, EventRecorder, reference
-from gpudra_kube.resources import EVENTS
+from gpudra_kube.resources import EVENTS, RESOURCE_CLAIMS, KubeObject
 from gpudra_testing.kubeapi import FakeKubeApi
 
 Grant = tuple[str, str, str]  # (API group, resource[/subresource], verb)
@@ -160,3 +160,40 @@ async def test_claim_writer_may_make_every_call_of_its_event_series(
     used = kube_api.grants_used()
     assert ("events.k8s.io", "events", "get") in used  # the conflict path ran
     assert used - _grants(overlay, "gpudra-claim-writer") == set()
+
+
+async def _drain(events: AsyncIterator[Any]) -> None:
+    async for _ in events:
+        pass
+
+
+async def test_no_grant_names_a_verb_the_api_adapter_never_sends(
+    overlay: Objs, kube_api: RecordingKubeApi, store: ApiStore
+) -> None:
+    """Every gpudra service reaches the API through `gpudra_kube`'s `Store` (ApiStore in a
+    cluster). Each of its calls, made once here, gives the verbs it can send at all: a grant of
+    any other verb (say patch) is one no gpudra code can use."""
+    claim: KubeObject = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c1", "namespace": "team-a"},
+        "spec": {"devices": {}},
+    }
+    listed = await store.list(RESOURCE_CLAIMS, "team-a")
+    await _drain(
+        store.watch(
+            RESOURCE_CLAIMS, "team-a", resource_version=listed.resource_version, timeout=0.2
+        )
+    )
+    created = await store.create(RESOURCE_CLAIMS, claim)
+    current = await store.get(RESOURCE_CLAIMS, "c1", "team-a")
+    replaced = await store.replace(RESOURCE_CLAIMS, {**current, "metadata": current["metadata"]})
+    await store.replace_status(RESOURCE_CLAIMS, {**replaced, "status": {}})
+    await store.delete(RESOURCE_CLAIMS, "c1", "team-a")
+    assert created["metadata"]["name"] == "c1"
+    sendable = {verb for _, _, verb in kube_api.grants_used()}
+    assert sendable == {"list", "watch", "get", "create", "update", "delete"}
+
+    for service in ("gpudra-inventory", "gpudra-claim-writer", "gpudra-kubelet-plugin"):
+        never_sent = {g for g in _grants(overlay, service) if g[2] not in sendable}
+        assert never_sent == set(), service
