@@ -69,6 +69,10 @@ async def _get(args: argparse.Namespace) -> int:
     kind = KINDS.get(args.kind.lower())
     if kind is None:
         raise CliError(f"unknown kind {args.kind!r}: use claims, slices, nodes or devices")
+    if args.names and kind != "claims":
+        raise CliError(
+            f"cannot get {kind} by name ({' '.join(args.names)}): names select claims only"
+        )
     wide = args.output == "wide"
     async with connected(args) as (running, client):
         namespace = None if args.all_namespaces else args.namespace
@@ -86,7 +90,13 @@ async def _get(args: argparse.Namespace) -> int:
                 claim_cells(r) | {"CONSUMERS": consumers_cell(by_key.get(r.key, {}))}
                 for r in results.rows(wanted, slices)
             ]
-            emit(args.output, wanted, cells, CLAIM_WIDE if wide else CLAIM_COLUMNS)
+            if wanted or not args.names:
+                emit(args.output, wanted, cells, CLAIM_WIDE if wide else CLAIM_COLUMNS)
+            found = {c["metadata"]["name"] for c in wanted}
+            missing = [name for name in dict.fromkeys(args.names) if name not in found]
+            if missing:  # what exists was shown; the rest is an error, as in kubectl
+                scope, suffix = (f"{namespace}/", "") if namespace else ("", " in any namespace")
+                raise CliError(f"claim {', '.join(scope + n for n in missing)} not found{suffix}")
         elif kind == "nodes":
             rows = listing.node_rows(slices, claims, running.nodes)
             columns = [*NODE_COLUMNS, "PRODUCT"] if wide else NODE_COLUMNS

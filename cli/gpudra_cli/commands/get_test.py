@@ -104,3 +104,65 @@ def test_claim_cells_and_json_output(capsys: pytest.CaptureFixture[str]) -> None
 )
 def test_consumers_cell(status: dict[str, Any], expected: str) -> None:
     assert get.consumers_cell({"metadata": {"name": "c"}, "status": status}) == expected
+
+
+async def _store_claim(nats_url: str, name: str) -> None:
+    from gpudra_bus import ensure_buckets, ensure_streams
+    from gpudra_cli.standalone.client import Client
+    from gpudra_cli.standalone.testdata import claim
+
+    client = await Client.open(nats_url)
+    try:
+        await ensure_streams(client.nc.jetstream())
+        await ensure_buckets(client.nc.jetstream())
+        await client.create_claim(claim(name))
+    finally:
+        await client.close()
+
+
+def _running(tmp_path: Path, nats_url: str) -> Path:
+    """A state file naming this process and the test NATS: a running system to the CLI."""
+    import os
+
+    from gpudra_cli.standalone import state
+
+    path = tmp_path / "state.json"
+    running = state.State(nats_url=nats_url, run_dir=str(tmp_path), pid=os.getpid(), fleet="t")
+    state.save(running, path)
+    return path
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_get_of_a_claim_that_does_not_exist_is_an_error(
+    tmp_path: Path, nats_url: str, capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    import asyncio
+    import uuid
+
+    present, missing = f"here-{uuid.uuid4().hex[:8]}", f"gone-{uuid.uuid4().hex[:8]}"
+    asyncio.run(_store_claim(nats_url, present))
+    path = _running(tmp_path, nats_url)
+    argv = ["get", "claims", present, missing, "-o", output, "--state-file", str(path)]
+    code = cli.main(argv, parser=parser())
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert present in out  # what exists is still shown, as kubectl shows it
+    assert err == f"gpudra get: claim default/{missing} not found\n"
+    if output == "json":
+        assert [c["metadata"]["name"] for c in json.loads(out)["items"]] == [present]
+
+
+def test_get_with_names_of_another_kind_is_an_error(
+    tmp_path: Path, nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+    import uuid
+
+    asyncio.run(_store_claim(nats_url, f"any-{uuid.uuid4().hex[:8]}"))
+    path = _running(tmp_path, nats_url)
+    code = cli.main(["get", "nodes", "no-such-node", "--state-file", str(path)], parser=parser())
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert out == ""
+    assert "names select claims only" in err
+    assert err.count("\n") == 1, err
