@@ -372,11 +372,10 @@ def test_no_secret_material_is_rendered(overlay: Objs) -> None:
 EXPECTED_GRANTS = {
     *(
         ("gpudra-inventory", "resource.k8s.io", "resourceslices", verb)
-        for verb in ("get", "list", "watch", "create", "update", "delete")
+        for verb in ("get", "list", "create", "update", "delete")
     ),
     *(
-        ("gpudra-claim-writer", "resource.k8s.io", resource, verb)
-        for resource in ("resourceclaims", "resourceclaimtemplates")
+        ("gpudra-claim-writer", "resource.k8s.io", "resourceclaims", verb)
         for verb in ("get", "list", "watch")
     ),
     *(
@@ -393,10 +392,7 @@ EXPECTED_GRANTS = {
         ("gpudra-claim-writer", "events.k8s.io", "events", verb)
         for verb in ("get", "create", "update")
     ),
-    *(
-        ("gpudra-kubelet-plugin", "resource.k8s.io", "resourceclaims", verb)
-        for verb in ("get", "list", "watch")
-    ),
+    ("gpudra-kubelet-plugin", "resource.k8s.io", "resourceclaims", "get"),
 }
 
 

@@ -19,9 +19,14 @@ from aiohttp import web
 
 from deploy import manifests
 from deploy.manifests import by_kind
+from gpudra_inventory.mirror import SliceMirror
+from gpudra_inventory.pools import Change, PoolBook
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.recorder import WARNING, EventRecorder, reference
-from gpudra_kube.resources import EVENTS, RESOURCE_CLAIMS, KubeObject
+from gpudra_kube.resources import EVENTS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeObject
+from gpudra_kubelet_plugin.claimsource import StoreClaimSource
+from gpudra_kubelet_plugin.errors import ClaimNotFoundError
+from gpudra_slices import SliceOptions
 from gpudra_testing.kubeapi import FakeKubeApi
 
 Grant = tuple[str, str, str]  # (API group, resource[/subresource], verb)
@@ -197,3 +202,57 @@ async def test_no_grant_names_a_verb_the_api_adapter_never_sends(
     for service in ("gpudra-inventory", "gpudra-claim-writer", "gpudra-kubelet-plugin"):
         never_sent = {g for g in _grants(overlay, service) if g[2] not in sendable}
         assert never_sent == set(), service
+
+
+# --- services whose every API call is one component: grants must be exactly those calls ------
+
+
+async def test_kubelet_plugin_grants_are_exactly_its_claim_reads(
+    overlay: Objs, kube_api: RecordingKubeApi, store: ApiStore
+) -> None:
+    """In a cluster the plugin's only API use is `StoreClaimSource` (main.py, claim source
+    'kubernetes'): one get per claim the kubelet asks it to prepare, never a list or a watch."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c1", "namespace": "team-a"},
+        "spec": {"devices": {}},
+    }
+    await kube_api.put(RESOURCE_CLAIMS, claim)
+    source = StoreClaimSource(store)
+    assert (await source.get("team-a", "c1"))["metadata"]["name"] == "c1"
+    with pytest.raises(ClaimNotFoundError):
+        await source.get("team-a", "gone")
+    assert kube_api.grants_used() == _grants(overlay, "gpudra-kubelet-plugin")
+
+
+def _slice(node: str, devices: int) -> KubeObject:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{manifests.DRIVER}"},
+        "spec": {
+            "driver": manifests.DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": devices, "resourceSliceCount": 1},
+            "devices": [{"name": f"gpu-{i}"} for i in range(devices)],
+        },
+    }
+
+
+async def test_inventory_grants_are_exactly_its_slice_mirror(
+    overlay: Objs, kube_api: RecordingKubeApi, store: ApiStore
+) -> None:
+    """In a cluster the inventory's only API use is `SliceMirror` (main.py, mode 'kubernetes'):
+    it creates, reads and replaces a node's slices, deletes the ones a change drops, and at start
+    lists them to prune what no pool owns. It never watches them (the slices' source of truth is
+    the NATS bucket the inventory writes, not the API)."""
+    mirror = SliceMirror(store, manifests.DRIVER)
+    await mirror.apply(Change("n1", 1, write=[_slice("n1", 1)], delete=[]))  # get 404, create
+    await mirror.apply(Change("n1", 2, write=[_slice("n1", 2)], delete=[]))  # get, update
+    await mirror.apply(Change("n2", 1, write=[_slice("n2", 1)], delete=[]))
+    await mirror.apply(Change("n2", 2, write=[], delete=[_slice("n2", 1)["metadata"]["name"]]))
+    await kube_api.put(RESOURCE_SLICES, _slice("n3", 1))  # left over from a vanished node
+    assert await mirror.prune(PoolBook(SliceOptions())) == 2  # list, delete
+    assert kube_api.objects(RESOURCE_SLICES) == []
+    assert kube_api.grants_used() == _grants(overlay, "gpudra-inventory")
