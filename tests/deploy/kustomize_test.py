@@ -85,7 +85,8 @@ def test_workloads_are_hardened_probed_and_sized(overlay: Objs) -> None:
             assert sc.get("allowPrivilegeEscalation") is False, where
             assert sc.get("readOnlyRootFilesystem") is True, where
             assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
-            assert "add" not in sc.get("capabilities", {}), where
+            if workload["metadata"]["name"] != "gpudra-kubelet-plugin":  # see its MIG test
+                assert "add" not in sc.get("capabilities", {}), where
             assert not sc.get("privileged", False), where
             for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
                 assert probe in c, f"{where} has no {probe}"
@@ -248,6 +249,24 @@ def test_nvml_access_matches_the_overlay(
     for spec in (dev, prod):
         names = [e["name"] for e in spec["containers"][0]["env"]]
         assert len(names) == len(set(names)), "an overlay patch duplicated a variable"
+
+
+def test_kubelet_plugin_may_create_mig_devices_exactly_where_it_uses_nvml(overlay: Objs) -> None:
+    """With NVML the plugin creates and destroys MIG devices (`nvmlmig`: the inventory publishes
+    free MIG placements by default). Through the NVIDIA runtime that takes the GPUs' MIG config
+    capability (`NVIDIA_MIG_CONFIG_DEVICES=all`), which the Container Toolkit documents as needing
+    CAP_SYS_ADMIN; root without it gets NVML_ERROR_NO_PERMISSION. A simulated node needs neither."""
+    plugin = named(overlay, "DaemonSet", "gpudra-kubelet-plugin")
+    (c,) = containers(plugin)
+    env = _env(c)
+    capabilities = c["securityContext"]["capabilities"]
+    if env["GPUDRA_KUBELET_PLUGIN_DEVICE_SOURCE"] == "nvml":
+        assert pod_spec(plugin)["runtimeClassName"] == "nvidia"
+        assert env.get("NVIDIA_MIG_CONFIG_DEVICES") == "all"
+        assert capabilities == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    else:
+        assert "NVIDIA_MIG_CONFIG_DEVICES" not in env
+        assert capabilities == {"drop": ["ALL"]}
 
 
 def test_production_node_agents_run_on_gpu_nodes_only(rendered: dict[str, Objs]) -> None:
