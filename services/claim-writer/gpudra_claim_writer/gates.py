@@ -8,12 +8,19 @@ another driver's claim, which kube-scheduler allocates only after the gate is go
 for (that would deadlock the pod). Other gates stay; a conflicting pod update re-reads and decides
 again. Triggers: a gated pod appearing or changing (`run`), and a claim appearing, changing or
 getting allocated (`claim_changed`, which looks only at the gated pods the pod informer has seen).
+An API error never escapes (it would end the claim-writer's loops): a check that an error cut
+short (the lift's write, the re-read after a conflict, a claim or pod read failing) is tried
+again every `retry_interval` seconds while `run` runs, until it settles or the pod is deleted,
+because nothing else would trigger it: a gated pod gets no status updates, and its allocated
+claims do not change until it is scheduled. A write the API refuses for good (403, 422) is
+logged, not retried.
 Every pod event (gated or not, deleted too) is also handed to `on_pod`: the pod watch is what tells
 `events.PodUnits` which claims belong together.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -21,7 +28,7 @@ from typing import Any
 
 from gpudra_claim_writer.claims import ClaimState, is_gated, pod_claim_names, state_of, ungated
 from gpudra_claim_writer.ownership import Ownership
-from gpudra_kube.errors import ConflictError, KubeError, NotFoundError
+from gpudra_kube.errors import KubeError, KubeRetryableError, NotFoundError
 from gpudra_kube.informer import informer
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import EventType, Store, WatchEvent
@@ -41,8 +48,11 @@ class Gates:
         watch_timeout: float = 10.0,
         ownership: Ownership | None = None,
         on_pod: OnPod | None = None,
+        retry_interval: float = 5.0,
     ) -> None:
         self._store = store
+        self._retry_interval = retry_interval
+        self.retrying: set[tuple[str, str]] = set()  # pods whose check an error cut short
         self._on_pod = on_pod
         self._ownership = ownership or Ownership(store)
         self._watch_timeout = watch_timeout
@@ -51,6 +61,15 @@ class Gates:
         self._gated: dict[tuple[str, str], set[str]] = {}
 
     async def run(self) -> None:
+        retries = asyncio.create_task(self._retry())
+        try:
+            await self._follow()
+        finally:
+            retries.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await retries
+
+    async def _follow(self) -> None:
         events = informer(self._store, PODS, self._namespace, watch_timeout=self._watch_timeout)
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
@@ -63,8 +82,26 @@ class Gates:
                     continue
                 if event.type is EventType.DELETED:
                     self._gated.pop(_key(event.object), None)
+                    self.retrying.discard(_key(event.object))
                 elif self.seen(event.object):
                     await self.check_pod(event.object)
+                else:
+                    self.retrying.discard(_key(event.object))
+
+    async def _retry(self) -> None:
+        """Check again, every `retry_interval` seconds, the pods whose check failed."""
+        while True:
+            await asyncio.sleep(self._retry_interval)
+            for namespace, name in sorted(self.retrying):
+                try:
+                    pod = await self._store.get(PODS, name, namespace)
+                except NotFoundError:
+                    self.retrying.discard((namespace, name))
+                    continue
+                except KubeError as exc:
+                    log.warning("reading pod %s/%s failed: %s", namespace, name, exc)
+                    continue
+                await self.check_pod(pod)
 
     def seen(self, pod: dict[str, Any]) -> bool:
         """Note a pod the watch reported (its claims, while gated); True when it is gated."""
@@ -82,42 +119,69 @@ class Gates:
                 continue
             try:
                 pod = await self._store.get(PODS, pod_name, pod_ns)
+            except NotFoundError:
+                continue  # its deletion is the pod watch's news
             except KubeError as exc:
                 log.warning("reading pod %s/%s failed: %s", pod_ns, pod_name, exc)
+                self.retrying.add((pod_ns, pod_name))
                 continue
             await self.check_pod(pod)
 
     async def check_pod(self, pod: dict[str, Any]) -> None:
-        meta = pod.get("metadata") or {}
-        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        """Lift the pod's gate when its claims are ready; never raises a `KubeError`: a check an
+        error cut short is tried again later (`retrying`)."""
+        if await self._settle(pod):
+            self.retrying.discard(_key(pod))
+        else:
+            self.retrying.add(_key(pod))
+
+    async def _settle(self, pod: dict[str, Any]) -> bool:
+        """Lift the gate if it is time; False when an error left that undecided."""
+        namespace, name = _key(pod)
         current = pod
         for _ in range(_MAX_TRIES):
-            ready = {n for n in pod_claim_names(current) or () if await self._ready(namespace, n)}
+            ready: set[str] = set()
+            unsure = False
+            for claim in pod_claim_names(current) or ():
+                answer = await self._ready(namespace, claim)
+                if answer:
+                    ready.add(claim)
+                unsure = unsure or answer is None
             updated = ungated(current, ready.__contains__)
             if updated is None:
-                return
+                return not (unsure and is_gated(current))
             try:
                 await self._store.replace(PODS, updated)
                 self.lifted += 1
                 log.info("pod %s/%s: scheduling gate lifted", namespace, name)
-                return
+                return True
             except NotFoundError:
-                return
-            except ConflictError:
-                try:
-                    current = await self._store.get(PODS, name, namespace)
-                except NotFoundError:
-                    return
+                return True
+            except KubeRetryableError as exc:  # a conflict, or the API server away for now
+                log.info("lifting the gate of pod %s/%s: %s; re-reading", namespace, name, exc)
             except KubeError as exc:
                 log.warning("lifting the gate of pod %s/%s failed: %s", namespace, name, exc)
-                return
+                return True  # refused for good: trying again changes nothing
+            try:
+                current = await self._store.get(PODS, name, namespace)
+            except NotFoundError:
+                return True
+            except KubeError as exc:
+                log.warning("reading pod %s/%s failed: %s", namespace, name, exc)
+                return False
+        log.warning("pod %s/%s: gate not lifted after %d tries", namespace, name, _MAX_TRIES)
+        return False
 
-    async def _ready(self, namespace: str, name: str) -> bool:
-        """The claim exists and is allocated, or is not gpudra's (kube-scheduler allocates it)."""
+    async def _ready(self, namespace: str, name: str) -> bool | None:
+        """The claim exists and is allocated, or is not gpudra's (kube-scheduler allocates it);
+        None when it could not be read now."""
         try:
             claim = await self._store.get(RESOURCE_CLAIMS, name, namespace)
-        except KubeError:
-            return False
+        except NotFoundError:
+            return False  # its creation is the intake's news, and calls `claim_changed`
+        except KubeError as exc:
+            log.warning("reading claim %s/%s failed: %s", namespace, name, exc)
+            return None
         state = state_of(claim)
         if state is ClaimState.ALLOCATED:
             return True

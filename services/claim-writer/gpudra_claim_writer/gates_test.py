@@ -3,6 +3,8 @@ by claims that are not gpudra's (kube-scheduler allocates those only once the ga
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,10 +12,12 @@ import pytest
 import pytest_asyncio
 
 from gpudra_claim_writer.claims import SCHEDULING_GATE
+from gpudra_claim_writer.conftest import until
 from gpudra_claim_writer.gates import Gates
 from gpudra_claim_writer.ownership import Ownership, serves
 from gpudra_kube.api_backend import ApiStore, load_api_client
 from gpudra_kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
+from gpudra_kube.store import EventType, WatchEvent
 from gpudra_testing.kubeapi import FakeKubeApi
 
 ALLOCATION = {
@@ -197,3 +201,90 @@ async def test_builtin_classes_are_ours_without_reading_the_store(
     assert await ownership.class_is_ours("mig.nvidia.com")
     assert len(fake.requests) == before
     assert not await ownership.claim_is_ours(claim("nic", "nic.example.com"))
+
+
+@contextlib.asynccontextmanager
+async def watching(store: ApiStore) -> AsyncIterator[Gates]:
+    """Gates with `run()` (the pod informer) going, once it has handled its list of pods."""
+    synced = asyncio.Event()
+
+    async def on_pod(event: WatchEvent) -> None:
+        if event.type is EventType.SYNCED:
+            synced.set()
+
+    gates = Gates(store, watch_timeout=2.0, on_pod=on_pod, retry_interval=0.1)
+    task = asyncio.create_task(gates.run())
+    try:
+        await asyncio.wait_for(synced.wait(), 10)
+        yield gates
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        pytest.param([(503, "ServiceUnavailable", "PUT", "pods/p")], id="write-unavailable-once"),
+        pytest.param(
+            [(409, "Conflict", "PUT", "pods/p"), (503, "ServiceUnavailable", "GET", "pods/p")],
+            id="re-read-fails",
+        ),
+        pytest.param(
+            [(409, "Conflict", "PUT", "pods/p"), (429, "TooManyRequests", "GET", "pods/p")],
+            id="re-read-throttled",
+        ),
+        pytest.param(
+            [(503, "ServiceUnavailable", "GET", "resourceclaims/gpu")], id="claim-read-fails"
+        ),
+    ],
+)
+async def test_a_failed_gate_lift_is_not_fatal_and_is_tried_again(
+    api: tuple[FakeKubeApi, ApiStore], faults: list[tuple[int, str, str, str]]
+) -> None:
+    """The API server answers a pod's gate lift (or a read it needs) with an error once: nothing
+    is raised (out of `Gates.run`, or the intake's `on_claim`, that would end the claim-writer)
+    and the gate is lifted in the end, although no further event of the claim or the pod comes
+    (a gated pod gets no status updates; its allocated claim does not change until the pod is
+    scheduled)."""
+    fake, store = api
+    await fake.put(RESOURCE_CLAIMS, claim("gpu", "gpu.nvidia.com"))
+    await fake.put(PODS, pod("p", ["gpu"]))
+    async with watching(store) as gates:
+        assert gates_of(fake, "p") == [SCHEDULING_GATE], "its claim is pending"
+        await fake.put(RESOURCE_CLAIMS, claim("gpu", "gpu.nvidia.com", allocated=True))
+        gated = await store.get(PODS, "p", "default")
+        for status, reason, method, path in faults:
+            fake.inject_error(status, reason=reason, method=method, path_contains=path)
+        await gates.check_pod(gated)  # as `run` does for the pod's event
+        fake.clear_faults()
+        await until(lambda: gates_of(fake, "p") == [])
+    assert gates.lifted == 1
+    assert not gates.retrying
+
+
+async def test_a_gate_lift_failing_for_a_while_is_tried_again_until_it_succeeds(
+    api: tuple[FakeKubeApi, ApiStore],
+) -> None:
+    """Every write of a pod fails for longer than one check's tries (an API server restart):
+    the pod's watch event is the last trigger there is, so the lift is tried again later; a pod
+    deleted meanwhile is forgotten."""
+    fake, store = api
+    await fake.put(RESOURCE_CLAIMS, claim("gpu", "gpu.nvidia.com", allocated=True))
+    async with watching(store) as gates:
+        fake.inject_error(503, reason="ServiceUnavailable", method="PUT", times=10**6)
+        await fake.put(PODS, pod("p", ["gpu"]))
+        await until(lambda: sum(1 for m, _ in fake.requests if m == "PUT") > 12)
+        assert gates_of(fake, "p") == [SCHEDULING_GATE]
+        assert gates.retrying == {("default", "p")}
+        fake.clear_faults()
+        await until(lambda: gates_of(fake, "p") == [])
+        assert not gates.retrying
+        fake.inject_error(503, reason="ServiceUnavailable", method="PUT", times=10**6)
+        await fake.put(PODS, pod("q", ["gpu"]))
+        await until(lambda: gates.retrying == {("default", "q")})
+        await store.delete(PODS, "q", "default")
+        await until(lambda: not gates.retrying)
+        fake.clear_faults()
+    assert gates.lifted == 1
