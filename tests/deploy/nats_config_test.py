@@ -145,9 +145,10 @@ def test_nobody_may_delete_or_purge_or_use_wildcard_apis(service: str) -> None:
     purged = {name for name in names if allows(publish, f"$JS.API.STREAM.PURGE.{name}")}
     assert purged == ({f"KV_{streams.RESERVATIONS_BUCKET}"} if service == "allocator" else set())
     subscribe = _perms(service, "subscribe")
-    extra = {"inventory": ["gpudra.health.>"], "kubelet-plugin": ["gpudra.health.*"]}.get(
-        service, []
-    )
+    # Core subscriptions besides replies: the plugin's health feed of its node
+    # (healthfeed.subscribe). The inventory learns device health from the NodeInventory stream,
+    # which it consumes (pull, by publishing API requests), not from gpudra.health.
+    extra = {"kubelet-plugin": ["gpudra.health.*"]}.get(service, [])
     assert sorted(subscribe) == sorted(["_INBOX.>", *extra])
 
 
