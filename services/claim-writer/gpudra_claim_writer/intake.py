@@ -153,6 +153,10 @@ class Intake:
         ):
             if event.type is EventType.DELETED:
                 await self._deleted(claim)
+                # Nothing of this UID follows its DELETED (the informer's promise), so what only
+                # kept a deletion from being reported twice can go: kept, it grew with every
+                # claim ever deleted.
+                self._gone.discard(ref.uid)
             elif state_of(claim) is ClaimState.DELETING:
                 await self._deleted(claim)
                 await self._drop_finalizer(claim)

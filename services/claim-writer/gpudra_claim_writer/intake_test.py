@@ -664,3 +664,32 @@ async def test_a_failing_finalizer_removal_never_stops_the_intake(
     await fake.put(RESOURCE_CLAIMS, claim("next", "gpu.nvidia.com"))
     await intake.on_event(WatchEvent(EventType.ADDED, claim("next", "gpu.nvidia.com")))
     assert intake.published["pending"] == 1
+
+
+def remembered(intake: Intake) -> int:
+    """How many claims the intake keeps something about (by UID)."""
+    uids = {uid for uid, _ in intake._pending_sent}
+    for kept in (intake._allocated, intake._gone, intake._ours, intake._consumed, intake._reported):
+        uids |= set(kept)
+    return len(uids)
+
+
+@pytest.mark.parametrize("finalizer", [True, False], ids=["held-then-gone", "gone-at-once"])
+async def test_the_intake_forgets_claims_that_are_gone(nc: Client, finalizer: bool) -> None:
+    """A long-running claim-writer sees millions of claims come and go: what it keeps about one
+    must go with it, or its memory grows with every claim ever seen."""
+    intake = Intake(KvStore(nc), Publisher(nc))
+    for i in range(20):
+        c = claim(f"c{i}", "gpu.nvidia.com")
+        await intake.on_event(WatchEvent(EventType.ADDED, c))
+        if i % 2:
+            allocated = dict(c, status={"allocation": ALLOCATION})
+            intake.written(c["metadata"]["uid"])
+            await intake.on_event(WatchEvent(EventType.MODIFIED, allocated))
+            c = allocated
+        if finalizer:
+            meta = {**c["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}
+            await intake.on_event(WatchEvent(EventType.MODIFIED, dict(c, metadata=meta)))
+        await intake.on_event(WatchEvent(EventType.DELETED, c))
+    assert intake.published["deleted"] == 20, "each deletion reported once"
+    assert remembered(intake) == 0
