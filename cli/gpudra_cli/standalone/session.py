@@ -1,6 +1,6 @@
 """Keeping a started system up for the other commands (`gpudra up`, `demo --keep-running`).
 
-`hold` writes the state file, then waits until Ctrl-C / SIGTERM (the caller's cancellation) or
+`hold` writes the state file, then waits until Ctrl-C / SIGTERM / SIGHUP (`STOP_SIGNALS`) or
 until a service process exits on its own, which is reported as a `StartError` naming it and its
 log — a half-dead system is never left looking alive. The state file is removed on the way out.
 While held, the inventory's latest drift summary is kept in `<run dir>/drift.json` for `gpudra
@@ -23,13 +23,26 @@ from gpudra_cli.standalone.errors import StartError
 from gpudra_cli.standalone.reports import Samples
 from gpudra_cli.standalone.system import System
 
+# The signals that stop a running system. SIGHUP is what a closed terminal or a dropped SSH
+# session sends: left at its default it ended `up` at once, with no cleanup, orphaning every
+# service, NATS and the run directory.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _stop_signals() -> list[signal.Signals]:
+    """STOP_SIGNALS, less SIGHUP when it is ignored: `nohup gpudra up` asked to outlive its
+    terminal."""
+    ignored = signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    return [sig for sig in STOP_SIGNALS if not (sig == signal.SIGHUP and ignored)]
+
 
 @contextlib.contextmanager
 def interrupts() -> Iterator[None]:
-    """SIGINT and SIGTERM raise KeyboardInterrupt while the system runs, so the caller's cleanup
-    stops every service (they run in sessions of their own and would not see the signal). SIGINT
-    is restored too because a shell starts background jobs with it ignored."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt while the system runs, so the caller's
+    cleanup stops every service (they run in sessions of their own and would not see the signal).
+    SIGINT is restored too because a shell starts background jobs with it ignored; an ignored
+    SIGHUP (nohup) stays ignored."""
+    previous = {sig: signal.getsignal(sig) for sig in _stop_signals()}
     for sig in previous:
         signal.signal(sig, signal.default_int_handler)
     try:
@@ -65,9 +78,10 @@ async def hold(system: System, path: Path, samples: Samples | None = None) -> No
     written: dict[str, Any] | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    # Ctrl-C and SIGTERM end the hold the same way (a background `up` may have SIGINT ignored,
-    # which would otherwise leave only SIGKILL, and that would orphan the services).
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # Ctrl-C, SIGTERM and SIGHUP end the hold the same way (a background `up` may have SIGINT
+    # ignored, which would otherwise leave only SIGKILL, and that would orphan the services).
+    handled = _stop_signals()
+    for sig in handled:
         loop.add_signal_handler(sig, stop.set)
     try:
         while not stop.is_set():
@@ -85,6 +99,6 @@ async def hold(system: System, path: Path, samples: Samples | None = None) -> No
             except TimeoutError:
                 continue
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in handled:
             loop.remove_signal_handler(sig)
         state.remove(path, os.getpid())
