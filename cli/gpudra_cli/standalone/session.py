@@ -81,6 +81,7 @@ async def hold(system: System, path: Path, samples: Samples | None = None) -> No
     # Ctrl-C, SIGTERM and SIGHUP end the hold the same way (a background `up` may have SIGINT
     # ignored, which would otherwise leave only SIGKILL, and that would orphan the services).
     handled = _stop_signals()
+    before = {sig: signal.getsignal(sig) for sig in handled}
     for sig in handled:
         loop.add_signal_handler(sig, stop.set)
     try:
@@ -101,4 +102,7 @@ async def hold(system: System, path: Path, samples: Samples | None = None) -> No
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
+            # remove_signal_handler leaves SIG_DFL: a second signal while the caller stops the
+            # services would kill it half way, orphaning the rest. Keep what was there before.
+            signal.signal(sig, before[sig])
         state.remove(path, os.getpid())

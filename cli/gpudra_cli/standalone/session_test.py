@@ -42,7 +42,7 @@ except KeyboardInterrupt:  # as gpudra_cli.main does
 """
 
 
-@pytest.mark.parametrize("again", ["once"])
+@pytest.mark.parametrize("again", ["once", "again"])
 @pytest.mark.parametrize(
     "sig",
     [
