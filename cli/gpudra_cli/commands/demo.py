@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from gpudra_cli.standalone import cliargs, render, session
+from gpudra_cli.standalone import cliargs, render, session, state
 from gpudra_cli.standalone.examples import find_examples
 from gpudra_cli.standalone.fleet import FLEETS, parse_fleet
 from gpudra_cli.standalone.showcase import run_demo
@@ -69,7 +70,10 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    with session.interrupts():
+    # --keep-running ends holding the state file: own it from the start, as `up` does, so that
+    # neither takes over the other's file (and hides the other's system) while both run.
+    owned = state.owned(cliargs.state_path(args)) if args.keep_running else nullcontext()
+    with session.interrupts(), owned:
         return asyncio.run(_demo(args))
 
 

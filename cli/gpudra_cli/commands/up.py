@@ -31,7 +31,12 @@ def refuse_second(path: Path) -> None:
 
 async def _up(args: argparse.Namespace) -> int:
     path = cliargs.state_path(args)
-    refuse_second(path)
+    with state.owned(path):  # before anything starts: a second `up` is refused even then
+        return await _up_owned(args, path)
+
+
+async def _up_owned(args: argparse.Namespace, path: Path) -> int:
+    refuse_second(path)  # a live system that does not take the lock (an older gpudra)
     fleet = parse_fleet(args.fleet)
     system = System(fleet, store_dir=args.store_dir, tracing=not args.no_tracing)
     show = progress_printer(True)

@@ -4,18 +4,25 @@ the system. Written atomically (temp file + rename) when the system is up, remov
 Location: `--state-file`, else `$GPUDRA_STATE_FILE`, else `~/.gpudra/standalone.json`. `load`
 fails with `NotRunningError` when the file is missing, unreadable, or names a process that is gone
 (a crashed `up` leaves a stale file; the message says so).
+
+`owned` is held by the system that uses a state file for its whole life, from before it starts
+anything: a second `gpudra up` is refused while the first is still starting (before it has written
+the state file) as well as once it runs. It is an flock on `<state file>.lock`, so the kernel
+releases it when its holder dies: a crash leaves no stale lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudra_cli.standalone.errors import NotRunningError
+from gpudra_cli.standalone.errors import NotRunningError, StartError
 
 ENV = "GPUDRA_STATE_FILE"
 
@@ -36,6 +43,33 @@ class State:
 
     def registry_dir(self, node: str) -> Path:
         return Path(self.registry_dirs.get(node, ""))
+
+
+@contextlib.contextmanager
+def owned(path: Path) -> Iterator[None]:
+    """Own the state file `path` while the context runs; a `StartError` if another process owns
+    it (see the module docstring)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(path.name + ".lock")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StartError(f"cannot open the lock file {lock}: {exc}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            raise StartError(
+                f"gpudra is already running or starting (pid {holder}) with the state file "
+                f"{path}; stop it first or use another --state-file"
+            ) from None
+        # The lock file is never removed: another process may have it open, waiting to lock it.
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def save(state: State, path: Path) -> None:

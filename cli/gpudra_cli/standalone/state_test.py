@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpudra_cli.standalone import state
-from gpudra_cli.standalone.errors import NotRunningError
+from gpudra_cli.standalone.errors import NotRunningError, StartError
 
 
 def sample(pid: int) -> state.State:
@@ -62,3 +62,67 @@ def test_unusable_state_files(tmp_path: Path, content: str | None, message: str)
 def test_default_path_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(state.ENV, "/tmp/elsewhere.json")
     assert state.default_path() == Path("/tmp/elsewhere.json")
+
+
+# Holds the state file's lock, as a starting or running `gpudra up` does, until killed.
+_HOLDER = """\
+import sys, time
+from pathlib import Path
+from gpudra_cli.standalone import state
+with state.owned(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def _hold(path: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_only_one_system_owns_a_state_file_and_a_dead_owner_frees_it(tmp_path: Path) -> None:
+    # Before any state file is written (`up` writes it once every service is up), a second `up`
+    # must already see the first: the lock is taken before anything starts.
+    path = tmp_path / "state.json"
+    holder = _hold(path)
+    try:
+        pattern = rf"already running or starting \(pid {holder.pid}\)"
+        with pytest.raises(StartError, match=pattern), state.owned(path):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with state.owned(path):  # a killed owner leaves no stale lock behind
+        pass
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["up", "--fleet", "l4-pcie=1"], id="up"),
+        # a bad fleet: without the lock this would fail for that reason instead
+        pytest.param(["up", "--fleet", "nope=1"], id="up-checks-the-lock-first"),
+        pytest.param(["demo", "--keep-running", "--fleet", "nope"], id="demo-keep-running"),
+    ],
+)
+def test_a_second_system_on_one_state_file_is_refused_while_the_first_is_starting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    from gpudra_cli.main import main
+
+    path = tmp_path / "state.json"
+    holder = _hold(path)
+    try:
+        code = main([*argv, "--state-file", str(path)])
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "already running or starting" in err
+    assert err.count("\n") == 1, err
