@@ -40,6 +40,14 @@ so the allocator places the pod's claims together, on one node, all or none. Rul
   the release) with its home pod, so it is placed beside the pod's other claims, not alone.
 - Gangs and pods combine: `gpudra.io/gang-size` counts claims, so a gang of 2 pods with 2 claims
   each has size 4; the allocator places each pod's claims on one node.
+
+Size: a ClaimEvent is at most `CLAIM_EVENT.max_bytes`, and a claim's JSON can be larger (the API
+server stores up to 1.5 MiB). A claim whose JSON is over `MAX_CLAIM_JSON` is never published:
+room is kept for the rest of the event and its headers, which the server counts too (it closes
+the connection of a client that goes over). `publish_event` logs such an event and returns False
+instead of raising: the error would end the loop that met it (the intake, the pod watch), and
+every restart would meet the claim again. `oversized` says in advance why a claim cannot go out
+(the intake writes that into the claim).
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from gpudra_bus import CLAIM_EVENT, Publisher, subjects
+from gpudra_bus import CLAIM_EVENT, OversizedMessageError, Publisher, subjects
 from gpudra_claim_writer.claims import (
     GANG_ANNOTATION,
     ClaimState,
@@ -69,6 +77,11 @@ log = logging.getLogger(__name__)
 
 Kind = claims_pb2.ClaimEvent.Kind
 KubeObject = dict[str, Any]
+# What a ClaimEvent and its headers may need beside the claim's JSON (refs, gang, pod and its
+# claims' UIDs, trace context): the server refuses a message over its max_payload (the codec's
+# limit) headers included, closing the connection.
+_EVENT_ROOM = 16 * 1024
+MAX_CLAIM_JSON = CLAIM_EVENT.max_bytes - _EVENT_ROOM
 
 
 @dataclass(frozen=True)
@@ -89,18 +102,42 @@ async def publish_event(
     msg_id: str,
     pod: PodUnit | None = None,
     replaces: str = "",
-) -> None:
+) -> bool:
+    """Publish the event; False (logged) when it is too large for the bus (module docstring)."""
     ref = ref if ref is not None else ref_of(claim or {})
     event = claims_pb2.ClaimEvent(kind=kind, claim=ref, replaces_allocation=replaces)
     if claim is not None:
-        event.claim_json = json.dumps(claim, separators=(",", ":"), sort_keys=True).encode()
+        event.claim_json = _claim_json(claim)
+        if len(event.claim_json) > MAX_CLAIM_JSON:
+            log.error("claim %s/%s: not published: %s", ref.namespace, ref.name, oversized(claim))
+            return False
         event.gang_id, event.gang_size = gang_fields(claim, ref.namespace)
     if pod is not None:
         event.pod_uid, event.pod_name = pod.uid, pod.name
         event.pod_claims.extend(pod.claims)
     event.observed_at.GetCurrentTime()
-    await publisher.publish(
-        subjects.claims(ref.namespace, ref.name), event, CLAIM_EVENT, msg_id=msg_id
+    try:
+        await publisher.publish(
+            subjects.claims(ref.namespace, ref.name), event, CLAIM_EVENT, msg_id=msg_id
+        )
+    except OversizedMessageError as exc:
+        log.error("claim %s/%s: not published: %s", ref.namespace, ref.name, exc)
+        return False
+    return True
+
+
+def _claim_json(claim: dict[str, Any]) -> bytes:
+    return json.dumps(claim, separators=(",", ":"), sort_keys=True).encode()
+
+
+def oversized(claim: dict[str, Any]) -> str:
+    """Why no ClaimEvent can carry `claim` (its JSON is over what one may hold), or ""."""
+    size = len(_claim_json(claim))
+    if size <= MAX_CLAIM_JSON:
+        return ""
+    return (
+        f"gpudra cannot allocate this claim: it is too large ({size} bytes of JSON; "
+        f"gpudra's allocator takes claims of up to {MAX_CLAIM_JSON} bytes)"
     )
 
 

@@ -39,6 +39,9 @@ Promises:
   process, a release already published live is not published again (the claim is only marked).
 - With an `Ownership`, a pending claim that is not gpudra's (see `ownership`) is not offered to
   the allocator at all: another driver's claim gets no gpudra reason written into it.
+- A pending gpudra claim too large for any ClaimEvent (`events.oversized`) is not offered: the
+  reason goes into its `gpudra.io/unschedulable` annotation (counted "oversized"), and nothing is
+  raised (that would stop the intake for every claim, after every restart too).
 - Every claim seen (not deleted) is passed to `on_claim` (namespace, name): a gated pod waiting
   for it may be ready now (see `gates`).
 - With `PodUnits`, a pending claim that a known pod uses goes out with its pod, once the pod's
@@ -68,6 +71,7 @@ from gpudra_claim_writer.claims import (
     allocation_of,
     ref_of,
     state_of,
+    with_reason,
     without_finalizer,
 )
 from gpudra_claim_writer.consumers import (
@@ -80,7 +84,7 @@ from gpudra_claim_writer.consumers import (
     with_allocation_id,
     with_consumers_left,
 )
-from gpudra_claim_writer.events import Kind, PodUnits, publish_event
+from gpudra_claim_writer.events import Kind, PodUnits, oversized, publish_event
 from gpudra_claim_writer.ownership import DRIVERS, Ownership
 from gpudra_kube.errors import ConflictError, KubeError, KubeRetryableError
 from gpudra_kube.informer import informer
@@ -199,6 +203,19 @@ class Intake:
             # Another driver's claim: kube-scheduler allocates it; gpudra stays out of its way.
             self._pending_sent.add(key)
             self.published["foreign"] += 1
+            return
+        too_large = oversized(claim)
+        if too_large:
+            # No event can carry it to the allocator: say so where users look, once.
+            self._pending_sent.add(key)
+            self.published["oversized"] += 1
+            log.error("claim %s/%s: %s", ref.namespace, ref.name, too_large)
+            await self._rewrite(
+                claim,
+                lambda c: with_reason(c, too_large),
+                lambda c: state_of(c) is ClaimState.PENDING,
+                "unschedulable reason",
+            )
             return
         if self._pods is not None and await self._pods.offer(claim):
             self.published["with-pod"] += 1  # published with its pod, now or once it is complete

@@ -15,7 +15,7 @@ from nats.aio.msg import Msg
 from gpudra_api import ALLOCATION_ID_ANNOTATION
 from gpudra_bus import Publisher, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
-from gpudra_claim_writer.claims import FINALIZER
+from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
 from gpudra_claim_writer.conftest import ALLOCATION, until
 from gpudra_claim_writer.consumers import (
     ADOPTED_PREFIX,
@@ -693,3 +693,95 @@ async def test_the_intake_forgets_claims_that_are_gone(nc: Client, finalizer: bo
         await intake.on_event(WatchEvent(EventType.DELETED, c))
     assert intake.published["deleted"] == 20, "each deletion reported once"
     assert remembered(intake) == 0
+
+
+def sized(name: str, size: int) -> dict[str, Any]:
+    """A gpudra claim of at least `size` bytes of JSON, as generated specs may be: requests of up
+    to 32 CEL selectors of 10,000 characters each (the API's limits)."""
+    big = claim(name, "gpu.nvidia.com")
+    del big["metadata"]["uid"]  # the fake API server gives one
+    selector = {"cel": {"expression": ("device.driver == 'gpu.nvidia.com' || true" * 250)[:10_000]}}
+    requests: list[dict[str, Any]] = []
+    while len(json.dumps(big)) < size:
+        if not requests or len(requests[-1]["exactly"]["selectors"]) == 32:
+            requests.append(
+                {"name": f"r{len(requests)}", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+            )
+            requests[-1]["exactly"]["selectors"] = []
+            big["spec"]["devices"]["requests"] = requests
+        requests[-1]["exactly"]["selectors"].append(selector)
+    return big
+
+
+def using(*claims: str) -> dict[str, Any]:
+    """Pod `p`, naming `claims`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "uid": "pod-p"},
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox"}],
+            "resourceClaims": [
+                {"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)
+            ],
+        },
+    }
+
+
+async def test_a_claim_too_large_for_the_bus_is_refused_never_fatal(
+    nc: Client, api: tuple[FakeKubeApi, ApiStore]
+) -> None:
+    """A claim over the ClaimEvent limit (1 MiB; the API server stores claims up to 1.5 MiB)
+    cannot reach the allocator. That error, raised, ended the intake (and the pod watch, for a
+    pod naming it): one such claim stopped the claim-writer for every claim, after every restart
+    too. Now it is counted and left out, and the next claims go on as ever."""
+    fake, store = api
+    stored = await fake.put(RESOURCE_CLAIMS, sized("huge", 1_300_000))
+    heard = Heard()
+    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    ownership = Ownership(store)
+    units = PodUnits(store, Publisher(nc), ownership)
+    intake = Intake(store, Publisher(nc), ownership=ownership, pods=units)
+    await units.pod_changed(WatchEvent(EventType.SYNCED, {}))  # no pod uses it
+    try:
+        await intake.on_event(WatchEvent(EventType.ADDED, stored))
+        await intake.on_event(WatchEvent(EventType.MODIFIED, stored))
+        assert intake.published["oversized"] == 1
+        # A pod naming it, beside a claim that fits: nothing raised out of the pod watch.
+        await fake.put(RESOURCE_CLAIMS, after_restart(allocation_id="", finalizer=False, mark=""))
+        await units.pod_changed(WatchEvent(EventType.ADDED, using("huge", "data")))
+        await settle(heard, 1)
+        await intake.on_event(WatchEvent(EventType.ADDED, claim("next", "gpu.nvidia.com")))
+        await settle(heard, 2)
+    finally:
+        await sub.unsubscribe()
+    assert [e.claim.name for e in heard.events] == ["data", "next"], "what fits goes out"
+
+
+async def test_a_claim_too_large_for_the_bus_says_so(
+    nc: Client, api: tuple[FakeKubeApi, ApiStore]
+) -> None:
+    """Its reason is written where users look (`gpudra.io/unschedulable`), once; with a pod it
+    is not published either, also when it is just under the codec's limit: the server counts
+    the headers too, and closes the connection of a client that goes over."""
+    fake, store = api
+    stored = await fake.put(RESOURCE_CLAIMS, sized("huge", 1_040_000))
+    assert len(json.dumps(stored)) < 1024 * 1024
+    heard = Heard()
+    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    ownership = Ownership(store)
+    units = PodUnits(store, Publisher(nc), ownership)
+    intake = Intake(store, Publisher(nc), ownership=ownership, pods=units)
+    await units.pod_changed(WatchEvent(EventType.SYNCED, {}))
+    try:
+        await intake.on_event(WatchEvent(EventType.ADDED, stored))
+        refused = await store.get(RESOURCE_CLAIMS, "huge", "default")
+        assert "too large" in annotations_of(refused).get(UNSCHEDULABLE_ANNOTATION, "")
+        await intake.on_event(WatchEvent(EventType.MODIFIED, refused))  # its own write: no news
+        assert await store.get(RESOURCE_CLAIMS, "huge", "default") == refused
+        await units.pod_changed(WatchEvent(EventType.ADDED, using("huge")))
+        await settle(heard, 1)
+    finally:
+        await sub.unsubscribe()
+    assert intake.published["oversized"] == 1
+    assert heard.events == []

@@ -14,7 +14,8 @@ goes straight through (the write-back keeps the bare store: it asks it for what 
   (bookmarks included) and `lastEventAt` (RFC 3339 UTC or null);
 - `intake`: events published by kind (`pending`, `with-pod`, `deleted`, `deallocated`,
   `released-unseen` (deallocations found at a (re)list, see `consumers`), `external`, `foreign`,
-  `waiting`) and `conflicts` (its finalizer/annotation writes refused by a
+  `waiting`, `oversized` (pending claims too large for a ClaimEvent, refused with a reason)) and
+  `conflicts` (its finalizer/annotation writes refused by a
   changed resourceVersion, then read again);
 - `writeback`: `allocated` (allocations written, repeats of a decision included), `conflicts`
   (writes refused by a changed resourceVersion, then read and decided again), `unschedulable`
@@ -59,6 +60,7 @@ INTAKE_COUNTS = (
     "witnessed",
     "foreign",
     "waiting",
+    "oversized",
 )
 EVENT_COUNTS = ("created", "updated", "dropped", "failed")
 CLASS_COUNTS = ("written", "deleted", "rejected")
