@@ -4,6 +4,8 @@ Promises: after `apply(change)` the API holds exactly the change's slices for th
 replaced with the resourceVersion last read; a 409 conflict re-reads and writes again, never
 blindly) and none of the slices the change removed. `prune(book)` removes slices of our driver
 that no pool of the book owns any more (left over from nodes that vanished while we were down).
+`drifted(book)` names the nodes whose slices in the API differ from their pool's (missing, changed)
+and counts our driver's slices no pool owns, from one list: what a periodic resync repairs.
 `may_write()` (the service installs its leader check) is asked before every API write; once it answers False (this replica's lease
 lapsed) the call stops with `NotLeaderError`, so a deposed leader never overwrites its successor.
 """
@@ -14,6 +16,7 @@ import contextlib
 import copy
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gpudra_inventory.errors import NotLeaderError
@@ -29,6 +32,14 @@ _MAX_TRIES = 10
 
 def _always() -> bool:
     return True
+
+
+@dataclass(frozen=True)
+class Drift:
+    """What `SliceMirror.drifted` found: pools to write again, slices no pool owns."""
+
+    nodes: list[str]
+    strangers: int
 
 
 class SliceMirror:
@@ -49,6 +60,23 @@ class SliceMirror:
             self._check(name)
             with contextlib.suppress(NotFoundError):
                 await self._store.delete(RESOURCE_SLICES, name)
+
+    async def drifted(self, book: PoolBook) -> Drift:
+        """Which pools the API does not hold as the book does, and how many of our driver's
+        slices in the API no pool owns (one list of the API's slices; nothing written)."""
+        listed = await self._store.list(RESOURCE_SLICES)
+        ours = {
+            name_of(obj): obj.get("spec")
+            for obj in listed.items
+            if obj.get("spec", {}).get("driver") == self._driver
+        }
+        nodes = sorted(
+            node
+            for node, pool in book.pools.items()
+            if any(ours.get(name) != desired.get("spec") for name, desired in pool.slices.items())
+        )
+        owned = {name for pool in book.pools.values() for name in pool.slices}
+        return Drift(nodes, sum(1 for name in ours if name not in owned))
 
     async def prune(self, book: PoolBook) -> int:
         owned = {name for pool in book.pools.values() for name in pool.slices}

@@ -228,3 +228,51 @@ async def test_a_prune_the_api_refused_is_tried_again(
         if task is not None and not task.done():
             await task
         await nc.drain()
+
+
+async def test_slices_the_kubelet_deleted_are_mirrored_again_at_the_next_resync(
+    api: tuple[FakeKubeApi, ApiStore], fresh_nats_server: NatsServer
+) -> None:
+    """The kubelet deletes a driver's slices of its node when the driver's kubelet plugin
+    unregisters (a plugin restart that took long); the pool has not changed, so only the leader's
+    periodic comparison with the API brings them back. A slice of ours no pool owns goes too."""
+    fake, store = api
+    nc = await connect(fresh_nats_server.url, name="mirror-test", deadline=10)
+    stop = asyncio.Event()
+    task = None
+    try:
+        await ensure_streams(nc.jetstream())
+        kv = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
+        service = InventoryService(
+            nc,
+            kv,
+            Settings(mode="kubernetes", heartbeat_timeout=600.0, api_resync=0.5),
+            SliceMirror(store, "gpu.nvidia.com"),
+        )
+        await service.load()
+        task = asyncio.create_task(service.run(stop))
+        await Publisher(nc).publish(
+            subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
+        )
+        mirrored = ["node-x-gpu.nvidia.com-0"]
+        for _ in range(200):
+            if names(fake) == mirrored:
+                break
+            await asyncio.sleep(0.05)
+        assert names(fake) == mirrored
+        first = fake.objects(RESOURCE_SLICES)[0]
+        await store.delete(RESOURCE_SLICES, mirrored[0])  # what the kubelet does
+        stranger = build_slices(inventory("gone-node"), SliceOptions())[0]
+        await fake.put(RESOURCE_SLICES, stranger)
+        for _ in range(200):
+            if names(fake) == mirrored:
+                break
+            await asyncio.sleep(0.05)
+        assert names(fake) == mirrored
+        assert fake.objects(RESOURCE_SLICES)[0]["spec"] == first["spec"]
+        assert service.status()["apiRepairs"] == 1
+    finally:
+        stop.set()
+        if task is not None:
+            await task
+        await nc.drain()

@@ -24,7 +24,10 @@ Promises:
 - After every change the leader publishes a drift summary (driver / CUDA versions per node,
   outliers) on `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API; a pool
   the API could not take (API server away, a conflict that kept coming back) is mirrored again on
-  the next turns, with every slice its changes removed meanwhile, until the API has it.
+  the next turns, with every slice its changes removed meanwhile, until the API has it. Every
+  `api_resync` seconds the leader compares the API's slices with its pools and mirrors again what
+  differs: the kubelet deletes a driver's slices of its node when the driver's kubelet plugin
+  unregisters, and nothing else would bring them back until the node's inventory changed.
 - `ready` (readiness): the replica has caught up with the inventories and, when it holds the
   lease, has taken over and written every pool; a warm standby is ready too. `alive` (liveness) fails once the lease task
   has died, since such a replica could never lead again. `role` says leader or standby;
@@ -117,6 +120,8 @@ class InventoryService:
         # slices its changes removed from the bucket (to be removed from the API as well).
         self._unmirrored: dict[str, set[str]] = {}
         self._prune_pending = False
+        self._last_resync = float("-inf")  # when the leader last compared the API with its pools
+        self.api_repairs = 0  # pools written to the API again because the API's copy differed
         # False from a takeover until every pool has been written in the new term.
         self._republished = True
         self._last_drift: dict[str, Any] | None = None
@@ -153,7 +158,8 @@ class InventoryService:
     def status(self) -> dict[str, object]:
         """What the health server's `/statusz` serves (JSON): `role` (leader or standby), `holder`
         (this replica's name in the lease; null without one), `ready`, `alive`, `takeovers` (times
-        this replica has taken the lead) and `pools` (nodes it keeps a pool for)."""
+        this replica has taken the lead), `pools` (nodes it keeps a pool for) and `apiRepairs`
+        (kubernetes mode: pools mirrored again because the API's slices differed from them)."""
         return {
             "role": self.role,
             "holder": self._lease.holder if self._lease is not None else None,
@@ -161,6 +167,7 @@ class InventoryService:
             "alive": self.alive,
             "takeovers": self.takeovers,
             "pools": len(self.book.pools),
+            "apiRepairs": self.api_repairs,
         }
 
     async def load(self) -> None:
@@ -285,6 +292,10 @@ class InventoryService:
             self._republished = True
             if self._prune_pending:
                 await self._mirror_prune()
+            elif self._mirror is not None and self._settings.api_resync > 0:
+                now = self._clock()
+                if now - self._last_resync >= self._settings.api_resync:
+                    await self._mirror_resync(now)
 
     async def _takeover(self) -> bool:
         """Re-read the bucket and mark every pool for republishing; whether that worked."""
@@ -298,6 +309,7 @@ class InventoryService:
         self._dirty = {c.node for c in changes}
         self._term = epoch
         self._prune_pending = self._mirror is not None
+        self._last_resync = self._clock()  # the takeover writes and prunes everything anyway
         self._republished = False
         self.takeovers += 1
         log.info(
@@ -322,6 +334,30 @@ class InventoryService:
             return
         self._prune_pending = False
         log.info("removed %d stale slices from the API", removed)
+
+    async def _mirror_resync(self, now: float) -> None:
+        """Compare the API's slices with the pools; what differs is mirrored (and pruned) again
+        on the next turns. Once per `api_resync`, also when the comparison fails (an API server
+        in trouble is not listed every turn)."""
+        assert self._mirror is not None
+        self._last_resync = now
+        try:
+            drift = await self._mirror.drifted(self.book)
+        except KubeError as exc:
+            log.warning("comparing the API's slices with the pools failed (%s)", exc)
+            return
+        for node in drift.nodes:
+            self._unmirrored.setdefault(node, set())
+        self._prune_pending = drift.strangers > 0
+        if drift.nodes or drift.strangers:
+            self.api_repairs += len(drift.nodes)
+            log.warning(
+                "the API's slices differ from %d pool(s) (%s) and %d slice(s) no pool owns are "
+                "there; mirroring again",
+                len(drift.nodes),
+                ", ".join(drift.nodes[:5]) + (" ..." if len(drift.nodes) > 5 else ""),
+                drift.strangers,
+            )
 
     async def _flush(self) -> None:
         """Write every pool whose bucket copy is behind; failures stay for the next turn."""

@@ -73,11 +73,23 @@ class Settings(CommonSettings):
         ),
     )
 
+    api_resync: float = field(
+        default=60.0,
+        metadata=doc(
+            "kubernetes mode: how often the leader compares the API's ResourceSlices with its "
+            "pools and writes back what differs (the kubelet deletes a driver's slices of a node "
+            "when its kubelet plugin unregisters; edits by hand); 0: never",
+            "seconds",
+        ),
+    )
+
     def validate(self) -> None:
         """Raise `SettingsError` for values the service cannot use (common fields first)."""
         self.validate_common()
         if self.mode not in MODES:
             raise SettingsError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.api_resync < 0:
+            raise SettingsError("API resync must be >= 0 seconds (0: never)")
         if self.heartbeat_timeout <= 0:
             raise SettingsError("heartbeat timeout must be > 0 seconds")
         if not MIN_LEASE_TTL <= self.lease_ttl <= MAX_LEASE_TTL:

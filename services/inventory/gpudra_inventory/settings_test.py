@@ -12,7 +12,12 @@ from gpudra_testing.configmap import SHARED_CONFIG_ENV, SHARED_CONFIG_FIELDS
 @pytest.mark.parametrize(
     ("argv", "env", "expected"),
     [
-        pytest.param([], {}, {"mode": "standalone", "heartbeat_timeout": 30.0}, id="defaults"),
+        pytest.param(
+            [],
+            {},
+            {"mode": "standalone", "heartbeat_timeout": 30.0, "api_resync": 60.0},
+            id="defaults",
+        ),
         pytest.param(
             [], {"GPUDRA_INVENTORY_DYNAMIC_MIG": "false"}, {"dynamic_mig": False}, id="env-bool"
         ),
@@ -67,6 +72,7 @@ def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) ->
         pytest.param(["--lease-ttl", "0.1"], {}, "lease TTL", id="lease-ttl-too-short"),
         pytest.param(["--lease-ttl", "3600"], {}, "lease TTL", id="lease-ttl-too-long"),
         pytest.param([], {"GPUDRA_INVENTORY_LEASE_TTL": "soon"}, "invalid value", id="lease-nan"),
+        pytest.param(["--api-resync", "-1"], {}, "API resync", id="negative-resync"),
     ],
 )
 def test_bad_values(argv: list[str], env: dict[str, str], message: str) -> None:
