@@ -1,5 +1,6 @@
 """`gpudra delete claim NAME... | -f FILE|DIR`: delete ResourceClaims; the allocator frees their
-devices once the claim-writer has seen the deletion."""
+devices once the claim-writer has seen the deletion. Every claim named is tried; those that could
+not be deleted (not found) are reported together at the end, with exit code 1."""
 
 from __future__ import annotations
 
@@ -28,10 +29,19 @@ def targets(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 async def _delete(args: argparse.Namespace) -> int:
     wanted = targets(args)
+    failed: list[str] = []
     async with connected(args) as (_, client):
         for namespace, name in wanted:
-            await client.delete_claim(name, namespace)
+            # One claim that is gone (or cannot be deleted) must not keep the rest, as in
+            # kubectl: `delete -f` after a claim was deleted by hand still deletes the others.
+            try:
+                await client.delete_claim(name, namespace)
+            except CliError as exc:
+                failed.append(str(exc))
+                continue
             print(f'resourceclaim "{name}" deleted')
+    if failed:
+        raise CliError("; ".join(failed))
     return 0
 
 

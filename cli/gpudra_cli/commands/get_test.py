@@ -166,3 +166,27 @@ def test_get_with_names_of_another_kind_is_an_error(
     assert out == ""
     assert "names select claims only" in err
     assert err.count("\n") == 1, err
+
+
+def test_delete_goes_on_past_a_claim_that_is_gone(
+    tmp_path: Path, nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `delete -f examples/` after one claim was deleted by hand must still delete the others.
+    import asyncio
+    import uuid
+
+    first, gone, last = (f"{n}-{uuid.uuid4().hex[:8]}" for n in ("first", "gone", "last"))
+    for name in (first, last):
+        asyncio.run(_store_claim(nats_url, name))
+    path = _running(tmp_path, nats_url)
+    argv = ["delete", "claim", first, gone, last, "--state-file", str(path)]
+    code = cli.main(argv, parser=parser())
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert out.splitlines() == [
+        f'resourceclaim "{first}" deleted',
+        f'resourceclaim "{last}" deleted',
+    ]
+    assert err == f"gpudra delete: claim default/{gone} not found\n"
+    assert cli.main(["get", "claims", first, "--state-file", str(path)], parser=parser()) == 1
+    assert cli.main(["get", "claims", last, "--state-file", str(path)], parser=parser()) == 1
