@@ -1,8 +1,8 @@
 """Human output of the standalone commands: `rich` tables on a console (plain text when the output
 is not a terminal), and one JSON document for `--json` / `-o json`.
 
-Promises: every function only formats what it is given; long cells wrap instead of being cut, so
-an explanation sentence is always shown whole.
+Promises: every function only formats what it is given; long cells wrap (or fold, for long
+names) instead of being cut, so a name is always shown whole and an explanation sentence too.
 """
 
 from __future__ import annotations
@@ -18,6 +18,12 @@ from rich.table import Table
 from gpudra_cli.standalone import reports
 from gpudra_cli.standalone.results import Row
 
+# Names up to this long keep a line of their own in claim tables; longer ones fold onto the next
+# lines. No cell is ever cut short ("…"): a name must be copyable into the next command, an
+# explanation readable to its end, whatever the terminal's width.
+NAME_WIDTH = 24
+NAMES = ("NAMESPACE", "NAME", "NODE", "DEVICE", "CLAIM")  # the name columns of `rows_table`
+
 
 def _list(items: Sequence[str], empty: str = "-") -> str:
     return ", ".join(items) if items else empty
@@ -29,18 +35,24 @@ def _compact_devices(row: Row) -> str:
     return _list(names)
 
 
+def _name_column(names: Sequence[str]) -> dict[str, Any]:
+    """A name column kept on one line while every name is at most NAME_WIDTH long (the other
+    columns give way), else folded: a longer name would push them out of the table."""
+    return {"no_wrap": all(len(n) <= NAME_WIDTH for n in names)}
+
+
 def claims_table(rows: Sequence[Row], title: str = "Claims") -> Table:
     table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left", expand=False)
     for name, kwargs in (
-        ("CLAIM", {"no_wrap": True}),
+        ("CLAIM", _name_column([r.name for r in rows])),
         ("ASKS FOR", {"ratio": 3}),
-        ("NODE", {"no_wrap": True}),
+        ("NODE", _name_column([r.node for r in rows])),
         ("DEVICES", {"ratio": 2}),
         ("NVLINK", {}),
         ("MIG", {}),
         ("ALLOC", {"justify": "right", "no_wrap": True}),
     ):
-        table.add_column(name, **kwargs)
+        table.add_column(name, overflow="fold", **kwargs)
     for row in rows:
         if row.state == "allocated":
             chosen = sorted({r for r in row.requests if "/" in r})
@@ -80,9 +92,10 @@ def prepared_table(rows: Sequence[Row]) -> Table:
         box=box.SIMPLE_HEAVY,
         title_justify="left",
     )
-    table.add_column("CLAIM", no_wrap=True)
-    table.add_column("NODE", no_wrap=True)
-    table.add_column("CDI DEVICE IDS")
+    shown = [r for r in rows if r.cdi_ids or r.prepare_error]
+    table.add_column("CLAIM", overflow="fold", **_name_column([r.name for r in shown]))
+    table.add_column("NODE", overflow="fold", **_name_column([r.node for r in shown]))
+    table.add_column("CDI DEVICE IDS", overflow="fold")
     for row in rows:
         if row.cdi_ids:
             table.add_row(row.name, row.node, compact_cdi(row.cdi_ids))
@@ -98,7 +111,8 @@ def utilisation_tables(use: reports.Utilisation) -> list[Table]:
         title_justify="left",
     )
     for name in ("NAMESPACE", "CLAIM", "NODE", "ALLOCATED", "COMPUTING", "MEAN GPU %", "IDLE"):
-        per_claim.add_column(name, justify="right" if name.isupper() and " " in name else "left")
+        right = name.isupper() and " " in name
+        per_claim.add_column(name, justify="right" if right else "left", overflow="fold")
     for c in use.claims:
         mean = f"{c.mean_percent:.0f}" if c.mean_percent is not None else "no sample"
         idle = _list(c.idle_devices, "")
@@ -114,7 +128,7 @@ def utilisation_tables(use: reports.Utilisation) -> list[Table]:
         )
     per_ns = Table(title="Utilisation per namespace", box=box.SIMPLE_HEAVY, title_justify="left")
     for name in ("NAMESPACE", "CLAIMS", "GPUS ALLOCATED", "GPUS COMPUTING", "IDLE CLAIMS"):
-        per_ns.add_column(name)
+        per_ns.add_column(name, overflow="fold")
     for n in use.namespaces:
         per_ns.add_row(
             n.namespace,
@@ -192,7 +206,8 @@ def rows_table(rows: Sequence[dict[str, str]], columns: Sequence[str], title: st
     """A kubectl-like table of `columns` (missing cells are empty)."""
     table = Table(title=title or None, box=box.SIMPLE, title_justify="left", pad_edge=False)
     for column in columns:
-        table.add_column(column)
+        kwargs = _name_column([r.get(column, "") for r in rows]) if column in NAMES else {}
+        table.add_column(column, overflow="fold", **kwargs)
     for row in rows:
         table.add_row(*(row.get(c, "") for c in columns))
     return table
