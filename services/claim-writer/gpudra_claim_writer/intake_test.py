@@ -668,7 +668,7 @@ async def test_a_failing_finalizer_removal_never_stops_the_intake(
 
 def remembered(intake: Intake) -> int:
     """How many claims the intake keeps something about (by UID)."""
-    uids = {uid for uid, _ in intake._pending_sent}
+    uids = set(intake._pending_sent)
     for kept in (intake._allocated, intake._gone, intake._ours, intake._consumed, intake._reported):
         uids |= set(kept)
     return len(uids)
