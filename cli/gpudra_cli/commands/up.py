@@ -12,21 +12,9 @@ from typing import Any
 from gpudra_cli.commands.demo import progress_printer
 from gpudra_cli.standalone import cliargs, reports, session, state
 from gpudra_cli.standalone.client import Client
-from gpudra_cli.standalone.errors import NotRunningError, StartError
 from gpudra_cli.standalone.fleet import FLEETS, parse_fleet
 from gpudra_cli.standalone.showcase import wait_for_pools
 from gpudra_cli.standalone.system import System
-
-
-def refuse_second(path: Path) -> None:
-    try:
-        running = state.load(path)
-    except NotRunningError:
-        return
-    raise StartError(
-        f"gpudra is already running (pid {running.pid}, NATS {running.nats_url}); "
-        f"stop it first or use another --state-file than {path}"
-    )
 
 
 async def _up(args: argparse.Namespace) -> int:
@@ -36,7 +24,9 @@ async def _up(args: argparse.Namespace) -> int:
 
 
 async def _up_owned(args: argparse.Namespace, path: Path) -> int:
-    refuse_second(path)  # a live system that does not take the lock (an older gpudra)
+    # Every system that writes the state file owns it first, so a state file found now is left
+    # by one that died without cleaning up (its pid may be another process's by now): `hold`
+    # replaces it.
     fleet = parse_fleet(args.fleet)
     system = System(fleet, store_dir=args.store_dir, tracing=not args.no_tracing)
     show = progress_printer(True)

@@ -126,3 +126,19 @@ def test_a_second_system_on_one_state_file_is_refused_while_the_first_is_startin
     assert code == 1
     assert "already running or starting" in err
     assert err.count("\n") == 1, err
+
+
+def test_a_stale_state_file_whose_pid_was_reused_does_not_block_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A crashed `up` (SIGKILL, OOM, power loss) leaves its state file; after a restart its pid
+    # may belong to another process. Nobody holds the lock, so no gpudra owns the file: `up` must
+    # go on (here to the bad fleet it was given) instead of "already running" for ever.
+    from gpudra_cli.main import main
+
+    path = tmp_path / "state.json"
+    state.save(sample(os.getpid()), path)  # a live pid, but not a gpudra holding the file
+    code = main(["up", "--fleet", "nope=1", "--state-file", str(path)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "unknown simulator profile 'nope'" in err, err
