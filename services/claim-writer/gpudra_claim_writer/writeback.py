@@ -10,9 +10,10 @@ Promises:
   already there (kube-scheduler allocated an ungated pod's claim first) is left alone too, and
   sent to the allocator as an adoption that replaces this decision (`replaces_allocation`, the
   decision's allocation id; counted "foreign"), so the allocator frees the decision's devices and
-  holds the ones the claim got. A claim that is gone, or
-  was re-created under the same name with another UID, gets a DELETED event instead, so the
-  allocator frees the devices it reserved for it.
+  holds the ones the claim got. A claim that is gone (also when it goes between the read and a
+  write: a 404 there is no malformed decision to dead-letter), or was re-created under the same
+  name with another UID, gets a DELETED event instead, so the allocator frees the devices it
+  reserved for it.
 - The allocation carries the claim's trace on: the metadata write before it (the finalizer) also
   sets the annotations `gpudra.io/traceparent` / `gpudra.io/tracestate` to the context of the
   `write claim status` span, so the kubelet plugin's prepare span, which reads them, joins the
@@ -334,6 +335,11 @@ class Writeback:
                     log.info("claim %s/%s changed (%s); re-reading", ref.namespace, ref.name, exc)
                     self.counts["conflicts"] += 1
                     continue
+                except NotFoundError:
+                    # Gone since it was read: as for a claim gone before (not a malformed
+                    # decision to dead-letter).
+                    await self._release_stale(ref)
+                    return
                 self.counts["allocated"] += 1
                 if existing is None:  # not a repeated decision: say so once
                     self._events.allocated(claim, allocation)
@@ -371,6 +377,8 @@ class Writeback:
             except ConflictError:
                 self.counts["conflicts"] += 1
                 continue
+            except NotFoundError:
+                return  # gone since it was read: nothing to say any more
         raise KubeRetryableError(f"claim {ref.namespace}/{ref.name} keeps changing")
 
     async def _released(self, released: claims_pb2.Released) -> None:

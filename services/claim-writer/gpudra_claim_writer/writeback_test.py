@@ -21,9 +21,11 @@ from gpudra_bus import (
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
 from gpudra_claim_writer.conftest import ALLOCATION, decide, new_claim, until
 from gpudra_claim_writer.writeback import Writeback, decision_id
+from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import WatchEvent
+from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import claims_pb2
 
 
@@ -342,3 +344,54 @@ async def test_the_allocation_carries_the_id_the_allocator_gave_its_decision(nc:
     again.CopyFrom(decision)
     again.decided_at.FromSeconds(1_700_000_060)  # announced again: another message, the same id
     assert decision_id(again) == decision_id(decision)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "path"),
+    [
+        pytest.param("allocated", "resourceclaims/c1", id="allocation-metadata-write"),
+        pytest.param("allocated", "resourceclaims/c1/status", id="allocation-status-write"),
+        pytest.param("unschedulable", "resourceclaims/c1", id="reason-write"),
+    ],
+)
+async def test_a_claim_deleted_between_read_and_write_is_stale_not_a_dead_letter(
+    nc: Client, api: tuple[FakeKubeApi, ApiStore], outcome: str, path: str
+) -> None:
+    """The claim goes (404) after the write-back read it: the decision is done with (its devices
+    released, as for a claim gone before the read), not raised as a permanent error, which
+    parks a valid decision among the malformed ones (`deadLetters`, what on-call is paged for)."""
+    fake, store = api
+    claim = await store.create(RESOURCE_CLAIMS, new_claim("c1"))
+    ref = claims_pb2.ClaimRef(namespace="default", name="c1", uid=claim["metadata"]["uid"])
+    decision = claims_pb2.AllocationDecision(claim=ref, node_name="n1")
+    if outcome == "allocated":
+        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_ALLOCATED
+        decision.allocation_json = json.dumps(ALLOCATION).encode()
+    else:
+        decision.outcome = claims_pb2.AllocationDecision.OUTCOME_UNSCHEDULABLE
+        decision.reason = "needs 2 GPUs, 1 free"
+    # The first PUT matching: the metadata write comes first, then the status write.
+    fake.inject_error(404, reason="NotFound", method="PUT", path_contains=path)
+    events: list[claims_pb2.ClaimEvent] = []
+
+    async def got(msg: Msg) -> None:
+        event = claims_pb2.ClaimEvent()
+        event.ParseFromString(msg.data)
+        events.append(event)
+
+    sub = await nc.subscribe(subjects.claims("default", "c1"), cb=got)
+    writeback = Writeback(nc, store, Publisher(nc), consumer="gone-test")
+    try:
+        if outcome == "allocated":
+            await writeback._allocated(decision)
+            await until(lambda: bool(events))
+        else:
+            await writeback._unschedulable(decision)
+            await nc.flush()
+    finally:
+        await sub.unsubscribe()
+    if outcome == "allocated":
+        assert writeback.counts["stale"] == 1
+        assert [e.kind for e in events] == [claims_pb2.ClaimEvent.KIND_DELETED]
+        assert events[0].claim.uid == claim["metadata"]["uid"]
+    assert writeback.counts["allocated"] == writeback.counts["unschedulable"] == 0
