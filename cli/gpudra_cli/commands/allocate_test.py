@@ -97,3 +97,21 @@ def test_a_line_python_cannot_decode_is_one_error_answer_and_the_stream_goes_on(
 
 def _no_constant(name: str) -> object:
     raise AssertionError(f"the output holds {name}, which is not JSON")
+
+
+@pytest.mark.parametrize("errors", ["strict", "surrogateescape"])  # en_US.UTF-8, C.UTF-8 locales
+def test_a_line_that_is_not_utf8_is_one_error_answer_whatever_the_locale(
+    errors: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = b'{"id": "bad-\xff", "claims": []}'
+    data = f"{_problem('before', 1)}\n".encode() + bad + f"\n{_problem('after', 1)}\n".encode()
+    stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors=errors)
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert main(["allocate"]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(a["id"], a["outcome"]) for a in answers] == [
+        ("before", "allocated"),
+        (None, "error"),
+        ("after", "allocated"),
+    ]
+    assert "not UTF-8" in answers[1]["error"]
