@@ -30,7 +30,8 @@ so the allocator places the pod's claims together, on one node, all or none. Rul
 - A claim owned by a pod (`ownerReferences`, kind Pod, controller: a template's claim) waits for
   that pod; a claim no known pod uses goes out alone, as before pods were known — at once once the
   pod watch has listed every pod (`SYNCED`), and at that moment for a claim seen before (after a
-  restart the claims may be listed before the pods that use them); when a held claim's last pod
+  restart the claims may be listed before the pods that use them; read again then, or taken as
+  it was offered when that read fails: nothing else would offer it); when a held claim's last pod
   is deleted, it goes out alone then.
 - Message ids: `<uid>/<generation>/pending/<pod uid>` for a claim sent with its pod.
 - An adoption names the allocation it may have taken the place of (`replaces`: an allocation id,
@@ -261,13 +262,21 @@ class PodUnits:
         """Every pod is known now: claims offered before that and used by none go out alone."""
         self.synced = True
         early, self._early = self._early, {}
-        for namespace, name in sorted(early):
+        for (namespace, name), offered in sorted(early.items()):
             if self.consumers(namespace, name):
                 continue  # its pod published it (or will, once complete)
             try:
                 claim = await self._store.get(RESOURCE_CLAIMS, name, namespace)
-            except KubeError:
+            except NotFoundError:
                 continue  # gone: its deletion is the intake's news
+            except KubeError as exc:
+                # The reads come all at once, when the API server may well throttle them; and
+                # nothing would offer this claim again. It goes out as it was offered: pending
+                # then, and a decision about an older version is checked when it is written.
+                log.warning(
+                    "reading claim %s/%s failed (%s); offered as seen", namespace, name, exc
+                )
+                claim = offered
             if not owner_pod(claim):
                 await self._alone(claim)
 

@@ -412,3 +412,49 @@ async def test_a_claim_cleared_unseen_goes_out_only_once_its_release_is_reported
     await env.pod(pod("q", ["a", "never"]))
     await env.pod(pod("q", ["a", "never"]), deleted=True)
     assert sorted(await env.sent()) == alone
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        pytest.param(503, "ServiceUnavailable", id="unavailable"),
+        pytest.param(429, "TooManyRequests", id="throttled"),
+    ],
+)
+async def test_a_claim_held_for_the_pod_list_is_not_lost_to_a_failed_read(
+    nats_url: str, tmp_path: Any, status: int, reason: str
+) -> None:
+    """At a start every pending claim is held until the pods are listed, then read again, all at
+    once (a burst the API server may throttle). A read that fails then must not drop the claim:
+    nothing else would offer it again (a pending claim no pod uses gets no further event)."""
+    nc: Client = await connect(nats_url, name="events-test-sync-error", deadline=10)
+    await ensure_streams(nc.jetstream())
+    sent: list[str] = []
+
+    async def got(msg: Msg) -> None:
+        event = claims_pb2.ClaimEvent()
+        event.ParseFromString(msg.data)
+        sent.append(f"{event.claim.name}:{event.pod_name}")
+
+    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=got)
+    try:
+        async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
+            client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
+            store = ApiStore(client)
+            try:
+                units = PodUnits(store, Publisher(nc), Ownership(store))
+                for name in ("lone-a", "lone-b"):
+                    await fake.put(RESOURCE_CLAIMS, claim(name))
+                    assert await units.offer(claim(name)) is True, "held until pods are listed"
+                fake.inject_error(
+                    status, reason=reason, method="GET", path_contains="resourceclaims/lone-a"
+                )
+                await units.pod_changed(WatchEvent(EventType.SYNCED, {}))
+                await nc.flush()
+                await asyncio.sleep(0.1)
+            finally:
+                await store.close()
+    finally:
+        await sub.unsubscribe()
+        await nc.drain()
+    assert sorted(sent) == ["lone-a:", "lone-b:"]
