@@ -64,7 +64,10 @@ async def _demo(args: argparse.Namespace) -> int:
         render.print_json(result.as_json())
     failed = {name: code for name, code in system.exit_codes.items() if code != 0}
     if failed:
-        print(f"gpudra demo: services exited uncleanly: {failed}", file=sys.stderr)
+        print(
+            f"gpudra demo: services exited uncleanly: {failed}; logs kept in {system.log_dir}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -55,7 +55,10 @@ async def _up_owned(args: argparse.Namespace, path: Path) -> int:
         await asyncio.to_thread(system.stop)
     failed = {name: code for name, code in system.exit_codes.items() if code != 0}
     if failed:
-        print(f"gpudra up: services exited uncleanly: {failed}", file=sys.stderr)
+        print(
+            f"gpudra up: services exited uncleanly: {failed}; logs kept in {system.log_dir}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -92,6 +92,7 @@ async def hold(system: System, path: Path, samples: Samples | None = None) -> No
             gone = system.exited()
             if gone:
                 name, code = gone[0]
+                system.failed = True  # its log, named below, must outlive the stop
                 raise StartError(
                     f"service {name} exited with code {code}; see {system.log_dir / name}.log"
                 )

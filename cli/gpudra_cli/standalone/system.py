@@ -6,13 +6,15 @@ claim-writer) and one node-agent and one kubelet-plugin per simulated node, laun
 (start-up costs the slowest child, not the sum) — reporting each step to `progress`. `stop` ends
 the node processes, then the control plane, then NATS (SIGTERM, then SIGKILL after a grace
 period); it is safe to call twice or after a failed start, and nothing outlives it. A child that
-fails to start is a `StartError` with the last lines of its log.
+fails to start is a `StartError` with the last lines of its log. The temp run directory (when no
+`store_dir` is given) is removed by `stop`, unless a service failed (started badly, died, or
+exited non-zero): then its logs, which the error names, are kept.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -51,7 +53,8 @@ class System:
     supervisor: Supervisor | None = None
     timings: dict[str, float] = field(default_factory=dict)
     exit_codes: dict[str, int] = field(default_factory=dict)
-    _tmp: tempfile.TemporaryDirectory[str] | None = None
+    failed: bool = False  # a service failed to start or stopped on its own: keep the logs
+    _tmp: Path | None = None  # the run directory when it is our own temp dir
 
     def __post_init__(self) -> None:
         if self.store_dir is not None:
@@ -62,8 +65,8 @@ class System:
             # $TMPDIR (build sandboxes) would not leave room for them.
             base = tempfile.gettempdir()
             short = "/tmp" if len(base) > SHORT_TMP and Path("/tmp").is_dir() else None
-            self._tmp = tempfile.TemporaryDirectory(prefix="gpudra-", dir=short)
-            self.run_dir = Path(self._tmp.name)
+            self._tmp = Path(tempfile.mkdtemp(prefix="gpudra-", dir=short))
+            self.run_dir = self._tmp
 
     @property
     def nats_url(self) -> str:
@@ -135,6 +138,7 @@ class System:
                 self.supervisor.wait_ready(child, max(1.0, START_TIMEOUT - (time.monotonic() - t0)))
                 progress(f"[{i}/{len(children)}] {child.spec.name} ready")
         except StandaloneError as exc:
+            self.failed = True
             raise StartError(str(exc)) from exc
         self.timings["services"] = time.monotonic() - t0
 
@@ -159,6 +163,7 @@ class System:
             self.nats.stop(keep_store=True)
             self.nats = None
         if self._tmp is not None:
-            with contextlib.suppress(OSError):
-                self._tmp.cleanup()
+            # Kept after a failure: the error that reported it names a log in there.
+            if not self.failed and all(code == 0 for code in self.exit_codes.values()):
+                shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None

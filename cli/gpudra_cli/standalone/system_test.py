@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudra_cli.standalone.fleet import parse_fleet
+from gpudra_cli.standalone.system import System
+from gpudra_standalone import ServiceSpec, Supervisor
+
+
+@pytest.mark.parametrize(
+    ("code", "kept"),
+    [
+        pytest.param(0, False, id="clean-stop-removes-the-run-dir"),
+        pytest.param(3, True, id="a-failure-keeps-the-logs"),
+    ],
+)
+def test_the_temp_run_dir_is_kept_when_a_service_failed(
+    tmp_path: Path, code: int, kept: bool
+) -> None:
+    # The error that reports a dead service names its log under the run directory: stop()
+    # must not delete that log right after (with a clean stop, nothing is left behind).
+    (tmp_path / "svc.py").write_text(
+        f"import sys\nprint('svc ready', flush=True)\nsys.exit({code})\n", encoding="utf-8"
+    )
+    system = System(parse_fleet("l4-pcie=1"))
+    system.supervisor = Supervisor(system.log_dir, python=sys.executable)
+    child = system.supervisor.launch(
+        ServiceSpec("svc", "svc", env={"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])})
+    )
+    deadline = time.monotonic() + 30
+    while child.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.done.wait(10)
+    log = system.log_dir / "svc.log"
+    assert "svc ready" in log.read_text(encoding="utf-8")
+    system.stop()
+    try:
+        assert system.exit_codes == {"svc": code}
+        assert log.exists() == kept
+        assert system.run_dir.exists() == kept
+    finally:
+        shutil.rmtree(system.run_dir, ignore_errors=True)
+
+
+def test_a_service_that_stops_on_its_own_keeps_the_logs_even_with_code_0(tmp_path: Path) -> None:
+    # `hold` reports "service X exited with code 0; see <log>": that log must still be there.
+    import asyncio
+
+    from gpudra_cli.standalone import session
+    from gpudra_cli.standalone.errors import StartError
+
+    (tmp_path / "quits.py").write_text("print('svc ready', flush=True)\n", encoding="utf-8")
+    system = System(parse_fleet("l4-pcie=1"))
+    system.supervisor = Supervisor(system.log_dir, python=sys.executable)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    system.supervisor.launch(ServiceSpec("quits", "quits", env=env))
+    try:
+        with pytest.raises(StartError, match="service quits exited with code 0"):
+            asyncio.run(session.hold(system, tmp_path / "state.json"))
+        system.stop()
+        assert (system.log_dir / "quits.log").exists()
+    finally:
+        shutil.rmtree(system.run_dir, ignore_errors=True)
