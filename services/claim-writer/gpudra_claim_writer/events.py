@@ -39,6 +39,9 @@ so the allocator places the pod's claims together, on one node, all or none. Rul
   decision, has the message id `<uid>/replaces/<decision's id>`.
 - A claim whose allocation was cleared is offered again (`reoffer`, once the allocator confirmed
   the release) with its home pod, so it is placed beside the pod's other claims, not alone.
+- A read of a claim that fails (an API error, not a 404) leaves its pod, or the claim its last
+  pod left, undecided; `run` looks at them again every `retry_interval` seconds, since no event
+  may come to do it (the claims exist already and are pending).
 - Gangs and pods combine: `gpudra.io/gang-size` counts claims, so a gang of 2 pods with 2 claims
   each has size 4; the allocator places each pod's claims on one node.
 
@@ -53,6 +56,7 @@ every restart would meet the claim again. `oversized` says in advance why a clai
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -193,8 +197,20 @@ class PodEntry:
 class PodUnits:
     """Publishes pending claims with their pod, per the rules of the module docstring."""
 
-    def __init__(self, store: Store, publisher: Publisher, ownership: Ownership) -> None:
+    def __init__(
+        self,
+        store: Store,
+        publisher: Publisher,
+        ownership: Ownership,
+        *,
+        retry_interval: float = 5.0,
+    ) -> None:
         self._store = store
+        self._retry_interval = retry_interval
+        # What a failed read left undecided, offered again by `run`: pods whose claims could not
+        # all be read, and claims their last pod left that could not be read.
+        self._unsure: set[str] = set()
+        self._orphans: set[tuple[str, str]] = set()
         self._publisher = publisher
         self._ownership = ownership
         self._pods: dict[str, PodEntry] = {}  # key -> entry
@@ -212,6 +228,8 @@ class PodUnits:
     def _track(self, key: str, entry: PodEntry | None) -> PodEntry | None:
         """Remember `entry` under `key` (None: forget the pod); the entry it replaces."""
         before = self._pods.pop(key, None)
+        if entry is None:
+            self._unsure.discard(key)
         if before is not None:
             for name in before.claims or ():
                 users = self._users.get((before.namespace, name), set())
@@ -281,7 +299,8 @@ class PodUnits:
                 await self._alone(claim)
 
     async def _claims(self, entry: PodEntry) -> list[KubeObject] | None:
-        """Every claim the pod names, or None while one is missing (the pod is not complete)."""
+        """Every claim the pod names, or None while one is missing (the pod is not complete) or
+        could not be read (then `run` looks at the pod again: no event may come to do it)."""
         if entry.claims is None:
             return None
         found = []
@@ -289,11 +308,33 @@ class PodUnits:
             try:
                 found.append(await self._store.get(RESOURCE_CLAIMS, name, entry.namespace))
             except NotFoundError:
+                self._unsure.discard(entry.key)
                 return None
             except KubeError as exc:
                 log.warning("reading claim %s/%s failed: %s", entry.namespace, name, exc)
+                self._unsure.add(entry.key)
                 return None
+        self._unsure.discard(entry.key)
         return found
+
+    async def run(self) -> None:
+        """Every `retry_interval` seconds, offer again what a failed read left undecided."""
+        while True:
+            await asyncio.sleep(self._retry_interval)
+            await self.retry()
+
+    async def retry(self) -> None:
+        """Look again at the pods whose claims could not be read, and at the claims their last
+        pod left that could not be read (see `run`)."""
+        for key in sorted(self._unsure):
+            entry = self._pods.get(key)
+            if entry is None:
+                self._unsure.discard(key)
+            else:
+                await self._publish_pod(entry)
+        orphans, self._orphans = self._orphans, set()
+        for namespace, name in sorted(orphans):
+            await self._orphan(namespace, name)
 
     async def _home(self, namespace: str, name: str) -> str:
         """UID of the oldest complete pod that uses the claim ("" for none)."""
@@ -364,14 +405,21 @@ class PodUnits:
 
     async def _orphaned(self, pod: PodEntry, name: str) -> None:
         """`pod` no longer uses claim `name`: its other pods may take it, or it goes out alone."""
-        if self.consumers(pod.namespace, name):
-            for entry in self.consumers(pod.namespace, name):
+        await self._orphan(pod.namespace, name)
+
+    async def _orphan(self, namespace: str, name: str) -> None:
+        if self.consumers(namespace, name):
+            for entry in self.consumers(namespace, name):
                 await self._publish_pod(entry)
             return
         try:
-            claim = await self._store.get(RESOURCE_CLAIMS, name, pod.namespace)
-        except KubeError:
+            claim = await self._store.get(RESOURCE_CLAIMS, name, namespace)
+        except NotFoundError:
             return  # gone: its deletion is the intake's news
+        except KubeError as exc:
+            log.warning("reading claim %s/%s failed: %s", namespace, name, exc)
+            self._orphans.add((namespace, name))  # nothing else would offer it
+            return
         if not owner_pod(claim):
             await self._alone(claim)
 

@@ -4,6 +4,7 @@ with which pod."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from nats.aio.msg import Msg
 
 from gpudra_bus import Publisher, connect, ensure_streams, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
+from gpudra_claim_writer.conftest import until
 from gpudra_claim_writer.events import PodEntry, PodUnits, owner_pod
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.api_backend import ApiStore, load_api_client
@@ -81,10 +83,13 @@ def pod(
 
 
 class Env:
-    def __init__(self, fake: FakeKubeApi, store: ApiStore, units: PodUnits) -> None:
+    def __init__(
+        self, fake: FakeKubeApi, store: ApiStore, units: PodUnits, publisher: Publisher
+    ) -> None:
         self.fake = fake
         self.store = store
         self.units = units
+        self.publisher = publisher
         self.events: list[claims_pb2.ClaimEvent] = []
 
     async def pod(self, obj: dict[str, Any], deleted: bool = False) -> None:
@@ -112,9 +117,10 @@ async def env(nats_url: str, tmp_path: Any) -> AsyncIterator[Env]:
         client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
         store = ApiStore(client)
         await fake.put(DEVICE_CLASSES, NIC_CLASS)
-        units = PodUnits(store, Publisher(nc), Ownership(store))
+        publisher = Publisher(nc)
+        units = PodUnits(store, publisher, Ownership(store))
         await units.pod_changed(WatchEvent(EventType.SYNCED, {}))  # the pod list came back empty
-        found = Env(fake, store, units)
+        found = Env(fake, store, units, publisher)
 
         async def got(msg: Msg) -> None:
             event = claims_pb2.ClaimEvent()
@@ -458,3 +464,51 @@ async def test_a_claim_held_for_the_pod_list_is_not_lost_to_a_failed_read(
         await sub.unsubscribe()
         await nc.drain()
     assert sorted(sent) == ["lone-a:", "lone-b:"]
+
+
+async def test_a_pod_whose_claim_read_failed_is_offered_again(env: Env) -> None:
+    """The pod's last claim appears, and reading the others fails (throttled): nothing goes out
+    then, and no event would come to try again (they all exist, pending). `retry` (what `run`
+    does every few seconds) publishes the pod's claims once the reads work."""
+    await env.pod(pod("p", ["a", "b"]))
+    await env.claims(claim("a"), claim("b"))
+    env.fake.inject_error(429, reason="TooManyRequests", method="GET", path_contains="claims/a")
+    assert await env.units.offer(claim("b")) is True
+    assert await env.sent() == {}
+    await env.units.retry()
+    assert await env.sent() == {
+        "a": ("default/p", ["a", "b"]),
+        "b": ("default/p", ["a", "b"]),
+    }
+    await env.units.retry()  # settled: nothing more
+    assert len(env.events) == 2
+
+
+async def test_a_claim_its_pod_left_is_offered_again_after_a_failed_read(env: Env) -> None:
+    await env.claims(claim("a"))
+    await env.pod(pod("p", ["a", "never"]))
+    assert await env.units.offer(claim("a")) is True
+    env.fake.inject_error(503, reason="ServiceUnavailable", method="GET", path_contains="claims/a")
+    await env.pod(pod("p", ["a", "never"]), deleted=True)
+    assert await env.sent() == {}
+    await env.units.retry()
+    assert await env.sent() == {"a": ("", [])}, "no pod uses it any more: alone, as before"
+    await env.units.retry()
+    assert len(env.events) == 1
+
+
+async def test_run_retries_on_its_own(env: Env) -> None:
+    units = PodUnits(env.store, env.publisher, Ownership(env.store), retry_interval=0.05)
+    await units.pod_changed(WatchEvent(EventType.SYNCED, {}))
+    await env.claims(claim("a"))
+    env.fake.inject_error(503, reason="ServiceUnavailable", method="GET", path_contains="claims/a")
+    await units.pod_changed(WatchEvent(EventType.ADDED, pod("p", ["a"])))
+    assert await env.sent() == {}
+    task = asyncio.create_task(units.run())
+    try:
+        await until(lambda: len(env.events) == 1)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert env.events[0].pod_name == "default/p"

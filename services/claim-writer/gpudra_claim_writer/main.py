@@ -4,8 +4,9 @@ Start-up: tracing, NATS (waits for a server; credentials and TLS from the shared
 streams and buckets (idempotent, created with `stream-replicas` replicas), the claim store
 (the API server in kubernetes mode, the KV buckets in standalone mode — the same `Store` interface,
 so both modes run the same code), the health server, then the loops: intake (claims → events),
-write-back (decisions → claim status), pod gates and, in kubernetes mode, the DeviceClass mirror
-(cluster classes → the allocator's KV bucket) and the Events writer, in standalone mode the
+write-back (decisions → claim status), pod gates (and `PodUnits.run`, which retries what a failed
+read left) and, in kubernetes mode, the DeviceClass mirror (cluster classes → the allocator's KV
+bucket) and the Events writer, in standalone mode the
 consumers (pods → claims' `reservedFor`, the last one leaving releases). `/statusz` says what
 each loop did (`status`: the mode, each watch's last resourceVersion and resync, the counters). SIGTERM/SIGINT cancel the
 loops; the exit stack closes the store and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for
@@ -159,6 +160,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         loops = [intake.run(), writeback.run()]
         if settings.gate_pods:
             loops.append(gates.run())
+        if pods is not None:
+            loops.append(pods.run())
         if events.recorder is not None:
             loops.append(events.run())
         if consumers is not None:
