@@ -7,8 +7,9 @@ claim-writer) and one node-agent and one kubelet-plugin per simulated node, laun
 the node processes, then the control plane, then NATS (SIGTERM, then SIGKILL after a grace
 period); it is safe to call twice or after a failed start, and nothing outlives it. A child that
 fails to start is a `StartError` with the last lines of its log. The temp run directory (when no
-`store_dir` is given) is removed by `stop`, unless a service failed (started badly, died, or
-exited non-zero): then its logs, which the error names, are kept.
+`store_dir` is given) is removed by `stop`, unless a service failed (did not start, stopped on its
+own, or exited non-zero when stopped after a complete start): then its logs, which the error
+names, are kept. An interrupted start leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class System:
     timings: dict[str, float] = field(default_factory=dict)
     exit_codes: dict[str, int] = field(default_factory=dict)
     failed: bool = False  # a service failed to start or stopped on its own: keep the logs
+    _stopping: bool = False
     _tmp: Path | None = None  # the run directory when it is our own temp dir
 
     def __post_init__(self) -> None:
@@ -138,7 +140,8 @@ class System:
                 self.supervisor.wait_ready(child, max(1.0, START_TIMEOUT - (time.monotonic() - t0)))
                 progress(f"[{i}/{len(children)}] {child.spec.name} ready")
         except StandaloneError as exc:
-            self.failed = True
+            # Not when `stop` (an interrupt) is what ended the children it was waiting for.
+            self.failed = self.failed or not self._stopping
             raise StartError(str(exc)) from exc
         self.timings["services"] = time.monotonic() - t0
 
@@ -146,6 +149,7 @@ class System:
         return self.supervisor.exited() if self.supervisor else []
 
     def stop(self) -> None:
+        self._stopping = True
         if self.supervisor is not None:
             # Node processes first, side by side, then the control plane, side by side: no
             # service waits for another on the way out (each drains its own NATS connection,
@@ -163,7 +167,10 @@ class System:
             self.nats.stop(keep_store=True)
             self.nats = None
         if self._tmp is not None:
-            # Kept after a failure: the error that reported it names a log in there.
-            if not self.failed and all(code == 0 for code in self.exit_codes.values()):
+            # Kept after a failure: the error that reported it names a log in there. Exit codes
+            # count only after a complete start: an interrupted one kills children mid-start.
+            started = "services" in self.timings
+            unclean = started and any(code != 0 for code in self.exit_codes.values())
+            if not (self.failed or unclean):
                 shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None

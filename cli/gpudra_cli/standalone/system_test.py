@@ -14,14 +14,15 @@ from gpudra_standalone import ServiceSpec, Supervisor
 
 
 @pytest.mark.parametrize(
-    ("code", "kept"),
+    ("code", "started", "kept"),
     [
-        pytest.param(0, False, id="clean-stop-removes-the-run-dir"),
-        pytest.param(3, True, id="a-failure-keeps-the-logs"),
+        pytest.param(0, True, False, id="clean-stop-removes-the-run-dir"),
+        pytest.param(3, True, True, id="a-failure-keeps-the-logs"),
+        pytest.param(3, False, False, id="an-interrupted-start-leaves-nothing"),
     ],
 )
 def test_the_temp_run_dir_is_kept_when_a_service_failed(
-    tmp_path: Path, code: int, kept: bool
+    tmp_path: Path, code: int, started: bool, kept: bool
 ) -> None:
     # The error that reports a dead service names its log under the run directory: stop()
     # must not delete that log right after (with a clean stop, nothing is left behind).
@@ -37,6 +38,8 @@ def test_the_temp_run_dir_is_kept_when_a_service_failed(
     while child.proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     child.done.wait(10)
+    if started:
+        system.timings["services"] = 1.0  # as start_services records a complete start
     log = system.log_dir / "svc.log"
     assert "svc ready" in log.read_text(encoding="utf-8")
     system.stop()
