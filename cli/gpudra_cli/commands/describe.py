@@ -17,14 +17,24 @@ from gpudra_cli.standalone.events import claim_events
 async def _describe(args: argparse.Namespace) -> int:
     if args.kind not in ("claim", "claims", "resourceclaim", "resourceclaims"):
         raise CliError(f"cannot describe {args.kind!r}: only claims")
+    missing: list[str] = []
+    shown = 0
     async with connected(args) as (_, client):
         index = results.device_index(await client.slices())
-        for i, name in enumerate(args.names):
-            claim = await client.claim(name, args.namespace)
+        for name in args.names:
+            # A name that is not found must not hide the others, as in kubectl.
+            try:
+                claim = await client.claim(name, args.namespace)
+            except CliError as exc:
+                missing.append(str(exc))
+                continue
             events = await claim_events(client.nc, args.namespace, name)
-            if i:
+            if shown:
                 print()
             print("\n".join(describe_claim(claim, index, events)))
+            shown += 1
+    if missing:
+        raise CliError("; ".join(missing))
     return 0
 
 

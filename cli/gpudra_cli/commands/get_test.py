@@ -190,3 +190,20 @@ def test_delete_goes_on_past_a_claim_that_is_gone(
     assert err == f"gpudra delete: claim default/{gone} not found\n"
     assert cli.main(["get", "claims", first, "--state-file", str(path)], parser=parser()) == 1
     assert cli.main(["get", "claims", last, "--state-file", str(path)], parser=parser()) == 1
+
+
+def test_describe_goes_on_past_a_claim_that_is_gone(
+    tmp_path: Path, nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+    import uuid
+
+    gone, present = f"gone-{uuid.uuid4().hex[:8]}", f"here-{uuid.uuid4().hex[:8]}"
+    asyncio.run(_store_claim(nats_url, present))
+    path = _running(tmp_path, nats_url)
+    argv = ["describe", "claim", gone, present, "--state-file", str(path)]
+    code = cli.main(argv, parser=parser())
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert f"Name:         {present}" in out
+    assert err == f"gpudra describe: claim default/{gone} not found\n"
