@@ -13,8 +13,12 @@ Promises (`Consumers`):
   the allocator as a deallocation.
 - After every (re)list of pods, every claim's pod consumers that no longer exist (deleted while
   nobody watched) are removed the same way, so a restart loses no release.
-- A claim-store error is logged and counted; the pod's next change, the claim's next allocation
-  or the next relist tries again. Never raises out of `run` except on cancellation.
+- A claim-store error is logged and counted, and that reservation or removal is tried again
+  every `retry_interval` seconds while `run` runs (until it is done, or no longer wanted: the pod
+  finished or went, or came back), besides the pod's next change, the claim's next allocation or
+  the next relist: none of those may come (a deleted pod has no next change, and the KV store
+  never asks for a relist), and a removal lost for good keeps the claim allocated for nobody.
+  Never raises out of `run` except on cancellation.
 Not in kubernetes mode: there kube-scheduler and kube-controller-manager own `reservedFor`.
 
 After the last consumer (both modes; the rule the intake and the write-back apply): in Kubernetes
@@ -99,6 +103,7 @@ A clearing nobody watched (the claim-writer was down, or a 410 relist skipped th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import hashlib
@@ -256,8 +261,19 @@ def is_active(pod: dict[str, Any]) -> bool:
 class Consumers:
     """See the module docstring."""
 
-    def __init__(self, store: Store, namespace: str = "", watch_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        namespace: str = "",
+        watch_timeout: float = 10.0,
+        *,
+        retry_interval: float = 5.0,
+    ) -> None:
         self._claims = ClaimStore(store)
+        self._retry_interval = retry_interval
+        # Reservations (pod key) and removals (pod uid) of (namespace, claim) that failed.
+        self._failed_reserve: set[tuple[str, str, PodKey]] = set()
+        self._failed_unreserve: set[tuple[str, str, str]] = set()
         self._store = store
         self._namespace = namespace or None
         self._watch_timeout = watch_timeout
@@ -267,7 +283,41 @@ class Consumers:
         self._reserved: set[tuple[str, str, str]] = set()
         self.counts: Counter[str] = Counter()
 
+    @property
+    def retrying(self) -> int:
+        """Reservations and removals that failed and wait to be tried again."""
+        return len(self._failed_reserve) + len(self._failed_unreserve)
+
     async def run(self) -> None:
+        retries = asyncio.create_task(self._retry())
+        try:
+            await self._follow()
+        finally:
+            retries.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await retries
+
+    async def _retry(self) -> None:
+        while True:
+            await asyncio.sleep(self._retry_interval)
+            await self.retry()
+
+    async def retry(self) -> None:
+        """Try again what failed, while it is still wanted (see the module docstring)."""
+        for namespace, name, uid in sorted(self._failed_unreserve):
+            if any(_uid(p) == uid for p in self._active.values()):
+                # The pod is back (a relist): it uses the claim after all.
+                self._failed_unreserve.discard((namespace, name, uid))
+            else:
+                await self._unreserve(namespace, name, uid)  # kept while it fails
+        for namespace, name, key in sorted(self._failed_reserve):
+            pod = self._active.get(key)
+            if pod is None or name not in (pod_claim_names(pod) or ()):
+                self._failed_reserve.discard((namespace, name, key))  # not wanted any more
+            else:
+                await self._reserve(namespace, name, pod)  # kept while it fails
+
+    async def _follow(self) -> None:
         events = informer(self._store, PODS, self._namespace, watch_timeout=self._watch_timeout)
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
@@ -327,7 +377,9 @@ class Consumers:
                 "reserving claim %s/%s for pod %s failed: %s", namespace, name, _key(pod), exc
             )
             self.counts["failed"] += 1
+            self._failed_reserve.add((namespace, name, _key(pod)))
             return
+        self._failed_reserve.discard((namespace, name, _key(pod)))
         self.counts[outcome.value] += 1
         if outcome in (Outcome.RESERVED, Outcome.ALREADY):
             self._reserved.add((_uid(pod), namespace, name))
@@ -345,7 +397,9 @@ class Consumers:
         except KubeError as exc:
             log.warning("removing consumer %s of claim %s/%s failed: %s", uid, namespace, name, exc)
             self.counts["failed"] += 1
+            self._failed_unreserve.add((namespace, name, uid))
             return
+        self._failed_unreserve.discard((namespace, name, uid))
         self.counts[outcome.value] += 1
         self._reserved.discard((uid, namespace, name))
         if outcome is Outcome.RELEASED:

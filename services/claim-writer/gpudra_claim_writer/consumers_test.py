@@ -30,9 +30,11 @@ from gpudra_claim_writer.consumers import (
     with_allocation_id,
     with_consumers_left,
 )
+from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.claims import DELETE_PROTECTION_FINALIZER, ClaimStore
 from gpudra_kube.kv_backend import BUCKETS, KvStore
-from gpudra_kube.resources import PODS
+from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
+from gpudra_testing.kubeapi import FakeKubeApi
 
 ALLOCATION: dict[str, Any] = {
     "devices": {
@@ -328,3 +330,50 @@ async def test_pod_waiting_for(
         created["status"] = {"phase": phase}
         await store.replace_status(PODS, created)
     assert await pod_waiting_for(store, new_claim("c"), may_run=may_run) is waiting
+
+
+@pytest.mark.parametrize(
+    ("fault", "path"),
+    [
+        pytest.param(503, "resourceclaims/c/status", id="removal-fails"),
+        pytest.param(429, "resourceclaims/c", id="claim-read-throttled"),
+    ],
+)
+async def test_a_failed_consumer_removal_is_tried_again_until_the_claim_is_released(
+    api: tuple[FakeKubeApi, ApiStore], fault: int, path: str
+) -> None:
+    """The last consumer is deleted while the claim store fails: a deleted pod has no next
+    change and the KV store never asks for a relist, so unless the removal is tried again the
+    claim stays allocated, for nobody, until a restart."""
+    fake, store = api
+    user = await fake.put(PODS, pod("p", "c"))
+    held = new_claim("c")
+    held["metadata"]["finalizers"] = [DELETE_PROTECTION_FINALIZER]
+    held["status"] = {
+        "allocation": ALLOCATION,
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": user["metadata"]["uid"]}],
+    }
+    await fake.put(RESOURCE_CLAIMS, held)
+    consumers = Consumers(store, watch_timeout=1.0, retry_interval=0.1)
+    claims = ClaimStore(store)
+    async with running(consumers):
+        await until(lambda: _count(consumers, "already", 1))
+        fake.inject_error(
+            fault, method="GET" if fault == 429 else "PUT", path_contains=path, times=10**6
+        )
+        await store.delete(PODS, "p", "default")
+        await until(lambda: _count(consumers, "failed", 3))
+        assert consumers.retrying == 1
+        fake.clear_faults()
+
+        async def released() -> bool:
+            c = await claims.get_claim("default", "c")
+            return not (c.get("status") or {}).get("allocation")
+
+        await until(released)
+        await until(lambda: _nothing_left(consumers))
+    assert consumers.counts["released"] == 1
+
+
+async def _nothing_left(consumers: Consumers) -> bool:
+    return consumers.retrying == 0
