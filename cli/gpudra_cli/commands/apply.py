@@ -3,7 +3,8 @@
 ResourceClaimTemplates referenced by workloads become one claim per pod, and the pods are recorded
 (not run) so a pod's claims are allocated together (see `gpudra_cli.standalone.manifests`);
 existing claims and pods are left unchanged. `--wait` waits for
-gpudra's decisions and prints where each claim landed.
+gpudra's decisions (counting them on a terminal) and prints where each claim landed; claims still
+undecided at `--timeout` are an error (exit 1), after the table.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpudra_cli.errors import CliError
 from gpudra_cli.standalone import cliargs, render, results
-from gpudra_cli.standalone.apply import apply_plan, key_of, wait_decided
+from gpudra_cli.standalone.apply import apply_plan, key_of, undecided, wait_decided
 from gpudra_cli.standalone.connect import connected
 from gpudra_cli.standalone.manifests import plan_files
 
@@ -34,14 +37,34 @@ async def _apply(args: argparse.Namespace) -> int:
             print(f"waiting for gpudra's decisions on {len(plan.claims)} claims", file=sys.stderr)
             keys = [key_of(c) for c in plan.claims]
             claims, allocate_ms = await wait_decided(
-                client, keys, applied, timeout=args.timeout, settle=1.5
+                client, keys, applied, timeout=args.timeout, settle=1.5, progress=_progress()
             )
             index = results.device_index(await client.slices())
             rows = [results.row_of(claims[k], index) for k in keys if k in claims]
             for row in rows:
                 row.allocate_ms = allocate_ms.get(row.key)
             render.console().print(render.claims_table(rows))
+            waiting = undecided(claims, keys)
+            if waiting:  # the table shows them pending; a script must not read that as done
+                shown = ", ".join(waiting[:5]) + (", ..." if len(waiting) > 5 else "")
+                raise CliError(
+                    f"no decision on {len(waiting)} of {len(keys)} claims after "
+                    f"{args.timeout:g} s ({shown}); is the allocator running? "
+                    "(`gpudra describe claim` shows their events)"
+                )
     return 0
+
+
+def _progress() -> Callable[[int, int], None]:
+    """On a terminal, one line counting the claims decided so far, rewritten as it changes."""
+    live = sys.stderr.isatty()
+
+    def show(decided: int, total: int) -> None:
+        if live:
+            end = "\n" if decided == total else ""
+            print(f"\r  {decided} of {total} claims decided", end=end, file=sys.stderr, flush=True)
+
+    return show
 
 
 def run(args: argparse.Namespace) -> int:

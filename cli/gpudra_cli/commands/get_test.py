@@ -207,3 +207,32 @@ def test_describe_goes_on_past_a_claim_that_is_gone(
     assert code == 1
     assert f"Name:         {present}" in out
     assert err == f"gpudra describe: claim default/{gone} not found\n"
+
+
+def test_apply_wait_that_times_out_says_so_and_fails(
+    tmp_path: Path, nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No allocator runs here: the claim is never decided. Exit 0 with a "pending" row would read
+    # as success to a script, or to a person who does not look at the row.
+    import asyncio
+    import uuid
+
+    name = f"undecided-{uuid.uuid4().hex[:8]}"
+    asyncio.run(_store_claim(nats_url, f"layout-{uuid.uuid4().hex[:8]}"))  # streams and buckets
+    manifest = tmp_path / "claim.yaml"
+    manifest.write_text(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\n"
+        f"metadata: {{name: {name}}}\n"
+        "spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]}}\n",
+        encoding="utf-8",
+    )
+    path = _running(tmp_path, nats_url)
+    argv = ["apply", "-f", str(manifest), "--wait", "--timeout", "1", "--state-file", str(path)]
+    code = cli.main(argv, parser=parser())
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert f"resourceclaim/{name} created" in out
+    assert "pending" in out  # the table is still shown
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("gpudra apply: no decision on 1 of 1 claims after 1 s"), err
+    assert f"default/{name}" in last

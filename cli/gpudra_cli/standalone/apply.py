@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,14 @@ async def apply_plan(client: Client, plan: Plan) -> Applied:
     return applied
 
 
+DECIDED = ("allocated", "unschedulable")
+
+
+def undecided(claims: dict[str, dict[str, Any]], keys: Sequence[str]) -> list[str]:
+    """The keys whose claim (in `claims`, as `wait_decided` returned them) has no decision."""
+    return [k for k in keys if k not in claims or _state(claims[k]) not in DECIDED]
+
+
 def _state(claim: dict[str, Any]) -> str:
     if allocation_results(claim):
         return "allocated"
@@ -91,14 +99,17 @@ async def wait_decided(
     applied: Applied,
     timeout: float = 60.0,
     settle: float = 3.0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
-    """(claims by key, milliseconds from create to allocation by key)."""
+    """(claims by key, milliseconds from create to allocation by key); `progress` hears (claims
+    decided, claims) whenever the first changes."""
     wanted = set(keys)
     allocated_ms: dict[str, float] = {}
     states: dict[str, str] = {}
     last_change = time.monotonic()
     deadline = last_change + timeout
     found: dict[str, dict[str, Any]] = {}
+    shown = -1
     while True:
         now = time.monotonic()
         found = {key_of(c): c for c in await client.claims() if key_of(c) in wanted}
@@ -109,7 +120,10 @@ async def wait_decided(
                 last_change = now
             if state == "allocated" and key not in allocated_ms and key in applied.created_at:
                 allocated_ms[key] = round((now - applied.created_at[key]) * 1000, 1)
-        decided = [k for k in wanted if states.get(k) in ("allocated", "unschedulable")]
+        decided = [k for k in wanted if states.get(k) in DECIDED]
+        if progress is not None and len(decided) != shown:
+            shown = len(decided)
+            progress(shown, len(wanted))
         all_allocated = all(states.get(k) == "allocated" for k in wanted)
         settled = len(decided) == len(wanted) and now - last_change >= settle
         if all_allocated or settled or now > deadline:
