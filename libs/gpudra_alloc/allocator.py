@@ -8,9 +8,10 @@ in Kubernetes' order so that a placement layer can score them.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from gpudra_alloc.features import Features
@@ -72,6 +73,7 @@ class Allocator:
         self._free: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[tuple[int, ...], int]] = {}
         self._pools_by_node: dict[tuple[str, str], set[str]] | None = None
         self._by_pool: dict[tuple[str, str], list[ResourceSlice]] | None = None
+        self._labelled = False  # whether a node with labels was asked about (`carry_over`)
         # `add_slice` for each, without emptying the (still empty) caches every time
         by_node = self.by_node
         for s in slices:
@@ -87,10 +89,11 @@ class Allocator:
 
     def add_slice(self, s: ResourceSlice) -> None:
         self.slices.append(s)
+        # new lists: an allocator from `updated` shares them with the one it came from
         if s.node_name:
-            self.by_node.setdefault(s.node_name, []).append(s)
+            self.by_node[s.node_name] = [*self.by_node.get(s.node_name, ()), s]
         else:
-            self.shared.append(s)
+            self.shared = [*self.shared, s]
         self._pools.clear()
         self._node_names = None
         self._known_full.clear()
@@ -115,6 +118,8 @@ class Allocator:
         key = (node.name, tuple(sorted(node.labels.items())))
         pools = self._pools.get(key)
         if pools is None:
+            if key[1]:
+                self._labelled = True
             candidates = self.by_node.get(node.name, []) + self.shared
             pools = gather_pools(candidates, node, self.features, self.slices)
             self._pools[key] = pools
@@ -130,18 +135,117 @@ class Allocator:
             self._by_pool = found
         return self._by_pool
 
+    def updated(
+        self,
+        slices: list[ResourceSlice],
+        removed: list[ResourceSlice],
+        added: list[tuple[int, ResourceSlice]],
+        state: AllocatedState,
+    ) -> Allocator:
+        """A new allocator (same classes, features and selectors) for `slices` and `state`: these
+        slices less `removed`, plus `added` (each with its position in `slices`), every other
+        one in the same relative order. The caller (`rebuild.rebuild`) vouches for that, and
+        that every removed or added slice names its node and belongs to a pool none of whose
+        slices is shared. Costs what the change touched: the indexes by node and by pool and
+        the node list move over from this allocator, with the changed nodes' and pools' entries
+        redone; no cache is taken yet (`carry_over` does that, and then retires this one)."""
+        new = Allocator(
+            self.classes.values(), (), self.features, state, self.selectors, self.timeout_s
+        )
+        new.slices = slices
+        new.shared = self.shared  # unchanged: no shared slice was removed or added
+        new._slice_generation = len(slices)
+        gone = {id(s) for s in removed}
+        positions = _Positions(slices)
+        by_node = self.by_node
+        nodes = {s.node_name for s in removed if s.node_name}  # all of them: see above
+        nodes.update(s.node_name for _, s in added if s.node_name)
+        moved = [name for name in nodes if name not in by_node]  # nodes that come
+        for name in nodes:
+            merged = _merged(by_node.get(name, ()), gone, added, name, _node_of, positions)
+            if merged:
+                by_node[name] = merged
+            else:
+                by_node.pop(name, None)
+                moved.append(name)  # a node that goes
+        new.by_node = by_node
+        if self._by_pool is not None:
+            by_pool = self._by_pool
+            pools = {(s.driver, s.pool.name) for s in removed}
+            pools.update((s.driver, s.pool.name) for _, s in added)
+            for key in pools:
+                merged = _merged(by_pool.get(key, ()), gone, added, key, _pool_of, positions)
+                if merged:
+                    by_pool[key] = merged
+                else:
+                    by_pool.pop(key, None)
+            new._by_pool = by_pool
+            if self._pools_by_node is not None:  # the changed pools are node-local
+                pool_nodes = self._pools_by_node
+                for key in pools:
+                    if key in by_pool:
+                        pool_nodes[key] = {s.node_name for s in by_pool[key] if s.node_name}
+                    else:
+                        pool_nodes.pop(key, None)
+                new._pools_by_node = pool_nodes
+        if self._node_names is not None:
+            # the same list object while no node came or went (callers key memos on it)
+            names = new._node_names = self._node_names
+            elsewhere: set[str] | None = None  # nodes that shared slices name per device
+            for name in moved:
+                at = bisect.bisect_left(names, name)
+                present = at < len(names) and names[at] == name
+                if name in by_node and not present:
+                    names = new._node_names = names[:] if names is self._node_names else names
+                    names.insert(at, name)
+                elif name not in by_node and present:
+                    if elsewhere is None:
+                        elsewhere = {
+                            d.node_name for s in self.shared for d in s.devices if d.node_name
+                        }
+                    if name not in elsewhere:
+                        names = new._node_names = names[:] if names is self._node_names else names
+                        del names[at]
+        return new
+
     def carry_over(self, old: Allocator, touched: Collection[str]) -> None:
         """Take `old`'s pools of every node not named in `touched`, and under the same state its
-        free-device counts of them: the caller (`rebuild.rebuild`) vouches that those nodes'
-        pools read only slices both allocators share, in the same order, for the same classes
-        and features."""
-        kept = {key: pools for key, pools in old._pools.items() if key[0] not in touched}
-        kept.update(self._pools)
-        self._pools = kept
-        if old.state is self.state:
+        free-device counts of them and the nodes it knows to be too full: the caller
+        (`rebuild.rebuild`) vouches that those nodes' pools read only slices both allocators
+        share, in the same order, for the same classes and features. The caches move over
+        (costs what `touched` names, unless `old` was asked about nodes with labels: then
+        every cached entry is looked at) and `old` is retired: it must not be used again (its
+        classes, features, selectors and state stay readable)."""
+        self._labelled = self._labelled or old._labelled
+        same_state = old.state is self.state
+        if old._labelled:
+            pools = {key: pools for key, pools in old._pools.items() if key[0] not in touched}
             free = {key: free for key, free in old._free.items() if key[0] not in touched}
+        else:  # every key is (node name, ())
+            pools, free = old._pools, old._free
+            for name in touched:
+                pools.pop((name, ()), None)
+                free.pop((name, ()), None)
+        pools.update(self._pools)
+        self._pools = pools
+        if same_state:
             free.update(self._free)
             self._free = free
+            for need, known in old._known_full.items():
+                if need in self._known_full:
+                    continue
+                for name in touched:  # a touched node may have more free devices now
+                    position = known.positions.get(name)
+                    if position is not None:
+                        known.full.discard(position)
+                self._known_full[need] = known
+        old._retire()
+
+    def _retire(self) -> None:
+        """Give up the slices, indexes and caches (another allocator owns them now): any use
+        but reading the classes, features, selectors and state fails."""
+        del self.slices, self.by_node, self.shared, self._pools, self._free
+        del self._known_full, self._by_pool, self._pools_by_node, self._node_names
 
     def _search(
         self, node: Node, claims: list[ResourceClaim], state: AllocatedState | None
@@ -301,6 +405,53 @@ class Allocator:
                         free += 1
         self._free[key] = (versions, free)
         return free
+
+
+def _node_of(s: ResourceSlice) -> object:
+    return s.node_name
+
+
+def _pool_of(s: ResourceSlice) -> object:
+    return (s.driver, s.pool.name)
+
+
+class _Positions:
+    """Positions of slices in a list, by identity: the ids listed once, when first asked (a
+    C-speed pass; `list.index` would call `ResourceSlice.__eq__` per item)."""
+
+    def __init__(self, slices: list[ResourceSlice]) -> None:
+        self._slices = slices
+        self._ids: list[int] | None = None
+
+    def of(self, s: ResourceSlice) -> int:
+        if self._ids is None:
+            self._ids = list(map(id, self._slices))
+        return self._ids.index(id(s))
+
+
+def _merged(
+    kept: Iterable[ResourceSlice],
+    gone: set[int],
+    added: list[tuple[int, ResourceSlice]],
+    key: object,
+    key_of: Callable[[ResourceSlice], object],
+    positions: _Positions,
+) -> list[ResourceSlice]:
+    """The slices of one entry of an index (a node's, a pool's) after a change: `kept` less
+    the `gone` ones, with the `added` ones of `key`, in the order of the new slices."""
+    now = [s for s in kept if id(s) not in gone]
+    new = [(at, s) for at, s in added if key_of(s) == key]
+    if not new:
+        return now
+    if not now:  # a node republished whole
+        return [s for _, s in new]
+    placed = [(positions.of(s), s) for s in now] + new  # a pool's slice of several replaced
+    placed.sort(key=_position)
+    return [s for _, s in placed]
+
+
+def _position(item: tuple[int, ResourceSlice]) -> int:
+    return item[0]
 
 
 def _exclusive_need(claims: list[ResourceClaim]) -> int:

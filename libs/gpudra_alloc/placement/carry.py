@@ -6,8 +6,9 @@ node keys (`groups.NodeKeys.carried`), their `NodeView`s (built from those pools
 state remembered per view and in-use id. The score memo (`memo.py`) is kept whole: it is keyed by
 node key and claim shape, and the carried keys intern parts in the same tables, so a key means
 the same pools content, selector outcomes and in-use state before and after. Settings (reserve,
-MIG rules, ...) are copied. Nothing is carried when every node was touched (`touched` None) or
-the allocator has other classes or features.
+MIG rules, ...) are copied. The old chooser's keys give up their node lists and kept keys to
+the new one (`NodeKeys.carried`): use only the new chooser afterwards. Nothing is carried when
+every node was touched (`touched` None) or the allocator has other classes or features.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ def carried_chooser(
         return new, False
     new.node_keys = keys
     new.memo = old.memo  # its keys are the carried keys' ids
-    new.views = {name: view for name, view in old.views.items() if name not in touched}
-    new.free_cache = {
-        name: cached for name, cached in old.free_cache.items() if name not in touched
-    }
+    # moved over, the touched nodes' entries dropped: a carry costs what it touched
+    new.views, old.views = old.views, {}
+    new.free_cache, old.free_cache = old.free_cache, {}
+    for name in touched:
+        new.views.pop(name, None)
+        new.free_cache.pop(name, None)
     return new, True

@@ -91,11 +91,18 @@ class NodeKeys:
     reads: dict[Shape, tuple[ShapeReads | None, int]] = field(default_factory=dict)
     _reads_ids: dict[ShapeReads | None, int] = field(default_factory=dict)
     _parts: dict[Hashable, int] = field(default_factory=dict)
+    # per id of `_parts`: its part and how many slots of `nodes`' records refer to it (a part
+    # nobody refers to any more is dropped: `_release`)
+    _id_parts: dict[int, Hashable] = field(default_factory=dict)
+    _refs: dict[int, int] = field(default_factory=dict)
     _states: dict[Hashable, int] = field(default_factory=dict)
     # ids of interned parts, shared with the keys carried over from this one (`carried`)
     _ids: Iterator[int] = field(default_factory=count)
     _lists: dict[tuple[str, ...], tuple[list[Node], list[_Node]]] = field(default_factory=dict)
     _last: tuple[list[Node], list[_Node]] | None = None
+    # id of a record list of `_lists` -> it and where each name stands in it (built at its
+    # first carry; keyed by id: hashing a tuple of names costs a pass over them)
+    _where: dict[int, tuple[list[_Node], dict[str, int]]] = field(default_factory=dict)
     # (id of a node-record list, reads id) -> its kept keys (`distinct`'s fast path)
     _tracking: dict[tuple[int, int], _Tracked] = field(default_factory=dict)
     _slices: int = -1
@@ -125,10 +132,14 @@ class NodeKeys:
         The interned parts keep their ids: a part has one id in both, so a key means the same
         content in both and scores remembered on it (`memo.py`) stay valid. Only the parts a
         carried record refers to are kept (a node part holds every device's attributes, about
-        0.3 MB for an A100 with its MIG profiles): those of replaced pools go, and the same
-        content met again gets a new id (ids are never reused: a remembered score is missed,
-        never mistaken). None when `allocator` has other classes, features or CEL programs, or
-        when the parts outgrow `CARRIED_PARTS_SLACK` (start afresh)."""
+        0.3 MB for an A100 with its MIG profiles): those of replaced pools go (counted per
+        part), and the same content met again gets a new id (ids are never reused: a
+        remembered score is missed, never mistaken). The node lists and their kept keys move
+        over with the touched nodes' records redone (their keys recomputed at the next call),
+        so the carry costs what `touched` names, not a pass over the nodes. This one must not
+        be used afterwards (it gives up its records, parts, lists and kept keys). None when `allocator`
+        has other classes, features or CEL programs, or when the parts outgrow
+        `CARRIED_PARTS_SLACK` (start afresh)."""
         old = self.allocator
         if (
             allocator.selectors is not old.selectors
@@ -139,17 +150,39 @@ class NodeKeys:
         ):
             return None
         new = NodeKeys(allocator, reads=self.reads, _ids=self._ids)
-        new.nodes = {name: known for name, known in self.nodes.items() if name not in touched}
         new._reads_ids = self._reads_ids
-        live: set[int | None] = set()
-        for known in new.nodes.values():
-            live.add(known.group)
-            live.update(known.shapes.values())
-        # dropped in place: a new table would hash every (large) part again
-        for part in [part for part, id_ in self._parts.items() if id_ not in live]:
-            del self._parts[part]
-        new._parts = self._parts
+        new._parts, new._id_parts, new._refs = self._parts, self._id_parts, self._refs
         new._states = self._states
+        nodes, self.nodes = self.nodes, {}
+        for name in touched:
+            gone = nodes.pop(name, None)
+            if gone is not None:
+                self._release(gone)
+        new.nodes = nodes
+        new._slices = len(allocator.slices)
+        redone: dict[int, list[int]] = {}  # id of a record list -> its touched positions
+        new._lists = self._lists  # moved: no key hashed again
+        for names, (listed, known_list) in new._lists.items():
+            kept = self._where.get(id(known_list))
+            if kept is not None and kept[0] is known_list:
+                where = kept[1]
+            else:
+                where = dict(zip(names, range(len(names)), strict=True))  # at C speed
+            new._where[id(known_list)] = (known_list, where)
+            if len(where) == len(names):
+                at = [where[name] for name in touched if name in where]
+            else:  # a name listed twice
+                at = _positions(names, touched)
+            for index in at:
+                node = listed[index]
+                known_list[index] = new._node(node, allocator.pools_for(node))
+            redone[id(known_list)] = at
+        new._last = self._last  # one of `_lists` (or None)
+        for key, tracked in self._tracking.items():
+            positions = redone.get(id(tracked.known))
+            if positions is not None and tracked.renew(positions):
+                new._tracking[key] = tracked
+        self._lists, self._last, self._tracking, self._where = {}, None, {}, {}
         return new
 
     def distinct(
@@ -324,6 +357,7 @@ class NodeKeys:
         if generation != self._slices:
             self._slices = generation
             self._lists.clear()
+            self._where.clear()
             self._last = None
         last = self._last
         if last is not None and last[0] == nodes:  # the same Node objects: compared by identity
@@ -334,6 +368,7 @@ class NodeKeys:
             known = [self._node(n, self.allocator.pools_for(n)) for n in nodes]
             if len(self._lists) >= MAX_LISTS:
                 self._lists.clear()
+                self._where.clear()
             found = self._lists[names] = (list(nodes), known)
         self._last = found
         return found[1]
@@ -345,8 +380,10 @@ class NodeKeys:
             or known.pools is not pools
             or (known.node is not node and known.node != node)
         ):
+            if known is not None:
+                self._release(known)
             keys = tuple((p.driver, p.name) for p in pools)
-            known = _Node(pools, node, self._new_id(self._parts, node_part(node, pools)), keys)
+            known = _Node(pools, node, self._intern(node_part(node, pools)), keys)
             self.nodes[node.name] = known
         return known
 
@@ -355,11 +392,41 @@ class NodeKeys:
         if reads is not None:
             part = shape_part(self.allocator, known.pools, reads)
             if part is not None:
-                shape_id = self._new_id(self._parts, (known.group, part))
+                shape_id = self._intern((known.group, part))
         if len(known.shapes) >= MAX_SHAPES_PER_NODE:
-            known.shapes.clear()  # shapes with selectors on node-unique attributes, many of them
+            # shapes with selectors on node-unique attributes, many of them
+            self._release(known, shapes_only=True)
+            known.shapes.clear()
         known.shapes[reads_id] = shape_id
         return shape_id
+
+    def _intern(self, part: Hashable) -> int:
+        """The id of a node or shape part, counted as referred to once more."""
+        found = self._parts.get(part)
+        if found is None:
+            found = next(self._ids)
+            self._parts[part] = found
+            self._id_parts[found] = part
+            self._refs[found] = 1
+        else:
+            self._refs[found] += 1
+        return found
+
+    def _release(self, known: _Node, shapes_only: bool = False) -> None:
+        """Count `known`'s parts as referred to once less; drop those nobody refers to."""
+        ids = list(known.shapes.values())
+        if not shapes_only:
+            ids.append(known.group)
+        refs = self._refs
+        for id_ in ids:
+            if id_ is None:
+                continue
+            left = refs.get(id_, 0) - 1  # 0: dropped already (a record two lists held)
+            if left > 0:
+                refs[id_] = left
+            elif left == 0:
+                del refs[id_]
+                del self._parts[self._id_parts.pop(id_)]
 
     def _state_id(self, part: Hashable) -> int:
         if len(self._states) >= MAX_STATES:
@@ -381,13 +448,17 @@ _BLOCK = 256  # nodes compared at once when looking for the ones whose version m
 class _Tracked:
     """Keys of one node list for one claim shape under the allocator's own in-use set, kept up
     to date by recomputing only the nodes whose pool version moved since the last call, with
-    the first index of every key found from a heap per key (stale entries dropped lazily)."""
+    the first index of every key found from a heap per key (stale entries dropped lazily).
+    While the in-use set did not change at all (`_mark`), no node's version is read: only the
+    nodes whose records a slice change redid (`renew`) are keyed again."""
 
     def __init__(self, known: list[_Node], devices: InUseDevices, keys: list[Hashable | None]):
         self.known = known  # held: the cache is keyed by its id
         self.devices = devices
         self.pool_keys = [k.pool_keys[0] for k in known]
         self.versions = list(map(devices.pool_version.get, self.pool_keys, repeat(0)))
+        self.mark = _mark(devices)
+        self.renewed: list[int] = []  # positions whose keys `update` must recompute
         self.keys = keys
         self.solo = [i for i, key in enumerate(keys) if key is None]
         self._rebuild()
@@ -400,25 +471,68 @@ class _Tracked:
         self.entries = len(self.keys)
 
     def update(self, owner: NodeKeys, reads: ShapeReads | None, reads_id: int) -> None:
+        mark = _mark(self.devices)
+        renewed, self.renewed = self.renewed, []
+        if mark == self.mark:  # no version moved: the renewed nodes only
+            versions = self.devices.pool_version
+            for index in renewed:
+                self._recompute(
+                    owner, reads, reads_id, index, versions.get(self.pool_keys[index], 0)
+                )
+            return
+        self.mark = mark
         now = list(map(self.devices.pool_version.get, self.pool_keys, repeat(0)))
         before = self.versions
         if now == before:
             return
-        keys = self.keys
         for start in range(0, len(now), _BLOCK):
             if now[start : start + _BLOCK] == before[start : start + _BLOCK]:
                 continue
             for index in range(start, min(start + _BLOCK, len(now))):
                 if now[index] != before[index]:
-                    key = owner._refresh(self.known[index], reads, reads_id, now[index])
-                    if key != keys[index]:
-                        keys[index] = key
-                        if key is not None:
-                            heapq.heappush(self.buckets.setdefault(key, []), index)
-                            self.entries += 1
-        self.versions = now
-        if self.entries > 4 * len(keys):
+                    self._recompute(owner, reads, reads_id, index, now[index])
+        if self.entries > 4 * len(self.keys):
             self._rebuild()
+
+    def _recompute(
+        self,
+        owner: NodeKeys,
+        reads: ShapeReads | None,
+        reads_id: int,
+        index: int,
+        version: int,
+    ) -> None:
+        """The key of node `index`, whose pool's version is now `version`."""
+        key = owner._refresh(self.known[index], reads, reads_id, version)
+        self.versions[index] = version
+        keys = self.keys
+        was = keys[index]
+        if key != was:
+            keys[index] = key
+            if key is not None:
+                heapq.heappush(self.buckets.setdefault(key, []), index)
+                self.entries += 1
+            if was is None or key is None:  # a record `renew` redid
+                self._solo(index, key is None)
+
+    def renew(self, positions: list[int]) -> bool:
+        """The records at `positions` were redone (`NodeKeys.carried`): recompute their keys at
+        the next `update`. False when one of them is not a one-pool node (keep nothing)."""
+        for index in positions:
+            pool_keys = self.known[index].pool_keys
+            if len(pool_keys) != 1:
+                return False
+            self.pool_keys[index] = pool_keys[0]
+            self.versions[index] = -1  # no pool's version: a full `update` recomputes it too
+        self.renewed.extend(positions)
+        return True
+
+    def _solo(self, index: int, solo: bool) -> None:
+        if solo and index not in self.solo:
+            self.solo.append(index)
+            self.solo.sort()
+        elif not solo and index in self.solo:
+            self.solo.remove(index)
 
     def firsts(self) -> list[tuple[int, Hashable | None]]:
         """(first index, key) per key and (index, None) per node keyed None, by index."""
@@ -437,6 +551,27 @@ class _Tracked:
             del self.buckets[key]
         out.sort(key=_first)
         return out
+
+
+def _positions(names: tuple[str, ...], wanted: Collection[str]) -> list[int]:
+    """Where the names in `wanted` stand in `names` (a C-speed scan per name)."""
+    found = []
+    for name in wanted:
+        start = 0
+        while True:
+            try:
+                start = names.index(name, start)
+            except ValueError:
+                break
+            found.append(start)
+            start += 1
+    return found
+
+
+def _mark(devices: InUseDevices) -> int:
+    """A number that grows with every change of `devices`: each add grows its size, each
+    removal its count of removals (every mutating method goes through those)."""
+    return len(devices) + 2 * devices.removals
 
 
 def _first(item: tuple[int, Hashable | None]) -> int:
