@@ -10,6 +10,8 @@
   object) for those that vanished meanwhile — DELETED then ADDED for a name whose UID changed —
   then SYNCED again — a consumer never needs to care
   whether a relist happened;
+- a DELETED event whose object has no UID (a KV tombstone written by plain tools carries only
+  the key) is yielded with the last known object instead, so consumers keyed by UID can place it;
 - retryable errors are retried forever with backoff; permanent ones (forbidden, bad resource) end
   the iteration with the error.
 BOOKMARK events are consumed here, never yielded.
@@ -85,7 +87,11 @@ async def informer(
                         continue
                     key = key_of(event.object)
                     if event.type is EventType.DELETED:
-                        known.pop(key, None)
+                        last = known.pop(key, None)
+                        if last is not None and not _uid(event.object):
+                            # A tombstone without the object (a plain KV delete): only the
+                            # name could be rebuilt; the object it deletes is the one known.
+                            event = WatchEvent(EventType.DELETED, last, event.resource_version)
                     else:
                         known[key] = event.object
                     yield event

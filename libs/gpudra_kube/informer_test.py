@@ -2,13 +2,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
+from gpudra_bus.connection import connect, disconnect
+from gpudra_bus.streams import BucketSpec, ensure_bucket
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.api_backend_test import claim
 from gpudra_kube.informer import informer
+from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_kube.store import EventType, WatchEvent
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -114,3 +118,43 @@ async def test_retries_through_server_errors(store: ApiStore, kube_api: FakeKube
         assert await events.wait_for(2) == [(EventType.ADDED.value, "a"), ("SYNCED", "")]
     finally:
         await events.stop()
+
+
+async def test_a_deletion_without_the_object_carries_the_last_known_one(nats_url: str) -> None:
+    """A KV tombstone written by plain tools (`nats kv del`) carries no object: the store can
+    rebuild only the name. The informer knows the object it deletes, and hands that on, so a
+    consumer that keys objects by UID (the claim-writer's intake: it tells the allocator which
+    claim's devices to free) is not left with a deletion it cannot place."""
+    nc = await connect(nats_url, name="informer-stub-test", deadline=5)
+    try:
+        bucket = f"t-{uuid.uuid4().hex[:8]}-claims"
+        kv = await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        created = await store.create(RESOURCE_CLAIMS, claim("a"))
+        stream = informer(store, RESOURCE_CLAIMS, "default", watch_timeout=30)
+        seen: list[WatchEvent] = []
+
+        async def follow() -> None:
+            async for event in stream:
+                seen.append(event)
+
+        task = asyncio.create_task(follow())
+        try:
+            async with asyncio.timeout(5):
+                while len(seen) < 2:
+                    await asyncio.sleep(0.01)
+                await kv.delete("default.a")
+                while len(seen) < 3:
+                    await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await stream.aclose()  # type: ignore[attr-defined]
+    finally:
+        await disconnect(nc)
+    deleted = seen[2]
+    assert deleted.type is EventType.DELETED
+    assert deleted.object["metadata"]["uid"] == created["metadata"]["uid"]
+    assert deleted.object["metadata"]["name"] == "a"
+    assert int(deleted.resource_version) > int(created["metadata"]["resourceVersion"])

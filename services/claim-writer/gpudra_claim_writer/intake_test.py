@@ -13,7 +13,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from gpudra_api import ALLOCATION_ID_ANNOTATION
-from gpudra_bus import Publisher, subjects
+from gpudra_bus import CLAIMS_BUCKET, Publisher, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
 from gpudra_claim_writer.conftest import ALLOCATION, until
@@ -785,3 +785,24 @@ async def test_a_claim_too_large_for_the_bus_says_so(
         await sub.unsubscribe()
     assert intake.published["oversized"] == 1
     assert heard.events == []
+
+
+async def test_a_claim_deleted_by_plain_kv_tools_is_reported_deleted(nc: Client) -> None:
+    """`nats kv del` on the claims bucket leaves a tombstone with the key only: the deletion
+    still reaches the allocator under the claim's UID, or its devices would be held forever."""
+    store = KvStore(nc)
+    created = await store.create(RESOURCE_CLAIMS, claim("doomed", "gpu.nvidia.com"))
+    heard = Heard()
+    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    intake = Intake(store, Publisher(nc), watch_timeout=5.0)
+    try:
+        async with running(intake):
+            await settle(heard, 1)
+            kv = await nc.jetstream().key_value(CLAIMS_BUCKET)
+            await kv.delete("default.doomed")
+            await settle(heard, 2)
+    finally:
+        await sub.unsubscribe()
+    assert heard.kinds() == ["KIND_PENDING", "KIND_DELETED"]
+    assert heard.events[1].claim.uid == created["metadata"]["uid"]
+    assert intake.published["deleted"] == 1
