@@ -5,17 +5,24 @@ Each module in `gpudra_cli.commands` contributes one subcommand through
 first argument names a command, only that command's module is imported and registered (start-up
 cost is that command's own); otherwise (no command, `--help`, a typo) the full parser is built.
 Errors a person can act on are `CliError`: one readable line on stderr and exit code 1, never a
-traceback.
+traceback. A closed stdout (`gpudra ... | head`) ends the command quietly with 141, as SIGPIPE
+ends other tools.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import select
+import signal
 import sys
 from collections.abc import Sequence
 
 from gpudra_cli import commands
 from gpudra_cli.errors import CliError
+
+SIGPIPE_EXIT = 128 + signal.SIGPIPE  # what a shell reports for a tool ended by SIGPIPE
 
 DESCRIPTION = """\
 gpudra: Kubernetes Dynamic Resource Allocation for GPU clusters.
@@ -54,4 +61,23 @@ def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | No
     except KeyboardInterrupt:
         print(f"gpudra {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise  # another pipe or socket: a real error, not the reader of our output
+        # The reader went away (`gpudra ... | head`): end as a process killed by SIGPIPE does,
+        # quietly. stdout goes to /dev/null first, or the interpreter's last flush fails again.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return SIGPIPE_EXIT
     return code
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on it)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (OSError, ValueError):
+        return False

@@ -59,3 +59,50 @@ def test_each_module_registers_the_command_it_is_named_after(
 def test_loading_an_unknown_command_is_refused() -> None:
     with pytest.raises(ValueError, match="no command"):
         commands.load("os")
+
+
+@pytest.mark.parametrize(
+    ("argv", "stdin"),
+    [
+        pytest.param(["allocate"], '{"id": "a", "claims": []}\n' * 100, id="allocate"),
+        pytest.param(
+            ["slices", "--profile", "dgx-h100", "--node", "n1", "-o", "json"], "", id="slices"
+        ),
+    ],
+)
+def test_a_reader_that_goes_away_ends_the_command_quietly(argv: list[str], stdin: str) -> None:
+    # `gpudra ... | head -1`: the reader closes the pipe early. That is no error of gpudra's:
+    # no traceback, no misleading message ("cannot read the problems on stdin"), and the exit
+    # code of a process ended by SIGPIPE, as other command-line tools give.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpudra_cli", *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None
+    assert proc.stdin is not None
+    assert proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    proc.stdin.write(stdin.encode())
+    proc.stdin.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, err
+    assert err == ""
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only a closed stdout ends quietly; a BrokenPipeError from anything else is a real failure.
+    def boom(args: argparse.Namespace) -> int:
+        raise BrokenPipeError("a socket of ours")
+
+    parser = argparse.ArgumentParser(prog="gpudra")
+    parser.add_subparsers(dest="command").add_parser("get").set_defaults(func=boom)
+    with pytest.raises(BrokenPipeError, match="a socket of ours"):
+        main(["get"], parser)

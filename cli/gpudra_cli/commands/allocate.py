@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
             else:
                 run_lines(io.StringIO(line), sys.stdout, policy)
+    except BrokenPipeError:
+        raise  # stdout, not stdin: the reader went away (`main` ends quietly)
     except (OSError, UnicodeDecodeError) as exc:
         raise CliError(f"cannot read the problems on stdin: {exc}") from exc
     return 0
