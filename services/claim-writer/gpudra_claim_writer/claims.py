@@ -213,7 +213,11 @@ def gang_of(claim: KubeObject) -> tuple[str, int]:
 
 
 def pod_claim_names(pod: KubeObject) -> list[str] | None:
-    """Names of the ResourceClaims a pod uses; None while a template's claim is not generated."""
+    """Names of the ResourceClaims a pod uses; None while a template's claim is not generated.
+
+    A template entry whose status says no claim was generated (`resourceClaimName` unset: "not
+    necessary", per the API) names no claim, as kube-scheduler reads it; an entry without a
+    status yet is still waiting for its claim."""
     generated = {
         s.get("name"): s.get("resourceClaimName")
         for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
@@ -226,10 +230,11 @@ def pod_claim_names(pod: KubeObject) -> list[str] | None:
         if entry.get("resourceClaimName"):
             names.append(str(entry["resourceClaimName"]))
         elif entry.get("resourceClaimTemplateName"):
-            name = generated.get(entry.get("name"))
-            if not name:
+            if entry.get("name") not in generated:
                 return None
-            names.append(str(name))
+            name = generated[entry.get("name")]
+            if name:
+                names.append(str(name))
     return names
 
 

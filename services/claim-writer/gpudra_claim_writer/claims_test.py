@@ -120,6 +120,24 @@ def pod(
         pytest.param(
             pod([{"name": "a", "resourceClaimTemplateName": "t"}]), None, id="template-pending"
         ),
+        # The API: "If this is unset, then generating a ResourceClaim was not necessary. The
+        # pod.spec.resourceClaims entry can be ignored in this case" (kube-scheduler skips it).
+        pytest.param(
+            pod(
+                [
+                    {"name": "a", "resourceClaimTemplateName": "t"},
+                    {"name": "b", "resourceClaimName": "c1"},
+                ],
+                [{"name": "a"}],
+            ),
+            ["c1"],
+            id="template-claim-not-needed",
+        ),
+        pytest.param(
+            pod([{"name": "a", "resourceClaimTemplateName": "t"}], [{"name": "other"}]),
+            None,
+            id="template-status-of-another-entry",
+        ),
     ],
 )
 def test_pod_claim_names(p: dict[str, Any], names: list[str] | None) -> None:
