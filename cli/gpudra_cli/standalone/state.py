@@ -49,7 +49,12 @@ class State:
 def owned(path: Path) -> Iterator[None]:
     """Own the state file `path` while the context runs; a `StartError` if another process owns
     it (see the module docstring)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartError(
+            f"cannot create the state file's folder {path.parent}: {exc.strerror}"
+        ) from exc
     lock = path.with_name(path.name + ".lock")
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)

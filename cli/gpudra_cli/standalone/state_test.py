@@ -142,3 +142,13 @@ def test_a_stale_state_file_whose_pid_was_reused_does_not_block_up(
     err = capsys.readouterr().err
     assert code == 1
     assert "unknown simulator profile 'nope'" in err, err
+
+
+def test_a_state_file_that_cannot_be_created_is_a_clear_error(tmp_path: Path) -> None:
+    a_file = tmp_path / "taken"
+    a_file.write_text("", encoding="utf-8")
+    with (
+        pytest.raises(StartError, match="cannot create the state file's folder"),
+        state.owned(a_file / "state.json"),
+    ):
+        pass

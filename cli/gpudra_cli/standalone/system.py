@@ -60,14 +60,22 @@ class System:
 
     def __post_init__(self) -> None:
         if self.store_dir is not None:
-            self.store_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.store_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StartError(
+                    f"cannot use {self.store_dir} as the store directory: {exc.strerror}"
+                ) from exc
             self.run_dir = self.store_dir.resolve()
         else:
             # Kubelet sockets live below the run directory, and sun_path holds 107 bytes: a deep
             # $TMPDIR (build sandboxes) would not leave room for them.
             base = tempfile.gettempdir()
             short = "/tmp" if len(base) > SHORT_TMP and Path("/tmp").is_dir() else None
-            self._tmp = Path(tempfile.mkdtemp(prefix="gpudra-", dir=short))
+            try:
+                self._tmp = Path(tempfile.mkdtemp(prefix="gpudra-", dir=short))
+            except OSError as exc:
+                raise StartError(f"cannot create a run directory: {exc}") from exc
             self.run_dir = self._tmp
 
     @property

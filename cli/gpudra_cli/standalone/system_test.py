@@ -70,3 +70,13 @@ def test_a_service_that_stops_on_its_own_keeps_the_logs_even_with_code_0(tmp_pat
         assert (system.log_dir / "quits.log").exists()
     finally:
         shutil.rmtree(system.run_dir, ignore_errors=True)
+
+
+def test_a_store_dir_that_cannot_be_a_folder_is_a_clear_error(tmp_path: Path) -> None:
+    from gpudra_cli.standalone.errors import StartError
+
+    a_file = tmp_path / "taken"
+    a_file.write_text("", encoding="utf-8")
+    for store in (a_file, a_file / "below"):
+        with pytest.raises(StartError, match=f"cannot use {store} as the store directory"):
+            System(parse_fleet("l4-pcie=1"), store_dir=store)
