@@ -39,7 +39,7 @@ async def _up_owned(args: argparse.Namespace, path: Path) -> int:
             await system.prepare_bus()
             await asyncio.to_thread(system.start_services, show)
             show("waiting for every node's ResourceSlices")
-            await wait_for_pools(client, [n.name for n in fleet.nodes])
+            await wait_for_pools(client, [n.name for n in fleet.nodes], system=system)
             print(
                 f"gpudra is up: {len(fleet.nodes)} simulated nodes "
                 f"({', '.join(f'{n} x {p}' for p, n in fleet.profiles.items())}), "

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from gpudra_cli.standalone import state
-from gpudra_cli.standalone.errors import StartError
 from gpudra_cli.standalone.reports import Samples
 from gpudra_cli.standalone.system import System
 
@@ -89,13 +88,7 @@ async def hold(system: System, path: Path, samples: Samples | None = None) -> No
             if samples is not None and samples.drift is not None and samples.drift != written:
                 written = samples.drift
                 drift_path(system.run_dir).write_text(json.dumps(written), encoding="utf-8")
-            gone = system.exited()
-            if gone:
-                name, code = gone[0]
-                system.failed = True  # its log, named below, must outlive the stop
-                raise StartError(
-                    f"service {name} exited with code {code}; see {system.log_dir / name}.log"
-                )
+            system.check_alive()
             try:
                 await asyncio.wait_for(stop.wait(), timeout=1.0)
             except TimeoutError:

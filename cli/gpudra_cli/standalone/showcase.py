@@ -94,11 +94,17 @@ class DemoResult:
         }
 
 
-async def wait_for_pools(client: Client, nodes: Sequence[str], timeout: float = 60.0) -> None:
-    """Until the inventory published a ResourceSlice pool for every node."""
+async def wait_for_pools(
+    client: Client, nodes: Sequence[str], timeout: float = 60.0, system: System | None = None
+) -> None:
+    """Until the inventory published a ResourceSlice pool for every node; a service of `system`
+    that dies meanwhile ends the wait at once (`System.check_alive`): its node's slices, or
+    every node's, would never come."""
     deadline = time.monotonic() + timeout
     missing = set(nodes)
     while True:
+        if system is not None:
+            system.check_alive()
         pools = {(s.get("spec") or {}).get("pool", {}).get("name") for s in await client.slices()}
         missing = set(nodes) - pools
         if not missing:
@@ -136,7 +142,7 @@ async def _run(
     await asyncio.to_thread(system.start_services, progress)
     timings["start"] = time.monotonic() - t0
     progress("waiting for every node's ResourceSlices")
-    await wait_for_pools(client, [n.name for n in system.fleet.nodes])
+    await wait_for_pools(client, [n.name for n in system.fleet.nodes], system=system)
     timings["slices"] = time.monotonic() - t0
     plan: Plan = plan_files(demo_files(examples))
     progress(f"applying {len(plan.claims)} claims from {examples}")

@@ -156,6 +156,17 @@ class System:
     def exited(self) -> list[tuple[str, int]]:
         return self.supervisor.exited() if self.supervisor else []
 
+    def check_alive(self) -> None:
+        """A `StartError` naming the first service that is no longer running, and its log (kept:
+        `failed`); nothing while every service runs."""
+        gone = self.exited()
+        if gone:
+            name, code = gone[0]
+            self.failed = True
+            raise StartError(
+                f"service {name} exited with code {code}; see {self.log_dir / name}.log"
+            )
+
     def stop(self) -> None:
         self._stopping = True
         if self.supervisor is not None:

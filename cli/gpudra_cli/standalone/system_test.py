@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import sys
@@ -80,3 +81,37 @@ def test_a_store_dir_that_cannot_be_a_folder_is_a_clear_error(tmp_path: Path) ->
     for store in (a_file, a_file / "below"):
         with pytest.raises(StartError, match=f"cannot use {store} as the store directory"):
             System(parse_fleet("l4-pcie=1"), store_dir=store)
+
+
+async def test_waiting_for_slices_stops_at_once_when_a_service_died(
+    nats_url: str, tmp_path: Path
+) -> None:
+    # `up` and the demo wait (up to a minute) for every node's slices. A node-agent that died
+    # after its readiness line will never publish them: say which service died, now, and keep
+    # its log, instead of "no ResourceSlices ... after 60s" a minute later.
+    from gpudra_bus import ensure_buckets, ensure_streams
+    from gpudra_cli.standalone.client import Client
+    from gpudra_cli.standalone.errors import StartError
+    from gpudra_cli.standalone.showcase import wait_for_pools
+
+    (tmp_path / "dies.py").write_text(
+        "print('svc ready', flush=True)\nraise SystemExit(4)\n", encoding="utf-8"
+    )
+    system = System(parse_fleet("l4-pcie=1"))
+    system.supervisor = Supervisor(system.log_dir, python=sys.executable)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    child = system.supervisor.launch(ServiceSpec("node-agent-x", "dies", env=env))
+    client = await Client.open(nats_url)
+    try:
+        await ensure_streams(client.nc.jetstream())
+        await ensure_buckets(client.nc.jetstream())
+        while child.proc.poll() is None:
+            await asyncio.sleep(0.05)
+        # (waiting for the timeout would raise "no ResourceSlices for no-such-node after 30s")
+        with pytest.raises(StartError, match="service node-agent-x exited with code 4"):
+            await wait_for_pools(client, ["no-such-node"], timeout=30, system=system)
+        assert system.failed
+    finally:
+        await client.close()
+        system.stop()
+        shutil.rmtree(system.run_dir, ignore_errors=True)
