@@ -62,6 +62,8 @@ def test_a_held_system_is_cleaned_up_on_each_stop_signal(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # As a terminal starts it: a runner started under nohup (CI) passes SIGHUP on ignored.
+        preexec_fn=_hangup_default,
     )
     try:
         deadline = time.monotonic() + 30
@@ -81,9 +83,15 @@ def test_a_held_system_is_cleaned_up_on_each_stop_signal(
 
 
 # Before the hold, `up` is still starting services: they are stopped only if the signal raises.
+def _hangup_default() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 _STARTING = """\
 import os, signal, time
 from gpudra_cli.standalone import session
+
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as a terminal starts it (a test runner may not)
 
 with session.interrupts():
     try:
