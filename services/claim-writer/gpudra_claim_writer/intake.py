@@ -18,7 +18,11 @@ Promises:
   allocator frees those and holds these.
 - A claim that is deleted, or marked for deletion, is published as DELETED; then the
   delete-protection finalizer is removed (conflicts re-read, never overwrite; never from a claim
-  re-created under the name; a refusal or an API error is logged, never fatal). A cleared allocation
+  re-created under the name; a refusal or an API error is logged, never fatal). With
+  `wait_for_consumers` (kubernetes mode) a claim marked for deletion while `status.reservedFor`
+  still names a consumer is left alone (counted "deleting-in-use"): its pod may be running on the
+  devices, and Kubernetes keeps such a claim until kube-controller-manager takes the last consumer
+  off; the event of that change releases it. Standalone mode releases it at once. A cleared allocation
   (kube-controller-manager deallocating) is published as a deallocation; the claim is offered for
   allocation again only after the allocator confirms the release (see `writeback`), so a new
   decision can never race the release of the old one.
@@ -110,8 +114,10 @@ class Intake:
         on_claim: OnClaim | None = None,
         ownership: Ownership | None = None,
         pods: PodUnits | None = None,
+        wait_for_consumers: bool = False,
     ) -> None:
         self._store = store
+        self._wait_for_consumers = wait_for_consumers
         self._pods = pods
         self._on_claim = on_claim
         self._ownership = ownership
@@ -165,8 +171,13 @@ class Intake:
                 # claim ever deleted.
                 self._gone.discard(ref.uid)
             elif state_of(claim) is ClaimState.DELETING:
-                await self._deleted(claim)
-                await self._drop_finalizer(claim)
+                if self._wait_for_consumers and had_consumers(claim):
+                    # Still reserved for a pod that may run on its devices: released once
+                    # kube-controller-manager has taken the last consumer off (next event).
+                    self.published["deleting-in-use"] += 1
+                else:
+                    await self._deleted(claim)
+                    await self._drop_finalizer(claim)
             elif state_of(claim) is ClaimState.ALLOCATED:
                 await self._allocated_seen(claim)
             else:

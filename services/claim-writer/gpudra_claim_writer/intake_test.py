@@ -620,6 +620,33 @@ async def test_removing_a_deleted_claims_finalizer_never_touches_its_successor(
 
 
 @pytest.mark.parametrize(
+    "wait", [True, False], ids=["kubernetes-waits-for-the-pod", "standalone-releases-at-once"]
+)
+async def test_a_claim_deleted_while_a_pod_holds_it_is_released_once_the_pod_is_off(
+    nc: Client, api: tuple[FakeKubeApi, ApiStore], wait: bool
+) -> None:
+    """`kubectl delete` of a claim whose pod still runs: in a cluster the pod may be using the
+    devices, so their release (and the finalizer) waits until kube-controller-manager has taken
+    the pod off `reservedFor`; released earlier, the allocator could hand them to another claim."""
+    fake, store = api
+    held = await deleting(fake, store)
+    assert held["status"]["reservedFor"], "job-1 still holds it"
+    intake = Intake(store, Publisher(nc), wait_for_consumers=wait)
+    await intake.on_event(WatchEvent(EventType.MODIFIED, held))
+    if wait:
+        assert intake.published["deleted"] == 0
+        assert intake.published["deleting-in-use"] == 1
+        still = await store.get(RESOURCE_CLAIMS, "data", "default")
+        assert FINALIZER in still["metadata"]["finalizers"]
+        # job-1 is gone: kube-controller-manager takes it off (and clears the allocation).
+        still["status"] = {}
+        left = await store.replace_status(RESOURCE_CLAIMS, still)
+        await intake.on_event(WatchEvent(EventType.MODIFIED, left))
+    assert intake.published["deleted"] == 1
+    assert not fake.objects(RESOURCE_CLAIMS), "the finalizer is off: the claim is gone"
+
+
+@pytest.mark.parametrize(
     ("faults", "removed"),
     [
         pytest.param([(409, "Conflict", "PUT")], True, id="conflict-re-read-removed"),

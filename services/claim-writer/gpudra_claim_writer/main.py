@@ -94,6 +94,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             on_claim,
             ownership,
             pods,
+            wait_for_consumers=settings.mode == "kubernetes",
         )
 
         # Standalone mode has no kube-scheduler/kube-controller-manager to keep reservedFor.

@@ -14,6 +14,8 @@ goes straight through (the write-back keeps the bare store: it asks it for what 
   (bookmarks included) and `lastEventAt` (RFC 3339 UTC or null);
 - `intake`: events published by kind (`pending`, `with-pod`, `deleted`, `deallocated`,
   `released-unseen` (deallocations found at a (re)list, see `consumers`), `external`, `foreign`,
+  `deleting-in-use` (claims marked for deletion left alone while a consumer still holds them,
+  kubernetes mode),
   `waiting`, `oversized` (pending claims too large for a ClaimEvent, refused with a reason)) and
   `conflicts` (its finalizer/annotation writes refused by a
   changed resourceVersion, then read again);
@@ -61,6 +63,7 @@ INTAKE_COUNTS = (
     "foreign",
     "waiting",
     "oversized",
+    "deleting-in-use",
 )
 EVENT_COUNTS = ("created", "updated", "dropped", "failed")
 CLASS_COUNTS = ("written", "deleted", "rejected")
