@@ -103,7 +103,6 @@ A clearing nobody watched (the claim-writer was down, or a 410 relist skipped th
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import hashlib
@@ -114,6 +113,7 @@ from typing import Any
 
 from gpudra_api import ALLOCATION_ID_ANNOTATION
 from gpudra_claim_writer.claims import FINALIZER, pod_claim_names
+from gpudra_claim_writer.retrying import beside
 from gpudra_kube.claims import ClaimStore
 from gpudra_kube.consumers import Outcome, consumers_of, pod_consumer_uids, reserve, unreserve
 from gpudra_kube.errors import KubeError
@@ -289,18 +289,7 @@ class Consumers:
         return len(self._failed_reserve) + len(self._failed_unreserve)
 
     async def run(self) -> None:
-        retries = asyncio.create_task(self._retry())
-        try:
-            await self._follow()
-        finally:
-            retries.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await retries
-
-    async def _retry(self) -> None:
-        while True:
-            await asyncio.sleep(self._retry_interval)
-            await self.retry()
+        await beside(self._follow(), self._retry_interval, self.retry)
 
     async def retry(self) -> None:
         """Try again what failed, while it is still wanted (see the module docstring)."""

@@ -56,7 +56,6 @@ every restart would meet the claim again. `oversized` says in advance why a clai
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -73,6 +72,7 @@ from gpudra_claim_writer.claims import (
 )
 from gpudra_claim_writer.consumers import is_active, left_unreported, needs_pod
 from gpudra_claim_writer.ownership import Ownership
+from gpudra_claim_writer.retrying import every
 from gpudra_kube.errors import KubeError, NotFoundError
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_kube.store import EventType, Store, WatchEvent
@@ -319,9 +319,7 @@ class PodUnits:
 
     async def run(self) -> None:
         """Every `retry_interval` seconds, offer again what a failed read left undecided."""
-        while True:
-            await asyncio.sleep(self._retry_interval)
-            await self.retry()
+        await every(self._retry_interval, self.retry)
 
     async def retry(self) -> None:
         """Look again at the pods whose claims could not be read, and at the claims their last

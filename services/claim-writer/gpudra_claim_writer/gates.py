@@ -20,7 +20,6 @@ Every pod event (gated or not, deleted too) is also handed to `on_pod`: the pod 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -28,6 +27,7 @@ from typing import Any
 
 from gpudra_claim_writer.claims import ClaimState, is_gated, pod_claim_names, state_of, ungated
 from gpudra_claim_writer.ownership import Ownership
+from gpudra_claim_writer.retrying import beside
 from gpudra_kube.errors import KubeError, KubeRetryableError, NotFoundError
 from gpudra_kube.informer import informer
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
@@ -61,13 +61,7 @@ class Gates:
         self._gated: dict[tuple[str, str], set[str]] = {}
 
     async def run(self) -> None:
-        retries = asyncio.create_task(self._retry())
-        try:
-            await self._follow()
-        finally:
-            retries.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await retries
+        await beside(self._follow(), self._retry_interval, self.retry)
 
     async def _follow(self) -> None:
         events = informer(self._store, PODS, self._namespace, watch_timeout=self._watch_timeout)
@@ -88,20 +82,18 @@ class Gates:
                 else:
                     self.retrying.discard(_key(event.object))
 
-    async def _retry(self) -> None:
-        """Check again, every `retry_interval` seconds, the pods whose check failed."""
-        while True:
-            await asyncio.sleep(self._retry_interval)
-            for namespace, name in sorted(self.retrying):
-                try:
-                    pod = await self._store.get(PODS, name, namespace)
-                except NotFoundError:
-                    self.retrying.discard((namespace, name))
-                    continue
-                except KubeError as exc:
-                    log.warning("reading pod %s/%s failed: %s", namespace, name, exc)
-                    continue
-                await self.check_pod(pod)
+    async def retry(self) -> None:
+        """Check again the pods whose check failed (`run` does, every `retry_interval` s)."""
+        for namespace, name in sorted(self.retrying):
+            try:
+                pod = await self._store.get(PODS, name, namespace)
+            except NotFoundError:
+                self.retrying.discard((namespace, name))
+                continue
+            except KubeError as exc:
+                log.warning("reading pod %s/%s failed: %s", namespace, name, exc)
+                continue
+            await self.check_pod(pod)
 
     def seen(self, pod: dict[str, Any]) -> bool:
         """Note a pod the watch reported (its claims, while gated); True when it is gated."""
