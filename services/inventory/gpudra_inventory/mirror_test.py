@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
 
 from gpudra_bus import SLICES_BUCKET, Publisher, connect, ensure_buckets, ensure_streams, subjects
 from gpudra_inventory.errors import NotLeaderError
@@ -106,21 +109,54 @@ async def test_a_deposed_leader_writes_nothing_more(api: tuple[FakeKubeApi, ApiS
     assert {o["spec"]["pool"]["generation"] for o in fake.objects(RESOURCE_SLICES)} == {1}
 
 
+@contextlib.asynccontextmanager
+async def bus(server: NatsServer) -> AsyncIterator[tuple[Client, KeyValue]]:
+    """A client of `server` with gpudra's streams, and the slices bucket."""
+    nc = await connect(server.url, name="mirror-test", deadline=10)
+    try:
+        await ensure_streams(nc.jetstream())
+        yield nc, (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
+    finally:
+        await nc.drain()
+
+
+@contextlib.asynccontextmanager
+async def running(service: InventoryService) -> AsyncIterator[asyncio.Task[None]]:
+    """`service` loaded and running, stopped at the end; its task."""
+    await service.load()
+    stop = asyncio.Event()
+    task = asyncio.create_task(service.run(stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        if not task.done():
+            await task
+
+
+async def until_names(fake: FakeKubeApi, expected: list[str], task: asyncio.Task[None]) -> None:
+    """Wait (up to 10 s) until the API holds exactly the slices `expected`; the service must
+    still be running then."""
+    for _ in range(200):
+        if names(fake) == expected or task.done():
+            break
+        await asyncio.sleep(0.05)
+    assert not task.done(), task.exception()
+    assert names(fake) == expected
+
+
+async def publish_node_x(nc: Client) -> None:
+    await Publisher(nc).publish(subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY)
+
+
 async def test_a_new_leader_mirrors_its_pools_then_prunes_strangers(
     api: tuple[FakeKubeApi, ApiStore], fresh_nats_server: NatsServer
 ) -> None:
     fake, store = api
-    nc = await connect(fresh_nats_server.url, name="mirror-test", deadline=10)
-    stop = asyncio.Event()
-    task = None
-    try:
-        await ensure_streams(nc.jetstream())
-        kv = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
+    async with bus(fresh_nats_server) as (nc, kv):
         template = build_slices(inventory("gone-node"), SliceOptions())[0]
         await fake.put(RESOURCE_SLICES, template)  # a node that vanished while nobody led
-        await Publisher(nc).publish(
-            subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
-        )
+        await publish_node_x(nc)
         service = InventoryService(
             nc,
             kv,
@@ -128,31 +164,16 @@ async def test_a_new_leader_mirrors_its_pools_then_prunes_strangers(
             SliceMirror(store, "gpu.nvidia.com"),
             lease=Lease(await ensure_lease_bucket(nc.jetstream(), 2.0), "leader", 2.0),
         )
-        await service.load()
-        task = asyncio.create_task(service.run(stop))
-        for _ in range(200):
-            if names(fake) == ["node-x-gpu.nvidia.com-0"]:
-                break
-            await asyncio.sleep(0.05)
-        assert names(fake) == ["node-x-gpu.nvidia.com-0"]
-        assert service.role == "leader"
-    finally:
-        stop.set()
-        if task is not None:
-            await task
-        await nc.drain()
+        async with running(service) as task:
+            await until_names(fake, ["node-x-gpu.nvidia.com-0"], task)
+            assert service.role == "leader"
 
 
 async def test_an_api_outage_delays_the_mirror_and_loses_nothing(
     api: tuple[FakeKubeApi, ApiStore], fresh_nats_server: NatsServer
 ) -> None:
     fake, store = api
-    nc = await connect(fresh_nats_server.url, name="mirror-test", deadline=10)
-    stop = asyncio.Event()
-    task = None
-    try:
-        await ensure_streams(nc.jetstream())
-        kv = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
+    async with bus(fresh_nats_server) as (nc, kv):
         service = InventoryService(
             nc,
             kv,
@@ -160,53 +181,31 @@ async def test_an_api_outage_delays_the_mirror_and_loses_nothing(
             SliceMirror(store, "gpu.nvidia.com"),
         )
         service.book = PoolBook(SliceOptions(max_devices=4))  # node-x: two slices of 4 GPUs
-        await service.load()
-        task = asyncio.create_task(service.run(stop))
-        publisher = Publisher(nc)
-        await publisher.publish(subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY)
-        two = ["node-x-gpu.nvidia.com-0", "node-x-gpu.nvidia.com-1"]
-        for _ in range(200):
-            if names(fake) == two:
-                break
-            await asyncio.sleep(0.05)
-        assert names(fake) == two
-        # The API server is away while the node shrinks to one slice; the bucket is written.
-        fake.inject_error(503, path_contains="resourceslices", times=4)
-        smaller = inventory("node-x")
-        del smaller.devices[4:]
-        await publisher.publish(subjects.inventory("node-x"), smaller, NODE_INVENTORY)
-        for _ in range(200):
-            if names(fake) == two[:1] and not task.done():
-                break
-            await asyncio.sleep(0.05)
-        assert not task.done(), task.exception()
-        (only,) = fake.objects(RESOURCE_SLICES)
-        assert only["spec"]["pool"] == {
-            "name": "node-x",
-            "generation": 2,
-            "resourceSliceCount": 1,
-        }
-    finally:
-        stop.set()
-        if task is not None and not task.done():
-            await task
-        await nc.drain()
+        async with running(service) as task:
+            await publish_node_x(nc)
+            two = ["node-x-gpu.nvidia.com-0", "node-x-gpu.nvidia.com-1"]
+            await until_names(fake, two, task)
+            # The API server is away while the node shrinks to one slice; the bucket is written.
+            fake.inject_error(503, path_contains="resourceslices", times=4)
+            smaller = inventory("node-x")
+            del smaller.devices[4:]
+            await Publisher(nc).publish(subjects.inventory("node-x"), smaller, NODE_INVENTORY)
+            await until_names(fake, two[:1], task)
+            (only,) = fake.objects(RESOURCE_SLICES)
+            assert only["spec"]["pool"] == {
+                "name": "node-x",
+                "generation": 2,
+                "resourceSliceCount": 1,
+            }
 
 
 async def test_a_prune_the_api_refused_is_tried_again(
     api: tuple[FakeKubeApi, ApiStore], fresh_nats_server: NatsServer
 ) -> None:
     fake, store = api
-    nc = await connect(fresh_nats_server.url, name="mirror-test", deadline=10)
-    stop = asyncio.Event()
-    task = None
-    try:
-        await ensure_streams(nc.jetstream())
-        kv = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
+    async with bus(fresh_nats_server) as (nc, kv):
         await fake.put(RESOURCE_SLICES, build_slices(inventory("gone-node"), SliceOptions())[0])
-        await Publisher(nc).publish(
-            subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
-        )
+        await publish_node_x(nc)
         fake.inject_error(503, method="DELETE", path_contains="resourceslices", times=3)
         service = InventoryService(
             nc,
@@ -215,19 +214,8 @@ async def test_a_prune_the_api_refused_is_tried_again(
             SliceMirror(store, "gpu.nvidia.com"),
             lease=Lease(await ensure_lease_bucket(nc.jetstream(), 2.0), "leader", 2.0),
         )
-        await service.load()
-        task = asyncio.create_task(service.run(stop))
-        for _ in range(200):
-            if names(fake) == ["node-x-gpu.nvidia.com-0"] or task.done():
-                break
-            await asyncio.sleep(0.05)
-        assert not task.done(), task.exception()
-        assert names(fake) == ["node-x-gpu.nvidia.com-0"]
-    finally:
-        stop.set()
-        if task is not None and not task.done():
-            await task
-        await nc.drain()
+        async with running(service) as task:
+            await until_names(fake, ["node-x-gpu.nvidia.com-0"], task)
 
 
 async def test_slices_the_kubelet_deleted_are_mirrored_again_at_the_next_resync(
@@ -237,42 +225,21 @@ async def test_slices_the_kubelet_deleted_are_mirrored_again_at_the_next_resync(
     unregisters (a plugin restart that took long); the pool has not changed, so only the leader's
     periodic comparison with the API brings them back. A slice of ours no pool owns goes too."""
     fake, store = api
-    nc = await connect(fresh_nats_server.url, name="mirror-test", deadline=10)
-    stop = asyncio.Event()
-    task = None
-    try:
-        await ensure_streams(nc.jetstream())
-        kv = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
+    async with bus(fresh_nats_server) as (nc, kv):
         service = InventoryService(
             nc,
             kv,
             Settings(mode="kubernetes", heartbeat_timeout=600.0, api_resync=0.5),
             SliceMirror(store, "gpu.nvidia.com"),
         )
-        await service.load()
-        task = asyncio.create_task(service.run(stop))
-        await Publisher(nc).publish(
-            subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
-        )
-        mirrored = ["node-x-gpu.nvidia.com-0"]
-        for _ in range(200):
-            if names(fake) == mirrored:
-                break
-            await asyncio.sleep(0.05)
-        assert names(fake) == mirrored
-        first = fake.objects(RESOURCE_SLICES)[0]
-        await store.delete(RESOURCE_SLICES, mirrored[0])  # what the kubelet does
-        stranger = build_slices(inventory("gone-node"), SliceOptions())[0]
-        await fake.put(RESOURCE_SLICES, stranger)
-        for _ in range(200):
-            if names(fake) == mirrored:
-                break
-            await asyncio.sleep(0.05)
-        assert names(fake) == mirrored
-        assert fake.objects(RESOURCE_SLICES)[0]["spec"] == first["spec"]
-        assert service.status()["apiRepairs"] == 1
-    finally:
-        stop.set()
-        if task is not None:
-            await task
-        await nc.drain()
+        async with running(service) as task:
+            await publish_node_x(nc)
+            mirrored = ["node-x-gpu.nvidia.com-0"]
+            await until_names(fake, mirrored, task)
+            first = fake.objects(RESOURCE_SLICES)[0]
+            await store.delete(RESOURCE_SLICES, mirrored[0])  # what the kubelet does
+            stranger = build_slices(inventory("gone-node"), SliceOptions())[0]
+            await fake.put(RESOURCE_SLICES, stranger)
+            await until_names(fake, mirrored, task)
+            assert fake.objects(RESOURCE_SLICES)[0]["spec"] == first["spec"]
+            assert service.status()["apiRepairs"] == 1
