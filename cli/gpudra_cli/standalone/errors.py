@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpudra_cli.errors import CliError
 
 
@@ -23,3 +25,12 @@ class NotRunningError(StandaloneCliError):
 
 class StartError(StandaloneCliError):
     """The standalone system did not start."""
+
+
+def make_dir(path: Path, failure: str) -> None:
+    """Create the folder `path` (and its parents), or raise `StartError` with `failure` and the
+    reason (a file in the way, no permission) instead of an OSError's traceback."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartError(f"{failure}: {exc.strerror}") from exc

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudra_cli.standalone.errors import NotRunningError, StartError
+from gpudra_cli.standalone.errors import NotRunningError, StartError, make_dir
 
 ENV = "GPUDRA_STATE_FILE"
 
@@ -49,12 +49,7 @@ class State:
 def owned(path: Path) -> Iterator[None]:
     """Own the state file `path` while the context runs; a `StartError` if another process owns
     it (see the module docstring)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StartError(
-            f"cannot create the state file's folder {path.parent}: {exc.strerror}"
-        ) from exc
+    make_dir(path.parent, f"cannot create the state file's folder {path.parent}")
     lock = path.with_name(path.name + ".lock")
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gpudra_bus import BusError, connect, ensure_buckets, ensure_streams
 from gpudra_cli.standalone import services
-from gpudra_cli.standalone.errors import StartError
+from gpudra_cli.standalone.errors import StartError, make_dir
 from gpudra_cli.standalone.fleet import Fleet
 from gpudra_standalone import (
     Child,
@@ -60,12 +60,7 @@ class System:
 
     def __post_init__(self) -> None:
         if self.store_dir is not None:
-            try:
-                self.store_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StartError(
-                    f"cannot use {self.store_dir} as the store directory: {exc.strerror}"
-                ) from exc
+            make_dir(self.store_dir, f"cannot use {self.store_dir} as the store directory")
             self.run_dir = self.store_dir.resolve()
         else:
             # Kubelet sockets live below the run directory, and sun_path holds 107 bytes: a deep
