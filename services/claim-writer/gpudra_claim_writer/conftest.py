@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from gpudra_bus import (
     ALLOCATION_DECISION,
@@ -116,3 +117,20 @@ async def serving(settings: Settings) -> AsyncIterator[Client]:
         await nc.drain()
         stop.set()
         await asyncio.wait_for(task, 20)
+
+
+class Heard:
+    """ClaimEvents the claim-writer publishes, as a core NATS subscriber sees them (`on_msg`)."""
+
+    def __init__(self) -> None:
+        self.events: list[claims_pb2.ClaimEvent] = []
+        self.ids: list[str] = []  # their message ids (JetStream deduplicates by them)
+
+    async def on_msg(self, msg: Msg) -> None:
+        event = claims_pb2.ClaimEvent()
+        event.ParseFromString(msg.data)
+        self.events.append(event)
+        self.ids.append((msg.headers or {}).get("Nats-Msg-Id", ""))
+
+    def kinds(self) -> list[str]:
+        return [claims_pb2.ClaimEvent.Kind.Name(e.kind) for e in self.events]

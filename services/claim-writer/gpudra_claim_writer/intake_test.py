@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 
 from gpudra_api import ALLOCATION_ID_ANNOTATION
 from gpudra_bus import CLAIMS_BUCKET, Publisher, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
-from gpudra_claim_writer.conftest import ALLOCATION, until
+from gpudra_claim_writer.conftest import ALLOCATION, Heard, until
 from gpudra_claim_writer.consumers import (
     ADOPTED_PREFIX,
     CONSUMERS_LEFT_ANNOTATION,
@@ -31,7 +30,6 @@ from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS
 from gpudra_kube.store import EventType, WatchEvent
 from gpudra_testing.kubeapi import FakeKubeApi
-from gpudrapb.v1 import claims_pb2
 
 
 def claim(name: str, device_class: str) -> dict[str, Any]:
@@ -78,23 +76,6 @@ async def test_only_gpudras_claims_are_offered_and_gated_pods_hear_of_every_clai
     assert intake.published["pending"] == pending
     assert intake.published["foreign"] == foreign
     assert heard == [("default", "c"), ("default", "c")]
-
-
-class Heard:
-    """ClaimEvents the intake publishes, as a core NATS subscriber sees them."""
-
-    def __init__(self) -> None:
-        self.events: list[claims_pb2.ClaimEvent] = []
-        self.ids: list[str] = []  # their message ids (JetStream deduplicates by them)
-
-    async def on_msg(self, msg: Msg) -> None:
-        event = claims_pb2.ClaimEvent()
-        event.ParseFromString(msg.data)
-        self.events.append(event)
-        self.ids.append((msg.headers or {}).get("Nats-Msg-Id", ""))
-
-    def kinds(self) -> list[str]:
-        return [claims_pb2.ClaimEvent.Kind.Name(e.kind) for e in self.events]
 
 
 async def settle(heard: Heard, count: int) -> None:

@@ -19,7 +19,7 @@ from gpudra_bus import (
     subjects,
 )
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
-from gpudra_claim_writer.conftest import ALLOCATION, decide, new_claim, until
+from gpudra_claim_writer.conftest import ALLOCATION, Heard, decide, new_claim, until
 from gpudra_claim_writer.writeback import Writeback, decision_id
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.kv_backend import KvStore
@@ -302,14 +302,9 @@ async def test_a_claim_allocated_by_kube_scheduler_first_is_sent_back_for_adopti
     theirs["devices"]["results"][0]["device"] = "gpu-5"
     claim["status"] = {"allocation": theirs}
     before = await store.replace_status(RESOURCE_CLAIMS, claim)
-    events: list[claims_pb2.ClaimEvent] = []
-
-    async def got(msg: Msg) -> None:
-        event = claims_pb2.ClaimEvent()
-        event.ParseFromString(msg.data)
-        events.append(event)
-
-    sub = await nc.subscribe(subjects.claims("default", "raced"), cb=got)
+    heard = Heard()
+    events = heard.events
+    sub = await nc.subscribe(subjects.claims("default", "raced"), cb=heard.on_msg)
     writeback = Writeback(nc, store, Publisher(nc), consumer="raced-test")
     await writeback._allocated(decision)
     await nc.flush()
@@ -372,14 +367,9 @@ async def test_a_claim_deleted_between_read_and_write_is_stale_not_a_dead_letter
         decision.reason = "needs 2 GPUs, 1 free"
     # The first PUT matching: the metadata write comes first, then the status write.
     fake.inject_error(404, reason="NotFound", method="PUT", path_contains=path)
-    events: list[claims_pb2.ClaimEvent] = []
-
-    async def got(msg: Msg) -> None:
-        event = claims_pb2.ClaimEvent()
-        event.ParseFromString(msg.data)
-        events.append(event)
-
-    sub = await nc.subscribe(subjects.claims("default", "c1"), cb=got)
+    heard = Heard()
+    events = heard.events
+    sub = await nc.subscribe(subjects.claims("default", "c1"), cb=heard.on_msg)
     writeback = Writeback(nc, store, Publisher(nc), consumer="gone-test")
     try:
         if outcome == "allocated":
