@@ -4,7 +4,7 @@ server, OpenTelemetry setup, and the skeleton that runs a service until SIGTERM.
 from __future__ import annotations
 
 from gpudra_service.errors import ServiceError, SettingsError
-from gpudra_service.health import HealthServer
+from gpudra_service.health import HealthServer, alive_while_open
 from gpudra_service.nats_options import nats_options
 from gpudra_service.runtime import cancel_until_done, run_service, until_stopped
 from gpudra_service.settings import (
@@ -24,6 +24,7 @@ __all__ = [
     "TRACE_EXPORTERS",
     "CommonSettings",
     "HealthServer",
+    "alive_while_open",
     "ServiceError",
     "SettingsError",
     "build_parser",

@@ -16,6 +16,8 @@ always answers 200 while the process serves, and says what it is (`role`, ...) i
 `curl | jq`, `kubectl get --raw .../pods/<pod>:8080/proxy/statusz` and scrapers read alike;
 Kubernetes' own components serve read-only status under the same name (z-pages, KEP-4827). The
 probe paths keep their exact meaning and plain-text bodies.
+
+`alive_while_open` is the liveness every service on NATS uses: a client closed for good is dead.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from gpudra_service.errors import SettingsError
 
@@ -46,6 +49,24 @@ log = logging.getLogger(__name__)
 
 def _always() -> bool:
     return True
+
+
+class _Client(Protocol):
+    @property
+    def is_closed(self) -> bool: ...
+
+
+def alive_while_open(client: Callable[[], _Client | None], also: Check = _always) -> Check:
+    """A liveness check for a service on NATS: False once its client (`client()`, None while
+    still connecting) is closed for good, and while `also` fails. nats-py never reopens a closed
+    client (the server dropped it for a protocol error, or its reconnects ran out): without this
+    the service would answer its probes for ever while doing nothing; a restart brings it back."""
+
+    def check() -> bool:
+        nc = client()
+        return (nc is None or not nc.is_closed) and also()
+
+    return check
 
 
 class HealthServer:

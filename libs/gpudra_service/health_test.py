@@ -4,10 +4,11 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping
 
+import nats
 import pytest
 
 from gpudra_service.errors import SettingsError
-from gpudra_service.health import HealthServer
+from gpudra_service.health import HealthServer, alive_while_open
 
 
 async def _request(port: int, raw: bytes) -> str:
@@ -173,5 +174,39 @@ async def test_statusz_is_read_at_each_request_and_failures_leave_the_probes_ser
         assert (await _request(server.port, b"GET /healthz HTTP/1.1\r\n\r\n")).startswith(
             "HTTP/1.1 200"
         )
+    finally:
+        await server.stop()
+
+
+class _FakeClient:
+    def __init__(self, closed: bool) -> None:
+        self.is_closed = closed
+
+
+@pytest.mark.parametrize(
+    ("client", "also", "alive"),
+    [
+        pytest.param(None, True, True, id="still-connecting"),
+        pytest.param(_FakeClient(False), True, True, id="open"),
+        pytest.param(_FakeClient(True), True, False, id="closed-for-good"),
+        pytest.param(_FakeClient(False), False, False, id="open-but-its-own-check-fails"),
+    ],
+)
+def test_a_service_is_alive_while_its_nats_client_is_open(
+    client: _FakeClient | None, also: bool, alive: bool
+) -> None:
+    assert alive_while_open(lambda: client, lambda: also)() is alive
+
+
+async def test_a_closed_nats_client_fails_the_liveness_probe(nats_url: str) -> None:
+    """nats-py never reopens a closed client: /healthz must say so, so the pod is restarted."""
+    nc = await nats.connect(nats_url, name="health-test")
+    live = alive_while_open(lambda: nc)
+    server = await HealthServer("127.0.0.1", 0, ready=lambda: True, live=live).start()
+    probe = b"GET /healthz HTTP/1.1\r\n\r\n"
+    try:
+        assert (await _request(server.port, probe)).startswith("HTTP/1.1 200")
+        await nc.close()
+        assert (await _request(server.port, probe)).startswith("HTTP/1.1 503")
     finally:
         await server.stop()

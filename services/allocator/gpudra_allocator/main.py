@@ -33,7 +33,13 @@ from gpudra_bus import (
     ensure_buckets,
     ensure_streams,
 )
-from gpudra_service import HealthServer, nats_options, run_service, until_stopped
+from gpudra_service import (
+    HealthServer,
+    alive_while_open,
+    nats_options,
+    run_service,
+    until_stopped,
+)
 
 log = logging.getLogger("gpudra_allocator")
 
@@ -76,7 +82,11 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         worker = Worker(nc, settings, engine, index, reservations, classes)
         status = AllocatorStatus(worker, index, reservations, classes, policy=settings.policy)
         health = await HealthServer(
-            settings.health_host, settings.health_port, ready=lambda: worker.ready, status=status
+            settings.health_host,
+            settings.health_port,
+            ready=lambda: worker.ready,
+            live=alive_while_open(lambda: nc),
+            status=status,
         ).start()
         stack.push_async_callback(health.stop)
         log.info("health server on port %d", health.port)

@@ -46,7 +46,13 @@ from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.recorder import EventRecorder
 from gpudra_kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import Store
-from gpudra_service import HealthServer, nats_options, run_service, until_stopped
+from gpudra_service import (
+    HealthServer,
+    alive_while_open,
+    nats_options,
+    run_service,
+    until_stopped,
+)
 
 log = logging.getLogger("gpudra_claim_writer")
 
@@ -154,7 +160,11 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             consumers=consumers.counts if consumers is not None else None,
         )
         health = await HealthServer(
-            settings.health_host, settings.health_port, ready=ready, status=status
+            settings.health_host,
+            settings.health_port,
+            ready=ready,
+            live=alive_while_open(lambda: nc),
+            status=status,
         ).start()
         stack.push_async_callback(health.stop)
         log.info("health server on port %d", health.port)

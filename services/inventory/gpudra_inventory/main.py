@@ -25,7 +25,13 @@ from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.service import InventoryService
 from gpudra_inventory.settings import Settings
 from gpudra_kube.errors import KubeError
-from gpudra_service import HealthServer, nats_options, run_service, until_stopped
+from gpudra_service import (
+    HealthServer,
+    alive_while_open,
+    nats_options,
+    run_service,
+    until_stopped,
+)
 
 log = logging.getLogger("gpudra_inventory")
 
@@ -60,7 +66,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             settings.health_host,
             settings.health_port,
             ready=lambda: service.ready,
-            live=lambda: service.alive,
+            live=alive_while_open(lambda: nc, lambda: service.alive),
             status=service.status,
         ).start()
         stack.push_async_callback(health.stop)

@@ -40,6 +40,7 @@ from gpudra_kubelet_plugin.state import DeviceState
 from gpudra_service import (
     HealthServer,
     ServiceError,
+    alive_while_open,
     cancel_until_done,
     nats_options,
     setup_tracing,
@@ -48,10 +49,14 @@ from gpudra_service import (
 log = logging.getLogger("gpudra_kubelet_plugin")
 
 
-async def start_probes(settings: Settings, ready: Callable[[], bool]) -> HealthServer:
-    """The `/healthz` (the loop turns) and `/readyz` server (a port it cannot bind is a
+async def start_probes(
+    settings: Settings, ready: Callable[[], bool], live: Callable[[], bool] = lambda: True
+) -> HealthServer:
+    """The `/healthz` (the loop turns; `live`) and `/readyz` server (a port it cannot bind is a
     `SettingsError` naming it)."""
-    return await HealthServer(settings.health_host, settings.health_port, ready=ready).start()
+    return await HealthServer(
+        settings.health_host, settings.health_port, ready=ready, live=live
+    ).start()
 
 
 async def serve(
@@ -78,7 +83,7 @@ async def serve(
                 and nc.is_connected
             )
 
-        probes = await start_probes(settings, is_ready)
+        probes = await start_probes(settings, is_ready, alive_while_open(lambda: nc))
         stack.push_async_callback(probes.stop)
         base_edits = load_base_edits(Path(settings.cdi_base_spec)) if settings.cdi_base_spec else {}
         devices = await asyncio.to_thread(

@@ -21,7 +21,13 @@ from gpudra_bus.streams import INVENTORY_STREAM, STREAMS
 from gpudra_node_agent.agent import NodeAgent
 from gpudra_node_agent.settings import Settings
 from gpudra_nvml import NvmlError, open_adapter
-from gpudra_service import HealthServer, nats_options, run_service, until_stopped
+from gpudra_service import (
+    HealthServer,
+    alive_while_open,
+    nats_options,
+    run_service,
+    until_stopped,
+)
 
 log = logging.getLogger("gpudra_node_agent")
 
@@ -65,7 +71,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await agent.start()
         stack.push_async_callback(agent.close)
         probes = await HealthServer(
-            settings.health_host, settings.health_port, ready=agent.ready, live=agent.live
+            settings.health_host,
+            settings.health_port,
+            ready=agent.ready,
+            live=alive_while_open(lambda: nc, agent.live),
         ).start()
         stack.push_async_callback(probes.stop)
         log.info("health server on port %d", probes.port)
