@@ -50,6 +50,20 @@ def _find(api: FakeKubeApi, resource: Any, name: str) -> dict[str, Any] | None:
     return next((o for o in api.objects(resource) if o["metadata"]["name"] == name), None)
 
 
+async def _job_1_gone(api: FakeKubeApi, kubeconfig: str) -> dict[str, Any]:
+    """Pod job-1 is deleted and kube-controller-manager clears claim `data`'s status
+    (`reservedFor` and the allocation together); the claim as stored then."""
+    client = await ApiStore.from_kubeconfig(kubeconfig)
+    try:
+        await client.delete(PODS, "job-1", "default")
+    finally:
+        await client.close()
+    cleared = _find(api, RESOURCE_CLAIMS, "data")
+    assert cleared is not None
+    cleared["status"] = {}
+    return await api.put(RESOURCE_CLAIMS, cleared)
+
+
 async def _ungated(api: FakeKubeApi, pod: str) -> dict[str, Any] | None:
     """Claim `data` once it is allocated and `pod`'s scheduling gate is lifted."""
     claim, p = _find(api, RESOURCE_CLAIMS, "data"), _find(api, PODS, pod)
@@ -107,15 +121,7 @@ async def _job_1_leaves_while_the_claim_writer_is_down(
     """The claim-writer is killed, pod job-1 deleted, and kube-controller-manager clears claim
     `data`'s allocation and then removes its finalizer: the allocator still holds its devices."""
     cluster.kill("claim-writer")
-    client = await ApiStore.from_kubeconfig(kubeconfig)
-    try:
-        await client.delete(PODS, "job-1", "default")
-    finally:
-        await client.close()
-    cleared = _find(api, RESOURCE_CLAIMS, "data")
-    assert cleared is not None
-    cleared["status"] = {}
-    cleared = await api.put(RESOURCE_CLAIMS, cleared)
+    cleared = await _job_1_gone(api, kubeconfig)
     del cleared["metadata"]["finalizers"]
     await api.put(RESOURCE_CLAIMS, cleared)
     assert await held(nc) == {"default/data"}, "nobody told the allocator yet"
@@ -263,15 +269,7 @@ async def test_kubernetes_mode_a_claim_cleared_after_its_pod_waits_for_the_next_
         )
         await asyncio.sleep(1.0)  # the claim-writer sees the consumer
         # The pod goes; kube-controller-manager clears reservedFor and the allocation together.
-        client = await ApiStore.from_kubeconfig(kubeconfig)
-        try:
-            await client.delete(PODS, "job-1", "default")
-        finally:
-            await client.close()
-        cleared = _find(api, RESOURCE_CLAIMS, "data")
-        assert cleared is not None
-        cleared["status"] = {}
-        await api.put(RESOURCE_CLAIMS, cleared)
+        await _job_1_gone(api, kubeconfig)
         await _released_then_given_to_job_2(api, nc, cluster, "")
 
 

@@ -145,6 +145,17 @@ async def until_names(fake: FakeKubeApi, expected: list[str], task: asyncio.Task
     assert names(fake) == expected
 
 
+async def leader(nc: Client, kv: KeyValue, store: ApiStore) -> InventoryService:
+    """A kubernetes-mode inventory that takes a lease of its own (2 s) to lead."""
+    return InventoryService(
+        nc,
+        kv,
+        Settings(mode="kubernetes"),
+        SliceMirror(store, "gpu.nvidia.com"),
+        lease=Lease(await ensure_lease_bucket(nc.jetstream(), 2.0), "leader", 2.0),
+    )
+
+
 async def publish_node_x(nc: Client) -> None:
     await Publisher(nc).publish(subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY)
 
@@ -157,13 +168,7 @@ async def test_a_new_leader_mirrors_its_pools_then_prunes_strangers(
         template = build_slices(inventory("gone-node"), SliceOptions())[0]
         await fake.put(RESOURCE_SLICES, template)  # a node that vanished while nobody led
         await publish_node_x(nc)
-        service = InventoryService(
-            nc,
-            kv,
-            Settings(mode="kubernetes"),
-            SliceMirror(store, "gpu.nvidia.com"),
-            lease=Lease(await ensure_lease_bucket(nc.jetstream(), 2.0), "leader", 2.0),
-        )
+        service = await leader(nc, kv, store)
         async with running(service) as task:
             await until_names(fake, ["node-x-gpu.nvidia.com-0"], task)
             assert service.role == "leader"
@@ -207,13 +212,7 @@ async def test_a_prune_the_api_refused_is_tried_again(
         await fake.put(RESOURCE_SLICES, build_slices(inventory("gone-node"), SliceOptions())[0])
         await publish_node_x(nc)
         fake.inject_error(503, method="DELETE", path_contains="resourceslices", times=3)
-        service = InventoryService(
-            nc,
-            kv,
-            Settings(mode="kubernetes"),
-            SliceMirror(store, "gpu.nvidia.com"),
-            lease=Lease(await ensure_lease_bucket(nc.jetstream(), 2.0), "leader", 2.0),
-        )
+        service = await leader(nc, kv, store)
         async with running(service) as task:
             await until_names(fake, ["node-x-gpu.nvidia.com-0"], task)
 
