@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -18,11 +19,13 @@ from gpudra_alloc.features import Features
 from gpudra_alloc.pools import Pool, entries_of, gather_pools
 from gpudra_alloc.search import Search, SearchTimeout
 from gpudra_alloc.selection import Selectors
-from gpudra_alloc.state import AllocatedState, InUseDevices
+from gpudra_alloc.state import AllocatedState, DeviceID, InUseDevices
 from gpudra_api import AllocationResult, DeviceClass, Node, ResourceClaim, ResourceSlice
 
 # kube-scheduler's default DRA filter timeout: one node's search may not take longer.
 DEFAULT_TIMEOUT_S = 10.0
+# `_free_devices` of a node with a shareable device: no count of devices tells it is too full
+_UNBOUNDED = sys.maxsize
 
 
 @dataclass
@@ -381,9 +384,11 @@ class Allocator:
         return self._pools_by_node
 
     def _free_devices(self, node: Node) -> int:
-        """Devices on the node's usable pools that are not exclusively in use (shareable
-        devices always count): an upper bound of what the search could take. Cached per node
-        until the in-use devices of one of its pools change."""
+        """Devices on the node's usable pools that are not exclusively in use: an upper bound of
+        what the search could take. A shareable device makes it unbounded (`_UNBOUNDED`):
+        Kubernetes does not mark one in use while allocating, so it may serve every request of
+        the pod, one device counting for many. Cached per node until the in-use devices of one
+        of its pools change."""
         pools = self.pools_for(node)
         state = self.state
         versions = tuple(state.pool_version(p.driver, p.name) for p in pools)
@@ -391,20 +396,24 @@ class Allocator:
         cached = self._free.get(key)
         if cached is not None and cached[0] == versions:
             return cached[1]
-        shareable = self.features.consumable_capacity
-        in_use = state.devices
-        free = 0
-        for pool in pools:
-            if pool.incomplete or pool.invalid:
-                continue
-            for s in pool.slices:
-                for entry in entries_of(s):
-                    if entry.id not in in_use or (
-                        shareable and entry.device.allow_multiple_allocations
-                    ):
-                        free += 1
+        free = _count_free(pools, state.devices, self.features.consumable_capacity)
         self._free[key] = (versions, free)
         return free
+
+
+def _count_free(pools: list[Pool], in_use: Collection[DeviceID], shareable: bool) -> int:
+    """`Allocator._free_devices` of these pools (`shareable`: the ConsumableCapacity feature)."""
+    free = 0
+    for pool in pools:
+        if pool.incomplete or pool.invalid:
+            continue
+        for s in pool.slices:
+            for entry in entries_of(s):
+                if shareable and entry.device.allow_multiple_allocations:
+                    return _UNBOUNDED
+                if entry.id not in in_use:
+                    free += 1
+    return free
 
 
 def _node_of(s: ResourceSlice) -> object:

@@ -147,3 +147,46 @@ def test_a_given_state_is_searched_and_the_own_state_is_untouched(
     solutions = list(allocator.candidates(Node("a"), [_claim("x", 2)], limit=10, state=state))
     assert len(solutions) == count
     assert not allocator.state.devices  # the allocator's own state is never swapped
+
+
+def test_a_shareable_device_serves_more_requests_than_it_counts_as_devices() -> None:
+    # One multi-allocatable device can serve every request of a claim (Kubernetes does not mark
+    # it in use while allocating), so "one device, two requests" is no reason to skip the node.
+    shared = parse_resource_slice(
+        {
+            "metadata": {"name": "a"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": "a",
+                "pool": {"name": "a", "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {
+                        "name": "gpu-0",
+                        "allowMultipleAllocations": True,
+                        "capacity": {"memory": {"value": "80Gi"}},
+                    }
+                ],
+            },
+        }
+    )
+    request = {"deviceClassName": "gpu", "capacity": {"requests": {"memory": "10Gi"}}}
+    claim = parse_resource_claim(
+        {
+            "metadata": {"name": "two"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "r0", "exactly": request},
+                        {"name": "r1", "exactly": request},
+                    ]
+                }
+            },
+        }
+    )
+    allocator = Allocator([CLASS], [shared], Features())
+    on_node = allocator.allocate(Node("a"), [claim])
+    assert on_node.results is not None
+    chosen = allocator.choose_node([Node("a")], [claim])
+    assert chosen is not None
+    assert chosen.results is not None
+    assert [r.device for r in chosen.results[0].results] == ["gpu-0", "gpu-0"]
