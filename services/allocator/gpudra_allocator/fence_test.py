@@ -4,8 +4,9 @@ the order given, each event with its claims-stream sequence."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, cast
@@ -16,7 +17,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
-from gpudra_allocator.engine import Engine
+from gpudra_allocator.conftest import gpu_slice
+from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.gang_steps_test import Slices
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
@@ -140,3 +142,96 @@ async def test_an_event_older_than_the_claims_record_changes_nothing(
     assert worker.stale == stale
     assert all(m.acks == 1 for m in msgs), "every event is acknowledged once"
     assert (await worker._res.record(UID) is None) == (state == "cleared")
+
+
+def gang_event(name: str, kind: Kind.Kind.ValueType = Kind.KIND_PENDING) -> Any:
+    """Member `name` (uid `uid-<name>`, 2 GPUs) of the 2-claim gang `default/g`; a DELETED event
+    that carries the claim is its cleared allocation."""
+    doc = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}
+                ]
+            }
+        },
+    }
+    ref = claims_pb2.ClaimRef(namespace="default", name=name, uid=f"uid-{name}")
+    return claims_pb2.ClaimEvent(
+        kind=kind,
+        claim=ref,
+        claim_json=json.dumps(doc).encode(),
+        gang_id="default/g",
+        gang_size=2,
+    )
+
+
+@pytest_asyncio.fixture
+async def gang_worker(nc: Client, kv: KeyValue) -> AsyncIterator[Worker]:
+    await ensure_streams(nc.jetstream())
+    res = Reservations(kv)
+    await res.start()
+    slices = Slices({n: gpu_slice(n) for n in ("node-a", "node-b")})
+    try:
+        yield Worker(nc, Settings(), Engine(load_classes(), "first-fit"), cast(Any, slices), res)
+    finally:
+        await res.stop()
+
+
+async def until(check: Callable[[], bool]) -> None:
+    """The reservation mirror follows the bucket by a watch: wait for it to catch up."""
+    for _ in range(1000):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the reservation mirror did not catch up")
+
+
+async def test_a_late_deallocation_keeps_a_gang_members_next_decision(gang_worker: Worker) -> None:
+    """x is decided with its gang, deallocated, and decided again as a late member; the
+    deallocation delivered once more must not forget that newer decision (a gang member's record
+    carries the sequence of its own event, as a lone claim's does)."""
+    worker = gang_worker
+    await worker._pending(cast(Msg, Delivered(10, subject="x")), gang_event("x"))
+    await worker._pending(cast(Msg, Delivered(11, subject="y")), gang_event("y"))
+    first = await worker._res.record("uid-x")
+    assert first is not None
+    assert first.seq == 10, first
+    deallocation = gang_event("x", Kind.KIND_DELETED)
+    await worker._deleted(cast(Msg, Delivered(12, subject="x")), deallocation)
+    await worker._pending(cast(Msg, Delivered(13, subject="x")), gang_event("x"))
+    second = await worker._res.record("uid-x")
+    assert second is not None
+    assert second.seq == 13, second
+    await until(lambda: bool(worker._res.holdings_of("uid-x")))
+
+    await worker._deleted(cast(Msg, Delivered(12, subject="x")), deallocation)
+    assert worker.stale == 1
+    assert await worker._res.record("uid-x") == second
+    assert {h.token for _, h in worker._res.holdings_of("uid-x")} == {second.token}
+
+
+async def test_a_settler_after_a_members_deallocation_holds_nothing_of_it(
+    gang_worker: Worker,
+) -> None:
+    """Two replicas settle the same gang decision; one of them is slow, and the member x is
+    deallocated in between: the slow settler must not bring x's record and devices back."""
+    worker = gang_worker
+    await worker._pending(cast(Msg, Delivered(10, subject="x")), gang_event("x"))
+    await worker._pending(cast(Msg, Delivered(11, subject="y")), gang_event("y"))
+    members = await worker._gangs.members("default/g")
+    record = await worker._gangs.decision("default/g")
+    assert members is not None
+    assert record is not None
+    await worker._deleted(cast(Msg, Delivered(12, subject="x")), gang_event("x", Kind.KIND_DELETED))
+    announced = worker.decided
+    assert await worker._settle_gang(record, members)
+    stored = await worker._res.stored("uid-x")
+    assert stored is not None
+    assert stored.cleared, stored
+    assert worker.decided == announced + 1, "only y is announced again"
+    await until(lambda: not worker._res.holdings_of("uid-x"))
+    assert worker._res.holdings_of("uid-y")

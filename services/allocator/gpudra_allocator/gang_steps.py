@@ -55,7 +55,7 @@ from gpudra_alloc.placement import Gang, group_nodes, place_gang, why_pending
 from gpudra_alloc.placement.waiting import needs_large_domain, pod_devices
 from gpudra_allocator.engine import Engine, GangDecision, gang_node, held_reason, summary
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
-from gpudra_allocator.events import claim_doc, parse_claim
+from gpudra_allocator.events import claim_doc, parse_claim, stream_seq
 from gpudra_allocator.gangs import (
     MATCH_ATTRIBUTE_ANNOTATION,
     POD_UNIT_PREFIX,
@@ -328,7 +328,7 @@ class GangSteps:
             )
             await self._finish(uid, waiting.msg)
             return
-        members = await self._gangs.join(event)
+        members = await self._gangs.join(event, stream_seq(waiting.msg))
         record = await self._gangs.decision(unit)
         if record is not None and not record.placed:
             # Every member it placed has left: nothing holds the unit together any more.
@@ -555,12 +555,15 @@ class GangSteps:
                     allocation=allocation,
                     allocator=self.replica,
                     gang=record.gang,
+                    seq=members.seqs.get(uid, 0),
                 ),
             )
             if winner.token != record.token or winner.released:
                 # Deleted meanwhile, or decided by another attempt of its own: free our part.
                 await self._res.drop(uid, record.token)
-            if winner.released:
+            if winner.released or winner.cleared:
+                # Gone, or its allocation was cleared after the event this decision answers
+                # (a settler slower than the member's deallocation): nothing to announce.
                 continue
             if winner.token != record.token and winner.node and winner.node != node:
                 if first:

@@ -8,9 +8,12 @@ hold a `/`, so the two never meet). Inside a unit the members are grouped into p
 
 The durable consumer may hand a gang's claims to different replicas, so no replica can wait for
 "all members" in memory. Two more kinds of keys in `gpudra-reservations` (beside `p.` and `c.`):
-- `m.<gang>`: the members seen so far, `{"gang", "size", "members": {uid: ClaimEvent}}` (events
-  as base64 protobuf). Every replica that receives a member adds it with a revision-checked write,
-  so whichever replica completes the set sees every member's claim.
+- `m.<gang>`: the members seen so far, `{"gang", "size", "members": {uid: ClaimEvent}, "seqs":
+  {uid: claims-stream sequence}}` (events as base64 protobuf; `seqs` is absent in keys written
+  before it was kept, and a member without one counts as 0: unknown). Every replica that receives
+  a member adds it with a revision-checked write, so whichever replica completes the set sees
+  every member's claim, and the sequence of the member's newest event, which its `c.<uid>` record
+  is fenced with (`ClaimRecord.seq`) as a lone claim's is with its own event's.
 - `g.<gang>`: the gang's decision, *created* once (`decide`): the token of the attempt whose
   holdings stand, every member's node and allocation, and the match attribute group it was
   placed in (`group`, `attribute`), which late members keep to. A replica that loses the race uses the
@@ -86,13 +89,19 @@ class Members:
     gang: str
     size: int
     events: dict[str, claims_pb2.ClaimEvent] = field(default_factory=dict)
+    # claim UID -> claims-stream sequence of the member's newest event (absent: unknown, 0)
+    seqs: dict[str, int] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         members = {
             uid: base64.b64encode(e.SerializeToString()).decode()
             for uid, e in sorted(self.events.items())
         }
-        return json.dumps({"gang": self.gang, "size": self.size, "members": members}).encode()
+        doc: dict[str, Any] = {"gang": self.gang, "size": self.size, "members": members}
+        seqs = {uid: seq for uid, seq in sorted(self.seqs.items()) if seq and uid in self.events}
+        if seqs:  # absent, not empty: keys without sequences read as before
+            doc["seqs"] = seqs
+        return json.dumps(doc).encode()
 
     @staticmethod
     def decode(data: bytes) -> Members:
@@ -103,7 +112,12 @@ class Members:
                 event = claims_pb2.ClaimEvent()
                 event.ParseFromString(base64.b64decode(text, validate=True))
                 events[str(uid)] = event
-            return Members(str(doc["gang"]), int(doc["size"]), events)
+            seqs = {}
+            for uid, seq in (doc.get("seqs") or {}).items():
+                if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+                    raise TypeError(f"sequence of {uid} must be a whole number")
+                seqs[str(uid)] = seq
+            return Members(str(doc["gang"]), int(doc["size"]), events, seqs)
         except (
             ValueError,
             KeyError,
@@ -228,19 +242,28 @@ class GangBook:
         _, value = await self._get(members_key(gang))
         return Members.decode(value) if value else None
 
-    async def join(self, event: claims_pb2.ClaimEvent) -> Members:
-        """Add the event's claim to its unit (no write when it is there already); all members."""
+    async def join(self, event: claims_pb2.ClaimEvent, seq: int = 0) -> Members:
+        """Add the event's claim to its unit (no write when it is there already); all members.
+
+        `seq` is the event's claims-stream sequence (0: unknown); a member known already keeps
+        its event unless this one is of a newer generation, and takes the newer sequence (the
+        claim offered again, e.g. after an allocation made outside gpudra was cleared)."""
         unit, size = unit_of(event), unit_size(event)
         key, uid = members_key(unit), event.claim.uid
         for _ in range(_MAX_CAS_TRIES):
             revision, value = await self._get(key)
             current = Members.decode(value) if value else Members(unit, size)
             known = current.events.get(uid)
-            if known is not None and known.claim.generation >= event.claim.generation:
-                return current
+            newer_seq = seq > current.seqs.get(uid, 0)
             events = dict(current.events)
-            events[uid] = event
-            updated = Members(current.gang, max(current.size, size), events)
+            if known is None or known.claim.generation < event.claim.generation:
+                events[uid] = event
+            elif not newer_seq:
+                return current
+            seqs = dict(current.seqs)
+            if newer_seq:
+                seqs[uid] = seq
+            updated = Members(current.gang, max(current.size, size), events, seqs)
             if await self._write(key, revision, updated.encode()):
                 return updated
         raise ReservationConflict(f"unit {unit}: members keep changing")
@@ -259,8 +282,10 @@ class GangBook:
             if uid not in current.events:
                 return
             events = {u: e for u, e in current.events.items() if u != uid}
+            seqs = {u: s for u, s in current.seqs.items() if u != uid}
             if events:
-                if await self._write(key, revision, Members(gang, current.size, events).encode()):
+                left = Members(gang, current.size, events, seqs)
+                if await self._write(key, revision, left.encode()):
                     return
                 continue
             try:

@@ -36,11 +36,37 @@ def test_keys_are_valid_whatever_the_gang_name() -> None:
         pytest.param(b"not json", id="not-json"),
         pytest.param(b'{"gang": "g", "size": 2}', id="no-members"),
         pytest.param(b'{"gang": "g", "size": 2, "members": {"u": "%%%"}}', id="not-base64"),
+        pytest.param(
+            b'{"gang": "g", "size": 2, "members": {}, "seqs": {"u": "7"}}', id="seq-not-a-number"
+        ),
     ],
 )
 def test_members_decode_rejects_garbage(data: bytes) -> None:
     with pytest.raises(BadReservationError):
         Members.decode(data)
+
+
+async def test_members_keep_each_members_newest_sequence(kv: KeyValue) -> None:
+    """The sequence a member's record is fenced with: its newest event's, whichever replica
+    joined it; a redelivered older event changes nothing; a key written before sequences were
+    kept reads as unknown (0); a member that leaves takes its sequence along."""
+    book = GangBook(kv)
+    await book.join(event("m0"), 10)
+    await book.join(event("m1"), 11)
+    await book.join(event("m0"), 9)  # redelivered older event
+    joined = await book.join(event("m0"), 14)  # the claim offered again, same generation
+    assert joined.seqs == {"uid-m0": 14, "uid-m1": 11}
+    stored = await book.members("default/g")
+    assert stored is not None
+    assert stored.seqs == joined.seqs
+    await book.leave("default/g", "uid-m1")
+    left = await book.members("default/g")
+    assert left is not None
+    assert left.seqs == {"uid-m0": 14}
+
+    older = Members("default/g", 2, {"uid-m0": event("m0")})
+    assert b'"seqs"' not in older.encode(), "no sequences: encoded as before"
+    assert Members.decode(older.encode()).seqs == {}
 
 
 @pytest.mark.parametrize(

@@ -200,8 +200,9 @@ class ClaimRecord:
     """The content of a `c.` key: the decision that won, a tombstone (`released`: the claim is
     gone), or the mark of a cleared allocation (`cleared`: the claim lives on, nothing is held).
 
-    `seq` is the claims-stream sequence of the event that wrote the record (0 when unknown: a
-    gang's members, records of older replicas). An event of the claim with a lower sequence that
+    `seq` is the claims-stream sequence of the event that wrote the record (for a unit's
+    member: of the member's own newest event, `gangs.Members.seqs`; 0 when unknown: records of
+    older replicas). An event of the claim with a lower sequence that
     arrives afterwards (redelivered, or handled late by another replica) is older news than the
     record and changes nothing (`Worker`: a late adoption after the deallocation that followed it
     must not hold the devices again)."""

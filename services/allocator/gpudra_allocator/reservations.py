@@ -206,8 +206,9 @@ class Reservations:
         """Record `record` unless the claim has a record already; returns the record that stands.
 
         A `cleared` mark is replaced by a record from an event not older than the mark (`seq`;
-        0: unknown, as for a gang's members): an older one answers news the mark has overtaken
-        (an adoption handled after the deallocation that followed it), and the mark stands."""
+        0: unknown, as for records of older replicas): an older one answers news the mark has
+        overtaken (an adoption, or a gang decision settled, after the deallocation that followed
+        it), and the mark stands."""
         key = claim_key(uid)
         for _ in range(_MAX_CAS_TRIES):
             try:

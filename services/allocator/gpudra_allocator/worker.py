@@ -40,7 +40,7 @@ Promises (with `Reservations` for the multi-replica part):
   no claim-writer watched. Then the record's devices are freed and the claim's are held (counted
   `replaced`).
 - Events are fenced by their claims-stream sequence: the claim's record keeps the sequence of the
-  event that wrote it, and a deallocation leaves a `cleared` mark with its own (`forget`) instead
+  event that wrote it (a unit member's: of its own newest event, kept with the unit's members), and a deallocation leaves a `cleared` mark with its own (`forget`) instead
   of removing the record. An event older than the record or the mark (a redelivery, or one that
   another replica handled after a newer one) changes nothing and is acknowledged (counted
   `stale`): an adoption arriving after the deallocation that followed it holds nothing, a
