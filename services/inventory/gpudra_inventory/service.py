@@ -16,7 +16,9 @@ Promises:
   (`NotLeaderError`) until it has re-read the bucket under a valid lease.
 - A node silent for `heartbeat_timeout` keeps its devices, tainted NoSchedule; its next inventory
   removes the taint. Silence is measured from the time JetStream stored the node's last message,
-  but not while this replica is cut off from NATS (disconnected, or its fetches failing): then no
+  against this process's estimate of the server's clock (`skew.ServerClock`: a clock skew between
+  this pod's node and the NATS server larger than the timeout would otherwise taint every node or
+  none), but not while this replica is cut off from NATS (disconnected, or its fetches failing): then no
   node-agent may have been able to publish either, so once the bus is back every node gets a whole
   `heartbeat_timeout` from then to be heard again before it is tainted.
 - A malformed inventory (bad payload, schema, node name, or one that cannot be sliced) is
@@ -71,6 +73,7 @@ from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.nats_errors import NATS_ERRORS
 from gpudra_inventory.pools import Change, PoolBook
 from gpudra_inventory.settings import Settings
+from gpudra_inventory.skew import ServerClock
 from gpudra_inventory.writer import SliceWriter
 from gpudra_kube.errors import KubeError
 from gpudra_slices import SliceError, SliceOptions
@@ -100,6 +103,7 @@ class InventoryService:
         self._settings = settings
         self._mirror = mirror
         self._clock = clock
+        self._server_clock = ServerClock(window=settings.heartbeat_timeout)
         self._lease = lease
         self._publisher = Publisher(nc)
         self._dead = DeadLetters(self._publisher, service="inventory")
@@ -261,7 +265,7 @@ class InventoryService:
 
     def _expire(self) -> None:
         """Taint the nodes silent for the heartbeat timeout, unless the bus was what was silent."""
-        now = self._clock()
+        now = self._server_clock.server_time(self._clock())
         if not self._nc.is_connected:
             self._blind = True  # a fetch times out while reconnecting: it proves nothing
             return
@@ -433,7 +437,12 @@ class InventoryService:
                 raise BusPermanentError(
                     f"inventory of node {inventory.node!r} published on {msg.subject}"
                 )
-            seen_at = msg.metadata.timestamp.timestamp() if msg.metadata else self._clock()
+            received = self._clock()
+            if msg.metadata and msg.metadata.timestamp:
+                seen_at = msg.metadata.timestamp.timestamp()
+                self._server_clock.observe(seen_at, received)
+            else:
+                seen_at = self._server_clock.server_time(received)
             if self.book.observe(inventory, seen_at) is not None:
                 self._dirty.add(node)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -359,3 +360,41 @@ async def test_a_nats_outage_does_not_taint_the_nodes_it_silenced(
         assert not service.book.pools["node-x"].unreachable
         assert service.book.pools["node-x"].generation == 1
         assert service.book.pools["node-y"].generation == 2
+
+
+@pytest.mark.parametrize("skew", [120.0, -120.0], ids=["ahead", "behind"])
+async def test_a_clock_skewed_from_the_servers_taints_only_the_silent_node(
+    nc: Client, skew: float
+) -> None:
+    # This pod's node clock disagrees with the NATS server's by more than the heartbeat timeout.
+    # Ahead, every node would look silent (a fleet-wide taint); behind, no dead node would.
+    timeout = 4.0
+    kv = await nc.jetstream().key_value(SLICES_BUCKET)
+    service = InventoryService(
+        nc, kv, Settings(heartbeat_timeout=timeout), clock=lambda: time.time() + skew
+    )
+    async with running(service):
+        publisher = Publisher(nc)
+        await publisher.publish(subjects.inventory("node-y"), inventory("node-y"), NODE_INVENTORY)
+
+        async def node_x_agent() -> None:
+            while True:
+                await publisher.publish(
+                    subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
+                )
+                await asyncio.sleep(timeout / 8)
+
+        async def node_y_tainted() -> bool:  # node-y's agent published once and died
+            pool = service.book.pools.get("node-y")
+            return pool is not None and pool.unreachable
+
+        agent = asyncio.create_task(node_x_agent())
+        try:
+            await eventually(node_y_tainted, timeout=timeout + 10.0)
+            await asyncio.sleep(timeout / 2)
+        finally:
+            agent.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await agent
+        assert not service.book.pools["node-x"].unreachable
+        assert service.book.pools["node-x"].generation == 1
