@@ -10,8 +10,9 @@ claim: `/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools` and `NVIDIA_
 driver's libraries, binaries and hooks when a base spec is configured (see `cdibase`).
 
 Every spec is validated against `cdi_schema.json` before it is written; a write goes to a dot-file
-temp (CDI runtimes load only `*.json`/`*.yaml`), is fsynced and renamed, so a runtime never sees a
-partial spec.
+temp `.<spec file>.tmp` (CDI runtimes load only `*.json`/`*.yaml`), is fsynced and renamed, so a
+runtime never sees a partial spec. A crash between the two leaves the temp: `remove_temps` (called at
+start) removes exactly the temps this driver's writer names, never another driver's files.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
@@ -103,6 +105,11 @@ class CdiWriter:
     def spec_path(self, claim_uid: str) -> Path:
         return self.directory / f"{self.vendor}-claim_{claim_uid}.json"
 
+    def temp_path(self, claim_uid: str) -> Path:
+        """Where `write` puts the claim's spec until it is complete."""
+        path = self.spec_path(claim_uid)
+        return path.with_name(f".{path.name}.tmp")
+
     def build(
         self, claim_uid: str, devices: Sequence[CdiDevice], env: Sequence[str] = ()
     ) -> dict[str, Any]:
@@ -136,7 +143,7 @@ class CdiWriter:
         """Write `spec` atomically (temp, fsync, rename, fsync directory)."""
         validate(spec)
         path = self.spec_path(claim_uid)
-        temp = path.with_name(f".{path.name}.tmp")
+        temp = self.temp_path(claim_uid)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             with temp.open("w", encoding="utf-8") as handle:
@@ -154,7 +161,7 @@ class CdiWriter:
         """Remove the claim's spec (and any temp left by a crash); True if a spec was there."""
         path = self.spec_path(claim_uid)
         try:
-            path.with_name(f".{path.name}.tmp").unlink(missing_ok=True)
+            self.temp_path(claim_uid).unlink(missing_ok=True)
             existed = path.exists()
             path.unlink(missing_ok=True)
             if existed:
@@ -173,6 +180,32 @@ class CdiWriter:
             for p in self.directory.iterdir()
             if p.name.startswith(prefix) and p.name.endswith(suffix)
         }
+
+    def remove_temps(self) -> list[str]:
+        """Remove every temp spec of this driver left by a crash; returns their file names.
+
+        Only names `temp_path` makes match (`.<vendor>-claim_<uid>.json.tmp`, a UID being letters,
+        digits, `-` and `.`); another driver's vendor differs in the part before `-claim_`, which a
+        driver name (a DNS subdomain, no `_`) cannot make equal. Call it while no write of this
+        driver can be under way (`DeviceState` holds the node-wide lock): a temp being written
+        would be taken from under its writer.
+        """
+        pattern = re.compile(
+            rf"\.{re.escape(self.vendor)}-claim_[A-Za-z0-9][A-Za-z0-9.-]*\.json\.tmp"
+        )
+        if not self.directory.is_dir():
+            return []
+        removed = []
+        try:
+            for path in sorted(self.directory.iterdir()):
+                if pattern.fullmatch(path.name) and path.is_file():
+                    path.unlink(missing_ok=True)
+                    removed.append(path.name)
+            if removed:
+                _fsync_dir(self.directory)
+        except OSError as exc:
+            raise CdiError(f"cannot remove temp CDI specs in {self.directory}: {exc}") from exc
+        return removed
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -127,3 +127,39 @@ def test_remove_cleans_a_temp_left_by_a_crash(writer: CdiWriter) -> None:
     assert writer.claim_uids() == set()  # CDI runtimes and we ignore dot-temps
     writer.remove("uid-2")
     assert not temp.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "ours"),
+    [
+        pytest.param(".k8s.gpu.nvidia.com-claim_uid-2.json.tmp", True, id="ours"),
+        pytest.param(
+            ".k8s.gpu.nvidia.com-claim_0b1c2d3e-aaaa-4bbb-8ccc-0123456789ab.json.tmp",
+            True,
+            id="ours-uuid",
+        ),
+        pytest.param(".k8s.other.example.com-claim_uid-2.json.tmp", False, id="other-driver"),
+        pytest.param(".k8s.gpu.nvidia.com.x-claim_uid-2.json.tmp", False, id="longer-driver"),
+        pytest.param(
+            ".k8s.gpu.nvidia.com-claim-claim_uid-2.json.tmp", False, id="driver-named-claim"
+        ),
+        pytest.param(".k8s.gpu.nvidia.com-claim_.json.tmp", False, id="no-uid"),
+        pytest.param(".k8s.gpu.nvidia.com-claim_uid-2.yaml.tmp", False, id="other-suffix"),
+        pytest.param("k8s.gpu.nvidia.com-claim_uid-2.json.tmp", False, id="not-a-dot-file"),
+        pytest.param(".k8s.gpu.nvidia.com-claim_uid-2.json", False, id="not-a-temp"),
+        pytest.param("spec.123456.tmp", False, id="cdi-library-temp"),
+        pytest.param(".nvidia.yaml.tmp", False, id="nvidia-ctk-temp"),
+    ],
+)
+def test_remove_temps_takes_only_this_drivers_temps(
+    writer: CdiWriter, name: str, ours: bool
+) -> None:
+    writer.directory.mkdir(parents=True)
+    path = writer.directory / name
+    path.write_text("{partial")
+    assert writer.remove_temps() == ([path.name] if ours else [])
+    assert path.exists() is not ours
+
+
+def test_remove_temps_without_a_directory(writer: CdiWriter) -> None:
+    assert writer.remove_temps() == []

@@ -22,8 +22,9 @@ Promises:
   claim whose MIG device this node no longer has.
 - Each prepare and unprepare is a span; prepare continues the claim's trace (see `traces`), and
   its outcome goes to the `EventSink` inside that span (see `events`).
-- At start, claims of a previous boot are dropped (their specs removed) and specs of this driver
-  that no checkpointed claim owns are removed, so no spec outlives its claim.
+- At start, claims of a previous boot are dropped (their specs removed), specs of this driver
+  that no checkpointed claim owns are removed, so no spec outlives its claim, and so are this
+  driver's temp specs a crash left.
 """
 
 from __future__ import annotations
@@ -140,6 +141,11 @@ class DeviceState:
         for uid in self._cdi.claim_uids() - self._records.keys():
             log.warning("removing orphaned CDI spec of claim %s", uid)
             self._cdi.remove(uid)
+        # A crash between a spec's temp write and its rename leaves the temp, whose claim may be
+        # PrepareStarted (rolled back only when the kubelet calls again) or not recorded at all
+        # (a checkpoint moved away). No write is under way while we hold the lock.
+        for name in self._cdi.remove_temps():
+            log.warning("removed temp CDI spec %s left by a crash", name)
         if loaded.stale:
             self._checkpoint.save(self._records)
 

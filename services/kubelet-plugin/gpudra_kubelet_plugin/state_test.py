@@ -551,3 +551,30 @@ async def test_a_prepare_cancelled_while_a_mig_device_is_made_leaks_no_device(no
     assert control.hardware == set()
     assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
     assert state.records == {}
+
+
+async def test_start_removes_this_drivers_temp_specs_left_by_a_crash(node: Node) -> None:
+    # A crash between writing a spec's temp and renaming it leaves the temp behind; the claim may
+    # be recorded PrepareStarted, or not at all (the operator moved a corrupt checkpoint away).
+    claim = make_claim("c", "uid-1", [("gpu", "gpu-0")])
+    node.claims.put(claim)
+    state = node.state()
+    await state.start()
+    await state.prepare(ClaimRef("uid-1", "default", "c"))
+    await state._save("uid-2", ClaimRecord(PREPARE_STARTED, "default", "c2"))
+    cdi_dir = node.settings.cdi_dir
+    ours = [cdi_dir / f".k8s.{DRIVER}-claim_{uid}.json.tmp" for uid in ("uid-2", "uid-3")]
+    others = [
+        cdi_dir / ".k8s.other.example.com-claim_uid-2.json.tmp",  # another driver's
+        cdi_dir / "spec.123456.tmp",  # the CDI library's temp name
+        cdi_dir / ".nvidia.yaml.tmp",
+        cdi_dir / "nvidia.yaml",
+    ]
+    for path in ours + others:
+        path.write_text("{partial")
+    after = node.state()
+    await after.start()
+    assert [p for p in ours if p.exists()] == []
+    assert [p for p in others if not p.exists()] == []
+    assert node.cdi.claim_uids() == {"uid-1"}  # the completed claim's spec is kept
+    assert after.records.keys() == {"uid-1", "uid-2"}
