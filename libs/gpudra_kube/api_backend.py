@@ -19,6 +19,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiTypeError, ApiValueError
 
+from gpudra_kube.credentials import follow_credentials
 from gpudra_kube.errors import (
     AlreadyExistsError,
     ConflictError,
@@ -65,20 +66,32 @@ def translate_status(status: int, body: Any, what: str) -> KubeError:
 async def load_api_client(
     kubeconfig: str | None = None, *, context: str | None = None
 ) -> k8s.ApiClient:
-    """An ApiClient from `kubeconfig` (a path), else in-cluster config, else ~/.kube/config."""
+    """An ApiClient from `kubeconfig` (a path), else in-cluster config, else ~/.kube/config
+    ($KUBECONFIG). Tokens that rotate are followed (see `gpudra_kube.credentials`)."""
     try:
         if kubeconfig:
-            return await k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
+            return await _client_from_kubeconfig(kubeconfig, context)
         try:
             configuration = k8s.Configuration()
+            # The library installs a hook that re-reads the rotated token (see credentials.py).
             k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration
             )
             return k8s.ApiClient(configuration)
         except k8s_config.ConfigException:
-            return await k8s_config.new_client_from_config(context=context)
+            return await _client_from_kubeconfig(None, context)
     except (k8s_config.ConfigException, OSError, ValueError, KeyError) as exc:
         raise InvalidObjectError(f"cannot load Kubernetes configuration: {exc}") from exc
+
+
+async def _client_from_kubeconfig(path: str | None, context: str | None) -> k8s.ApiClient:
+    # What `new_client_from_config` does, keeping the loader to follow its credentials.
+    configuration = k8s.Configuration()
+    loader = await k8s_config.load_kube_config(
+        config_file=path, context=context, client_configuration=configuration
+    )
+    follow_credentials(loader, configuration)
+    return k8s.ApiClient(configuration)
 
 
 class ApiStore:

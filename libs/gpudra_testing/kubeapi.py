@@ -17,8 +17,12 @@ depends on:
   then deletes it;
 - with `validate_version` set, every object written is checked against the real OpenAPI schema of
   that Kubernetes version (kubernetes-validate, strict: unknown fields fail) and rejected with 422.
+- with `accept_tokens` called, only requests bearing one of those tokens are served; any other
+  (an expired or rotated-away service-account token) is 401 Unauthorized, as authentication
+  answers before anything else. An open watch is not cut: the server authenticates a request
+  once, when it starts.
 Test hooks: `inject_error`, `clear_faults`, `compact`, `close_watches`, `put` (a write by "someone else", e.g.
-kube-scheduler), and `requests` (what was called).
+kube-scheduler), `accept_tokens`, and `requests` (what was called).
 
 It is not an API server: no selectors, patches, admission, RBAC or defaulting beyond the above.
 """
@@ -84,6 +88,7 @@ class FakeKubeApi:
         self._faults: list[_Fault] = []
         self._closing = 0
         self.requests: list[tuple[str, str]] = []
+        self._tokens: frozenset[str] | None = None  # None: every request is authenticated
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -113,13 +118,14 @@ class FakeKubeApi:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def write_kubeconfig(self, path: Path) -> Path:
-        """A kubeconfig (JSON is valid YAML) whose current context points at this server."""
+    def write_kubeconfig(self, path: Path, *, user: Mapping[str, Any] | None = None) -> Path:
+        """A kubeconfig (JSON is valid YAML) whose current context points at this server;
+        `user`: the user's credentials (default: a fixed `token`), e.g. `{"tokenFile": ...}`."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "users": [{"name": "fake", "user": dict(user or {"token": "fake-token"})}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
             "current-context": "fake",
         }
@@ -146,6 +152,11 @@ class FakeKubeApi:
     ) -> None:
         """Answer the next `times` matching requests with `status` (a Status body)."""
         self._faults.append(_Fault(status, reason, method, path_contains, times))
+
+    def accept_tokens(self, *tokens: str) -> None:
+        """From now on serve only requests with `Authorization: Bearer <one of tokens>`; others
+        get 401 Unauthorized (the API server's answer to an expired or unknown token)."""
+        self._tokens = frozenset(tokens)
 
     def clear_faults(self) -> None:
         """Forget every injected fault that has not fired yet."""
@@ -179,6 +190,10 @@ class FakeKubeApi:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.method, request.path))
+        if self._tokens is not None:
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or token not in self._tokens:
+                return _status(401, "Unauthorized", "Unauthorized")
         fault = self._take_fault(request)
         if fault is not None:
             return _status(fault.status, fault.reason or "InternalError", "injected fault")

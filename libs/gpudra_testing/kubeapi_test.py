@@ -220,3 +220,22 @@ async def test_pagination_and_expired_continue(api: FakeKubeApi) -> None:
     status, body = await call(api, "GET", f"{CLAIMS}?limit=2&continue={token}")
     assert (status, body["reason"]) == (410, "Expired")
     assert (await call(api, "GET", f"{CLAIMS}?continue=garbage!"))[0] == 400
+
+
+async def test_only_accepted_tokens_are_served(api: FakeKubeApi) -> None:
+    """After `accept_tokens`, a request without one of them is 401, before any fault or route."""
+    assert (await call(api, "GET", CLAIMS))[0] == 200  # no tokens configured: all served
+    api.accept_tokens("new")
+    api.inject_error(503, times=1)
+    for headers in ({}, {"Authorization": "Bearer old"}, {"Authorization": "Basic new"}):
+        async with (
+            aiohttp.ClientSession(headers=headers) as session,
+            session.get(api.url + CLAIMS) as resp,
+        ):
+            assert resp.status == 401
+            assert (await resp.json())["reason"] == "Unauthorized"
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": "Bearer new"}) as session,
+        session.get(api.url + CLAIMS) as resp,
+    ):
+        assert resp.status == 503  # authenticated: the injected fault is still there

@@ -1,0 +1,177 @@
+"""Credentials that rotate while a client runs: the fake API accepts only the current token (as
+the API server stops accepting an expired one), and the client must follow the rotation."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.config import incluster_config
+
+from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.api_backend_test import claim
+from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_testing.kubeapi import FakeKubeApi
+
+# The CA bundle a pod mounts beside its token; any parseable certificate will do here (the
+# client builds its TLS context from it at start, and the fake speaks plain HTTP). Self-signed,
+# made with `openssl req -x509 -newkey ec ... -subj /CN=gpudra-test-ca`; holds no secret.
+CA_PEM = """\
+-----BEGIN CERTIFICATE-----
+MIIBiTCCAS+gAwIBAgIUfS6VGKsmkq6dYsNF+xhbZDLaybIwCgYIKoZIzj0EAwIw
+GTEXMBUGA1UEAwwOZ3B1ZHJhLXRlc3QtY2EwIBcNMjYxMTI5MjA1NTA1WhgPMjEy
+NjExMDUyMDU1MDVaMBkxFzAVBgNVBAMMDmdwdWRyYS10ZXN0LWNhMFkwEwYHKoZI
+zj0CAQYIKoZIzj0DAQcDQgAEn/JmtVFOgogP2Hv1tO4SHueIsS0oVY8bmurkYjtp
+cMJom5HiWLY6qiqNjDRaPgX8plFYgWsfZlWD96I31Hl+mqNTMFEwHQYDVR0OBBYE
+FEgtyCYzguX2ATkzxnrBCHcIpIL3MB8GA1UdIwQYMBaAFEgtyCYzguX2ATkzxnrB
+CHcIpIL3MA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIhAN+NZCzZ
+AoG5cyH9MW9MIqtKsEc4nxZrARSr8DxrOPg7AiBEwzo+zmrQ960HPpG5bx4UDm/Z
+Ns8jG5kFEb2zzRTRFw==
+-----END CERTIFICATE-----
+"""
+
+
+def rotate(path: Path, token: str) -> None:
+    """Replace the token file as the kubelet does: a new file swapped in, never a partial one."""
+    new = path.with_name(path.name + ".new")
+    new.write_text(token, encoding="utf-8")
+    os.replace(new, path)
+
+
+async def names(store: ApiStore) -> list[str]:
+    return [o["metadata"]["name"] for o in (await store.list(RESOURCE_CLAIMS)).items]
+
+
+async def test_a_rotated_token_file_is_read_again(kube_api: FakeKubeApi, tmp_path: Path) -> None:
+    """A kubeconfig naming a `tokenFile` (a projected service-account token): the kubelet
+    rotates the file and the old token expires; the client must send the new one."""
+    token = tmp_path / "token"
+    token.write_text("first", encoding="utf-8")
+    # Relative to the kubeconfig's folder, as kubectl resolves it.
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig", user={"tokenFile": "token"})
+    kube_api.accept_tokens("first")
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))
+    try:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        for rotated in ("second", "third"):
+            rotate(token, rotated)
+            kube_api.accept_tokens(rotated)
+            assert await names(store) == ["a"]
+    finally:
+        await store.close()
+
+
+EXEC_PLUGIN = """
+import datetime, json, pathlib, sys
+folder, mode = pathlib.Path(sys.argv[1]), sys.argv[2]
+with open(folder / "runs", "a", encoding="utf-8") as runs:
+    runs.write("run\\n")
+status = {"token": (folder / "exec-token").read_text(encoding="utf-8")}
+if mode == "expiring":
+    # Within the 5 minutes of skew clients keep: due for renewal at once.
+    expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=60)
+    status["expirationTimestamp"] = expiry.strftime("%Y-%m-%dT%H:%M:%SZ")
+print(json.dumps({
+    "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": status,
+}))
+"""
+
+
+def exec_user(tmp_path: Path, mode: str) -> dict[str, Any]:
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(EXEC_PLUGIN, encoding="utf-8")
+    return {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(plugin), str(tmp_path), mode],
+            "interactiveMode": "Never",
+        }
+    }
+
+
+async def test_an_expiring_exec_credential_is_renewed(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """An exec plugin (EKS `aws eks get-token`, GKE's auth plugin) hands out tokens that expire
+    (EKS: after 15 minutes); the client must run it again when the token is due, not once."""
+    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
+    kubeconfig = kube_api.write_kubeconfig(
+        tmp_path / "kubeconfig", user=exec_user(tmp_path, "expiring")
+    )
+    kube_api.accept_tokens("one")
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))
+    try:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
+        kube_api.accept_tokens("two")
+        assert await names(store) == ["a"]
+    finally:
+        await store.close()
+
+
+async def test_an_exec_credential_without_expiry_is_kept(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """A token without `expirationTimestamp` is kept (as client-go keeps it): the plugin is not
+    started again for every request."""
+    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
+    kubeconfig = kube_api.write_kubeconfig(
+        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
+    )
+    kube_api.accept_tokens("one")
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))
+    try:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        for _ in range(3):
+            assert await names(store) == ["a"]
+    finally:
+        await store.close()
+    assert (tmp_path / "runs").read_text(encoding="utf-8").splitlines() == ["run"]
+
+
+async def test_in_cluster_config_follows_the_service_account_token(
+    kube_api: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a pod (no kubeconfig) the kubelet rotates the mounted service-account token;
+    kubernetes-asyncio's in-cluster loader re-reads it (at most a minute late; the kubelet
+    rotates at 80% of the token's life, long before it expires). Pins that our client keeps
+    that hook: the refresh period is set to zero here so the test need not wait a minute."""
+    token = tmp_path / "token"
+    token.write_text("first", encoding="utf-8")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    ca = tmp_path / "ca.crt"
+    ca.write_text(CA_PEM, encoding="ascii")
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setattr(incluster_config, "TOKEN_REFRESH_PERIOD", datetime.timedelta(0))
+    client = await load_api_client()
+    # In a pod the host is https://$KUBERNETES_SERVICE_HOST; the fake speaks plain HTTP.
+    assert client.configuration.host == "https://127.0.0.1:443"
+    client.configuration.host = kube_api.url
+    kube_api.accept_tokens("first")
+    store = ApiStore(client)
+    try:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        rotate(token, "second")
+        kube_api.accept_tokens("second")
+        assert await names(store) == ["a"]
+    finally:
+        await store.close()
+
+
+def test_the_exec_plugin_output_is_json(tmp_path: Path) -> None:
+    """The test plugin itself: one run prints an ExecCredential (guards the tests above)."""
+    user = exec_user(tmp_path, "expiring")["exec"]
+    (tmp_path / "exec-token").write_text("t", encoding="utf-8")
+    out = subprocess.run([user["command"], *user["args"]], capture_output=True, check=True)
+    status = json.loads(out.stdout)["status"]
+    assert status["token"] == "t"
+    assert status["expirationTimestamp"].endswith("Z")
