@@ -1,11 +1,13 @@
 """Events of one claim handled out of order (a redelivery, or two replicas): what the claim's record
 and the devices held end up as, against a real nats-server. Each case runs the worker's handlers in
-the order given, each event with its claims-stream sequence."""
+the order given, each event with its claims-stream sequence. The gang cases do the same for a
+member of a gang (its record fenced like a lone claim's; a member deleted while it waits)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -22,6 +24,7 @@ from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.gang_steps_test import Slices
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
+from gpudra_allocator.tombstones import TombstoneCollector
 from gpudra_allocator.worker import Worker
 from gpudra_bus import ensure_streams, subjects
 from gpudrapb.v1 import claims_pb2
@@ -235,3 +238,44 @@ async def test_a_settler_after_a_members_deallocation_holds_nothing_of_it(
     assert worker.decided == announced + 1, "only y is announced again"
     await until(lambda: not worker._res.holdings_of("uid-x"))
     assert worker._res.holdings_of("uid-y")
+
+
+def deleted(name: str) -> Any:
+    """The claim `name` is gone: a DELETED event without the claim (none of its gang either)."""
+    ref = claims_pb2.ClaimRef(namespace="default", name=name, uid=f"uid-{name}")
+    return claims_pb2.ClaimEvent(kind=Kind.KIND_DELETED, claim=ref)
+
+
+@pytest.mark.parametrize("where", ["here", "at-another-replica"])
+async def test_a_member_deleted_before_its_gang_is_decided_is_never_allocated(
+    nc: Client, kv: KeyValue, gang_worker: Worker, where: str
+) -> None:
+    """x waits for its gang and is deleted; once its tombstone is collected, y arrives: the gang
+    is not complete (x is gone), and nothing is held or recorded for x."""
+    worker = gang_worker
+    held = Delivered(10, subject="x")
+    await worker._pending(cast(Msg, held), gang_event("x"))
+    assert "uid-x" in worker.waiting
+    if where == "here":
+        await worker._deleted(cast(Msg, Delivered(11, subject="x")), deleted("x"))
+    else:
+        other_res = Reservations(kv)
+        await other_res.start()
+        try:
+            slices = cast(Any, Slices({}))
+            other = Worker(nc, Settings(), Engine(load_classes(), "first-fit"), slices, other_res)
+            await other._deleted(cast(Msg, Delivered(11, subject="x")), deleted("x"))
+        finally:
+            await other_res.stop()
+        # The holder's next retry reads the claim's record first, as `_retry_waiting` does.
+        assert await worker._settled(cast(Msg, held), gang_event("x"))
+    assert held.acks == 1
+    collector = TombstoneCollector(nc.jetstream(), kv, grace=600, clock=lambda: time.time() + 601)
+    assert await collector.collect() == 1
+
+    await worker._pending(cast(Msg, Delivered(12, subject="y")), gang_event("y"))
+    assert await worker._res.stored("uid-x") is None, "nothing decided for the deleted claim"
+    assert await worker._res.record("uid-y") is None
+    assert "uid-y" in worker.waiting, "y waits for a second member"
+    await asyncio.sleep(0.2)  # the mirror would show holdings written meanwhile
+    assert not worker._res.holdings_of("uid-x")

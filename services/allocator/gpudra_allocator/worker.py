@@ -48,7 +48,9 @@ Promises (with `Reservations` for the multi-replica part):
   after its claim was allocated and cleared is not decided again (the claim-writer offers the
   claim anew).
 - A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
-  `Released`; a DELETED event that carries the claim is a cleared allocation of a claim that lives
+  `Released`; a unit member deleted before its unit was decided leaves the unit's members (at the
+  replica holding it, now or at its next retry), so it is never decided once its tombstone is
+  gone; a DELETED event that carries the claim is a cleared allocation of a claim that lives
   on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
 - Slice and class changes are warmed up for off the claim path (`warmup`): shortly after a burst
   of changes the engine's per-node state is rebuilt between claims, so the first claim after a
@@ -356,6 +358,10 @@ class Worker(GangSteps):
             self.stale += 1
         elif not record.released:
             await self._announce(event, record)
+        elif unit_of(event):
+            # Deleted before its unit was decided (the deletion names no unit): out of the
+            # unit's members now, while the tombstone still says so (`_left_unit`).
+            await self._gangs.leave(unit_of(event), event.claim.uid)
         await self._finish(event.claim.uid, msg)
         return True
 
@@ -561,6 +567,8 @@ class Worker(GangSteps):
             return
         if before is not None and before.gang and not before.cleared:
             await self._gangs.leave(before.gang, ref.uid)
+        elif not deallocated:
+            await self._left_unit(ref.uid)
         if deallocated:
             await self._res.forget(ref.uid, f"{ref.namespace}/{ref.name}", seq)
         else:
@@ -576,6 +584,19 @@ class Worker(GangSteps):
         )
         self.released += 1
         await self._finish(ref.uid, msg)
+
+    async def _left_unit(self, uid: str) -> None:
+        """A claim deleted while this replica holds it waiting for its unit leaves the unit.
+
+        A deletion carries no unit, and a member left in the unit's members would be counted
+        and decided like a live one once its tombstone is collected (`tombstones`: ten minutes
+        on), holding devices for a claim that no longer exists. The replica that holds the
+        member's PENDING event knows its unit: here, or on its next retry or redelivery
+        (`_settled`, which finds the tombstone)."""
+        held = self._waiting.get(uid)
+        unit = unit_of(held.event) if held is not None else ""
+        if unit:
+            await self._gangs.leave(unit, uid)
 
     async def _adopt(self, msg: Msg, event: claims_pb2.ClaimEvent) -> None:
         """Take an allocation gpudra did not make into the reservations (kube-scheduler's).
