@@ -7,6 +7,14 @@ groups, alternation, greedy/lazy quantifiers, `^`, `$`, and `\\d \\w \\s` spelle
 ASCII RE2 classes) is translated and run by `re` instead; anything else (flags, Unicode classes,
 `\\b`, ...) runs on RE2 itself. `$` becomes `\\Z`, since Python's `$` also matches before a final
 newline and RE2's does not.
+
+Python's `re` backtracks and RE2 does not: `(a+)+$` takes exponential time in `re`, `a*a*b` a
+polynomial whose degree grows with the pattern, while RE2 stays linear in the text. So `re` gets
+a pattern only when no quantifier but `?` applies to a group, and then only texts short enough
+that the pattern's worst case (its bounded choices times, per start position, the text length
+once for each unbounded quantifier) stays within `_STEP_BUDGET` (`fast_text_limit`); longer texts
+go to RE2. Device attribute strings (at most 64 bytes) take the fast path for ordinary patterns,
+and no pattern and text can make a search run away.
 """
 
 from __future__ import annotations
@@ -19,18 +27,20 @@ import re2  # type: ignore[import-untyped]
 
 from gpudra_cel.errors import CelEvaluationError
 
-__all__ = ["Pattern", "compile_regex", "literal_alternatives", "translate"]
+__all__ = ["Pattern", "compile_regex", "fast_text_limit", "literal_alternatives", "translate"]
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False  # a bad pattern is reported to the caller, not to stderr
 _CLASS_ESCAPES = {"d": "0-9", "w": "0-9A-Za-z_", "s": "\\t\\n\\f\\r "}
 _PUNCT = frozenset("\\.-[]()*+?|^${}/")
 _LITERAL_EXTRA = frozenset(" -_:/,=@#%'\"<>~!&;")
-_QUANT = re.compile(r"\{[0-9]+(,[0-9]*)?\}\??")
+_QUANT = re.compile(r"\{([0-9]+)(,([0-9]*))?\}\??")
+# The most backtracking one search by Python's `re` may do: paths explored times pattern length
+_STEP_BUDGET = 4_000_000
 
 
 class Pattern(Protocol):
-    def search(self, text: str) -> Any: ...
+    def search(self, text: str, pos: int = 0) -> Any: ...
 
     def finditer(self, text: str) -> Any: ...
 
@@ -46,12 +56,108 @@ def compile_regex(pattern: str) -> Pattern:
             detail = detail.decode(errors="replace")
         raise CelEvaluationError(f"invalid regular expression {pattern!r}: {detail}") from exc
     translated = translate(pattern)
-    if translated is None:
+    limit = None if translated is None else fast_text_limit(pattern)
+    if translated is None or limit is None:
         return compiled  # type: ignore[no-any-return]
     try:
-        return re.compile(translated)
+        fast = re.compile(translated)
     except re.error:  # RE2 accepts a few things `re` refuses (`^*`): keep RE2 for those
         return compiled  # type: ignore[no-any-return]
+    return _ShortTextsFast(fast, compiled, limit)
+
+
+class _ShortTextsFast:
+    """Python's `re` for texts of up to `limit` code points, RE2 for longer ones."""
+
+    __slots__ = ("_fast", "_limit", "_re2")
+
+    def __init__(self, fast: re.Pattern[str], slow: Pattern, limit: int) -> None:
+        self._fast, self._re2, self._limit = fast, slow, limit
+
+    def search(self, text: str, pos: int = 0) -> Any:
+        if len(text) <= self._limit:
+            return self._fast.search(text, pos)
+        return self._re2.search(text, pos)
+
+    def finditer(self, text: str) -> Any:
+        if len(text) <= self._limit:
+            return self._fast.finditer(text)
+        return self._re2.finditer(text)
+
+
+def fast_text_limit(pattern: str) -> int | None:
+    """The longest text Python's `re` may search with `pattern` (one `translate` accepts) while
+    its worst case stays within `_STEP_BUDGET`; None when it must not search at all (a
+    quantified group, whose backtracking is exponential, or too many bounded choices)."""
+    shape = _backtracking_shape(pattern)
+    if shape is None:
+        return None
+    paths, unbounded = shape
+    allowed = _STEP_BUDGET // (paths * max(len(pattern), 1))
+    # the largest n with (n + 1) ** (unbounded + 1) <= allowed: n + 1 start positions, each
+    # trying up to n + 1 repetition counts for every unbounded quantifier
+    power = unbounded + 1
+    count = int(allowed ** (1 / power))  # n + 1, corrected for floating-point rounding below
+    while count > 0 and count**power > allowed:
+        count -= 1
+    while (count + 1) ** power <= allowed:
+        count += 1
+    return count - 1 if count >= 1 else None
+
+
+def _backtracking_shape(pattern: str) -> tuple[int, int] | None:
+    """(the product of the pattern's bounded choices: alternatives, `?`, `{m,n}`; the number of
+    unbounded quantifiers), or None when a quantifier other than `?` applies to a group. The
+    pattern is one `translate` accepts (escapes are two characters, classes well formed)."""
+    paths, unbounded = 1, 0
+    branches = [1]  # alternatives of each open group, the whole pattern first
+    previous = ""  # what a quantifier here would apply to: "atom", "group", "quantifier" or ""
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i, previous = i + 2, "atom"
+        elif c == "[":
+            end = _class(pattern, i, [])
+            if end is None:
+                return None
+            i, previous = end, "atom"
+        elif c == "(":
+            branches.append(1)
+            i, previous = i + (3 if pattern.startswith("(?:", i) else 1), ""
+        elif c == ")":
+            if len(branches) < 2:
+                return None
+            paths *= branches.pop()
+            i, previous = i + 1, "group"
+        elif c == "|":
+            branches[-1] += 1
+            i, previous = i + 1, ""
+        elif c == "?" and previous == "quantifier":  # `*?`, `+?`, `??`: lazy, no new choice
+            i, previous = i + 1, ""
+        elif c in "*+?{":
+            if c == "{":
+                m = _QUANT.match(pattern, i)
+                if m is None:
+                    return None
+                low = int(m.group(1))
+                high = low if m.group(2) is None else int(m.group(3)) if m.group(3) else None
+                i = m.end()  # includes a lazy `?`
+            else:
+                low, high = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
+                i += 1
+            if previous == "group" and (low, high) != (0, 1):
+                return None
+            if high is None:
+                unbounded += 1
+            else:
+                paths *= max(high - low + 1, 1)
+            previous = "quantifier"
+        else:
+            i, previous = i + 1, "atom"
+    if len(branches) != 1:
+        return None
+    return paths * branches[0], unbounded
 
 
 def literal_alternatives(pattern: str) -> tuple[str, ...] | None:

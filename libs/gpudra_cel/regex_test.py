@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudra_cel.errors import CelEvaluationError
-from gpudra_cel.regex import compile_regex, literal_alternatives, translate
+from gpudra_cel.regex import compile_regex, fast_text_limit, literal_alternatives, translate
 
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False
@@ -111,3 +111,45 @@ def test_newline_before_end() -> None:
 def test_invalid_patterns_are_cel_errors(pattern: str) -> None:
     with pytest.raises(CelEvaluationError, match="invalid regular expression"):
         compile_regex(pattern)
+
+
+# Patterns that make a backtracking engine (Python's `re`) take exponential or high-polynomial
+# time on a text that almost matches; RE2, which Kubernetes uses, is linear in the text.
+_HOSTILE = [
+    pytest.param("(a+)+$", "a" * 64 + "!", id="nested-plus"),
+    pytest.param("(a|aa)+$", "a" * 64 + "!", id="quantified-alternation"),
+    pytest.param("(a|b)*c", "ab" * 200_000, id="quantified-group-long-text"),
+    pytest.param("a*a*a*a*a*a*a*a*a*a*b", "a" * 64, id="adjacent-stars"),
+    pytest.param("a?" * 40 + "a" * 40, "a" * 40, id="optional-ladder"),
+    pytest.param("(?:a|a)(?:a|a)" * 15 + "b", "a" * 64, id="alternation-product"),
+    pytest.param(".*.*=.*", "x" * 300_000, id="dot-stars-long-text"),
+    pytest.param("[0-9]+x", "1" * 300_000, id="one-plus-long-text"),
+]
+
+
+@pytest.mark.parametrize(("pattern", "text"), _HOSTILE)
+def test_hostile_patterns_answer_as_re2(pattern: str, text: str) -> None:
+    # Before the fix these were handed to Python's `re` and did not finish.
+    reference = re2.compile(pattern, _OPTIONS).search(text)
+    got = compile_regex(pattern).search(text)
+    assert (got is None) == (reference is None)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "fast_for_64"),
+    [
+        pytest.param("^NVIDIA (A|H)100", True, id="anchored-alternation"),
+        pytest.param("^gpu-[0-9]+$", True, id="one-plus"),
+        pytest.param(".*H100.*", True, id="two-stars"),
+        pytest.param("(H100)?-x", True, id="optional-group"),
+        pytest.param("(a+)+$", False, id="quantified-group"),
+        pytest.param("(ab){2}", False, id="counted-group"),
+        pytest.param("a*a*a*a*a*a*a*a*a*a*b", False, id="many-stars"),
+        pytest.param("a{1,1000}a{1,1000}a{1,1000}", False, id="wide-counted"),
+    ],
+)
+def test_fast_text_limit(pattern: str, fast_for_64: bool) -> None:
+    # Python's `re` runs a pattern only on texts short enough that its worst case stays small;
+    # device attribute strings (at most 64 bytes) get the fast engine for ordinary patterns.
+    limit = fast_text_limit(pattern)
+    assert (limit is not None and limit >= 64) == fast_for_64
