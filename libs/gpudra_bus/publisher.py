@@ -7,7 +7,9 @@ Promises:
   the same `Nats-Msg-Id` (the caller's, e.g. `<claim uid>/<generation>`, or a random one), so a
   retry after a lost ack is de-duplicated by the stream instead of stored twice. An optional
   `deadline` turns "keep trying" into `BusRetryableError`; permanent failures (no stream for the
-  subject, bad input) raise at once.
+  subject, bad input) raise at once. A message whose headers and payload together exceed the
+  server's `max_payload` is refused with `OversizedMessageError` before it is sent: nats-py checks
+  the payload alone, and the server answers an oversized publish by closing the connection.
 - Every message carries the codec's schema header and the W3C trace context of the current span;
   `publish` opens a PRODUCER span around the attempt.
 - `DeadLetters.send` stores a malformed message, unchanged, on `gpudra.deadletter.<kind>` with the
@@ -41,6 +43,7 @@ from gpudra_bus.errors import (
     CodecError,
     InvalidSubjectError,
     NotConnectedError,
+    OversizedMessageError,
     StreamConfigError,
 )
 
@@ -128,6 +131,13 @@ class Publisher:
         with tracing.publish_span(subject, size=len(data), tracer=self._tracer):
             all_headers = tracing.inject({**headers, MSG_ID_HEADER: msg_id})
             while True:
+                # Checked at every attempt: a reconnect may land on a server with another limit.
+                size = _header_bytes(all_headers) + len(data)
+                if size > self.max_payload:
+                    raise OversizedMessageError(
+                        f"publish to {subject}: {size} bytes with headers, over the server's "
+                        f"max_payload of {self.max_payload}"
+                    )
                 try:
                     return await self._js.publish(
                         subject, data, timeout=self._ack_timeout, headers=all_headers

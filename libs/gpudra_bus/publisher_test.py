@@ -13,7 +13,12 @@ from gpudra_bus import streams, subjects, tracing
 from gpudra_bus.codec import SCHEMA_HEADER
 from gpudra_bus.codecs import ALLOCATION_DECISION, CLAIM_EVENT
 from gpudra_bus.connection import Backoff
-from gpudra_bus.errors import BusRetryableError, CorruptMessageError, StreamConfigError
+from gpudra_bus.errors import (
+    BusRetryableError,
+    CorruptMessageError,
+    OversizedMessageError,
+    StreamConfigError,
+)
 from gpudra_bus.publisher import (
     ERROR_TYPE_HEADER,
     ORIGINAL_SUBJECT_HEADER,
@@ -55,6 +60,26 @@ async def test_publish_without_a_stream_fails_permanently(fresh_nc: Client) -> N
     pub = Publisher(fresh_nc, backoff=FAST, max_no_stream=3)
     with pytest.raises(StreamConfigError):
         await pub.publish(subjects.claims("default", "c1"), _event(), CLAIM_EVENT)
+
+
+async def test_a_message_over_max_payload_with_its_headers_is_refused_not_sent(
+    fresh_nc: Client,
+) -> None:
+    # Within the codec's limit (the server's default max_payload) on its own, over it once the
+    # schema, message id and trace headers are added: the server would answer by closing the
+    # connection for good, taking every subscription of the service with it.
+    js = fresh_nc.jetstream()
+    await streams.ensure_streams(js)
+    pub = Publisher(fresh_nc, backoff=FAST)
+    event = _event("big")
+    event.claim.uid = "u" * (fresh_nc.max_payload - 40)
+    assert len(event.SerializeToString()) <= CLAIM_EVENT.max_bytes
+    with pytest.raises(OversizedMessageError, match="max_payload"):
+        await pub.publish(subjects.claims("default", "big"), event, CLAIM_EVENT, deadline=5)
+    assert fresh_nc.is_connected
+    assert pub.retries == 0
+    await pub.publish(subjects.claims("default", "c1"), _event(), CLAIM_EVENT, deadline=10)
+    assert (await js.stream_info(streams.CLAIMS_STREAM)).state.messages == 1
 
 
 async def test_publish_during_outage_is_stored_after_restart(
