@@ -18,7 +18,12 @@ Promises:
   allocator frees those and holds these.
 - A claim that is deleted, or marked for deletion, is published as DELETED; then the
   delete-protection finalizer is removed (conflicts re-read, never overwrite; never from a claim
-  re-created under the name; a refusal or an API error is logged, never fatal). With
+  re-created under the name; a refusal or an API error is logged, never fatal). A removal that
+  an API error cut short (the API server away for the write and the re-read, or conflicts that
+  kept coming) is tried again every `retry_interval` seconds while `run` runs (counted
+  "finalizers-retrying"), until the claim is gone, re-created or no longer being deleted: no
+  further watch event comes for such a claim, which would otherwise stay Terminating until a
+  restart. With
   `wait_for_consumers` (kubernetes mode) a claim marked for deletion while `status.reservedFor`
   still names a consumer is left alone (counted "deleting-in-use"): its pod may be running on the
   devices, and Kubernetes keeps such a claim until kube-controller-manager takes the last consumer
@@ -90,7 +95,8 @@ from gpudra_claim_writer.consumers import (
 )
 from gpudra_claim_writer.events import Kind, PodUnits, oversized, publish_event
 from gpudra_claim_writer.ownership import DRIVERS, Ownership
-from gpudra_kube.errors import ConflictError, KubeError, KubeRetryableError
+from gpudra_claim_writer.retrying import beside
+from gpudra_kube.errors import ConflictError, KubeError, KubeRetryableError, NotFoundError
 from gpudra_kube.informer import informer
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_kube.store import EventType, Store, WatchEvent
@@ -115,8 +121,12 @@ class Intake:
         ownership: Ownership | None = None,
         pods: PodUnits | None = None,
         wait_for_consumers: bool = False,
+        retry_interval: float = 5.0,
     ) -> None:
         self._store = store
+        self._retry_interval = retry_interval
+        # claim uid -> (namespace, name) of deleted claims whose finalizer an API error kept on
+        self._finalizers: dict[str, tuple[str, str]] = {}
         self._wait_for_consumers = wait_for_consumers
         self._pods = pods
         self._on_claim = on_claim
@@ -138,7 +148,34 @@ class Intake:
         self.published: Counter[str] = Counter()
         self.conflicts = 0  # metadata writes refused by a changed resourceVersion, re-read
 
+    @property
+    def retrying(self) -> int:
+        """Finalizer removals that an API error cut short, waiting to be tried again."""
+        return len(self._finalizers)
+
     async def run(self) -> None:
+        await beside(self._follow(), self._retry_interval, self.retry)
+
+    async def retry(self) -> None:
+        """Try again the finalizer removals an API error cut short, while still wanted: the
+        claim (its UID) still exists, is being deleted and carries the finalizer."""
+        for uid, (namespace, name) in sorted(self._finalizers.items()):
+            try:
+                claim = await self._store.get(RESOURCE_CLAIMS, name, namespace)
+            except NotFoundError:
+                self._finalizers.pop(uid, None)
+                continue
+            except KubeError as exc:
+                log.info("claim %s/%s: finalizer removal still waits: %s", namespace, name, exc)
+                continue
+            self._finalizers.pop(uid, None)
+            finalizers = (claim.get("metadata") or {}).get("finalizers") or []
+            wanted = ref_of(claim).uid == uid and state_of(claim) is ClaimState.DELETING
+            if wanted and FINALIZER in finalizers:
+                await self._drop_finalizer(claim)  # kept again while it fails
+        self.published["finalizers-retrying"] = len(self._finalizers)
+
+    async def _follow(self) -> None:
         events = informer(
             self._store, RESOURCE_CLAIMS, self._namespace, watch_timeout=self._watch_timeout
         )
@@ -320,12 +357,15 @@ class Intake:
         change: Callable[[dict[str, Any]], dict[str, Any] | None],
         same: Callable[[dict[str, Any]], bool],
         what: str,
+        cut_short: Callable[[], None] | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Write `change(claim)` (None: nothing to write); on a conflict or a retryable error read
         the claim again and apply `change` to that, while it is the same claim (UID) and `same`
         holds for it; never overwrites. The claim as written and True, or the claim as last seen
         (as given when it went away, changed beyond `same`, refused the write or kept
-        conflicting; logged) and False."""
+        conflicting; logged) and False. `cut_short` is called when the write did not happen for a
+        reason that may pass (the re-read failed with a retryable error, or conflicts kept
+        coming), not when the claim went, changed or the write was refused."""
         ref = ref_of(claim)
         current = claim
         for _ in range(_MAX_TRIES):
@@ -342,6 +382,8 @@ class Intake:
                     current = await self._store.get(RESOURCE_CLAIMS, ref.name, ref.namespace)
                 except KubeError as err:
                     log.info("claim %s/%s: %s not written: %s", ref.namespace, ref.name, what, err)
+                    if isinstance(err, KubeRetryableError) and cut_short is not None:
+                        cut_short()
                     return claim, False
                 if ref_of(current).uid != ref.uid or not same(current):
                     log.info("claim %s/%s changed: %s not written", ref.namespace, ref.name, what)
@@ -350,6 +392,8 @@ class Intake:
                 log.info("claim %s/%s: %s not written: %s", ref.namespace, ref.name, what, exc)
                 return claim, False
         log.error("could not write the %s of %s/%s", what, ref.namespace, ref.name)
+        if cut_short is not None:
+            cut_short()
         return claim, False
 
     def written(self, uid: str) -> None:
@@ -362,6 +406,7 @@ class Intake:
 
     async def _deleted(self, claim: dict[str, Any]) -> None:
         ref = ref_of(claim)
+        self._finalizers.pop(ref.uid, None)
         self._allocated.pop(ref.uid, None)
         self._ours.discard(ref.uid)
         self._consumed.discard(ref.uid)
@@ -390,13 +435,22 @@ class Intake:
         """Remove the delete-protection finalizer (`_rewrite`: conflicts re-read, never
         overwrite): only from this claim (its UID) while it is being deleted, never from a claim
         re-created under its name; a refusal or an error is logged, never raised (it would end
-        the intake, and a restart would meet the same refusal)."""
+        the intake, and a restart would meet the same refusal); one an API error cut short is
+        kept for `retry`."""
+        ref = ref_of(claim)
+        self._finalizers.pop(ref.uid, None)
+
+        def later() -> None:
+            self._finalizers[ref.uid] = (ref.namespace, ref.name)
+
         await self._rewrite(
             claim,
             without_finalizer,
             lambda c: state_of(c) is ClaimState.DELETING,
             "finalizer removal",
+            later,
         )
+        self.published["finalizers-retrying"] = len(self._finalizers)
 
 
 def _on_gpudras_devices(allocation: dict[str, Any] | None) -> bool:

@@ -674,10 +674,99 @@ async def test_a_failing_finalizer_removal_never_stops_the_intake(
     assert intake.published["pending"] == 1
 
 
+@pytest.mark.parametrize(
+    ("faults", "then", "removed"),
+    [
+        pytest.param(
+            [(503, "ServiceUnavailable", "PUT"), (503, "ServiceUnavailable", "GET")],
+            None,
+            True,
+            id="api-away-for-write-and-re-read",
+        ),
+        pytest.param(
+            [(409, "Conflict", "PUT"), (429, "TooManyRequests", "GET")],
+            None,
+            True,
+            id="conflict-then-throttled",
+        ),
+        pytest.param(
+            [(503, "ServiceUnavailable", "PUT"), (503, "ServiceUnavailable", "GET")],
+            "re-created",
+            False,
+            id="successor-untouched",
+        ),
+    ],
+)
+async def test_a_finalizer_removal_cut_short_by_the_api_is_tried_again(
+    nc: Client,
+    api: tuple[FakeKubeApi, ApiStore],
+    faults: list[tuple[int, str, str]],
+    then: str | None,
+    removed: bool,
+) -> None:
+    """An API-server restart (a control-plane upgrade) answers the finalizer removal and its
+    re-read with 503: no further watch event comes for the claim, so without a retry it stays
+    Terminating until the claim-writer restarts. A claim re-created under the name meanwhile is
+    never touched."""
+    fake, store = api
+    held = await deleting(fake, store)
+    for status, reason, method in faults:
+        fake.inject_error(status, reason=reason, method=method, path_contains="resourceclaims")
+    intake = Intake(store, Publisher(nc))
+    await intake.on_event(WatchEvent(EventType.MODIFIED, held))
+    fake.clear_faults()
+    assert fake.objects(RESOURCE_CLAIMS), "the first try was cut short"
+    assert intake.retrying == 1
+    if then == "re-created":
+        gone = dict(held, metadata={**held["metadata"], "finalizers": []})
+        await store.replace(RESOURCE_CLAIMS, gone)
+        await fake.put(RESOURCE_CLAIMS, scheduled())
+    await intake.retry()
+    assert intake.retrying == 0
+    left = fake.objects(RESOURCE_CLAIMS)
+    if removed:
+        assert not left, "the finalizer is off: the claim is gone"
+    else:
+        (successor,) = left
+        assert successor["metadata"]["uid"] != held["metadata"]["uid"]
+        assert successor["metadata"].get("finalizers") == [FINALIZER]
+
+
+async def test_the_intake_loop_retries_finalizer_removals(
+    nc: Client, api: tuple[FakeKubeApi, ApiStore]
+) -> None:
+    """`run` tries again on its own; here its cluster-wide list and watch keep failing, so only
+    the retry can remove the finalizer."""
+    fake, store = api
+    held = await deleting(fake, store)
+    fake.inject_error(503, reason="ServiceUnavailable", path_contains="resourceclaims", times=2)
+    intake = Intake(store, Publisher(nc), retry_interval=0.05)
+    await intake.on_event(WatchEvent(EventType.MODIFIED, held))
+    assert intake.retrying == 1
+    fake.inject_error(
+        503, reason="ServiceUnavailable", path_contains="v1/resourceclaims", times=10**6
+    )
+    task = asyncio.create_task(intake.run())
+    try:
+        await until(lambda: not fake.objects(RESOURCE_CLAIMS))
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def remembered(intake: Intake) -> int:
     """How many claims the intake keeps something about (by UID)."""
     uids = set(intake._pending_sent)
-    for kept in (intake._allocated, intake._gone, intake._ours, intake._consumed, intake._reported):
+    kept_by_uid = (
+        intake._allocated,
+        intake._gone,
+        intake._ours,
+        intake._consumed,
+        intake._reported,
+        intake._finalizers,
+    )
+    for kept in kept_by_uid:
         uids |= set(kept)
     return len(uids)
 

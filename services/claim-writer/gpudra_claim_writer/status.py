@@ -16,7 +16,9 @@ goes straight through (the write-back keeps the bare store: it asks it for what 
   `released-unseen` (deallocations found at a (re)list, see `consumers`), `external`, `foreign`,
   `deleting-in-use` (claims marked for deletion left alone while a consumer still holds them,
   kubernetes mode),
-  `waiting`, `oversized` (pending claims too large for a ClaimEvent, refused with a reason)) and
+  `waiting`, `oversized` (pending claims too large for a ClaimEvent, refused with a reason),
+  `finalizers-retrying` (now: deleted claims whose finalizer removal an API error cut short,
+  tried again every few seconds)) and
   `conflicts` (its finalizer/annotation writes refused by a
   changed resourceVersion, then read again);
 - `writeback`: `allocated` (allocations written, repeats of a decision included), `conflicts`
@@ -64,6 +66,7 @@ INTAKE_COUNTS = (
     "waiting",
     "oversized",
     "deleting-in-use",
+    "finalizers-retrying",
 )
 EVENT_COUNTS = ("created", "updated", "dropped", "failed")
 CLASS_COUNTS = ("written", "deleted", "rejected")
