@@ -85,10 +85,15 @@ def _selected(
     state: AllocatedState,
 ) -> set[DeviceID]:
     """Devices an `All` request must get: those its class and selectors select on the node,
-    less (with consumable capacity) those without room for the request's capacity."""
+    less (with consumable capacity) those without room for the request's capacity. As in
+    Kubernetes, a device with binding conditions is not selectable while DeviceBindingAndStatus
+    is off (whatever else about it would fail first), so it is not one of them."""
     device_class = allocator.classes.get(request.device_class_name)
+    binding_status = allocator.features.device_binding_and_status
     wanted = set()
     for device, (pool, entry) in index.items():
+        if entry.device.binding_conditions and not binding_status:
+            continue
         stage = first_failing_stage(
             allocator, node, pool, claim, request, device_class, entry, state
         )

@@ -208,3 +208,33 @@ def test_every_upstream_allocation_passes_under_both_policies(
     assert answer["outcome"] == "allocated"
     assert problems == []
     assert len(checked) == (1 if answer["results"] else 0)
+
+
+def test_all_leaves_out_devices_with_binding_conditions_when_the_feature_is_off() -> None:
+    # Kubernetes' "All" takes only selectable devices, and a device with binding conditions is
+    # not selectable while DeviceBindingAndStatus is off, also when it is in use.
+    devices = [
+        {"name": "d0"},
+        {"name": "d1", "bindingConditions": ["ready"], "bindingFailureConditions": ["failed"]},
+        {"name": "d2", "bindingConditions": ["ready"], "bindingFailureConditions": ["failed"]},
+    ]
+    all_mode = {"name": "r", "exactly": {"deviceClassName": "gpu", "allocationMode": "All"}}
+    problem = {
+        "features": ["AdminAccess", "ConsumableCapacity", "PartitionableDevices", "DeviceTaints"],
+        "node": "n1",
+        "classes": [_class("gpu", GPU)],
+        "slices": [_pool(GPU, "n1", devices)],
+        "allocatedDevices": [{"driver": GPU, "pool": "n1", "device": "d2"}],
+        "claims": [{"metadata": {"name": "c"}, "spec": {"devices": {"requests": [all_mode]}}}],
+    }
+    parsed = parse_problem(problem, "first-fit")
+    checker = Allocator(parsed.classes, parsed.slices, parsed.features)
+    problems: list[str] = []
+
+    def audit(node: Node, claims: Any, results: Any, state: AllocatedState) -> None:
+        problems.extend(validate_allocation(checker, node, claims, results, state))
+
+    answer = solve(problem, "first-fit", audit=audit)
+    assert answer["outcome"] == "allocated"
+    assert [d["device"] for d in answer["results"][0]["devices"]["results"]] == ["d0"]
+    assert problems == []
