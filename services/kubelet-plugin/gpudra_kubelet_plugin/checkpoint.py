@@ -8,6 +8,15 @@ repeated prepare). Writes go to a temp file, are fsynced and renamed, and the di
 
 A checkpoint written under another boot ID describes a previous boot (MIG devices and `/var/run`
 are gone): loading it yields no claims, and hands the stale records back for cleanup.
+
+A MIG device a claim's prepare created is recorded by name (`migDevices`, the placement name the
+allocation used) and, once created, by what identifies it (`migCreated`: its MIG UUID, parent GPU
+UUID and GPU/compute instance ids). A name does not identify a device: NVML reuses instance ids
+after a reconfiguration, so `gpu-<i>-mig-<gi>-<ci>` can later denote a device of another profile,
+and a placement name denotes whichever instance occupies that placement now. Unprepare destroys
+the recorded UUID, never "what the name denotes now". `migCreated` is optional, so the version stays
+1: an older plugin instance (a rolling update) reads such a checkpoint and rewrites it without
+the identities, and a record without one falls back to the name, as before.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from gpudra_kubelet_plugin.devices import DeviceInfo
 from gpudra_kubelet_plugin.errors import CheckpointError
 
 VERSION = 1
@@ -61,6 +71,50 @@ class PreparedDevice:
 
 
 @dataclasses.dataclass(frozen=True)
+class MigIdentity:
+    """What identifies a MIG device that a prepare created: its UUID (never reused), and where
+    it was created (its parent GPU, GPU and compute instance ids; the ids when NVML gave them)."""
+
+    uuid: str
+    parent_uuid: str
+    gi_id: int | None = None
+    ci_id: int | None = None
+
+    @classmethod
+    def of(cls, device: DeviceInfo) -> MigIdentity:
+        return cls(device.uuid, device.parent_uuid, device.gi_id, device.ci_id)
+
+    def applied_to(self, device: DeviceInfo) -> DeviceInfo:
+        """`device` (looked up by name) as the recorded device, whatever the name denotes now."""
+        return dataclasses.replace(
+            device,
+            uuid=self.uuid,
+            parent_uuid=self.parent_uuid,
+            gi_id=self.gi_id,
+            ci_id=self.ci_id,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"uuid": self.uuid, "parentUUID": self.parent_uuid}
+        if self.gi_id is not None and self.ci_id is not None:
+            out |= {"giID": self.gi_id, "ciID": self.ci_id}
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> MigIdentity:
+        uuid = str(raw["uuid"])
+        if not uuid:
+            raise ValueError("a created MIG device without UUID")
+        gi_id, ci_id = raw.get("giID"), raw.get("ciID")
+        return cls(
+            uuid,
+            str(raw["parentUUID"]),
+            None if gi_id is None else int(gi_id),
+            None if ci_id is None else int(ci_id),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class ClaimRecord:
     """What the checkpoint knows about one claim."""
 
@@ -69,15 +123,20 @@ class ClaimRecord:
     name: str
     devices: tuple[PreparedDevice, ...] = ()
     mig_devices: tuple[str, ...] = ()  # MIG devices this prepare creates (and unprepare destroys)
+    # Those of `mig_devices` known to exist, by name: what unprepare destroys (see the docstring).
+    created: Mapping[str, MigIdentity] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "state": self.state,
             "namespace": self.namespace,
             "name": self.name,
             "devices": [d.to_json() for d in self.devices],
             "migDevices": list(self.mig_devices),
         }
+        if self.created:
+            out["migCreated"] = {n: self.created[n].to_json() for n in sorted(self.created)}
+        return out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ClaimRecord:
@@ -90,6 +149,9 @@ class ClaimRecord:
             name=str(raw["name"]),
             devices=tuple(PreparedDevice.from_json(d) for d in raw["devices"]),
             mig_devices=tuple(str(n) for n in raw["migDevices"]),
+            created={
+                str(n): MigIdentity.from_json(i) for n, i in raw.get("migCreated", {}).items()
+            },
         )
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from gpudra_kubelet_plugin.checkpoint import (
     PREPARE_STARTED,
     Checkpoint,
     ClaimRecord,
+    MigIdentity,
     PreparedDevice,
 )
 from gpudra_kubelet_plugin.errors import CheckpointError
@@ -86,3 +88,31 @@ def test_unreadable_boot_id(tmp_path: Path) -> None:
     checkpoint = Checkpoint(tmp_path / "c.json", tmp_path / "missing")
     with pytest.raises(CheckpointError, match="cannot read boot ID"):
         checkpoint.save({})
+
+
+def test_created_mig_devices_are_recorded_by_identity(checkpoint: Checkpoint) -> None:
+    record = ClaimRecord(
+        PREPARE_COMPLETED,
+        "ns",
+        "m",
+        mig_devices=("gpu-1-mig-3g-40gb-4", "gpu-1-mig-1g-10gb-6"),
+        created={
+            "gpu-1-mig-3g-40gb-4": MigIdentity("MIG-a", "GPU-p", 2, 0),
+            "gpu-1-mig-1g-10gb-6": MigIdentity("MIG-b", "GPU-p"),  # simulated: no ids
+        },
+    )
+    checkpoint.save({"u": record})
+    assert checkpoint.load().claims == {"u": record}
+    # What an older plugin instance (rolling update) writes has no identities, and loads.
+    older = dataclasses.replace(record, created={})
+    assert "migCreated" not in older.to_json()
+    checkpoint.save({"u": older})
+    assert checkpoint.load().claims == {"u": older}
+
+
+def test_a_created_mig_device_without_uuid_is_malformed(checkpoint: Checkpoint) -> None:
+    raw = ClaimRecord(PREPARE_STARTED, "ns", "m", (), ("p",), {"p": MigIdentity("X", "G")})
+    document = raw.to_json()
+    document["migCreated"]["p"]["uuid"] = ""
+    with pytest.raises(ValueError, match="without UUID"):
+        ClaimRecord.from_json(document)

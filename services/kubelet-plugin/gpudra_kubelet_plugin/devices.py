@@ -78,7 +78,12 @@ class DeviceControl(Protocol):
         ...
 
     async def destroy_mig(self, device: DeviceInfo) -> None:
-        """Destroy a MIG device created by `create_mig`; destroying a missing one succeeds."""
+        """Destroy a MIG device created by `create_mig` under the name `device.name`.
+
+        With a UUID, exactly the device with that UUID: when none has it any more, it is gone
+        already (success), even if the name or its GPU/compute instance ids now denote another
+        device, which is left alone. Without a UUID, the device at exactly its placement, if any.
+        """
         ...
 
 
@@ -123,6 +128,21 @@ class DeviceTable:
             raise DeviceError(f"no device {info.name!r} on this node")
         self._devices[info.name] = info
 
+    def forget(self, name: str, uuid: str) -> None:
+        """Record that the MIG device `uuid`, created under the name `name`, is gone: `name` is a
+        free placement again and its other names (`gpu-<i>-mig-<gi>-<ci>`, when the table was
+        discovered while it existed) are dropped, as they would be from a table discovered now.
+        Names that denote another device are left alone."""
+        for other, info in list(self._devices.items()):
+            if info.kind != "mig" or not uuid or info.uuid != uuid:
+                continue
+            if other == name:
+                self._devices[other] = dataclasses.replace(
+                    info, uuid="", gi_cap=None, ci_cap=None, gi_id=None, ci_id=None
+                )
+            else:
+                del self._devices[other]
+
     async def create_mig(self, placement: DeviceInfo) -> DeviceInfo:
         async with self._lock:
             current = self._devices.get(placement.name)
@@ -151,9 +171,7 @@ class DeviceTable:
             current = self._devices.get(device.name)
             if current is None or current.kind != "mig":
                 raise DeviceControlError(f"{device.name!r} is not a MIG device of this node")
-            self._devices[device.name] = dataclasses.replace(
-                current, uuid="", gi_cap=None, ci_cap=None, gi_id=None, ci_id=None
-            )
+            self.forget(device.name, device.uuid or current.uuid)
 
 
 def parse_device(item: Any) -> DeviceInfo:

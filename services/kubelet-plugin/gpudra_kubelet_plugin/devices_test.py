@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -91,3 +92,36 @@ async def test_dynamic_mig_lifecycle() -> None:
     with pytest.raises(DeviceError, match="no device 'nope'"):
         await table.device("nope")
     assert [d.name for d in await table.devices()] == sorted(d.name for d in node_devices())
+
+
+async def test_destroy_forgets_the_device_under_every_name_and_only_that_device() -> None:
+    # A table discovered while the plugin's 3g.40gb at slice 4 existed names it twice: by its GPU
+    # and compute instance ids, and by the placement its claim was allocated as.
+    made = DeviceInfo(
+        "gpu-1-mig-3g-40gb-4", "mig", "MIG-made", 1, "GPU-p", "3g.40gb", 4, 4, 40, 41, 9, 2, 0
+    )
+    other = DeviceInfo("gpu-1-mig-1-0", "mig", "MIG-other", 1, "GPU-p", "1g.10gb", 0, 1, 21, 22)
+    table = DeviceTable(
+        [
+            DeviceInfo("gpu-1", "gpu", "GPU-p", 1),
+            made,
+            dataclasses.replace(made, name="gpu-1-mig-2-0"),
+            other,
+        ]
+    )
+    # A device that is gone already: the name now denotes another one, which stays.
+    await table.destroy_mig(dataclasses.replace(other, uuid="MIG-gone-before"))
+    assert await table.device("gpu-1-mig-1-0") == other
+    await table.destroy_mig(made)
+    assert [d.name for d in await table.devices()] == [
+        "gpu-1",
+        "gpu-1-mig-1-0",
+        "gpu-1-mig-3g-40gb-4",
+    ]
+    placement = await table.device("gpu-1-mig-3g-40gb-4")
+    assert (placement.uuid, placement.gi_id, placement.gi_cap, placement.profile_id) == (
+        "",
+        None,
+        None,
+        9,
+    )

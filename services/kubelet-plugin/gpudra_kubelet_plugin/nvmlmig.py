@@ -7,8 +7,8 @@ Create: the GPU by UUID → a GPU instance of the placement's profile at exactly
 compute instance spanning the whole GPU instance (the largest compute-instance profile it offers) →
 the new MIG device's UUID found among the GPU's MIG handles by its GI/CI ids. A failure after the
 GPU instance exists destroys it again, so a failed create leaves no half device.
-Destroy: compute instance, then GPU instance, by the ids recorded at creation; already gone is
-success. NVML calls block, so they run in a worker thread; callers (`DeviceState`) serialize them.
+Destroy: the MIG device with the UUID recorded at creation (its ids are looked up anew, since NVML
+reuses them after a reconfiguration), compute instance, then GPU instance; already gone is success. NVML calls block, so they run in a worker thread; callers (`DeviceState`) serialize them.
 
 Needs MIG mode on, root and NVML >= R470. Results are recorded in the `DeviceTable` that the plugin
 looks devices up in.
@@ -52,18 +52,22 @@ class NvmlMigControl:
         return created
 
     async def destroy_mig(self, device: DeviceInfo) -> None:
-        current = await self._table.device(device.name)
-        if not current.exists:
+        target = device if device.uuid else await self._table.device(device.name)
+        if not target.exists:
             # Another plugin instance (rolling update) may have created it after this one
             # discovered the GPUs: ask NVML, not the table.
-            found = await asyncio.to_thread(self._find, current)
+            found = await asyncio.to_thread(self._find, target)
             if found is None:
                 return
-            current = found
-        await asyncio.to_thread(self._destroy, current)
-        self._table.replace(
-            dataclasses.replace(current, uuid="", gi_cap=None, ci_cap=None, gi_id=None, ci_id=None)
-        )
+            target = found
+        # By UUID, not by the ids recorded with it: NVML reuses GPU and compute instance ids, so
+        # after a reconfiguration they may belong to a device of another claim or profile.
+        located = await asyncio.to_thread(self._locate, target)
+        if located is None:
+            log.info("MIG device %s (%s) is gone already", target.name, target.uuid)
+        else:
+            await asyncio.to_thread(self._destroy, located)
+        self._table.forget(target.name, target.uuid)
 
     def _find_or_create(self, placement: DeviceInfo) -> DeviceInfo:
         return self._find(placement) or self._create(placement)
@@ -92,6 +96,28 @@ class NvmlMigControl:
         except NvmlError as exc:
             raise DeviceControlError(
                 f"cannot inspect MIG devices for {placement.name}: {exc}"
+            ) from exc
+        return None
+
+    def _locate(self, device: DeviceInfo) -> DeviceInfo | None:
+        """`device` with the ids the MIG device of its UUID has now; None when none has it."""
+        nvml = self._nvml
+        try:
+            gpu = nvml.call("nvmlDeviceGetHandleByUUID", device.parent_uuid)
+            for index in range(int(nvml.call("nvmlDeviceGetMaxMigDeviceCount", gpu))):
+                handle = nvml.optional("nvmlDeviceGetMigDeviceHandleByIndex", gpu, index)
+                if (
+                    handle is not None
+                    and text(nvml.call("nvmlDeviceGetUUID", handle)) == device.uuid
+                ):
+                    return dataclasses.replace(
+                        device,
+                        gi_id=int(nvml.call("nvmlDeviceGetGpuInstanceId", handle)),
+                        ci_id=int(nvml.call("nvmlDeviceGetComputeInstanceId", handle)),
+                    )
+        except NvmlError as exc:
+            raise DeviceControlError(
+                f"cannot inspect MIG devices for {device.name}: {exc}"
             ) from exc
         return None
 

@@ -256,3 +256,79 @@ async def test_an_instance_made_by_another_plugin_is_adopted_and_destroyed() -> 
         await stale.device("gpu-1-mig-3g-40gb-4")
     )
     assert lib.gis == {}
+
+
+class FreshUuidLib(FakeMigLib):
+    """As NVML does, every new MIG device gets a new UUID, also where it reuses the GPU and
+    compute instance ids of a device destroyed before it."""
+
+    def __init__(self, gpu_uuid: str) -> None:
+        super().__init__(gpu_uuid)
+        self.made = 0
+        self.serial: dict[int, int] = {}  # GPU instance id -> creation number
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(self, gpu: str, profile: int, ref: Any) -> Gi:
+        gi = super().nvmlDeviceCreateGpuInstanceWithPlacement(gpu, profile, ref)
+        self.made += 1
+        self.serial[gi.id] = self.made
+        return gi
+
+    def nvmlDeviceGetUUID(self, handle: tuple[int, int]) -> str:
+        return f"MIG-{self.serial[handle[0]]:08d}-{handle[0]:04d}-{handle[1]:04d}"
+
+    def make(self, profile: int, start: int) -> Gi:
+        """What an operator's `nvidia-smi mig -cgi <profile> -C` does."""
+        compute, size = GI_PROFILES[profile]
+        gi = self.nvmlDeviceCreateGpuInstanceWithPlacement(
+            "gpu", profile, ctypes.byref(Placement(start, size))
+        )
+        gi.cis[0] = compute
+        return gi
+
+
+def nvml_state(node: Node, lib: FakeMigLib) -> Any:
+    """A `DeviceState` of the conftest node over `lib`, with a table discovered now."""
+    node.table = nvml_table()
+    state = node.state()
+    state._lookup = node.table
+    state._control = NvmlMigControl(Nvml(lib), node.table, MigMinors())
+    return state
+
+
+async def test_unprepare_destroys_the_device_its_claim_made_not_one_that_reuses_its_ids(
+    node: Node,
+) -> None:
+    lib = FreshUuidLib(GPU1)
+    state = nvml_state(node, lib)
+    await state.start()
+    node.claims.put(make_claim("m", "uid-a", [("mig", "gpu-1-mig-3g-40gb-4")]))
+    ref = ClaimRef("uid-a", "default", "m")
+    (device,) = await state.prepare(ref)
+    made = lib.gis[1]
+    # The layout is changed under the plugin: the claim's device goes, and a 4g.40gb that NVML
+    # gives the same GPU and compute instance ids comes.
+    del made.cis[0]
+    lib.nvmlGpuInstanceDestroy(made)
+    other = lib.make(5, 0)
+    assert (other.id, list(other.cis)) == (1, [0])
+    await state.unprepare(ref)
+    assert lib.gis == {1: other}  # not the claim's device: left alone
+    assert state.records == {}
+
+
+async def test_a_device_made_by_the_old_plugin_instance_is_destroyed_by_the_new_one(
+    node: Node,
+) -> None:
+    lib = FreshUuidLib(GPU1)
+    new = nvml_state(node, lib)  # the new pod discovers the GPUs first ...
+    new_table = node.table
+    old = nvml_state(node, lib)  # ... and the old one still serves while it starts
+    await old.start()
+    await new.start()
+    node.claims.put(make_claim("m", "uid-r", [("mig", "gpu-1-mig-3g-40gb-4")]))
+    ref = ClaimRef("uid-r", "default", "m")
+    await old.prepare(ref)
+    assert not (await new_table.device("gpu-1-mig-3g-40gb-4")).exists  # the new one's view
+    await new.unprepare(ref)
+    assert lib.gis == {}
+    assert new.records == {}

@@ -18,7 +18,8 @@ Promises:
   cancelled part-way (the kubelet's deadline) stays `PrepareStarted`; a MIG device it is creating
   is waited for first, so the rollback finds and destroys it.
 - Unprepare removes exactly the claim's spec and the MIG devices it created (unless another
-  prepared claim shares them); unprepare of an unknown claim succeeds, and so does unprepare of a
+  prepared claim shares them), identified by the UUIDs the checkpoint recorded at creation, not by
+  their names (see `checkpoint`); unprepare of an unknown claim succeeds, and so does unprepare of a
   claim whose MIG device this node no longer has.
 - Each prepare and unprepare is a span; prepare continues the claim's trace (see `traces`), and
   its outcome goes to the `EventSink` inside that span (see `events`).
@@ -45,6 +46,7 @@ from gpudra_kubelet_plugin.checkpoint import (
     PREPARE_STARTED,
     Checkpoint,
     ClaimRecord,
+    MigIdentity,
     PreparedDevice,
 )
 from gpudra_kubelet_plugin.claim import Allocation, claim_uid, parse_allocation
@@ -245,11 +247,16 @@ class DeviceState:
         owned = planned + tuple(
             n for n in infos if n not in planned and self._mig_owned_elsewhere(n, ref.uid)
         )
-        await self._save(ref.uid, ClaimRecord(PREPARE_STARTED, ref.namespace, ref.name, (), owned))
+        created = {n: i for n in owned if (i := self._created_elsewhere(n, ref.uid)) is not None}
+        started = ClaimRecord(PREPARE_STARTED, ref.namespace, ref.name, (), owned, created)
+        await self._save(ref.uid, started)
         try:
             for name in planned:
                 log.info("claim %s: creating MIG device %s", ref.uid, name)
                 infos[name] = await _to_the_end(self._control.create_mig(infos[name]))
+                # Recorded at once: from here on a rollback destroys this device by its UUID.
+                created[name] = MigIdentity.of(infos[name])
+                await self._save(ref.uid, dataclasses.replace(started, created=dict(created)))
             devices, cdi_devices = self._answer(allocation, infos)
             env = sharing.env([infos[n].uuid for n in shared])
             self._cdi.write(ref.uid, self._cdi.build(ref.uid, cdi_devices, env))
@@ -261,7 +268,9 @@ class DeviceState:
                 # rollback. The caller needs the original error, not this one.
                 log.error("claim %s: rollback after a failed prepare failed: %s", ref.uid, rollback)
             raise
-        completed = ClaimRecord(PREPARE_COMPLETED, ref.namespace, ref.name, devices, owned)
+        completed = ClaimRecord(
+            PREPARE_COMPLETED, ref.namespace, ref.name, devices, owned, dict(created)
+        )
         await self._save(ref.uid, completed)
         return devices
 
@@ -311,6 +320,17 @@ class DeviceState:
     def _mig_owned_elsewhere(self, device: str, uid: str) -> bool:
         return any(device in r.mig_devices for u, r in self._records.items() if u != uid)
 
+    def _created_elsewhere(self, device: str, uid: str) -> MigIdentity | None:
+        """The identity of the MIG device `device` that another claim's prepare created."""
+        return next(
+            (
+                r.created[device]
+                for u, r in self._records.items()
+                if u != uid and device in r.created
+            ),
+            None,
+        )
+
     async def _release(self, uid: str, record: ClaimRecord) -> None:
         """Remove the claim's spec and the MIG devices only it owns, then forget the claim."""
         if record.state == PREPARE_COMPLETED:
@@ -330,9 +350,16 @@ class DeviceState:
                 # kubelet's unprepare on every retry and keep the pod from terminating.
                 log.warning("claim %s: MIG device %s is no longer on this node", uid, name)
                 continue
-            if info.exists:
-                log.info("claim %s: destroying MIG device %s", uid, name)
-                await self._control.destroy_mig(info)
+            identity = record.created.get(name)
+            if identity is not None:
+                # The device this claim created, whatever the name denotes now: after a
+                # reconfiguration its ids may belong to another device, and another plugin
+                # instance (rolling update) may have made it where our table has none.
+                info = identity.applied_to(info)
+            elif not info.exists:
+                continue
+            log.info("claim %s: destroying MIG device %s (%s)", uid, name, info.uuid)
+            await self._control.destroy_mig(info)
         del self._records[uid]
         self._checkpoint.save(self._records)
 

@@ -15,6 +15,7 @@ from gpudra_kubelet_plugin.checkpoint import (
     PREPARE_STARTED,
     Checkpoint,
     ClaimRecord,
+    MigIdentity,
 )
 from gpudra_kubelet_plugin.claimsource import MemoryClaimSource
 from gpudra_kubelet_plugin.conftest import (
@@ -578,3 +579,17 @@ async def test_start_removes_this_drivers_temp_specs_left_by_a_crash(node: Node)
     assert [p for p in others if not p.exists()] == []
     assert node.cdi.claim_uids() == {"uid-1"}  # the completed claim's spec is kept
     assert after.records.keys() == {"uid-1", "uid-2"}
+
+
+async def test_the_checkpoint_records_the_uuid_of_a_mig_device_it_creates(node: Node) -> None:
+    claim = make_claim("m", "uid-i", [("gpu", "gpu-0"), ("mig", "gpu-1-mig-3g-40gb-4")])
+    node.claims.put(claim)
+    state = node.state()
+    await state.start()
+    await state.prepare(ClaimRef("uid-i", "default", "m"))
+    made = await node.table.device("gpu-1-mig-3g-40gb-4")
+    record = node.checkpoint().load().claims["uid-i"]
+    assert record.mig_devices == ("gpu-1-mig-3g-40gb-4",)
+    assert record.created == {"gpu-1-mig-3g-40gb-4": MigIdentity(made.uuid, GPU1)}
+    await state.unprepare(ClaimRef("uid-i", "default", "m"))
+    assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
