@@ -14,7 +14,7 @@ import unicodedata
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.functions import Overload, overload
 from gpudra_cel.lib_format import format_string, quote
-from gpudra_cel.regex import compile_regex
+from gpudra_cel.regex import compile_regex, find_all
 from gpudra_cel.types import BOOL, DYN, INT, STRING, list_of
 
 __all__ = ["STRING_OVERLOADS"]
@@ -34,14 +34,7 @@ def _find(text: str, pattern: str) -> str:
 
 
 def _find_all(text: str, pattern: str, limit: int = -1) -> tuple[str, ...]:
-    if limit == 0:
-        return ()
-    found: list[str] = []
-    for match in compile_regex(pattern).finditer(text):
-        found.append(str(match.group(0)))
-        if 0 < limit <= len(found):
-            break
-    return tuple(found)
+    return find_all(pattern, text, limit)
 
 
 def _char_at(text: str, index: int) -> str:

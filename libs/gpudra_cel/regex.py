@@ -21,13 +21,21 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import re2  # type: ignore[import-untyped]
 
 from gpudra_cel.errors import CelEvaluationError
 
-__all__ = ["Pattern", "compile_regex", "fast_text_limit", "literal_alternatives", "translate"]
+__all__ = [
+    "Pattern",
+    "compile_regex",
+    "fast_text_limit",
+    "find_all",
+    "literal_alternatives",
+    "translate",
+]
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False  # a bad pattern is reported to the caller, not to stderr
@@ -83,6 +91,49 @@ class _ShortTextsFast:
         if len(text) <= self._limit:
             return self._fast.finditer(text)
         return self._re2.finditer(text)
+
+    def go_matches(self, text: str) -> Iterator[Any]:
+        if len(text) > self._limit:
+            return iter(self._re2.finditer(text))
+        return _resuming_searches(self._fast, text)
+
+
+def find_all(pattern: str, text: str, limit: int = -1) -> tuple[str, ...]:
+    """Go's `Regexp.FindAllString(text, limit)`, which Kubernetes' `findAll` is: successive
+    non-overlapping matches, where an empty match is left out when it starts where the previous
+    match ended and the search resumes one character after an empty match; at most `limit`
+    matches (all when negative). Python's `re.finditer` differs on both counts (`"baaa"` with
+    `a*` gives `["", "aaa", ""]` there, `["", "aaa"]` in Go)."""
+    if limit == 0:
+        return ()
+    compiled = compile_regex(pattern)
+    if isinstance(compiled, _ShortTextsFast):
+        matches = compiled.go_matches(text)
+    else:  # the RE2 binding resumes as Go does (it may repeat an empty match, left out below)
+        matches = iter(compiled.finditer(text))
+    found: list[str] = []
+    previous_end = -1
+    for match in matches:
+        start, end = match.span()
+        if start != end or start != previous_end:
+            found.append(str(match.group(0)))
+            if len(found) == limit:
+                break
+        previous_end = end
+    return tuple(found)
+
+
+def _resuming_searches(fast: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """The searches Go's FindAll makes: from where a match ended, or one character on after an
+    empty match (`re.finditer` instead retries there for a non-empty match)."""
+    pos = 0
+    while pos <= len(text):
+        match = fast.search(text, pos)
+        if match is None:
+            return
+        yield match
+        end = match.end()
+        pos = end + 1 if end == pos else end
 
 
 def fast_text_limit(pattern: str) -> int | None:

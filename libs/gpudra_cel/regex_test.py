@@ -8,7 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudra_cel.errors import CelEvaluationError
-from gpudra_cel.regex import compile_regex, fast_text_limit, literal_alternatives, translate
+from gpudra_cel.regex import (
+    compile_regex,
+    fast_text_limit,
+    find_all,
+    literal_alternatives,
+    translate,
+)
 
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False
@@ -153,3 +159,21 @@ def test_fast_text_limit(pattern: str, fast_for_64: bool) -> None:
     # device attribute strings (at most 64 bytes) get the fast engine for ordinary patterns.
     limit = fast_text_limit(pattern)
     assert (limit is not None and limit >= 64) == fast_for_64
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "expected"),
+    [
+        pytest.param("[0-9]+", "ab12cd345", ("12", "345"), id="plain"),
+        pytest.param("a*", "baaa", ("", "aaa"), id="empty-after-match-left-out"),
+        pytest.param("b*", "abc", ("", "b", ""), id="empties"),
+        pytest.param("a??", "a", ("", ""), id="resume-after-empty"),
+        pytest.param("a*", "é" + "a" * 5000, ("", "a" * 5000), id="long-text-on-re2"),
+        pytest.param("x*", "a" * 3000, ("",) * 3001, id="long-text-empties"),
+        pytest.param("(?i)A", "aAb", ("a", "A"), id="re2-only-pattern"),
+    ],
+)
+def test_find_all_is_go_find_all_string(pattern: str, text: str, expected: tuple[str, ...]) -> None:
+    assert find_all(pattern, text) == expected
+    assert find_all(pattern, text, 2) == expected[:2]
+    assert find_all(pattern, text, 0) == ()

@@ -143,6 +143,13 @@ C = 'device.capacity["gpu.nvidia.com"]'
         pytest.param('"ab12cd345".find("[0-9]+") == "12"', True, id="find"),
         pytest.param('"ab12cd345".findAll("[0-9]+") == ["12", "345"]', True, id="find-all"),
         pytest.param('"ab12cd345".findAll("[0-9]+", 1) == ["12"]', True, id="find-all-n"),
+        # Go's FindAllString: an empty match right after the previous match is left out, and
+        # after an empty match the search resumes one character on
+        pytest.param('"baaa".findAll("a*") == ["", "aaa"]', True, id="find-all-empty-after"),
+        pytest.param('"abc".findAll("b*") == ["", "b", ""]', True, id="find-all-empties"),
+        pytest.param('"a".findAll("a??") == ["", ""]', True, id="find-all-lazy-empty"),
+        pytest.param('"xay".findAll("|a") == ["", "", "", ""]', True, id="find-all-empty-branch"),
+        pytest.param('"baaab".findAll("a*", 2) == ["", "aaa"]', True, id="find-all-empty-n"),
         # conversions
         pytest.param('int("42") == 42 && int(" 42") == 42', "error", id="int-rejects-space"),
         pytest.param(
