@@ -41,6 +41,7 @@ class Delivered:
     seq: int
     acks: int = 0
     subject: str = SUBJECT
+    headers: dict[str, str] | None = None
 
     @property
     def metadata(self) -> Any:
@@ -48,6 +49,9 @@ class Delivered:
 
     async def ack(self) -> None:
         self.acks += 1
+
+    async def in_progress(self) -> None:
+        pass
 
 
 def claim_event(kind: Kind.Kind.ValueType, devices: tuple[int, ...] = ()) -> Any:

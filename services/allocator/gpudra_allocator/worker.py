@@ -10,7 +10,9 @@ Promises (with `Reservations` for the multi-replica part):
 - An unschedulable claim gets an UNSCHEDULABLE decision with the core's explanation (again only
   when the reason changes) and is kept, unacknowledged, and retried whenever the slices or the
   reservations change (at most every half second per claim) and at least every `retry_interval`
-  seconds; if this replica dies, the event is redelivered to another one after `ack_wait`.
+  seconds (a retry that fails is logged and the claim stays held: one claim's error never stops
+  the others' retries); if this replica dies, the event is redelivered to another one after
+  `ack_wait`.
 - The topology reserve (`reserve` > 0, off by default) is told before each decision how many pods
   this replica holds for retry (the claim or unit decided left out) need a whole large NVLink
   domain (`GangSteps._large_waiting`). A claim it holds back gets a reason that says so and is
@@ -548,6 +550,15 @@ class Worker(GangSteps):
                         await self._attempt(waiting)
                 except BusRetryableError as exc:
                     log.warning("retry of claim %s deferred: %s", waiting.claim.key, exc)
+                except Exception:
+                    # This pass runs in the consumer loop itself: an error of one held claim (a
+                    # key it cannot read, a lost compare-and-set race) must neither skip the
+                    # others nor end the loop. The claim stays held and is tried again.
+                    log.exception(
+                        "retry of claim %s/%s failed; it stays held",
+                        waiting.event.claim.namespace,
+                        waiting.event.claim.name,
+                    )
 
     # -- DELETED and ALLOCATED_EXTERNALLY -----------------------------------------------------
 
