@@ -159,6 +159,11 @@ C = 'device.capacity["gpu.nvidia.com"]'
         pytest.param("uint(3) == 3u && double(2) == 2.0", True, id="numeric-conversions"),
         pytest.param("int(1e19) == 0", "error", id="int-double-overflow"),
         pytest.param('bool("yes")', "error", id="bool-bad-string"),
+        pytest.param(
+            f"({D}.index - 3 - 9223372036854775807 - 1) % -1 == 0",
+            "error",
+            id="int-min-mod-minus-1",
+        ),
         # optional
         pytest.param(
             "optional.of(1).hasValue() && !optional.none().hasValue()", True, id="opt-has"

@@ -312,6 +312,8 @@ def modulo(a: object, b: object) -> object:
         assert isinstance(b, int)
         if b == 0:
             raise CelEvaluationError("modulus by zero")
+        if ta is int and a == INT64_MIN and b == -1:  # cel-go: overflow, as for MIN / -1
+            raise CelEvaluationError("integer overflow")
         remainder = abs(a) % abs(b) * (1 if a >= 0 else -1)
         return remainder if ta is int else CelUint(remainder)
     raise no_overload("_%_", a, b)

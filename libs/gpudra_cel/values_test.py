@@ -58,6 +58,10 @@ def test_equal(a: object, b: object, expected: bool) -> None:
         pytest.param(subtract, MIN, 1, "overflow", id="sub-overflow"),
         pytest.param(multiply, MAX, 2, "overflow", id="mul-overflow"),
         pytest.param(divide, MIN, -1, "overflow", id="div-overflow"),
+        pytest.param(
+            modulo, MIN, -1, "overflow", id="mod-overflow"
+        ),  # cel-go: overflow, as for MIN / -1
+        pytest.param(modulo, MIN, 1, 0, id="mod-min-by-one"),
         pytest.param(subtract, CelUint(1), CelUint(2), "overflow", id="uint-underflow"),
         pytest.param(divide, 7, -2, -3, id="div-truncates"),
         pytest.param(modulo, -7, 2, -1, id="mod-sign-of-dividend"),
