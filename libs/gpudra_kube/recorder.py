@@ -17,6 +17,11 @@ Promises:
   dropped and counted, as client-go's spam filter drops it.
 - A series update that meets a 409 re-reads the Event and writes again; one whose Event is gone
   (the API server's event TTL) creates a new Event for the latest occurrence, a new series.
+- A series update that fails otherwise — refused for good (403: RBAC without `update`, a
+  namespace being terminated; 422) or for now (5xx, 429) — is logged and tried again after a
+  pause that doubles from `series_interval` up to `window`, whatever the occurrences meanwhile
+  (they are counted, not lost: the next write carries them); a write that succeeds ends the
+  pauses.
 - The remembered series are bounded (`max_series`, the oldest forgotten first) and forgotten once
   `window` has passed without an occurrence.
 - Every Event written carries `reportingController`, `reportingInstance`, `eventTime` (RFC 3339
@@ -37,7 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gpudra_kube.errors import ConflictError, KubeError, NotFoundError
+from gpudra_kube.errors import ConflictError, KubeError, KubePermanentError, NotFoundError
 from gpudra_kube.resources import EVENTS, KubeObject
 from gpudra_kube.store import Store
 
@@ -98,6 +103,8 @@ class _Series:
     note: str
     written_count: int
     written_at: float
+    failures: int = 0  # consecutive failed updates
+    retry_at: float = 0.0  # no update before this (after a failed one)
 
 
 def _identity(ref: Mapping[str, str] | None) -> tuple[str, ...]:
@@ -194,7 +201,7 @@ class EventRecorder:
             if now - series.last > self._window and series.written_count == series.count:
                 del self._series[key]
             elif series.count > series.written_count and (
-                force or now - series.written_at >= self._interval
+                force or (now - series.written_at >= self._interval and now >= series.retry_at)
             ):
                 await self._update(key, series, now)
 
@@ -205,7 +212,8 @@ class EventRecorder:
             series.last = item.at
             series.note = item.note
             self._series.move_to_end(item.key)
-            if series.written_count == 1 or item.at - series.written_at >= self._interval:
+            due = series.written_count == 1 or item.at - series.written_at >= self._interval
+            if due and item.at >= series.retry_at:
                 await self._update(item.key, series, item.at)
             return
         await self._create(item)
@@ -243,19 +251,42 @@ class EventRecorder:
                     await self._recreate(key, series)
                     return
                 except KubeError as exc:
-                    log.warning("re-reading event %s failed: %s", event["metadata"]["name"], exc)
-                    break
+                    self._pause(series, now, "re-reading", exc)
+                    return
                 continue
             except NotFoundError:
                 await self._recreate(key, series)
                 return
             except KubeError as exc:
-                log.warning("updating event %s failed: %s", event["metadata"].get("name"), exc)
-                break
+                self._pause(series, now, "updating", exc)
+                return
             series.written_count, series.written_at = series.count, now
+            series.failures, series.retry_at = 0, 0.0
             self.counts["updated"] += 1
             return
+        self._pause(series, now, "updating", None)
+
+    def _pause(self, series: _Series, now: float, doing: str, exc: KubeError | None) -> None:
+        """A failed series update: try again after a pause that doubles up to `window`."""
         self.counts["failed"] += 1
+        series.failures += 1
+        pause = min(self._window, self._interval * 2.0 ** min(series.failures - 1, 32))
+        series.retry_at = now + pause
+        name = series.event["metadata"].get("name")
+        if exc is None:
+            why = "kept meeting conflicts"
+        elif isinstance(exc, KubePermanentError):
+            why = f"was refused ({exc})"
+        else:
+            why = f"failed ({exc})"
+        log.warning(
+            "%s event %s %s; its series (%d occurrences) is written again in %.0f s at the earliest",
+            doing,
+            name,
+            why,
+            series.count,
+            pause,
+        )
 
     async def _recreate(self, key: _Key, series: _Series) -> None:
         """The series' Event is gone (the API server's event TTL): a new Event for the latest

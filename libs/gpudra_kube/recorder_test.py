@@ -237,3 +237,60 @@ async def test_long_note_is_accepted_by_the_schema(
         r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
         event["metadata"]["name"],
     )
+
+
+def updates(kube_api: FakeKubeApi) -> int:
+    return sum(1 for method, path in kube_api.requests if "/events/" in path and method == "PUT")
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        pytest.param(403, "Forbidden", id="rbac-refuses-update"),
+        pytest.param(422, "Invalid", id="update-invalid"),
+        pytest.param(503, "ServiceUnavailable", id="api-away"),
+    ],
+)
+async def test_a_refused_series_update_backs_off_and_is_written_later(
+    kube_api: FakeKubeApi, api_store: ApiStore, status: int, reason: str
+) -> None:
+    """A series update the API refuses (RBAC that grants create but not update, a namespace
+    being terminated, an overloaded server) is tried again after a growing pause, not at every
+    occurrence (a claim retried every 100 ms) nor at every flush for ever; once the API takes
+    it again, the series is written with every occurrence counted."""
+    clock = Clock()
+    rec = recorder(api_store, clock, series_interval=30.0, window=360.0)
+    failed(rec, "try 1")
+    await rec.process_pending()
+    kube_api.inject_error(
+        status, reason=reason, method="PUT", path_contains="/events/", times=10**6
+    )
+    for attempt in range(2, 102):  # 10 s of a claim retried every 100 ms
+        clock.now += 0.1
+        failed(rec, f"try {attempt}")
+        await rec.process_pending()
+    assert updates(kube_api) == 1, "one refusal, then a pause: not an update per occurrence"
+    assert rec.counts["failed"] == 1
+    # An hour of flushes every 30 s, occurrences going on: the pauses grow to the window.
+    for minute in range(120):
+        clock.now += 30
+        failed(rec, f"later {minute}")
+        await rec.process_pending()
+        await rec.flush()
+    refused = updates(kube_api)
+    assert 1 < refused <= 1 + 5 + 3600 // 360, f"{refused} refused updates in an hour"
+    # The API takes updates again: the next try (at most a window later) writes the whole series.
+    kube_api.clear_faults()
+    clock.now += 360
+    failed(rec, "back")
+    await rec.process_pending()
+    await rec.flush()
+    [event] = kube_api.objects(EVENTS)
+    assert event["series"]["count"] == 1 + 100 + 120 + 1
+    assert event["note"] == "back"
+    # Back to the normal pace: the next occurrence waits only the series interval.
+    clock.now += 30
+    failed(rec, "after")
+    await rec.process_pending()
+    [event] = kube_api.objects(EVENTS)
+    assert event["note"] == "after"
