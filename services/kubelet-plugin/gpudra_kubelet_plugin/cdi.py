@@ -11,8 +11,8 @@ driver's libraries, binaries and hooks when a base spec is configured (see `cdib
 
 Every spec is validated against `cdi_schema.json` before it is written; a write goes to a dot-file
 temp `.<spec file>.tmp` (CDI runtimes load only `*.json`/`*.yaml`), is fsynced and renamed, so a
-runtime never sees a partial spec. A crash between the two leaves the temp: `remove_temps` (called at
-start) removes exactly the temps this driver's writer names, never another driver's files.
+runtime never sees a partial spec. A crash between the two leaves the temp: `remove_temps` (called
+at start) removes exactly the temps this driver's writer names, never another driver's files.
 """
 
 from __future__ import annotations

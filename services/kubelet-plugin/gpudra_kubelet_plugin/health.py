@@ -8,6 +8,12 @@ re-sent every `refresh_seconds`, so the kubelet's health timeout only fires when
 MIG devices (and placements) on it. A device is unhealthy while any of its conditions is active
 (several may be: an XID, then ECC errors; clearing one leaves it unhealthy). Devices start healthy:
 the node-agent publishes a device only while it answers, and reports problems as events.
+
+The devices follow the node's MIG layout without a restart (`sync`, which `DeviceState` calls after
+dynamic MIG made or destroyed devices): an event naming a MIG device the plugin made, by its UUID,
+reaches the placement name its claim was allocated as; a device that appears starts with its GPU's
+conditions; a destroyed device's own conditions (reported for its UUID or its names) go with it,
+and a name that no longer exists leaves the stream.
 """
 
 from __future__ import annotations
@@ -111,17 +117,64 @@ class HealthHub:
                 conditions[key] = event.message or event.condition
             else:
                 conditions.pop(key, None)
-            status: Status = "unhealthy" if conditions else "healthy"
-            message = "; ".join(conditions[k] for k in sorted(conditions))[:MAX_MESSAGE]
-            before = self._health[name]
-            if (before.status, before.message) != (status, message):
-                self._health[name] = DeviceHealth(name, status, message, updated)
+            if self._judge(name, updated):
                 changed.append(name)
+        await self._notify(changed)
+        return changed
+
+    async def sync(self, devices: Iterable[DeviceInfo]) -> list[str]:
+        """Take the node's devices as they are now; returns the names whose entry in the list
+        changed (watchers are woken if any). See the module docstring."""
+        now = self._clock()
+        current = {d.name: d for d in devices}
+        changed = sorted(self._devices.keys() - current.keys())
+        for name in changed:
+            del self._devices[name], self._health[name], self._conditions[name]
+        for name in sorted(current):
+            info, before = current[name], self._devices.get(name)
+            if before is not None and before.uuid == info.uuid:
+                self._devices[name] = info
+                continue
+            self._devices[name] = info
+            inherited = self._parent_sources(info)
+            if before is None:
+                gpu = [n for n, d in self._devices.items() if d.kind == "gpu" and n in inherited]
+                self._conditions[name] = dict(self._conditions[gpu[0]]) if gpu else {}
+                self._health[name] = DeviceHealth(name, "healthy", "", now)
+            else:
+                own = [k for k in self._conditions[name] if k[0] not in inherited]
+                for key in own:
+                    del self._conditions[name][key]
+            if self._judge(name, now) or before is None:
+                changed.append(name)
+        await self._notify(changed)
+        return sorted(changed)
+
+    def _parent_sources(self, info: DeviceInfo) -> set[str]:
+        """How events about the GPU of MIG device `info` name it (its UUID, its name)."""
+        if not info.parent_uuid:
+            return set()
+        names = {
+            n for n, d in self._devices.items() if d.kind == "gpu" and d.uuid == info.parent_uuid
+        }
+        return names | {info.parent_uuid}
+
+    def _judge(self, name: str, updated: float) -> bool:
+        """Set the device's health from its active conditions; True if it changed."""
+        conditions = self._conditions[name]
+        status: Status = "unhealthy" if conditions else "healthy"
+        message = "; ".join(conditions[k] for k in sorted(conditions))[:MAX_MESSAGE]
+        before = self._health[name]
+        if (before.status, before.message) == (status, message):
+            return False
+        self._health[name] = DeviceHealth(name, status, message, updated)
+        return True
+
+    async def _notify(self, changed: list[str]) -> None:
         if changed:
             async with self._changed:
                 self._version += 1
                 self._changed.notify_all()
-        return changed
 
     async def watch(self) -> AsyncGenerator[list[DeviceHealth], None]:
         """The full list now, then after every change (intermediate changes may collapse), and

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 import nats
@@ -215,4 +216,38 @@ async def test_unchanged_lists_are_refreshed(current: bool, stamp: float) -> Non
     refreshed = await asyncio.wait_for(anext(watch), 10)
     assert {d.updated for d in refreshed} == {stamp}
     assert {d.status for d in refreshed} == {"healthy"}
+    await watch.aclose()
+
+
+async def test_sync_follows_mig_devices_made_and_destroyed() -> None:
+    h = hub()
+    watch = h.watch()
+    await anext(watch)
+    await h.update(HealthEvent("ECC", True, "parent ECC", device_uuid=GPU1))
+    await anext(watch)
+    devices = {d.name: d for d in node_devices()}
+    placement = devices["gpu-1-mig-3g-40gb-4"]
+    made = dataclasses.replace(placement, uuid="MIG-made", gi_cap=40, ci_cap=41, gi_id=2, ci_id=0)
+    # Made by the plugin, as a table discovered now would name it: under its placement and its
+    # GPU and compute instance ids.
+    alias = dataclasses.replace(made, name="gpu-1-mig-2-0")
+    now = [*(d for d in devices.values() if d.name != placement.name), made, alias]
+    assert await h.sync(now) == ["gpu-1-mig-2-0"]  # the placement's health did not change
+    status = {d.device: (d.status, d.message) for d in await anext(watch)}
+    assert status["gpu-1-mig-2-0"] == ("unhealthy", "parent ECC")  # its GPU's, inherited
+    assert await h.update(HealthEvent("XID", True, "own", device_uuid="MIG-made")) == [
+        "gpu-1-mig-2-0",
+        "gpu-1-mig-3g-40gb-4",
+    ]
+    await anext(watch)
+    assert await h.sync(now) == []  # nothing new: no message
+    # Destroyed: the placement is free again and keeps only its GPU's condition; the other name
+    # goes from the stream.
+    assert await h.sync(devices.values()) == ["gpu-1-mig-2-0", "gpu-1-mig-3g-40gb-4"]
+    status = {d.device: (d.status, d.message) for d in await anext(watch)}
+    assert "gpu-1-mig-2-0" not in status
+    assert status["gpu-1-mig-3g-40gb-4"] == ("unhealthy", "parent ECC")
+    assert await h.update(HealthEvent("XID", False, device_uuid="MIG-made")) == []
+    await h.update(HealthEvent("ECC", False, device_uuid=GPU1))
+    assert {d.status for d in h.snapshot()} == {"healthy"}
     await watch.aclose()

@@ -8,7 +8,8 @@ compute instance spanning the whole GPU instance (the largest compute-instance p
 the new MIG device's UUID found among the GPU's MIG handles by its GI/CI ids. A failure after the
 GPU instance exists destroys it again, so a failed create leaves no half device.
 Destroy: the MIG device with the UUID recorded at creation (its ids are looked up anew, since NVML
-reuses them after a reconfiguration), compute instance, then GPU instance; already gone is success. NVML calls block, so they run in a worker thread; callers (`DeviceState`) serialize them.
+reuses them after a reconfiguration), compute instance, then GPU instance; already gone is success.
+NVML calls block, so they run in a worker thread; callers (`DeviceState`) serialize them.
 
 Needs MIG mode on, root and NVML >= R470. Results are recorded in the `DeviceTable` that the plugin
 looks devices up in.

@@ -44,6 +44,8 @@ class KubeletPlugin:
         self.settings = settings
         self.state = state
         self.hub = hub
+        # MIG devices that dynamic MIG makes or destroys change what the health stream reports.
+        state.on_devices_changed(hub.sync)
         self.registration = RegistrationServicer(
             settings.driver_name, settings.dra_socket, SUPPORTED_VERSIONS
         )

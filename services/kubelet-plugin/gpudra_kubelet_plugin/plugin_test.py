@@ -244,3 +244,32 @@ async def test_a_socket_taken_over_by_another_instance_is_left_to_it(node: Node)
     finally:
         await first.stop()
         await second.stop()
+
+
+async def test_health_of_a_mig_device_the_plugin_made_is_reported_until_it_is_destroyed(
+    node: Node, running: Running
+) -> None:
+    plugin, kubelet = running
+    placement = "gpu-1-mig-3g-40gb-4"
+    stream = kubelet.watch_health("v1")
+    try:
+        await asyncio.wait_for(anext(stream), 5)
+        claim = make_claim("m", "uid-h", [("mig", placement)])
+        node.claims.put(claim)
+        assert (await kubelet.prepare([ref(claim)])).claims["uid-h"].error == ""
+        made = await node.table.device(placement)
+        # The node-agent reports the MIG device by its UUID, which did not exist at start.
+        changed = await plugin.hub.update(
+            HealthEvent("XID", True, "XID 94: contained ECC error", device_uuid=made.uuid)
+        )
+        assert changed == [placement]
+        health = await asyncio.wait_for(anext(stream), 5)
+        assert health[placement] == (2, "XID 94: contained ECC error")  # UNHEALTHY
+        assert {n for n, (h, _) in health.items() if h == 2} == {placement}
+        assert (await kubelet.unprepare([ref(claim)])).claims["uid-h"].error == ""
+        # The condition was the destroyed device's, not the placement's: it goes with it.
+        health = await asyncio.wait_for(anext(stream), 5)
+        assert health[placement] == (1, "")
+        assert await plugin.hub.update(HealthEvent("XID", True, device_uuid=made.uuid)) == []
+    finally:
+        await stream.aclose()

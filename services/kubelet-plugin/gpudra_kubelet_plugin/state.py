@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -66,6 +66,7 @@ from gpudra_kubelet_plugin.traces import claim_span
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+DevicesListener = Callable[[list[DeviceInfo]], Awaitable[object]]
 
 
 async def _to_the_end(work: Coroutine[Any, Any, T]) -> T:
@@ -123,6 +124,18 @@ class DeviceState:
         self._records: dict[str, ClaimRecord] = {}
         self._lock = asyncio.Lock()
         self._events = events or NoEvents()
+        self._listeners: list[DevicesListener] = []
+
+    def on_devices_changed(self, listener: DevicesListener) -> None:
+        """Call `listener` with every device of the node (`DeviceLookup.devices`) each time
+        dynamic MIG made or destroyed some (e.g. `HealthHub.sync`)."""
+        self._listeners.append(listener)
+
+    async def _devices_changed(self) -> None:
+        if self._listeners:
+            devices = await self._lookup.devices()
+            for listener in self._listeners:
+                await listener(devices)
 
     @property
     def records(self) -> Mapping[str, ClaimRecord]:
@@ -257,6 +270,8 @@ class DeviceState:
                 # Recorded at once: from here on a rollback destroys this device by its UUID.
                 created[name] = MigIdentity.of(infos[name])
                 await self._save(ref.uid, dataclasses.replace(started, created=dict(created)))
+            if planned:
+                await self._devices_changed()
             devices, cdi_devices = self._answer(allocation, infos)
             env = sharing.env([infos[n].uuid for n in shared])
             self._cdi.write(ref.uid, self._cdi.build(ref.uid, cdi_devices, env))
@@ -339,27 +354,33 @@ class DeviceState:
             # claim the next prepare rolls back and prepares afresh, never an answer it repeats.
             await self._save(uid, dataclasses.replace(record, state=PREPARE_STARTED, devices=()))
         self._cdi.remove(uid)
-        for name in record.mig_devices:
-            if self._mig_owned_elsewhere(name, uid):
-                continue
-            try:
-                info = await self._lookup.device(name)
-            except DeviceError:
-                # Not on this node any more (its GPU gone, the MIG layout changed by hand since
-                # the plugin started): nothing is left to destroy. Failing here would fail the
-                # kubelet's unprepare on every retry and keep the pod from terminating.
-                log.warning("claim %s: MIG device %s is no longer on this node", uid, name)
-                continue
-            identity = record.created.get(name)
-            if identity is not None:
-                # The device this claim created, whatever the name denotes now: after a
-                # reconfiguration its ids may belong to another device, and another plugin
-                # instance (rolling update) may have made it where our table has none.
-                info = identity.applied_to(info)
-            elif not info.exists:
-                continue
-            log.info("claim %s: destroying MIG device %s (%s)", uid, name, info.uuid)
-            await self._control.destroy_mig(info)
+        destroyed = False
+        try:
+            for name in record.mig_devices:
+                if self._mig_owned_elsewhere(name, uid):
+                    continue
+                try:
+                    info = await self._lookup.device(name)
+                except DeviceError:
+                    # Not on this node any more (its GPU gone, the MIG layout changed by hand since
+                    # the plugin started): nothing is left to destroy. Failing here would fail the
+                    # kubelet's unprepare on every retry and keep the pod from terminating.
+                    log.warning("claim %s: MIG device %s is no longer on this node", uid, name)
+                    continue
+                identity = record.created.get(name)
+                if identity is not None:
+                    # The device this claim created, whatever the name denotes now: after a
+                    # reconfiguration its ids may belong to another device, and another plugin
+                    # instance (rolling update) may have made it where our table has none.
+                    info = identity.applied_to(info)
+                elif not info.exists:
+                    continue
+                log.info("claim %s: destroying MIG device %s (%s)", uid, name, info.uuid)
+                await self._control.destroy_mig(info)
+                destroyed = True
+        finally:
+            if destroyed:  # also when a later one failed: the ones before are gone
+                await self._devices_changed()
         del self._records[uid]
         self._checkpoint.save(self._records)
 
