@@ -176,16 +176,22 @@ async def ensure_bucket(js: JetStreamContext, spec: BucketSpec, *, replicas: int
         raise StreamConfigError(f"creating bucket {spec.name}: {exc}") from exc
     except (nats.errors.Error, OSError) as exc:
         raise translate(exc, f"creating bucket {spec.name}") from exc
-    # The bucket exists with other settings (history, description, ...): a bucket is a stream
-    # named KV_<bucket>; update that stream's settings we own, keep the rest as the server has it.
+    # The bucket exists with other settings (history, replicas, ...): a bucket is a stream named
+    # KV_<bucket>; update that stream's settings we own, keep the rest as the server has it.
+    # Replicas and storage are ours too: a bucket left at one replica after the setting was
+    # raised, or kept in memory, loses its contents with one server; JetStream refuses a storage
+    # change, which surfaces as the StreamConfigError below, as it does for a stream.
     stream = f"KV_{spec.name}"
+    wanted = spec.config(replicas)
     try:
         info = await js.stream_info(stream)
         await js.update_stream(
             replace(
                 info.config,
-                description=spec.description or None,
-                max_msgs_per_subject=spec.history,
+                description=wanted.description,
+                max_msgs_per_subject=wanted.history,
+                num_replicas=wanted.replicas,
+                storage=wanted.storage,
             )
         )
         return await js.key_value(spec.name)

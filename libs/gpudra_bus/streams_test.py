@@ -1,14 +1,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
 
+import nats.errors
 import pytest
+import pytest_asyncio
 from nats.aio.client import Client
-from nats.js.api import RetentionPolicy
+from nats.js.api import KeyValueConfig, RetentionPolicy, StorageType
 
 from gpudra_bus import streams, subjects
+from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.errors import StreamConfigError
 from gpudra_bus.streams import BucketSpec, StreamSpec
+from gpudra_testing import NatsServer
 
 
 async def test_ensure_is_idempotent_and_concurrent(fresh_nc: Client) -> None:
@@ -85,3 +92,67 @@ async def test_unreconcilable_config_is_a_stream_config_error(
 async def test_bad_bucket_name_is_a_stream_config_error(fresh_nc: Client) -> None:
     with pytest.raises(StreamConfigError):
         await streams.ensure_bucket(fresh_nc.jetstream(), BucketSpec("bad name"))
+
+
+async def test_a_bucket_kept_in_memory_is_not_silently_accepted(fresh_nc: Client) -> None:
+    # Reservations and claims in a memory bucket are gone after a server restart; the spec says
+    # file storage, which JetStream cannot change on an existing stream: refuse, as for streams.
+    js = fresh_nc.jetstream()
+    await js.create_key_value(KeyValueConfig(bucket="mem", storage=StorageType.MEMORY))
+    with pytest.raises(StreamConfigError, match="mem"):
+        await streams.ensure_bucket(js, BucketSpec("mem"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def cluster() -> Iterator[list[NatsServer]]:
+    """Three JetStream servers in one cluster (what `deploy/kustomize` runs)."""
+    ports = [_free_port() for _ in range(3)]
+    routes = ",".join(f"nats://127.0.0.1:{p}" for p in ports)
+    servers: list[NatsServer] = []
+    try:
+        for i, port in enumerate(ports):
+            args = ("--server_name", f"n{i}", "--cluster_name", "gpudra")
+            args += ("--cluster", f"nats://127.0.0.1:{port}", "--routes", routes)
+            servers.append(NatsServer(extra_args=args).start())
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest_asyncio.fixture
+async def cluster_nc(cluster: list[NatsServer]) -> AsyncIterator[Client]:
+    nc = await connect(cluster[0].url, name="test", backoff=Backoff(0.01, 0.2), deadline=10)
+    try:
+        js = nc.jetstream()
+        for _ in range(300):  # JetStream answers once the cluster has elected its meta leader
+            with contextlib.suppress(nats.errors.Error):
+                await js.account_info()
+                break
+            await asyncio.sleep(0.1)
+        yield nc
+    finally:
+        await disconnect(nc, drain=False)
+
+
+async def test_replicas_of_an_existing_bucket_follow_the_setting(cluster_nc: Client) -> None:
+    # A deployment that starts with one replica (dev) and is raised to three: the streams follow,
+    # and so must the buckets, or losing one server loses every reservation.
+    js = cluster_nc.jetstream()
+    await streams.ensure_bucket(js, BucketSpec("b1"), replicas=1)
+    await streams.ensure_stream(js, StreamSpec("S1", ("s1.>",)), replicas=1)
+    kv = await streams.ensure_bucket(js, BucketSpec("b1"), replicas=3)
+    await streams.ensure_stream(js, StreamSpec("S1", ("s1.>",)), replicas=3)
+    assert (await js.stream_info("S1")).config.num_replicas == 3
+    assert (await js.stream_info("KV_b1")).config.num_replicas == 3
+    for _ in range(10):  # the scaled-up stream elects a leader before it takes writes again
+        with contextlib.suppress(nats.errors.TimeoutError):
+            await kv.put("k", b"v")
+            break
+    assert (await kv.get("k")).value == b"v"
