@@ -181,23 +181,32 @@ class AllocatedState:
             del self.capacity[device]
 
     def apply(self, results: Iterable[AllocationResult]) -> None:
-        """Record allocations as in use (what a scheduler does after it writes them)."""
+        """Record allocations as in use, as kube-scheduler gathers them from allocated claims:
+        an admin-access result is not in use at all (a shared one neither), and a share adds
+        consumed capacity only when it has some (no empty entry: Kubernetes' aggregated
+        capacity gets none, so the next share of the device checks its counters again)."""
         for result in results:
             for r in result.results:
+                if r.admin_access:
+                    continue
                 device = DeviceID(r.driver, r.pool, r.device)
                 if r.share_id is not None:
                     self.add_share(device, r.share_id)
-                    self.add_capacity(device, r.consumed_capacity or {})
-                elif not r.admin_access:
+                    if r.consumed_capacity:
+                        self.add_capacity(device, r.consumed_capacity)
+                else:
                     self.devices.add(device)
 
     def release(self, results: Iterable[AllocationResult]) -> None:
         """Undo `apply` for allocations that are no longer in use."""
         for result in results:
             for r in result.results:
+                if r.admin_access:
+                    continue
                 device = DeviceID(r.driver, r.pool, r.device)
                 if r.share_id is not None:
                     self.remove_share(device, r.share_id)
-                    self.remove_capacity(device, r.consumed_capacity or {})
-                elif not r.admin_access:
+                    if r.consumed_capacity:
+                        self.remove_capacity(device, r.consumed_capacity)
+                else:
                     self.devices.discard(device)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gpudra_alloc import solve
 from gpudra_alloc.state import AllocatedState, DeviceID, InUseDevices
 
 A0 = DeviceID("gpu", "a", "0")
@@ -109,3 +110,51 @@ def test_state_pool_version_follows_in_place_changes(op: Callable[[Any], Any]) -
         changed = any(d.pool == pool for d in START ^ plain)
         assert (state.pool_version("gpu", pool) != before[pool]) == changed, pool
     assert state.releases - releases == len(START - plain)
+
+
+def _shared_step_problem(device: dict[str, Any], first: dict[str, Any], extra: Any = ()) -> Any:
+    """Two pods one after the other, both asking for the one multi-allocatable device."""
+    pool = {"name": "p", "generation": 1, "resourceSliceCount": 1 + len(extra)}
+    slices = [
+        {"metadata": {"name": "s"}, "spec": {"driver": "d", "nodeName": "n", "pool": pool,
+                                             "devices": [device]}},
+        *({"metadata": {"name": "s-counters"}, "spec": {"driver": "d", "nodeName": "n",
+                                                        "pool": pool, "sharedCounters": extra}},)
+        * bool(extra),
+    ]  # fmt: skip
+
+    def claim(name: str, request: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"devices": {"requests": [request]}}}
+
+    second = {"name": "r", "exactly": {"deviceClassName": "c"}}
+    return {
+        "node": "n",
+        "classes": [{"metadata": {"name": "c"}, "spec": {}}],
+        "slices": slices,
+        "steps": [{"allocate": [claim("first", first)]}, {"allocate": [claim("second", second)]}],
+    }
+
+
+def test_an_admin_access_share_is_not_in_use_afterwards() -> None:
+    # Kubernetes' scheduler skips admin-access results when it gathers what is allocated, shared
+    # ones too: the admin's share takes no capacity from the next pod.
+    device = {"name": "x", "allowMultipleAllocations": True, "capacity": {"mem": {"value": "4"}}}
+    admin = {"name": "r", "exactly": {"deviceClassName": "c", "adminAccess": True}}
+    steps = solve(_shared_step_problem(device, admin), "first-fit")["steps"]
+    assert [s["outcome"] for s in steps] == ["allocated", "allocated"]
+    assert steps[0]["results"][0]["devices"]["results"][0]["consumedCapacity"] == {"mem": "4"}
+
+
+def test_a_share_without_consumed_capacity_does_not_skip_the_counters_afterwards() -> None:
+    # A share that consumed no capacity leaves no entry in Kubernetes' aggregated capacity, so
+    # the next share of the device checks the counters again, and the device's own earlier
+    # consumption (it is allocated) leaves none: the second pod does not fit.
+    device = {
+        "name": "x",
+        "allowMultipleAllocations": True,
+        "consumesCounters": [{"counterSet": "set", "counters": {"slots": {"value": "1"}}}],
+    }
+    counters = [{"name": "set", "counters": {"slots": {"value": "1"}}}]
+    first = {"name": "r", "exactly": {"deviceClassName": "c"}}
+    steps = solve(_shared_step_problem(device, first, counters), "first-fit")["steps"]
+    assert [s["outcome"] for s in steps] == ["allocated", "unschedulable"]

@@ -247,6 +247,12 @@ def _pod_totals(
     """Counters and consumable capacity with the whole pod applied."""
     after = _copy(state)
     after.apply(results)
+    for result in results:
+        for r in result.results:
+            # `apply` leaves admin access out (as the scheduler does between pods), but within
+            # one pod's search an admin-access share takes capacity like any other
+            if r.admin_access and r.share_id is not None and r.consumed_capacity:
+                after.add_capacity(DeviceID(r.driver, r.pool, r.device), r.consumed_capacity)
     problems = []
     seen: set[tuple[str, str, str]] = set()
     for result in results:
