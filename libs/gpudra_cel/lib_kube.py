@@ -8,8 +8,6 @@ quantity syntax, `asInteger()` fails when the value is fractional or beyond int6
 
 from __future__ import annotations
 
-import re
-
 from gpudra_api.errors import ApiError
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
@@ -59,29 +57,41 @@ def _sub(q: Quantity, other: Quantity | int) -> Quantity:
     return q - other
 
 
-_NORMALIZE = re.compile(r"v?([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?(.*)", re.DOTALL)
+class _ShortVersionError(ValueError):
+    pass
 
 
 def _normalize(text: str) -> str:
-    match = _NORMALIZE.fullmatch(text)
-    if match is None:
-        return text
-    major, minor, patch, rest = match.groups()
-    parts = [str(int(p)) for p in (major, minor or "0", patch or "0")]
-    return ".".join(parts) + rest
+    """Kubernetes' `normalizeAndParse` before its strict parse: drop one leading `v`, split into
+    at most three parts on `.`, strip leading zeros from each part (the third holds the
+    pre-release and build too), and fill a short version up with `.0`, which a short version
+    carrying `-` or `+` in its last part may not be. Anything else stays for the parse to
+    judge (`1-rc.2.3` keeps `1-rc` as its major)."""
+    parts = text.removeprefix("v").split(".", 2)
+    for i, part in enumerate(parts):
+        if len(part) > 1 or part > "\x7f":  # Go measures bytes: one non-ASCII character is 2+
+            part = part.lstrip("0")
+            if not part or part[0] not in "0123456789":
+                part = "0" + part
+            parts[i] = part
+    if len(parts) < 3:
+        if "+" in parts[-1] or "-" in parts[-1]:
+            raise _ShortVersionError("short version cannot contain PreRelease/Build meta data")
+        parts += ["0"] * (3 - len(parts))
+    return ".".join(parts)
 
 
 def _semver(text: str, normalize: bool = False) -> Semver:
     try:
         return Semver.parse(_normalize(text) if normalize else text)
-    except ApiError as exc:
+    except (ApiError, _ShortVersionError) as exc:
         raise CelEvaluationError(f"semver: {exc}") from exc
 
 
 def _is_semver(text: str, normalize: bool = False) -> bool:
     try:
         Semver.parse(_normalize(text) if normalize else text)
-    except ApiError:
+    except (ApiError, _ShortVersionError):
         return False
     return True
 

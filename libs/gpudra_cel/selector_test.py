@@ -99,6 +99,19 @@ C = 'device.capacity["gpu.nvidia.com"]'
             True,
             id="is-semver",
         ),
+        # Kubernetes' normalizeAndParse: "v" and leading zeros go, missing parts become 0, but a
+        # short version may not carry a pre-release or build (nor one in its major or minor)
+        pytest.param(
+            'semver("v01.02.003-rc.1+b", true) == semver("1.2.3-rc.1")', True, id="sv-norm-full"
+        ),
+        pytest.param('semver("1.0.0-01", true) == semver("1.0.0")', "error", id="sv-norm-pre-0"),
+        pytest.param('semver("1.2.03-alpha", true).patch() == 3', True, id="sv-norm-patch-pre"),
+        pytest.param('isSemver("1-alpha", true)', False, id="sv-norm-short-pre"),
+        pytest.param('isSemver("1.2-beta", true)', False, id="sv-norm-short-minor-pre"),
+        pytest.param('isSemver("1.2+build", true)', False, id="sv-norm-short-build"),
+        pytest.param('isSemver("1-rc.2.3", true)', False, id="sv-norm-pre-in-major"),
+        pytest.param('isSemver("1.0-rc.3", true)', False, id="sv-norm-pre-in-minor"),
+        pytest.param('semver("1.2-beta", true) == semver("1.2.0-beta")', "error", id="sv-norm-err"),
         # list attributes
         pytest.param(f'{D}.cliques.includes("c1.1")', True, id="includes-list"),
         pytest.param(f"{D}.numaNodes.includes(2)", False, id="includes-missing"),
