@@ -1,5 +1,6 @@
-"""The worker's retry pass over the claims it holds (`Worker._retry_waiting`), against a real
-nats-server: one held claim whose retry fails must not stop the pass, nor the replica's loop."""
+"""The claims a worker holds for retry, against a real nats-server: one held claim whose retry
+fails must not stop the pass (`Worker._retry_waiting`), nor the replica's loop; what a waiting
+unit was told is kept only while a member of it is held."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from nats.js.kv import KeyValue
 
 from gpudra_allocator.conftest import gpu_slice
 from gpudra_allocator.engine import Engine, load_classes
-from gpudra_allocator.fence_test import Delivered, gang_event
+from gpudra_allocator.fence_test import Delivered, deleted, gang_event
 from gpudra_allocator.gang_steps_test import Slices
 from gpudra_allocator.gangs import members_key
 from gpudra_allocator.reservations import Reservations
@@ -55,3 +56,32 @@ async def test_a_retry_that_fails_leaves_the_other_held_claims_retried(
     record = await worker._res.record("uid-z")
     assert record is not None
     assert record.node == "node-a"
+
+
+async def test_a_gang_run_again_is_told_why_it_waits(worker: Worker) -> None:
+    """Gang default/g (three 2-GPU members, one 4-GPU node) cannot be placed and every member is
+    told why; its claims are deleted; the job runs again under the same gang name, with new
+    claims that cannot be placed for the same reason: each new member is told too."""
+    worker._index = cast(Any, Slices({"node-a": gpu_slice("node-a")}))
+    seq = 10
+    for run in ("a", "b"):
+        names = [f"{m}-{run}" for m in ("x", "y", "z")]
+        for name in names[:2]:
+            seq += 1
+            await worker._pending(cast(Msg, Delivered(seq, subject=name)), member(name))
+        told = worker.unschedulable
+        seq += 1
+        await worker._pending(cast(Msg, Delivered(seq, subject=names[2])), member(names[2]))
+        assert worker.unschedulable == told + 3, f"run {run}: every member learns why it waits"
+        assert sorted(worker.waiting) == sorted(f"uid-{n}" for n in names)
+        for name in names:
+            seq += 1
+            await worker._deleted(cast(Msg, Delivered(seq, subject=name)), deleted(name))
+        assert not worker.waiting
+        assert await worker._gangs.members("default/g") is None
+
+
+def member(name: str) -> Any:
+    ev = gang_event(name)
+    ev.gang_size = 3
+    return ev

@@ -516,11 +516,24 @@ class Worker(GangSteps):
         held = self._waiting.pop(uid, None)
         if held is not None:
             self._held_version += 1
+            self._forget_unit_reason(held)
         if held is not None and self._engine.reserving:
             self._queue_version += 1
         if held is not None and held.msg is not msg:
             await quietly(held.msg.ack())
         await quietly(msg.ack())
+
+    def _forget_unit_reason(self, finished: Waiting) -> None:
+        """What this replica told a unit (`_gang_reasons`) is kept while it holds a member of it.
+
+        Kept longer, it would grow by every unit ever told anything (one decided by another
+        replica, one whose claims were deleted), and a unit of the same name later (a job run
+        again) would never be told a reason it had been told before."""
+        unit = unit_of(finished.event)
+        if unit not in self._gang_reasons:
+            return
+        if not any(unit_of(w.event) == unit for w in self._waiting.values()):
+            del self._gang_reasons[unit]
 
     async def _retry_waiting(self) -> None:
         if not self._waiting:
