@@ -4,7 +4,8 @@ Precedence: `--field-name` > `<PREFIX>FIELD_NAME` (e.g. `GPUDRA_ALLOCATOR_NATS_U
 variable every gpudra service shares for that field, if any (`SHARED_ENV`: what the deploy
 ConfigMap and the downward API set, e.g. `GPUDRA_NATS_URL`, `NODE_NAME`, `OTEL_TRACES_EXPORTER`)
 > the field's default. Values are converted by the default's type (str, int, float, bool, Path); a
-malformed value is a `SettingsError` naming the flag or variable, never a traceback. `--help`
+malformed value is a `SettingsError` naming the flag or variable, never a traceback. A float must
+be finite (NaN would pass every range check) and a path non-empty (an empty one is "."). `--help`
 shows each field's help text, unit, variables and default.
 
 `CommonSettings` holds the fields every service has (NATS connection, probes, tracing, logging)
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import field
@@ -163,8 +165,16 @@ def convert(default: Any, raw: str, source: str) -> Any:
         if isinstance(default, int):
             return int(raw)
         if isinstance(default, float):
-            return float(raw)
+            value = float(raw)
+            # NaN compares false with every bound, so it would pass each range check a service's
+            # `validate` makes; no setting means "infinitely long" either.
+            if not math.isfinite(value):
+                raise ValueError("expected a finite number")
+            return value
         if isinstance(default, Path):
+            # Path("") is Path("."): the working directory, never what an empty value meant.
+            if not raw.strip():
+                raise ValueError("expected a path")
             return Path(raw)
         return raw
     except ValueError as exc:

@@ -60,6 +60,14 @@ def test_precedence_and_types(
     [
         pytest.param(["--retries", "many"], {}, "--retries: invalid value 'many'", id="bad-flag"),
         pytest.param([], {"GPUDRA_DEMO_DRY_RUN": "perhaps"}, "GPUDRA_DEMO_DRY_RUN", id="bad-env"),
+        # NaN compares false with everything, so it would slip past every `<= 0` check a service's
+        # `validate` makes; infinity is no duration either.
+        pytest.param([], {"GPUDRA_DEMO_INTERVAL": "nan"}, "GPUDRA_DEMO_INTERVAL", id="nan"),
+        pytest.param(["--interval", "inf"], {}, "--interval: invalid value 'inf'", id="inf"),
+        pytest.param(["--interval=-Infinity"], {}, "--interval", id="minus-inf"),
+        # An empty variable (`value: ""` in a manifest) is Path("."): the working directory.
+        pytest.param([], {"GPUDRA_DEMO_STATE_DIR": ""}, "GPUDRA_DEMO_STATE_DIR", id="empty-path"),
+        pytest.param(["--state-dir", " "], {}, "--state-dir", id="blank-path"),
     ],
 )
 def test_bad_values_name_their_source(argv: list[str], env: dict[str, str], message: str) -> None:
