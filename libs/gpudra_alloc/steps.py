@@ -5,7 +5,8 @@ problem's policy (`dispatch.py`); what is allocated is applied before the next s
 frees the named claims. Release semantics follow Kubernetes' claim deletion: deleting a claim
 that was never allocated (its step answered `unschedulable`: the pod gave up while pending) frees
 nothing and succeeds, so it answers `released`; a name no earlier allocate or gang step carried,
-or one already released, is an `error` and nothing of that step is released.
+or one already released, is an `error` and nothing of that step is released. An allocate or
+gang step that names a claim still held, or one claim twice, is an `error` too.
 """
 
 from __future__ import annotations
@@ -53,9 +54,15 @@ class StepRunner:
         return self._record(self.dispatch.pod(claims), claims)
 
     def _again(self, claims: list[ResourceClaim]) -> dict[str, Any] | None:
-        again = [c.key for c in claims if c.key in self.held]
+        keys = [c.key for c in claims]
+        again = [key for key in keys if key in self.held]
         if again:
             return {"outcome": "error", "error": f"already allocated: {', '.join(again)}"}
+        # One claim has one allocation; two under one name would leave one in use for good
+        # once the name is released (`held` keeps one per name).
+        twice = sorted({key for key in keys if keys.count(key) > 1})
+        if twice:
+            return {"outcome": "error", "error": f"a claim appears twice: {', '.join(twice)}"}
         return None
 
     def _record(self, answer: dict[str, Any], claims: list[ResourceClaim]) -> dict[str, Any]:

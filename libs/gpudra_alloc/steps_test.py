@@ -107,3 +107,20 @@ def test_step_times_change_no_answer() -> None:
     steps = [{"allocate": [_claim("a")]}, {"release": ["ml/a"]}]
     for policy in ("first-fit", "topology"):
         assert solve(_steps(steps, stepTimes=[0, 2.5]), policy) == solve(_steps(steps), policy)
+
+
+@pytest.mark.parametrize(
+    "twice",
+    [
+        pytest.param({"allocate": [_claim("a"), _claim("a")]}, id="allocate"),
+        pytest.param({"gang": {"name": "g", "pods": [[_claim("a")], [_claim("a")]]}}, id="gang"),
+    ],
+)
+def test_a_claim_named_twice_in_one_step_is_an_error_and_holds_nothing(twice: Any) -> None:
+    # One claim has one allocation: the second would be "already allocated", and holding two
+    # under one name left one of them in use for good once the name was released.
+    steps = [twice, {"release": ["ml/a"]}, {"allocate": [_claim("b", 2)]}]
+    for policy in ("first-fit", "topology"):
+        answer = solve(_steps(steps, slices=[_slice("n1", 2)]), policy)["steps"]
+        assert [a["outcome"] for a in answer] == ["error", "error", "allocated"]
+        assert "a claim appears twice" in answer[0]["error"]
