@@ -176,7 +176,8 @@ def _value(opt: CelOptional) -> object:
 
 
 def _is_sorted(items: tuple[object, ...]) -> bool:
-    return all(compare(a, b, "isSorted") <= 0 for a, b in itertools.pairwise(items))
+    # Kubernetes stops only at a comparison that answers "greater"; NaN's refusal passes
+    return all(compare(a, b, "isSorted") != 1 for a, b in itertools.pairwise(items))
 
 
 def _sum(items: tuple[object, ...]) -> object:

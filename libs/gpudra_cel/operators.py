@@ -3,7 +3,8 @@ generated code, see `codegen`).
 
 A compiled node is `Fn`: a callable taking the activation list (`act[0]` is the device, the
 other slots hold macro and `cel.bind` variables) and returning a value or raising
-`CelEvaluationError`. A non-bool operand of `!` or a non-bool `?:` condition is an error.
+`CelEvaluationError`. A non-bool operand of `!` or a non-bool `?:` condition is an error, and so
+is ordering NaN (`<` and friends), as in cel-go.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 
+from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.values import (
     add,
     compare,
@@ -55,7 +57,10 @@ def ternary(cond: Fn, yes: Fn, no: Fn) -> Fn:
 
 def _ordering(op: str, test: Callable[[int], bool]) -> Callable[[object, object], object]:
     def rel(a: object, b: object) -> object:
-        return test(compare(a, b, op))
+        order = compare(a, b, op)
+        if order == 2:  # cel-go's Compare refuses NaN rather than answering false
+            raise CelEvaluationError("NaN values cannot be ordered")
+        return test(order)
 
     return rel
 

@@ -177,6 +177,15 @@ C = 'device.capacity["gpu.nvidia.com"]'
             "error",
             id="int-min-mod-minus-1",
         ),
+        # NaN: cel-go's Compare refuses it, so an ordering operator is an error, while the list
+        # library's isSorted / min / max pass over a failed comparison
+        pytest.param('double("NaN") < 1.0', "error", id="nan-less"),
+        pytest.param('!(1 >= double("NaN"))', "error", id="nan-int-ordering"),
+        pytest.param('dyn(2u) > double("NaN")', "error", id="nan-uint-ordering"),
+        pytest.param('double("NaN") == double("NaN")', False, id="nan-equal"),
+        pytest.param('[2.0, double("NaN"), 1.0].isSorted()', True, id="nan-is-sorted"),
+        pytest.param('[1.0, double("NaN")].min() == 1.0', True, id="nan-min"),
+        pytest.param('string([double("NaN"), 1.0].max()) == "NaN"', True, id="nan-max-first"),
         # optional
         pytest.param(
             "optional.of(1).hasValue() && !optional.none().hasValue()", True, id="opt-has"
