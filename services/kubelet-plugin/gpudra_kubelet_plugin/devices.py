@@ -42,6 +42,9 @@ class DeviceInfo:
     profile_id: int | None = None  # NVML's GPU instance profile id (dynamic MIG needs it)
     gi_id: int | None = None  # GPU and compute instance ids of an existing MIG device
     ci_id: int | None = None
+    # Named by its instance ids (`gpu-<i>-mig-<gi>-<ci>`), not a placement: NVML may give the ids
+    # to another device once this one is gone, so the name goes with it (never made anew).
+    by_ids: bool = False
 
     @property
     def exists(self) -> bool:
@@ -75,6 +78,13 @@ class DeviceControl(Protocol):
 
     async def create_mig(self, placement: DeviceInfo) -> DeviceInfo:
         """Create the MIG device for `placement`; returns it with UUID and capability minors."""
+        ...
+
+    async def refresh(self, device: DeviceInfo) -> DeviceInfo:
+        """`device` (an existing MIG device, as looked up) as it is now: unchanged while a device
+        has its UUID; once none has, what its name denotes now (a free placement), or
+        `DeviceError` when the name is gone with it (`by_ids`). A table that changes only through
+        this control is never stale; one that other processes' changes bypass can be."""
         ...
 
     async def destroy_mig(self, device: DeviceInfo) -> None:
@@ -136,12 +146,15 @@ class DeviceTable:
         for other, info in list(self._devices.items()):
             if info.kind != "mig" or not uuid or info.uuid != uuid:
                 continue
-            if other == name:
+            if other == name and not info.by_ids:
                 self._devices[other] = dataclasses.replace(
                     info, uuid="", gi_cap=None, ci_cap=None, gi_id=None, ci_id=None
                 )
             else:
                 del self._devices[other]
+
+    async def refresh(self, device: DeviceInfo) -> DeviceInfo:
+        return await self.device(device.name)  # the simulated GPUs change only through the table
 
     async def create_mig(self, placement: DeviceInfo) -> DeviceInfo:
         async with self._lock:

@@ -3,7 +3,8 @@
 Names (gpudra_slices): whole GPU `gpu-<i>`; existing MIG device `gpu-<i>-mig-<gi>-<ci>`; free
 placement for dynamic MIG `gpu-<i>-mig-<profile>-<start>` (profile with `.`/`+` as `-`). An
 allocation made while a placement was free keeps naming the placement after the plugin created it,
-so every existing MIG device is also reachable under its placement name.
+so every existing MIG device is also reachable under its placement name. The first name is
+`by_ids`: once its device is gone the name is gone too, while a placement name is free again.
 
 MIG devices carry their access-capability minors (`migminors`).
 
@@ -70,6 +71,7 @@ def devices_from_inventory(devices: Iterable[pb.Device], minors: MigMinors) -> l
                         profile_id=d.placement.profile_id,
                         gi_id=gi,
                         ci_id=ci,
+                        by_ids=name == d.name,
                     ),
                 )
     return [out[name] for name in sorted(out)]

@@ -96,3 +96,14 @@ async def test_simulator_devices_named_like_the_slices() -> None:
 def test_bad_sources(source: str, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         open_devices(source)
+
+
+async def test_a_destroyed_device_is_gone_under_its_ids_and_free_under_its_placement() -> None:
+    devices = open_devices("simulator:a100-mig")
+    by_ids = await devices.lookup.device("gpu-0-mig-1-0")
+    placement = await devices.lookup.device("gpu-0-mig-3g-40gb-0")
+    assert (by_ids.by_ids, placement.by_ids) == (True, False)
+    await devices.control.destroy_mig(placement)
+    with pytest.raises(DeviceError, match="no device 'gpu-0-mig-1-0'"):
+        await devices.lookup.device("gpu-0-mig-1-0")  # NVML may give its ids to another device
+    assert not (await devices.lookup.device("gpu-0-mig-3g-40gb-0")).exists

@@ -52,6 +52,17 @@ class NvmlMigControl:
         self._table.replace(created)
         return created
 
+    async def refresh(self, device: DeviceInfo) -> DeviceInfo:
+        if device.kind != "mig" or not device.exists:
+            return device
+        if await asyncio.to_thread(self._locate, device) is not None:
+            return device
+        # Destroyed behind this instance's back (the other pod of a rolling update, or by hand):
+        # its ids may be another device's now, so a spec must not be built from them.
+        log.warning("MIG device %s (%s) is gone; forgetting it", device.name, device.uuid)
+        self._table.forget(device.name, device.uuid)
+        return await self._table.device(device.name)
+
     async def destroy_mig(self, device: DeviceInfo) -> None:
         target = device if device.uuid else await self._table.device(device.name)
         if not target.exists:

@@ -17,7 +17,7 @@ import pytest
 
 from gpudra_kubelet_plugin.conftest import GPU1, Node, make_claim, node_devices
 from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable
-from gpudra_kubelet_plugin.errors import DeviceControlError
+from gpudra_kubelet_plugin.errors import DeviceControlError, DeviceError
 from gpudra_kubelet_plugin.migminors import MigMinors
 from gpudra_kubelet_plugin.nvmlmig import NvmlMigControl
 from gpudra_kubelet_plugin.state import ClaimRef
@@ -332,3 +332,59 @@ async def test_a_device_made_by_the_old_plugin_instance_is_destroyed_by_the_new_
     await new.unprepare(ref)
     assert lib.gis == {}
     assert new.records == {}
+
+
+async def test_a_spec_never_names_a_device_the_table_only_remembers(node: Node) -> None:
+    lib = FreshUuidLib(GPU1)
+    old = nvml_state(node, lib)
+    old_table = node.table
+    await old.start()
+    node.claims.put(make_claim("a", "uid-a", [("mig", "gpu-1-mig-3g-40gb-4")]))
+    await old.prepare(ClaimRef("uid-a", "default", "a"))
+    remembered = await old_table.device("gpu-1-mig-3g-40gb-4")
+    # The new plugin pod unprepares the claim, then makes a 4g.40gb for another claim, which
+    # NVML gives the ids the 3g.40gb had. The old pod's table still has the 3g.40gb.
+    new = nvml_state(node, lib)
+    await new.start()
+    await new.unprepare(ClaimRef("uid-a", "default", "a"))
+    node.claims.put(make_claim("b", "uid-b", [("mig", "gpu-1-mig-4g-40gb-0")]))
+    await new.prepare(ClaimRef("uid-b", "default", "b"))
+    assert (lib.gis[1].id, lib.gis[1].profile) == (1, 5)
+    assert (await old_table.device("gpu-1-mig-3g-40gb-4")) == remembered
+    # The allocator gives the free 3g.40gb placement to a third claim; the old pod prepares it.
+    node.claims.put(make_claim("d", "uid-d", [("mig", "gpu-1-mig-3g-40gb-4")]))
+    await old.prepare(ClaimRef("uid-d", "default", "d"))
+    spec: dict[str, Any] = json.loads(node.cdi.spec_path("uid-d").read_text())
+    (visible,) = (e for e in spec["containerEdits"]["env"] if e.startswith("NVIDIA_VISIBLE"))
+    caps = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]][1:]
+    existing = {lib.nvmlDeviceGetUUID((gi.id, 0)): gi for gi in lib.gis.values()}
+    made = existing.get(visible.removeprefix("NVIDIA_VISIBLE_DEVICES="))
+    assert made is not None, f"{visible}: no such device (the spec names a remembered one)"
+    assert (made.profile, made.start) == (9, 4)  # a 3g.40gb, made anew at its placement
+    assert caps == [
+        f"/dev/nvidia-caps/nvidia-cap{MigMinors().minor(1, made.id)}",
+        f"/dev/nvidia-caps/nvidia-cap{MigMinors().minor(1, made.id, 0)}",
+    ]
+    await old.unprepare(ClaimRef("uid-d", "default", "d"))
+    assert [gi.profile for gi in lib.gis.values()] == [5]  # the other claim's device stays
+
+
+async def test_a_gone_device_named_by_its_ids_fails_its_claim_not_its_spec(node: Node) -> None:
+    lib = FreshUuidLib(GPU1)
+    first = lib.make(19, 0)  # an operator's 1g.10gb, there when the plugin started
+    state = nvml_state(node, lib)
+    uuid = lib.nvmlDeviceGetUUID((first.id, 0))
+    static = await node.table.device("gpu-1-mig-1-0")
+    node.table._devices[static.name] = dataclasses.replace(
+        static, uuid=uuid, gi_id=first.id, ci_id=0, by_ids=True
+    )
+    await state.start()
+    # Reconfigured by hand: a 2g.20gb takes the GPU instance id of the 1g.10gb.
+    del first.cis[0]
+    lib.nvmlGpuInstanceDestroy(first)
+    assert lib.make(14, 0).id == first.id
+    node.claims.put(make_claim("s", "uid-s", [("mig", "gpu-1-mig-1-0")]))
+    with pytest.raises(DeviceError, match="no device 'gpu-1-mig-1-0'"):
+        await state.prepare(ClaimRef("uid-s", "default", "s"))
+    assert not node.cdi.spec_path("uid-s").exists()
+    assert state.records == {}

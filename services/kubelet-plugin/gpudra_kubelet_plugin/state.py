@@ -254,7 +254,9 @@ class DeviceState:
                 f"claim {ref.namespace}/{ref.name} has no devices of driver {self.driver} "
                 f"on node {self.node}"
             )
-        infos = {r.device: await self._lookup.device(r.device) for r in allocation.results}
+        infos = await self._current(
+            {r.device: await self._lookup.device(r.device) for r in allocation.results}
+        )
         sharing, shared = self._sharing(allocation, infos)
         planned = tuple(n for n, info in infos.items() if info.kind == "mig" and not info.exists)
         owned = planned + tuple(
@@ -288,6 +290,24 @@ class DeviceState:
         )
         await self._save(ref.uid, completed)
         return devices
+
+    async def _current(self, infos: Mapping[str, DeviceInfo]) -> dict[str, DeviceInfo]:
+        """`infos` with every existing MIG device checked against the node: a table that another
+        plugin instance's (or an operator's) changes bypassed must not put a device's old UUID
+        and its reused instance ids, now another device's, into a spec."""
+        current, changed = dict(infos), False
+        try:
+            for name, info in infos.items():
+                if info.kind == "mig" and info.exists:
+                    current[name] = await self._control.refresh(info)
+                    changed = changed or current[name] != info
+        except DeviceError:
+            changed = True
+            raise
+        finally:
+            if changed:
+                await self._devices_changed()
+        return current
 
     def _answer(
         self, allocation: Allocation, infos: Mapping[str, DeviceInfo]
