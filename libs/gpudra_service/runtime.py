@@ -1,10 +1,10 @@
 """The service skeleton the control-plane services and the node-agent run: one `main` for all.
 
 Promises: settings are loaded first (a `SettingsError` prints one line and exits 2 before anything
-starts); logging and tracing are set up from the common settings; SIGTERM and SIGINT set the stop
-`Event` that `serve` watches (no `run_forever`); a `SettingsError` raised while starting exits 2,
-one of the service's `fatal` errors exits 1 with one log line, a clean stop exits 0; tracing is
-flushed on every way out.
+starts); logging and tracing are set up from the common settings (a trace file that cannot be
+opened exits 2 too); SIGTERM and SIGINT set the stop `Event` that `serve` watches (no
+`run_forever`); a `SettingsError` raised while starting exits 2, one of the service's `fatal`
+errors exits 1 with one log line, a clean stop exits 0; tracing is flushed on every way out.
 """
 
 from __future__ import annotations
@@ -82,9 +82,13 @@ async def run_service(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    shutdown_tracing = setup_tracing(
-        f"gpudra-{name}", settings.trace_exporter, settings.trace_endpoint, settings.trace_file
-    )
+    try:
+        shutdown_tracing = setup_tracing(
+            f"gpudra-{name}", settings.trace_exporter, settings.trace_endpoint, settings.trace_file
+        )
+    except SettingsError as exc:  # e.g. a trace file in a directory that does not exist
+        log.error("%s stopped: %s", name, exc)
+        return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -5,6 +5,7 @@ import dataclasses
 import os
 import signal
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,17 @@ async def _raise(exc: Exception) -> None:
 )
 async def test_exit_codes(argv: list[str], serve: object, code: int) -> None:
     assert await run_service("t", _load, serve, argv, fatal=(Boom,)) == code  # type: ignore[arg-type]
+
+
+async def test_a_trace_file_that_cannot_be_opened_is_a_settings_error(tmp_path: Path) -> None:
+    served: list[CommonSettings] = []
+
+    async def serve(settings: CommonSettings, stop: asyncio.Event) -> None:
+        served.append(settings)
+
+    argv = ["--trace-exporter", "console", "--trace-file", str(tmp_path / "no-dir" / "spans.jsonl")]
+    assert await run_service("t", _load, serve, argv) == 2
+    assert served == []
 
 
 async def test_other_errors_propagate() -> None:

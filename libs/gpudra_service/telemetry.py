@@ -4,7 +4,7 @@
 writes each finished span as one JSON line (to `file`, or stdout) as it ends, so a process killed
 later has lost none of them — the cross-service tests read these lines; `otlp` sends OTLP/HTTP to
 `endpoint` (or wherever the standard `OTEL_EXPORTER_OTLP_*` variables say). The returned callable
-flushes and shuts the provider down.
+flushes and shuts the provider down. A console `file` that cannot be opened is a `SettingsError`.
 """
 
 from __future__ import annotations
@@ -92,7 +92,10 @@ def setup_tracing(
     out: IO[str] | None = None
     span_exporter: SpanExporter
     if exporter == "console":
-        out = open(file, "a", encoding="utf-8") if file else None  # noqa: SIM115 - closed below
+        try:
+            out = open(file, "a", encoding="utf-8") if file else None  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise SettingsError(f"trace file {file!r} cannot be opened: {exc}") from exc
         span_exporter = (
             ConsoleSpanExporter(out=out, formatter=_one_line)
             if out is not None
