@@ -4,14 +4,14 @@ Objects stay raw JSON: every call uses `_preload_content=False` and parses the r
 itself, so no typed model can drop a field the client library does not know yet (DRA's v1 API
 still grows). HTTP failures become `gpudra_kube` errors by status code (see `translate_status`):
 409 Conflict → `ConflictError` (retryable), 409 AlreadyExists → `AlreadyExistsError`, 410 →
-`GoneError`, 5xx/429/I-O → `UnavailableError`.
+`GoneError`, 5xx/429/I-O → `UnavailableError` (with the server's `Retry-After`, if any).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -43,8 +43,24 @@ from gpudra_kube.store import EventType, ObjectList, WatchEvent
 log = logging.getLogger(__name__)
 
 
-def translate_status(status: int, body: Any, what: str) -> KubeError:
-    """The error for an HTTP error response (`body`: the parsed `Status` object, if any)."""
+def retry_after_of(headers: Mapping[str, str] | None, body: Any) -> float | None:
+    """The seconds a throttling answer asks to wait: its `Retry-After` header (seconds; the API
+    server never sends the HTTP-date form), else the Status's `details.retryAfterSeconds`."""
+    text = (headers or {}).get("Retry-After", "")
+    try:
+        seconds = float(text)
+    except ValueError:
+        details = body.get("details") if isinstance(body, dict) else None
+        seconds = details.get("retryAfterSeconds", 0) if isinstance(details, dict) else 0
+        seconds = float(seconds) if isinstance(seconds, int | float) else 0.0
+    return seconds if 0 < seconds < float("inf") else None
+
+
+def translate_status(
+    status: int, body: Any, what: str, headers: Mapping[str, str] | None = None
+) -> KubeError:
+    """The error for an HTTP error response (`body`: the parsed `Status` object, if any;
+    `headers`: the response's, for `Retry-After`)."""
     reason = body.get("reason", "") if isinstance(body, dict) else ""
     message = body.get("message", "") if isinstance(body, dict) else str(body)[:200]
     detail = f"{what}: HTTP {status} {reason}: {message}".rstrip(": ")
@@ -60,7 +76,7 @@ def translate_status(status: int, body: Any, what: str) -> KubeError:
         return InvalidObjectError(detail, status=status)
     if status in (401, 403):
         return ForbiddenError(detail, status=status)
-    return UnavailableError(detail, status=status)
+    return UnavailableError(detail, status=status, retry_after=retry_after_of(headers, body))
 
 
 async def load_api_client(
@@ -136,11 +152,11 @@ class ApiStore:
             )
             try:
                 raw = await resp.read()
-                status = resp.status
+                status, headers = resp.status, resp.headers
             finally:
                 resp.release()
         except k8s.ApiException as exc:
-            raise translate_status(exc.status or 0, exc.body, what) from exc
+            raise translate_status(exc.status or 0, exc.body, what, exc.headers) from exc
         except (ApiValueError, ApiTypeError) as exc:  # the client refused the arguments
             raise InvalidObjectError(f"{what}: {exc}") from exc
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -152,7 +168,7 @@ class ApiStore:
                 raise UnavailableError(f"{what}: response is not JSON") from exc
             body = raw.decode(errors="replace")
         if not 200 <= status <= 299:
-            raise translate_status(status, body, what)
+            raise translate_status(status, body, what, headers)
         if not isinstance(body, dict):
             raise UnavailableError(f"{what}: response is not a JSON object")
         return body
@@ -211,7 +227,7 @@ class ApiStore:
                 **kwargs,
             )
         except k8s.ApiException as exc:
-            raise translate_status(exc.status or 0, exc.body, what) from exc
+            raise translate_status(exc.status or 0, exc.body, what, exc.headers) from exc
         except (ApiValueError, ApiTypeError) as exc:
             raise InvalidObjectError(f"{what}: {exc}") from exc
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -223,7 +239,7 @@ class ApiStore:
                     body: Any = json.loads(raw)
                 except ValueError:
                     body = raw.decode(errors="replace")
-                raise translate_status(resp.status, body, what)
+                raise translate_status(resp.status, body, what, resp.headers)
             while True:
                 try:
                     line = await resp.content.readline()

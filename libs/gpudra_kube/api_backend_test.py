@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpudra_kube.api_backend import ApiStore
+from gpudra_kube.api_backend import ApiStore, retry_after_of
 from gpudra_kube.errors import (
     AlreadyExistsError,
     ConflictError,
@@ -127,6 +127,48 @@ async def test_http_errors_are_typed(
     with pytest.raises(error) as info:
         await store.get(RESOURCE_CLAIMS, "c1", "default")
     assert info.value.status == status
+
+
+@pytest.mark.parametrize(
+    ("op", "retry_after"),
+    [
+        pytest.param("get", 2, id="get"),
+        pytest.param("list", 7, id="list"),
+        pytest.param("watch", 3, id="watch"),
+        pytest.param("get", None, id="none-asked"),
+    ],
+)
+async def test_a_throttled_request_says_how_long_the_server_asked_to_wait(
+    store: ApiStore, kube_api: FakeKubeApi, op: str, retry_after: int | None
+) -> None:
+    async def call() -> None:
+        if op == "get":
+            await store.get(RESOURCE_CLAIMS, "c1", "default")
+        elif op == "list":
+            await store.list(RESOURCE_CLAIMS)
+        else:
+            async for _ in store.watch(RESOURCE_CLAIMS, resource_version="1", timeout=5):
+                pass
+
+    kube_api.inject_error(429, reason="TooManyRequests", method="GET", retry_after=retry_after)
+    with pytest.raises(UnavailableError) as info:
+        await call()
+    assert info.value.retry_after == retry_after
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "seconds"),
+    [
+        pytest.param({"Retry-After": "5"}, {}, 5.0, id="header"),
+        pytest.param({}, {"details": {"retryAfterSeconds": 4}}, 4.0, id="status-detail"),
+        pytest.param({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, {}, None, id="http-date"),
+        pytest.param({"Retry-After": "0"}, {}, None, id="zero"),
+        pytest.param({"Retry-After": "inf"}, {}, None, id="infinite"),
+        pytest.param(None, "not json", None, id="nothing"),
+    ],
+)  # fmt: skip
+def test_retry_after_of(headers: dict[str, str] | None, body: Any, seconds: float | None) -> None:
+    assert retry_after_of(headers, body) == seconds
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,14 @@ class GoneError(KubeRetryableError):
 
 
 class UnavailableError(KubeRetryableError):
-    """The backend is unreachable, overloaded or failed internally (5xx, 429, I/O errors)."""
+    """The backend is unreachable, overloaded or failed internally (5xx, 429, I/O errors).
+
+    `retry_after`: the seconds the server asked to wait before trying again (its `Retry-After`
+    on a 429 or 503), None when it said nothing; waiting less only earns another refusal."""
+
+    def __init__(self, message: str, *, status: int = 0, retry_after: float | None = None) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
 
 
 class AlreadyAllocatedError(KubePermanentError):

@@ -12,8 +12,9 @@
   whether a relist happened;
 - a DELETED event whose object has no UID (a KV tombstone written by plain tools carries only
   the key) is yielded with the last known object instead, so consumers keyed by UID can place it;
-- retryable errors are retried forever with backoff; permanent ones (forbidden, bad resource) end
-  the iteration with the error.
+- retryable errors are retried forever with backoff, waiting at least as long as a throttling
+  server asks (`Retry-After`, up to `RETRY_AFTER_MAX`); permanent ones (forbidden, bad
+  resource) end the iteration with the error.
 BOOKMARK events are consumed here, never yielded.
 """
 
@@ -25,11 +26,13 @@ import logging
 import random
 from collections.abc import AsyncIterator
 
-from gpudra_kube.errors import GoneError, KubeRetryableError
+from gpudra_kube.errors import GoneError, KubeRetryableError, UnavailableError
 from gpudra_kube.resources import KubeObject, Resource, key_of, resource_version_of
 from gpudra_kube.store import EventType, Store, WatchEvent
 
 log = logging.getLogger(__name__)
+
+RETRY_AFTER_MAX = 60.0  # seconds: the longest a server's Retry-After is honoured
 
 
 def _delay(attempt: int, initial: float, maximum: float) -> float:
@@ -100,6 +103,8 @@ async def informer(
             version = ""
         except KubeRetryableError as exc:
             wait = _delay(attempt, backoff_initial, backoff_max)
+            if isinstance(exc, UnavailableError) and exc.retry_after:
+                wait = max(wait, min(exc.retry_after, RETRY_AFTER_MAX))
             attempt += 1
             log.warning("watch of %s failed (%s); retrying in %.2fs", resource.plural, exc, wait)
             await asyncio.sleep(wait)

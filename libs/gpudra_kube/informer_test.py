@@ -158,3 +158,32 @@ async def test_a_deletion_without_the_object_carries_the_last_known_one(nats_url
     assert deleted.object["metadata"]["uid"] == created["metadata"]["uid"]
     assert deleted.object["metadata"]["name"] == "a"
     assert int(deleted.resource_version) > int(created["metadata"]["resourceVersion"])
+
+
+async def test_a_throttled_watch_waits_as_long_as_the_server_asks(
+    store: ApiStore, kube_api: FakeKubeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """429 Too Many Requests with `Retry-After` (API priority and fairness; a server shutting
+    down): the informer waits at least that long, whatever its own backoff (10 ms here), and
+    then goes on without losing a change."""
+    await store.create(RESOURCE_CLAIMS, claim("a"))
+    kube_api.inject_error(429, reason="TooManyRequests", path_contains="watch=", retry_after=1)
+    caplog.set_level("WARNING", logger="gpudra_kube.informer")
+    events = Events(
+        informer(store, RESOURCE_CLAIMS, watch_timeout=30, backoff_initial=0.01, backoff_max=0.05)
+    )
+    try:
+        await events.wait_for(2)
+        await store.create(RESOURCE_CLAIMS, claim("b"))
+        assert await events.wait_for(3, timeout=10) == [
+            ("ADDED", "a"),
+            ("SYNCED", ""),
+            ("ADDED", "b"),
+        ]
+    finally:
+        await events.stop()
+    [retry] = [r for r in caplog.records if "retrying in" in r.getMessage()]
+    assert isinstance(retry.args, tuple)
+    wait = retry.args[-1]  # the seconds the informer slept
+    assert isinstance(wait, float)
+    assert 1.0 <= wait <= 60.0

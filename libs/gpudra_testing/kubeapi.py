@@ -65,6 +65,7 @@ class _Fault:
     method: str | None
     path_contains: str | None
     times: int
+    retry_after: int | None = None
 
 
 class FakeKubeApi:
@@ -149,9 +150,12 @@ class FakeKubeApi:
         method: str | None = None,
         path_contains: str | None = None,
         times: int = 1,
+        retry_after: int | None = None,
     ) -> None:
-        """Answer the next `times` matching requests with `status` (a Status body)."""
-        self._faults.append(_Fault(status, reason, method, path_contains, times))
+        """Answer the next `times` matching requests with `status` (a Status body); with
+        `retry_after`, as the API server throttles (429: priority and fairness, or a server
+        shutting down): a `Retry-After` header and `details.retryAfterSeconds`."""
+        self._faults.append(_Fault(status, reason, method, path_contains, times, retry_after))
 
     def accept_tokens(self, *tokens: str) -> None:
         """From now on serve only requests with `Authorization: Bearer <one of tokens>`; others
@@ -196,7 +200,16 @@ class FakeKubeApi:
                 return _status(401, "Unauthorized", "Unauthorized")
         fault = self._take_fault(request)
         if fault is not None:
-            return _status(fault.status, fault.reason or "InternalError", "injected fault")
+            body = _status_body(fault.status, fault.reason or "InternalError", "injected fault")
+            if fault.retry_after is None:
+                return _json(fault.status, body)
+            body["details"] = {"retryAfterSeconds": fault.retry_after}
+            return web.Response(
+                status=fault.status,
+                text=json.dumps(body),
+                content_type="application/json",
+                headers={"Retry-After": str(fault.retry_after)},
+            )
         try:
             resource, namespace, name, sub = self._route(request.path)
         except LookupError as exc:

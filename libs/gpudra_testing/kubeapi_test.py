@@ -239,3 +239,13 @@ async def test_only_accepted_tokens_are_served(api: FakeKubeApi) -> None:
         session.get(api.url + CLAIMS) as resp,
     ):
         assert resp.status == 503  # authenticated: the injected fault is still there
+
+
+async def test_throttling_says_when_to_retry(api: FakeKubeApi) -> None:
+    """A 429 with `retry_after` carries the header and the Status detail, as the server's."""
+    api.inject_error(429, reason="TooManyRequests", retry_after=3)
+    async with aiohttp.ClientSession() as session, session.get(api.url + CLAIMS) as resp:
+        assert resp.status == 429
+        assert resp.headers["Retry-After"] == "3"
+        assert (await resp.json())["details"] == {"retryAfterSeconds": 3}
+    assert (await call(api, "GET", CLAIMS))[0] == 200
