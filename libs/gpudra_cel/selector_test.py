@@ -186,6 +186,15 @@ C = 'device.capacity["gpu.nvidia.com"]'
         pytest.param('[2.0, double("NaN"), 1.0].isSorted()', True, id="nan-is-sorted"),
         pytest.param('[1.0, double("NaN")].min() == 1.0', True, id="nan-min"),
         pytest.param('string([double("NaN"), 1.0].max()) == "NaN"', True, id="nan-max-first"),
+        # int/uint against double: compared as doubles, as cel-go does
+        pytest.param("9007199254740993 > 9007199254740992.0", False, id="int-double-rounds"),
+        pytest.param(
+            "dyn(9007199254740993) == 9007199254740992.0", True, id="int-double-equal-rounds"
+        ),
+        pytest.param("9223372036854775807 >= 9223372036854775808.0", True, id="int-max-double"),
+        pytest.param(
+            "9007199254740993 in dyn([9007199254740992.0])", True, id="int-in-doubles-rounds"
+        ),
         # optional
         pytest.param(
             "optional.of(1).hasValue() && !optional.none().hasValue()", True, id="opt-has"

@@ -7,8 +7,8 @@ and Kubernetes' `net.IP` / `net.CIDR` / `kubernetes.URL` (`netaddr.IPAddr`, `IPP
 `neturl.ParsedURL`).
 
 Promises: no implicit conversions (`1 == true` is false, `"a" < 1` is an error); equality is
-CEL's heterogeneous equality (numbers compare by value across int/uint/double, other kinds of
-different type are unequal); int64/uint64 overflow, division by zero and modulus by zero are
+CEL's heterogeneous equality (numbers compare by value across int/uint/double, an int or uint
+against a double as a double, as cel-go does; other kinds of different type are unequal); int64/uint64 overflow, division by zero and modulus by zero are
 errors, as in cel-go.
 """
 
@@ -160,7 +160,13 @@ def equal(a: object, b: object) -> bool:
     if ta is tb and ta in (str, int, bool, bytes, CelUint):
         return a == b
     if ta in (int, float, CelUint) and tb in (int, float, CelUint):
-        return a == b  # heterogeneous numeric equality (NaN != NaN holds in Python too)
+        # heterogeneous numeric equality (NaN != NaN holds in Python too), with an int or uint
+        # met by a double compared as a double, as cel-go does
+        if ta is float and tb is not float:
+            return a == float(b)  # type: ignore[arg-type]
+        if tb is float and ta is not float:
+            return float(a) == b  # type: ignore[arg-type]
+        return a == b
     if ta is bool or tb is bool:
         return False
     if isinstance(a, tuple | list) and isinstance(b, tuple | list):
@@ -218,11 +224,17 @@ _ORDERED_SAME: Final = frozenset({str, bool, bytes, int, float, CelUint})
 
 
 def compare(a: object, b: object, op: str) -> int:
-    """-1/0/1 for CEL's ordering operators; int/uint/double compare across types."""
+    """-1/0/1 for CEL's ordering operators, 2 when NaN leaves them unordered; int/uint/double
+    compare across types, an int or uint against a double as a double (cel-go converts it, so
+    2**53 + 1 and 2.0**53 are equal there)."""
     ta, tb = type(a), type(b)
     if (ta is tb and ta in _ORDERED_SAME) or (
         ta in (int, float, CelUint) and tb in (int, float, CelUint)
     ):
+        if ta is float and tb is not float:
+            b = float(b)  # type: ignore[arg-type]
+        elif tb is float and ta is not float:
+            a = float(a)  # type: ignore[arg-type]
         if a < b:  # type: ignore[operator]
             return -1
         if a == b:

@@ -39,6 +39,11 @@ MAX, MIN = (1 << 63) - 1, -(1 << 63)
         pytest.param({1: "a"}, {CelUint(1): "a"}, True, id="maps-numeric-keys"),
         pytest.param({"a": 1}, {"b": 1}, False, id="maps-different-keys"),
         pytest.param(math.nan, math.nan, False, id="nan"),
+        # cel-go compares an int or uint with a double as doubles (the integer rounded)
+        pytest.param(2**53 + 1, float(2**53), True, id="int-double-rounded"),
+        pytest.param(MAX, 2.0**63, True, id="int-max-double"),
+        pytest.param(CelUint(2**64 - 1), 2.0**64, True, id="uint-max-double"),
+        pytest.param(2**53 + 1, CelUint(2**53), False, id="int-uint-exact"),
         pytest.param(None, None, True, id="null"),
         pytest.param(Quantity.parse("1Ki"), Quantity.parse("1024"), True, id="quantity"),
         pytest.param(Semver.parse("1.0.0+a"), Semver.parse("1.0.0"), True, id="semver-build"),
@@ -92,6 +97,11 @@ def test_arithmetic(fn: object, a: object, b: object, expected: object) -> None:
         pytest.param("a", "b", -1, id="strings"),
         pytest.param(False, True, -1, id="bools"),
         pytest.param(math.nan, 1.0, 2, id="nan-unordered"),
+        pytest.param(2**53 + 1, float(2**53), 0, id="int-double-as-doubles"),
+        pytest.param(float(2**53), 2**53 + 1, 0, id="double-int-as-doubles"),
+        pytest.param(MAX, 2.0**63, 0, id="int-max-double"),
+        pytest.param(CelUint(2**64 - 1), 2.0**64, 0, id="uint-max-double"),
+        pytest.param(-1, -0.5, -1, id="negative"),
     ],
 )
 def test_compare(a: object, b: object, expected: int) -> None:
