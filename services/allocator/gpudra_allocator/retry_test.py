@@ -1,12 +1,16 @@
 """The claims a worker holds for retry, against a real nats-server: one held claim whose retry
 fails must not stop the pass (`Worker._retry_waiting`), nor the replica's loop; what a waiting
-unit was told is kept only while a member of it is held."""
+unit was told is kept only while a member of it is held; a retry whose commit failed leaves no
+devices held twice."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+import nats.errors
 import pytest_asyncio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -85,3 +89,67 @@ def member(name: str) -> Any:
     ev = gang_event(name)
     ev.gang_size = 3
     return ev
+
+
+class Outage:
+    """The reservations bucket, with claim records that cannot be written while `down`."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+        self.down = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kv, name)
+
+    async def create(self, key: str, value: bytes) -> int:
+        if self.down and key.startswith("c."):
+            raise nats.errors.TimeoutError
+        return cast(int, await self._kv.create(key, value))
+
+
+async def test_a_retry_whose_commit_failed_holds_one_decisions_devices(
+    nc: Client, kv: KeyValue
+) -> None:
+    """z waits for a node; the node comes, and its retry reserves devices but cannot record the
+    decision (the bucket is away). A later retry decides again: only the devices of the
+    decision recorded stay held, not those of the attempt that was never recorded too (once
+    that attempt is older than any live one can be, as on a redelivery)."""
+    await ensure_streams(nc.jetstream())
+    now = [time.time()]
+    bucket = Outage(kv)
+    res = Reservations(cast(KeyValue, bucket), clock=lambda: now[0])
+    await res.start()
+    try:
+        slices = cast(Any, Slices({}))
+        worker = Worker(
+            nc, Settings(retry_interval=0.01), Engine(load_classes(), "first-fit"), slices, res
+        )
+        z = gang_event("z")
+        z.gang_id, z.gang_size = "", 0
+        await worker._pending(cast(Msg, Delivered(11, subject="z")), z)
+        worker._index = cast(Any, Slices({"node-a": gpu_slice("node-a")}, version=2))
+        bucket.down = True
+        worker.waiting["uid-z"].last_try = 0.0
+        await worker._retry_waiting()
+        assert "uid-z" in worker.waiting
+        assert await res.record("uid-z") is None
+        failed = {h.token for _, h in res.holdings_of("uid-z")}
+        assert len(failed) == 1, "the unrecorded attempt holds its devices"
+
+        bucket.down = False
+        for later in (1.0, Settings().ack_wait + 1):
+            now[0] += later
+            for held in worker.waiting.values():
+                held.last_try = 0.0  # due
+            await worker._retry_waiting()
+        record = await res.record("uid-z")
+        assert record is not None
+        assert "uid-z" not in worker.waiting
+        for _ in range(500):
+            tokens = {h.token for _, h in res.holdings_of("uid-z")}
+            if tokens == {record.token}:
+                break
+            await asyncio.sleep(0.01)
+        assert tokens == {record.token}, "only the recorded decision holds devices"
+    finally:
+        await res.stop()

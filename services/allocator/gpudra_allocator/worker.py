@@ -11,7 +11,8 @@ Promises (with `Reservations` for the multi-replica part):
   when the reason changes) and is kept, unacknowledged, and retried whenever the slices or the
   reservations change (at most every half second per claim) and at least every `retry_interval`
   seconds (a retry that fails is logged and the claim stays held: one claim's error never stops
-  the others' retries); if this replica dies, the event is redelivered to another one after
+  the others' retries; a retry waits, as a redelivery does, until holdings of an earlier attempt
+  that were never recorded are stale, and drops them first); if this replica dies, the event is redelivered to another one after
   `ack_wait`.
 - The topology reserve (`reserve` > 0, off by default) is told before each decision how many pods
   this replica holds for retry (the claim or unit decided left out) need a whole large NVLink
@@ -559,8 +560,18 @@ class Worker(GangSteps):
                 waiting.msg.subject, waiting.msg.headers, consumer=self._settings.consumer
             ):
                 try:
-                    if not await self._settled(waiting.msg, waiting.event):
-                        await self._attempt(waiting)
+                    if await self._settled(waiting.msg, waiting.event):
+                        continue
+                    if not unit_of(waiting.event) and not await self._res.drop_stale(
+                        uid, stale_after=self._settings.ack_wait
+                    ):
+                        # An attempt that reserved but never recorded (its commit failed):
+                        # decided again now, its devices would stay held beside the next
+                        # decision's for the claim's life. Once it is older than any live
+                        # attempt it is dropped, as on a redelivery (`_pending`).
+                        waiting.last_try = now
+                        continue
+                    await self._attempt(waiting)
                 except BusRetryableError as exc:
                     log.warning("retry of claim %s deferred: %s", waiting.claim.key, exc)
                 except Exception:
