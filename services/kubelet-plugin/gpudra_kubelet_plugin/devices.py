@@ -138,20 +138,19 @@ class DeviceTable:
             raise DeviceError(f"no device {info.name!r} on this node")
         self._devices[info.name] = info
 
-    def forget(self, name: str, uuid: str) -> None:
-        """Record that the MIG device `uuid`, created under the name `name`, is gone: `name` is a
-        free placement again and its other names (`gpu-<i>-mig-<gi>-<ci>`, when the table was
-        discovered while it existed) are dropped, as they would be from a table discovered now.
-        Names that denote another device are left alone."""
-        for other, info in list(self._devices.items()):
+    def forget(self, uuid: str) -> None:
+        """Record that the MIG device `uuid` is gone: its placement names are free placements
+        again, and its `by_ids` name is dropped (NVML may give the ids to another device), as
+        in a table discovered now. Names that denote another device are left alone."""
+        for name, info in list(self._devices.items()):
             if info.kind != "mig" or not uuid or info.uuid != uuid:
                 continue
-            if other == name and not info.by_ids:
-                self._devices[other] = dataclasses.replace(
+            if info.by_ids:
+                del self._devices[name]
+            else:
+                self._devices[name] = dataclasses.replace(
                     info, uuid="", gi_cap=None, ci_cap=None, gi_id=None, ci_id=None
                 )
-            else:
-                del self._devices[other]
 
     async def refresh(self, device: DeviceInfo) -> DeviceInfo:
         return await self.device(device.name)  # the simulated GPUs change only through the table
@@ -184,7 +183,7 @@ class DeviceTable:
             current = self._devices.get(device.name)
             if current is None or current.kind != "mig":
                 raise DeviceControlError(f"{device.name!r} is not a MIG device of this node")
-            self.forget(device.name, device.uuid or current.uuid)
+            self.forget(device.uuid or current.uuid)
 
 
 def parse_device(item: Any) -> DeviceInfo:

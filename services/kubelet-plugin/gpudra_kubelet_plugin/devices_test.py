@@ -105,7 +105,7 @@ async def test_destroy_forgets_the_device_under_every_name_and_only_that_device(
         [
             DeviceInfo("gpu-1", "gpu", "GPU-p", 1),
             made,
-            dataclasses.replace(made, name="gpu-1-mig-2-0"),
+            dataclasses.replace(made, name="gpu-1-mig-2-0", by_ids=True),
             other,
         ]
     )

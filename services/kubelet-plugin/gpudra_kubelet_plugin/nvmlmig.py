@@ -60,7 +60,7 @@ class NvmlMigControl:
         # Destroyed behind this instance's back (the other pod of a rolling update, or by hand):
         # its ids may be another device's now, so a spec must not be built from them.
         log.warning("MIG device %s (%s) is gone; forgetting it", device.name, device.uuid)
-        self._table.forget(device.name, device.uuid)
+        self._table.forget(device.uuid)
         return await self._table.device(device.name)
 
     async def destroy_mig(self, device: DeviceInfo) -> None:
@@ -79,7 +79,7 @@ class NvmlMigControl:
             log.info("MIG device %s (%s) is gone already", target.name, target.uuid)
         else:
             await asyncio.to_thread(self._destroy, located)
-        self._table.forget(target.name, target.uuid)
+        self._table.forget(target.uuid)
 
     def _find_or_create(self, placement: DeviceInfo) -> DeviceInfo:
         return self._find(placement) or self._create(placement)

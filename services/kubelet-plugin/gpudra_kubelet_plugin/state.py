@@ -18,9 +18,11 @@ Promises:
   cancelled part-way (the kubelet's deadline) stays `PrepareStarted`; a MIG device it is creating
   is waited for first, so the rollback finds and destroys it.
 - Unprepare removes exactly the claim's spec and the MIG devices it created (unless another
-  prepared claim shares them), identified by the UUIDs the checkpoint recorded at creation, not by
-  their names (see `checkpoint`); unprepare of an unknown claim succeeds, and so does unprepare of a
-  claim whose MIG device this node no longer has.
+  prepared claim shares them, under any of their names), identified by the UUIDs the checkpoint
+  recorded at creation, not by their names (see `checkpoint`); unprepare of an unknown claim
+  succeeds, and so does unprepare of a claim whose MIG device this node no longer has.
+- Prepare checks each existing MIG device of the claim against the node (`DeviceControl.refresh`),
+  so a spec never names a device that only this process' table remembers.
 - Each prepare and unprepare is a span; prepare continues the claim's trace (see `traces`), and
   its outcome goes to the `EventSink` inside that span (see `events`).
 - At start, claims of a previous boot are dropped (their specs removed), specs of this driver
@@ -259,10 +261,19 @@ class DeviceState:
         )
         sharing, shared = self._sharing(allocation, infos)
         planned = tuple(n for n, info in infos.items() if info.kind == "mig" and not info.exists)
+        # A device another prepared claim made (deallocated before the kubelet unprepared it,
+        # and allocated again, by its placement name or by its instance ids) is shared with it:
+        # the last of them to be unprepared destroys it.
         owned = planned + tuple(
-            n for n in infos if n not in planned and self._mig_owned_elsewhere(n, ref.uid)
+            n
+            for n in infos
+            if n not in planned and self._owned_elsewhere(n, infos[n].uuid, ref.uid)
         )
-        created = {n: i for n in owned if (i := self._created_elsewhere(n, ref.uid)) is not None}
+        created = {
+            n: i
+            for n in owned
+            if (i := self._created_elsewhere(n, infos[n].uuid, ref.uid)) is not None
+        }
         started = ClaimRecord(PREPARE_STARTED, ref.namespace, ref.name, (), owned, created)
         await self._save(ref.uid, started)
         try:
@@ -352,19 +363,24 @@ class DeviceState:
             )
         return next(iter(by_sharing.items()), (Sharing(), []))
 
-    def _mig_owned_elsewhere(self, device: str, uid: str) -> bool:
-        return any(device in r.mig_devices for u, r in self._records.items() if u != uid)
-
-    def _created_elsewhere(self, device: str, uid: str) -> MigIdentity | None:
-        """The identity of the MIG device `device` that another claim's prepare created."""
-        return next(
-            (
-                r.created[device]
-                for u, r in self._records.items()
-                if u != uid and device in r.created
-            ),
-            None,
+    def _owned_elsewhere(self, device: str, uuid: str, uid: str) -> bool:
+        """Whether a claim other than `uid` owns the MIG device called `device` (or, when it
+        exists, the one with `uuid`, whatever it called it)."""
+        return any(
+            device in r.mig_devices or any(uuid and i.uuid == uuid for i in r.created.values())
+            for u, r in self._records.items()
+            if u != uid
         )
+
+    def _created_elsewhere(self, device: str, uuid: str, uid: str) -> MigIdentity | None:
+        """The identity of that device, as the claim that made it recorded it."""
+        for u, r in self._records.items():
+            if u == uid:
+                continue
+            for name, identity in r.created.items():
+                if name == device or (uuid and identity.uuid == uuid):
+                    return identity
+        return None
 
     async def _release(self, uid: str, record: ClaimRecord) -> None:
         """Remove the claim's spec and the MIG devices only it owns, then forget the claim."""
@@ -377,7 +393,8 @@ class DeviceState:
         destroyed = False
         try:
             for name in record.mig_devices:
-                if self._mig_owned_elsewhere(name, uid):
+                identity = record.created.get(name)
+                if self._owned_elsewhere(name, identity.uuid if identity else "", uid):
                     continue
                 try:
                     info = await self._lookup.device(name)
@@ -387,7 +404,6 @@ class DeviceState:
                     # kubelet's unprepare on every retry and keep the pod from terminating.
                     log.warning("claim %s: MIG device %s is no longer on this node", uid, name)
                     continue
-                identity = record.created.get(name)
                 if identity is not None:
                     # The device this claim created, whatever the name denotes now: after a
                     # reconfiguration its ids may belong to another device, and another plugin

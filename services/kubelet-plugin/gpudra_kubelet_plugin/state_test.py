@@ -4,6 +4,7 @@ claims, per-claim errors, idempotence, crash and reboot recovery, rollback."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -593,3 +594,39 @@ async def test_the_checkpoint_records_the_uuid_of_a_mig_device_it_creates(node: 
     assert record.created == {"gpu-1-mig-3g-40gb-4": MigIdentity(made.uuid, GPU1)}
     await state.unprepare(ClaimRef("uid-i", "default", "m"))
     assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("gpu-1-mig-3g-40gb-4", id="its-placement"),
+        pytest.param("gpu-1-mig-7-0", id="its-instance-ids"),
+    ],
+)
+async def test_a_mig_device_two_claims_hold_goes_with_the_last_of_them(
+    node: Node, name: str
+) -> None:
+    # Claim A's device is prepared; A is deallocated before the kubelet unprepares it, and the
+    # allocator gives the device to claim B: under the placement name, or, after the node-agent
+    # published it, under its instance ids (a plugin restarted since discovered both names).
+    placement = "gpu-1-mig-3g-40gb-4"
+    node.claims.put(make_claim("a", "uid-a", [("mig", placement)]))
+    state = node.state()
+    await state.start()
+    await state.prepare(ClaimRef("uid-a", "default", "a"))
+    made = await node.table.device(placement)
+    node.table = DeviceTable(
+        [*await node.table.devices(), dataclasses.replace(made, name="gpu-1-mig-7-0", by_ids=True)]
+    )
+    state = node.state()
+    await state.start()
+    node.claims.put(make_claim("b", "uid-b", [("mig", name)]))
+    (device,) = await state.prepare(ClaimRef("uid-b", "default", "b"))
+    assert read_spec(node, "uid-b")["containerEdits"]["env"] == [
+        f"NVIDIA_VISIBLE_DEVICES={made.uuid}"
+    ]
+    await state.unprepare(ClaimRef("uid-a", "default", "a"))
+    assert (await node.table.device(name)).uuid == made.uuid  # B still holds it
+    await state.unprepare(ClaimRef("uid-b", "default", "b"))
+    assert not (await node.table.device(placement)).exists
+    assert "gpu-1-mig-7-0" not in [d.name for d in await node.table.devices()]
