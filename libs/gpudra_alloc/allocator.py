@@ -322,8 +322,12 @@ class Allocator:
         A node with fewer free devices than the claims need at least is passed over without a
         search (it cannot fit), and remembered as such until one of its devices is released, so
         filling a cluster in order does not rescan full nodes. Keep the `nodes` list object the
-        same between calls to benefit."""
+        same between calls to benefit. Invalid input raises AllocationInputError as `allocate`
+        does, also when every node is passed over: Kubernetes' checks before the search do not
+        depend on the node (with a positive `need` no request asks for "All" devices)."""
         need = _exclusive_need(claims)
+        if need and nodes:
+            self._search(nodes[0], claims, None)  # `Search.prepare` raises what every node would
         best: NodeOutcome | None = None
         known = self._known_full.get(need) if need else None
         if need and (known is None or known.nodes is not nodes):

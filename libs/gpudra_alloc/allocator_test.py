@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpudra_alloc import AllocatedState, Allocator, DeviceID, Features
+from gpudra_alloc import AllocatedState, AllocationInputError, Allocator, DeviceID, Features
 from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
 
 CLASS = parse_device_class(
@@ -190,3 +190,32 @@ def test_a_shareable_device_serves_more_requests_than_it_counts_as_devices() -> 
     assert chosen is not None
     assert chosen.results is not None
     assert [r.device for r in chosen.results[0].results] == ["gpu-0", "gpu-0"]
+
+
+def _bad_claim(reason: str) -> Any:
+    request: dict[str, Any] = {"deviceClassName": "gpu", "count": 3}
+    if reason == "unknown-class":
+        request["deviceClassName"] = "tpu"
+    elif reason == "claim-limit":
+        request["count"] = 33
+    elif reason == "feature-off":
+        request["capacity"] = {"requests": {"memory": "1Gi"}}
+    return parse_resource_claim(
+        {
+            "metadata": {"name": "bad"},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": request}]}},
+        }
+    )
+
+
+@pytest.mark.parametrize("reason", ["unknown-class", "claim-limit", "feature-off"])
+def test_invalid_claims_fail_as_on_one_node_when_every_node_is_too_small(reason: str) -> None:
+    # Kubernetes rejects such a claim on every node it tries; the shortcut past nodes with too
+    # few free devices must not turn that into "unschedulable".
+    features = Features.from_names(["AdminAccess", "PrioritizedList"])
+    allocator = Allocator([CLASS], [_slice("a", 2), _slice("b", 1)], features)
+    with pytest.raises(AllocationInputError) as on_node:
+        allocator.allocate(Node("a"), [_bad_claim(reason)])
+    with pytest.raises(AllocationInputError) as chosen:
+        allocator.choose_node([Node("a"), Node("b")], [_bad_claim(reason)])
+    assert str(chosen.value) == str(on_node.value)
