@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from gpudra_standalone import lifeline
 from gpudra_standalone.errors import StandaloneError
 
 _LISTEN = re.compile(rb"Listening for client connections on [^\s]*?:(\d+)")
@@ -86,8 +87,12 @@ class NatsServer:
         # A session of its own: the terminal's Ctrl-C goes to the owner's process group, and the
         # owner stops its services before this server; a server that took the SIGINT itself
         # would die first and leave them draining against a dead connection.
-        self._proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        # Bound to its owner: a `gpudra up` killed outright takes its server with it.
+        self._proc = lifeline.popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         port = self._wait_for_port(timeout)
         self.port = port

@@ -4,7 +4,8 @@ Promises: every child gets its own log file (stdout and stderr, line-buffered) u
 `start` returns once the child printed its readiness line or fails with the last lines of its log
 (`launch` + `wait_ready` do the same in two steps, so many children can start side by side);
 `stop_all` stops children in reverse start order with SIGTERM, then SIGKILL after a grace period, so
-nothing outlives the supervisor; `stop_together` stops independent peers at once. A child that
+nothing outlives the supervisor; on Linux a child also gets SIGTERM from the kernel when the
+supervisor's process is killed outright (`lifeline`); `stop_together` stops independent peers at once. A child that
 exits early is reported by `exited()` with its code.
 """
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from gpudra_standalone import lifeline
 from gpudra_standalone.errors import StandaloneError
 
 READY = re.compile(r"\bready\b")
@@ -69,8 +71,9 @@ class Supervisor:
         log_path = self.log_dir / f"{spec.name.replace('/', '_')}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **spec.env}
         try:
-            proc = subprocess.Popen(
+            proc = lifeline.popen(
                 [self.python, "-m", spec.module, *spec.args],
+                python=self.python,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
