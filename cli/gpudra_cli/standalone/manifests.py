@@ -4,7 +4,7 @@ Kubernetes turns a workload's pod template into pods, and each pod's `resourceCl
 into a ResourceClaim of its own; standalone mode has no controllers, so `claims_of` does that
 expansion itself: one claim per pod, named `<template>-<i>`, with the template's metadata
 (annotations such as a gang's) and spec. Pods per workload: `replicas` (Deployment, ReplicaSet,
-StatefulSet; default 1), `parallelism` (Job; default 1), one for a Pod. Claims named by
+StatefulSet; default 1), `parallelism` (Job; default 1), one for a Pod; at most `MAX_PODS`. Claims named by
 `resourceClaimName` must be in the manifests themselves. Every claim is validated with gpudra's
 resource.k8s.io/v1 model before anything is written; a problem is a `ManifestError` naming the file
 and object. Other kinds (Pods, Jobs, ...) are reported as skipped, never silently dropped.
@@ -32,6 +32,8 @@ from gpudra_cli.standalone.errors import ManifestError
 
 DEFAULT_NAMESPACE = "default"
 WORKLOAD_KINDS = ("Pod", "Deployment", "ReplicaSet", "StatefulSet", "Job")
+
+MAX_PODS = 10_000  # per workload: every claim is built and written at once
 
 
 @dataclass
@@ -128,6 +130,13 @@ def _pods(doc: dict[str, Any], path: Path) -> int:
         raise ManifestError(
             f"{path}: {doc['kind']} {_name(doc, path)!r}: "
             f"spec.{field} is not a non-negative integer: {count!r}"
+        )
+    if count > MAX_PODS:
+        # Kubernetes' controllers create pods a batch at a time; here every claim is built and
+        # written at once, so a typo (`replicas: 1000000`) would hold the CLI and the store.
+        raise ManifestError(
+            f"{path}: {doc['kind']} {_name(doc, path)!r}: spec.{field} is {count}; standalone "
+            f"mode expands at most {MAX_PODS} pods per workload"
         )
     return count
 

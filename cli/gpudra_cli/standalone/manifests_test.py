@@ -135,6 +135,12 @@ spec:
             id="replicas-a-word",
         ),
         pytest.param(
+            [TEMPLATE, workload("Deployment", "replicas: 1000000000")],
+            "Deployment 'w': spec.replicas is 1000000000; standalone mode expands at most "
+            "10000 pods per workload",
+            id="replicas-huge",
+        ),
+        pytest.param(
             [TEMPLATE, workload("Job", "parallelism: -2")],
             "Job 'w': spec.parallelism is not a non-negative integer: -2",
             id="parallelism-negative",
