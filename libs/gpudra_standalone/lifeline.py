@@ -50,5 +50,8 @@ _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpudra-lifeline
 def popen(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     """`subprocess.Popen(bound_to_owner(argv), **kwargs)`, forked by the lifeline thread."""
     bound = bound_to_owner(argv, kwargs.pop("python", sys.executable))
-    proc: subprocess.Popen[bytes] = _spawner.submit(subprocess.Popen, bound, **kwargs).result()
-    return proc
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(bound, **kwargs)
+
+    return _spawner.submit(start).result()
