@@ -64,6 +64,10 @@ def device_view(entry: DeviceEntry) -> Any:
 
 
 _MAX_PROGRAMS = 4096
+_NO_SUCH_KEY_HINT = (
+    "consider using CEL optional chaining (.? followed by orValue()) or guarding the check "
+    "with has() for optional fields"
+)
 # CelOptions field -> the feature that declares it (a compile error's `gate`)
 _FEATURE_OF_GATE = {attr: name for name, attr in FEATURE_NAMES.items()}
 
@@ -133,7 +137,10 @@ class Selectors:
         try:
             return bool(program.matches(device_view(entry)))
         except CelEvaluationError as exc:
-            return _RuntimeFailure(f"CEL runtime error: {exc}")
+            message = str(exc)
+            if "no such key:" in message:  # the hint Kubernetes adds (cel.EnhanceRuntimeError)
+                message += f". {_NO_SUCH_KEY_HINT}"
+            return _RuntimeFailure(f"CEL runtime error: {message}")
 
 
 class _RuntimeFailure(Exception):

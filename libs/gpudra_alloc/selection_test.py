@@ -189,3 +189,14 @@ def test_an_allocator_without_features_uses_kubernetes_defaults() -> None:
     # Selectors() alone still declares everything (the stored-expression environment)
     chosen = Selectors()
     assert _allocate(expression, None, chosen) == ["gpu-1"]
+
+
+def test_a_missing_key_error_carries_kubernetes_hint() -> None:
+    # Kubernetes' allocator appends a hint to CEL's "no such key" (cel.EnhanceRuntimeError).
+    with pytest.raises(AllocationInputError) as failed:
+        _allocate(f"{A}.missing == 1", ON, None)
+    assert str(failed.value) == (
+        f"class gpu: selector #0 on device {DRV}/n1/gpu-0: CEL runtime error: no such key: "
+        "missing. consider using CEL optional chaining (.? followed by orValue()) or guarding "
+        "the check with has() for optional fields"
+    )
