@@ -17,8 +17,10 @@ kubernetes-asyncio before every request, watches included) so that:
   the server answers 401 once it expires, `ForbiddenError`);
 - an exec credential without expiry is kept, as client-go keeps it (client-go runs the plugin
   again after a 401; this client does not, a known limit);
-- an inline `token` (which kubectl prefers over `tokenFile`), certificates and basic auth need
-  nothing.
+- an inline `token` (which kubectl prefers over `tokenFile`), client certificates named in the
+  kubeconfig and basic auth need nothing; client certificates an exec plugin hands out are
+  loaded once, when the client is built (a known limit: the TLS context is not rebuilt);
+  auth-providers (gcp, oidc) are left to the library.
 In-cluster configuration (no kubeconfig) needs none of this: kubernetes-asyncio's in-cluster
 loader installs its own hook that re-reads the mounted service-account token every minute, and
 the kubelet rotates it at 80% of its life, long before the old one expires.
