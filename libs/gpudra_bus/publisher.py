@@ -16,6 +16,8 @@ Promises:
   reason in headers (a message too large to carry them within the server's max_payload is cut to
   fit, its original size in `Gpudra-Truncated-From`); `receive` decodes a JetStream message or
   dead-letters and acks it, so that a bad event never blocks a stream and is never silently lost.
+  A message redelivered because the ack after its dead-lettering was lost is parked once: its dead
+  letter's `Nats-Msg-Id` is its stream and sequence, de-duplicated within `DUPLICATE_WINDOW`.
 """
 
 from __future__ import annotations
@@ -177,8 +179,14 @@ class DeadLetters:
         data: bytes,
         headers: Mapping[str, str] | None,
         error: BaseException,
+        *,
+        msg_id: str | None = None,
     ) -> bool:
-        """Store the message with the reason; False when `subject` is not a gpudra subject."""
+        """Store the message with the reason; False when `subject` is not a gpudra subject.
+
+        `msg_id` names the original message (`receive` passes its stream and sequence), so that
+        parking it again is de-duplicated by the stream and not counted twice.
+        """
         try:
             kind = subjects.kind_of(subject)
             target = subjects.deadletter(kind)
@@ -209,7 +217,10 @@ class DeadLetters:
             if _header_bytes(kept) > limit // 2:
                 kept = {**reason, TRUNCATED_FROM_HEADER: str(len(data))}
             data = data[: max(0, limit - _header_bytes(kept))]
-        await self._publisher.publish_raw(target, data, kept)
+        ack = await self._publisher.publish_raw(target, data, kept, msg_id=msg_id)
+        if ack.duplicate:
+            log.info("message from %s was dead-lettered before (%s)", subject, msg_id)
+            return True
         self.counts[kind.value] += 1
         log.warning("dead-lettered a message from %s to %s: %s", subject, target, error)
         return True
@@ -223,9 +234,19 @@ async def receive(msg: Msg, codec: Codec[M], dead_letters: DeadLetters) -> M | N
     try:
         return codec.decode(msg.data, msg.headers)
     except CodecError as exc:
-        await dead_letters.send(msg.subject, msg.data, msg.headers, exc)
+        await dead_letters.send(msg.subject, msg.data, msg.headers, exc, msg_id=_origin(msg))
         try:
             await msg.ack()
         except (nats.errors.Error, OSError) as ack_exc:
             raise translate(ack_exc, f"ack of dead-lettered message on {msg.subject}") from ack_exc
+        return None
+
+
+def _origin(msg: Msg) -> str | None:
+    """`deadletter/<stream>/<stream sequence>` of a JetStream message: the same for every
+    redelivery of it (None for a plain NATS message, which is never redelivered)."""
+    try:
+        meta = msg.metadata
+        return f"deadletter/{meta.stream}/{meta.sequence.stream}"
+    except (nats.errors.Error, ValueError, TypeError, IndexError, AttributeError):
         return None

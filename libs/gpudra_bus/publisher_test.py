@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
+from nats.js.api import ConsumerConfig
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -149,6 +150,30 @@ async def test_receive_dead_letters_malformed_events(
     assert parked.headers is not None
     assert parked.headers[ORIGINAL_SUBJECT_HEADER] == subject
     assert parked.headers[ERROR_TYPE_HEADER] == error_type
+    await sub.unsubscribe()
+
+
+async def test_a_redelivered_malformed_message_is_dead_lettered_once(fresh_nc: Client) -> None:
+    # The dead letter is stored, then the ack is lost (the consumer's replica dies, the server
+    # restarts): JetStream redelivers the message, and it must not be parked a second time.
+    js = fresh_nc.jetstream()
+    await streams.ensure_streams(js)
+    dead = DeadLetters(Publisher(fresh_nc, backoff=FAST), service="allocator")
+    await js.publish(subjects.claims("default", "bad"), b"junk")
+    sub = await js.pull_subscribe(
+        subjects.all_of(subjects.Kind.CLAIMS),
+        durable="alloc",
+        config=ConsumerConfig(ack_wait=1.0),
+    )
+    (first,) = await sub.fetch(1, timeout=10)
+    assert first.metadata.num_delivered == 1  # (read, and kept, before the reply is changed)
+    first.reply = fresh_nc.new_inbox()  # the ack goes nowhere
+    assert await receive(first, CLAIM_EVENT, dead) is None
+    (again,) = await sub.fetch(1, timeout=10)
+    assert again.metadata.num_delivered == 2
+    assert await receive(again, CLAIM_EVENT, dead) is None
+    assert (await js.stream_info(streams.DEADLETTER_STREAM)).state.messages == 1
+    assert dead.counts["claims"] == 1
     await sub.unsubscribe()
 
 
