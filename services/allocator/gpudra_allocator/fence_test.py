@@ -21,6 +21,7 @@ from nats.js.kv import KeyValue
 
 from gpudra_allocator.conftest import gpu_slice
 from gpudra_allocator.engine import Engine, load_classes
+from gpudra_allocator.events import holdings_from_json
 from gpudra_allocator.gang_steps_test import Slices
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
@@ -283,3 +284,21 @@ async def test_a_member_deleted_before_its_gang_is_decided_is_never_allocated(
     assert "uid-y" in worker.waiting, "y waits for a second member"
     await asyncio.sleep(0.2)  # the mirror would show holdings written meanwhile
     assert not worker._res.holdings_of("uid-x")
+
+
+async def test_holdings_written_after_the_release_go_with_the_next_event(worker: Worker) -> None:
+    """An attempt reserved the claim's devices after the claim's release had freed them, then its
+    replica died before recording anything (the record it would have met is the tombstone):
+    the claim's pending event, delivered again, frees them."""
+    await worker._deleted(cast(Msg, Delivered(11)), deleted("c"))
+    allocation = json.loads(claim_event(Kind.KIND_ALLOCATED_EXTERNALLY, (0,)).claim_json)
+    dead = holdings_from_json(allocation["status"]["allocation"], UID, "default/c", "dead")
+    await worker._res.reserve(dead)
+    assert worker._res.holdings_of(UID)
+    msg = Delivered(10)
+    assert await worker._settled(cast(Msg, msg), claim_event(Kind.KIND_PENDING))
+    assert msg.acks == 1
+    await until(lambda: not worker._res.holdings_of(UID))
+    stored = await worker._res.stored(UID)
+    assert stored is not None
+    assert stored.released

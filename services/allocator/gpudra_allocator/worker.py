@@ -50,8 +50,9 @@ Promises (with `Reservations` for the multi-replica part):
   deallocation arriving after the next decision keeps that decision, a pending event arriving
   after its claim was allocated and cleared is not decided again (the claim-writer offers the
   claim anew).
-- A DELETED event releases the claim (tombstone, then every device of its UID) and publishes
-  `Released`; a unit member deleted before its unit was decided leaves the unit's members (at the
+- A DELETED event releases the claim (tombstone, then every device of its UID; holdings an
+  attempt wrote after that, whose replica died before it found the tombstone, go with the
+  claim's next event) and publishes `Released`; a unit member deleted before its unit was decided leaves the unit's members (at the
   replica holding it, now or at its next retry), so it is never decided once its tombstone is
   gone; a DELETED event that carries the claim is a cleared allocation of a claim that lives
   on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
@@ -361,10 +362,15 @@ class Worker(GangSteps):
             self.stale += 1
         elif not record.released:
             await self._announce(event, record)
-        elif unit_of(event):
-            # Deleted before its unit was decided (the deletion names no unit): out of the
-            # unit's members now, while the tombstone still says so (`_left_unit`).
-            await self._gangs.leave(unit_of(event), event.claim.uid)
+        else:
+            if unit_of(event):
+                # Deleted before its unit was decided (the deletion names no unit): out of the
+                # unit's members now, while the tombstone still says so (`_left_unit`).
+                await self._gangs.leave(unit_of(event), event.claim.uid)
+            if self._res.holdings_of(event.claim.uid):
+                # Reserved after the release freed the claim's devices, by an attempt whose
+                # replica died before it met the tombstone: nothing else would ever free them.
+                await self._res.drop(event.claim.uid)
         await self._finish(event.claim.uid, msg)
         return True
 
