@@ -4,6 +4,14 @@ Names are spelled as Kubernetes' structured allocator spells them. Without an ex
 Kubernetes 1.37's defaults apply: everything on except `ListTypeAttributes`. `cel_options()` is
 the CEL environment the gates declare (`ConsumableCapacity`: `device.allowMultipleAllocations`;
 `ListTypeAttributes`: `includes()` and iterating attribute values).
+
+Every feature set is answered as Kubernetes' `experimental` allocator answers it (its
+`incubating` one answers the same while ListTypeAttributes is off). Kubernetes picks its
+`stable` allocator instead when ConsumableCapacity, DeviceBindingAndStatus and
+ListTypeAttributes are all off; that one ignores capacity requests (no "feature is disabled"
+error), refuses a distinctAttribute constraint ("empty constraint"), does not pin a device that
+binds to its node, and sorts neither pools nor slices (pools come in Go map order). gpudra does
+not follow it there.
 """
 
 from __future__ import annotations
