@@ -47,7 +47,7 @@ BOUND = "cel.bind(a, device.attributes, {})"
         pytest.param(BOUND.format("!('nope' in a) && size(a) == 1"), True, id="bound-in-size"),
         pytest.param(BOUND.format("a.all(d, d == '" + DRV + "')"), True, id="bound-iterate"),
         pytest.param(BOUND.format("a.nope.x"), "no such key: x", id="bound-unknown-name"),
-        pytest.param("[device, 1][0].nope", "no such key: nope", id="mixed-list"),
+        pytest.param("[dyn(device), dyn(1)][0].nope", "no such key: nope", id="mixed-list"),
         # a macro or cel.bind variable named `device` shadows the device, as in cel-go
         pytest.param(
             "[{'attributes': {'d': {'x': 5}}}].all(device, device.attributes['d'].x == 5)",

@@ -51,6 +51,33 @@ D = 'device.attributes["gpu.nvidia.com"]'
             f'{D}.productName.matches("[")', "invalid regular expression", 1, id="bad-regex"
         ),
         pytest.param("x" * 10241, "limit is 10240", 0, id="too-long"),
+        # Kubernetes' base environment wants list and map literals homogeneous
+        pytest.param(
+            'device.driver in ["a", 1]',
+            "expected type 'string' but found 'int'",
+            24,
+            id="mixed-list",
+        ),
+        pytest.param(
+            f'{D}.index in [1, "1"]', "expected type 'int' but found 'string'", 50, id="hedged-in"
+        ),
+        pytest.param("[1, 2.0].size() == 2", "found 'double'", 5, id="int-double-list"),
+        pytest.param(
+            "[[1], ['a']].size() == 2",
+            "expected type 'list(int)' but found 'list(string)'",
+            7,
+            id="nested-lists",
+        ),
+        pytest.param(
+            "[optional.of(1), optional.of('a')].size() == 2",
+            "expected type 'optional_type(int)' but found 'optional_type(string)'",
+            18,
+            id="optionals",
+        ),
+        pytest.param("[?optional.of(1), 'a'].size() == 2", "found 'string'", 19, id="opt-item"),
+        pytest.param("{'a': 1, 'b': 'x'}.size() == 2", "found 'string'", 15, id="map-values"),
+        pytest.param("{'a': 1, 2: 1}.size() == 2", "found 'int'", 10, id="map-keys"),
+        pytest.param("dyn([1, 'a']).size() == 2", "found 'string'", 9, id="mixed-list-under-dyn"),
     ],
 )
 def test_rejects(expression: str, fragment: str, column: int) -> None:
@@ -71,6 +98,15 @@ def test_rejects(expression: str, fragment: str, column: int) -> None:
         pytest.param(f"{D}.index == 3.0", id="dyn-vs-double"),
         pytest.param("1 < 2.5 && 2u > 1", id="cross-numeric-ordering"),
         pytest.param('"""multi\nline""".size() > 0', id="multiline-string"),
+        # homogeneous literals: dyn() mixes on purpose, format() arguments are exempt, and an
+        # empty literal or optional.none() takes its type from its neighbours
+        pytest.param("[dyn(1), dyn('a')].size() == 2", id="dyn-elements"),
+        pytest.param("'%s-%d'.format(['a', 1]) == 'a-1'", id="format-exempt"),
+        pytest.param("'%s'.format([['a', 1]]) != ''", id="format-exempt-nested"),
+        pytest.param("[optional.of(42), optional.none()].size() == 2", id="optional-none"),
+        pytest.param("[[], [1]].size() == 2 && {'a': [], 'b': [1]}.size() == 2", id="empties"),
+        pytest.param("[?optional.of(1), 2].size() == 2", id="optional-item"),
+        pytest.param(f"[{D}.index, {D}.other].size() == 2", id="attributes"),
     ],
 )
 def test_accepts(expression: str) -> None:

@@ -152,9 +152,15 @@ def test_format_errors(text: str, args: list[object], message: str) -> None:
         pytest.param(f'"%d".format([{A}.name]) == ""', "decimal clause", id="dyn-wrong-kind"),
         pytest.param('"%.1f".format([2.25]) == "2.2"', True, id="folded-half-even"),
         pytest.param('"%x".format([255]).upperAscii() == "FF"', True, id="chained"),
-        pytest.param('["a", true].join(",") == ""', "join: invalid input: true", id="join-v2"),
-        pytest.param('["a", 1, {}].join() == ""', "join: invalid input: 1$", id="join-v2-int"),
-        pytest.param('dyn(["a", {}]).join() == ""', "join: invalid input: {}", id="join-v2-map"),
+        pytest.param(
+            '[dyn("a"), dyn(true)].join(",") == ""', "join: invalid input: true", id="join-v2"
+        ),
+        pytest.param(
+            '[dyn("a"), dyn(1), dyn({})].join() == ""', "join: invalid input: 1$", id="join-v2-int"
+        ),
+        pytest.param(
+            'dyn([dyn("a"), dyn({})]).join() == ""', "join: invalid input: {}", id="join-v2-map"
+        ),
     ],
 )
 def test_format_in_selectors(expression: str, expected: bool | str, matches: Matches) -> None:

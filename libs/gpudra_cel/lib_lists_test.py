@@ -32,16 +32,31 @@ DEVICE = DeviceView(
         pytest.param("[1, 2, 3, 4].slice(1, 3) == [2, 3]", id="slice"),
         pytest.param("[1, 2, 3, 4].slice(0, 0) == []", id="slice-empty"),
         pytest.param(f"{A}.ids.slice(1, {A}.n) == [1]", id="slice-attribute"),
-        pytest.param("[[1], [2, [3]], 4].flatten() == [1, 2, [3], 4]", id="flatten-one-level"),
-        pytest.param("[1, [2, [3, [4]]]].flatten(2) == [1, 2, 3, [4]]", id="flatten-depth"),
-        pytest.param("[1, [2]].flatten(0) == [1, [2]]", id="flatten-zero"),
-        pytest.param("[1, 2, [], [], [3, 4]].flatten() == [1, 2, 3, 4]", id="flatten-empties"),
+        # mixed nesting needs dyn(): Kubernetes wants list literals homogeneous
+        pytest.param(
+            "[dyn([1]), dyn([dyn(2), dyn([3])]), dyn(4)].flatten()"
+            " == [dyn(1), dyn(2), dyn([3]), dyn(4)]",
+            id="flatten-one-level",
+        ),
+        pytest.param(
+            "[dyn(1), dyn([dyn(2), dyn([dyn(3), dyn([4])])])].flatten(2)"
+            " == [dyn(1), dyn(2), dyn(3), dyn([4])]",
+            id="flatten-depth",
+        ),
+        pytest.param("[dyn(1), dyn([2])].flatten(0) == [dyn(1), dyn([2])]", id="flatten-zero"),
+        pytest.param(
+            "[dyn(1), dyn(2), dyn([]), dyn([]), dyn([3, 4])].flatten() == [1, 2, 3, 4]",
+            id="flatten-empties",
+        ),
         pytest.param(f"{A}.ids.flatten() == {A}.ids", id="flatten-flat-dyn"),
         pytest.param("lists.range(4) == [0, 1, 2, 3]", id="range"),
         pytest.param("lists.range(0) == [] && lists.range(-3) == []", id="range-empty"),
         pytest.param(f"lists.range({A}.n).map(i, i * 2) == [0, 2]", id="range-attribute"),
         pytest.param("[5, 1, 2].reverse() == [2, 1, 5]", id="reverse"),
-        pytest.param("[1, 2, 1.0, 3u, 2].distinct() == [1, 2, 3u]", id="distinct-numeric"),
+        pytest.param(
+            "[dyn(1), dyn(2), dyn(1.0), dyn(3u), dyn(2)].distinct() == [dyn(1), dyn(2), dyn(3u)]",
+            id="distinct-numeric",
+        ),
         pytest.param(f"{A}.ids.distinct() == [3, 1, 2]", id="distinct-attribute"),
         pytest.param("[3, 1, 2].sort() == [1, 2, 3]", id="sort-ints"),
         pytest.param("['b', 'c', 'a'].sort() == ['a', 'b', 'c']", id="sort-strings"),
@@ -60,7 +75,8 @@ DEVICE = DeviceView(
         pytest.param("cel.bind(lists, [2, 1], lists.sort() == [1, 2])", id="lists-variable"),
         pytest.param("[3, 1, 2].sortBy(x, -x) == [3, 2, 1]", id="sortBy"),
         pytest.param(
-            "[{'n': 2, 'v': 'b'}, {'n': 1, 'v': 'a'}].sortBy(m, m.n).map(m, m.v) == ['a', 'b']",
+            "[{'n': dyn(2), 'v': dyn('b')}, {'n': dyn(1), 'v': dyn('a')}].sortBy(m, m.n)"
+            ".map(m, m.v) == ['a', 'b']",
             id="sortBy-maps",
         ),
         pytest.param("['bb', 'a', 'cc'].sortBy(s, s.size()) == ['a', 'bb', 'cc']", id="stable"),

@@ -167,7 +167,10 @@ SPEC = [
         "{?'n': optional.ofNonZeroValue({?'m': {'c': {'d': 'bye'}}.?c})} == "
         "{'n': {'m': {'d': 'bye'}}}",
     ),
-    ("chaining-13", "{?'n': optional.ofNonZeroValue({?'m': {}.?c}), 's': true} == {'s': true}"),
+    (
+        "chaining-13",
+        "{?'n': optional.ofNonZeroValue(dyn({?'m': {}.?c})), 's': dyn(true)} == {'s': true}",
+    ),
     ("chaining-14", "[?{}.?c, ?optional.of(42), ?optional.none()] == [42]"),
     ("chaining-15", "[?optional.ofNonZeroValue({'c': []}.?c.orValue(dyn({})))] == []"),
     (
@@ -182,10 +185,11 @@ SPEC = [
     ("none-optindex", "!optional.none()[?0].hasValue()"),
     ("list-optindex", "['foo'][?0].value() == 'foo'"),
     ("optional-list-optindex", "optional.of(['foo'])[?0].value() == 'foo'"),
-    ("mixed-keys-bool", "{true: 1, 2: 2, 5u: 3}[?true].value() == 1"),
-    ("mixed-keys-double", "{1u: 1.0, 2: 2.0, 3u: 3.0}[?3.0].value() == 3.0"),
-    ("mixed-keys-uint", "{1u: 1.0, 2: 2.0, 3u: 3.0}[?2u].value() == 2.0"),
-    ("mixed-keys-int", "{1u: 1.0, 2: 2.0, 3u: 3.0}[?1].value() == 1.0"),
+    # mixed keys need dyn(): Kubernetes wants map literals homogeneous
+    ("mixed-keys-bool", "{dyn(true): 1, dyn(2): 2, dyn(5u): 3}[?true].value() == 1"),
+    ("mixed-keys-double", "{dyn(1u): 1.0, dyn(2): 2.0, dyn(3u): 3.0}[?3.0].value() == 3.0"),
+    ("mixed-keys-uint", "{dyn(1u): 1.0, dyn(2): 2.0, dyn(3u): 3.0}[?2u].value() == 2.0"),
+    ("mixed-keys-int", "{dyn(1u): 1.0, dyn(2): 2.0, dyn(3u): 3.0}[?1].value() == 1.0"),
     ("eq-none-none", "optional.none() == optional.none()"),
     ("eq-none-int", "!(optional.none() == optional.of(1))"),
     ("eq-int-none", "!(optional.of(1) == optional.none())"),
