@@ -112,16 +112,17 @@ def test_state_pool_version_follows_in_place_changes(op: Callable[[Any], Any]) -
     assert state.releases - releases == len(START - plain)
 
 
-def _shared_step_problem(device: dict[str, Any], first: dict[str, Any], extra: Any = ()) -> Any:
-    """Two pods one after the other, both asking for the one multi-allocatable device."""
-    pool = {"name": "p", "generation": 1, "resourceSliceCount": 1 + len(extra)}
-    slices = [
-        {"metadata": {"name": "s"}, "spec": {"driver": "d", "nodeName": "n", "pool": pool,
-                                             "devices": [device]}},
-        *({"metadata": {"name": "s-counters"}, "spec": {"driver": "d", "nodeName": "n",
-                                                        "pool": pool, "sharedCounters": extra}},)
-        * bool(extra),
-    ]  # fmt: skip
+def _shared_step_problem(
+    device: dict[str, Any], first: dict[str, Any], counter_sets: Any = ()
+) -> Any:
+    """Two pods one after the other, both asking for the one multi-allocatable device (whose
+    pool has a second slice with `counter_sets`, when given)."""
+    pool = {"name": "p", "generation": 1, "resourceSliceCount": 2 if counter_sets else 1}
+    spec = {"driver": "d", "nodeName": "n", "pool": pool}
+    slices = [{"metadata": {"name": "s"}, "spec": {**spec, "devices": [device]}}]
+    if counter_sets:
+        counters = {**spec, "sharedCounters": counter_sets}
+        slices.append({"metadata": {"name": "s-counters"}, "spec": counters})
 
     def claim(name: str, request: dict[str, Any]) -> dict[str, Any]:
         return {"metadata": {"name": name}, "spec": {"devices": {"requests": [request]}}}
