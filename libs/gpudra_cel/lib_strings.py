@@ -81,11 +81,13 @@ def _split(text: str, sep: str, limit: int = -1) -> tuple[str, ...]:
 
 
 def _substring(text: str, start: int, end: int | None = None) -> str:
+    # cel-go's order of checks: the range (two arguments only), then start, then end
+    if end is not None and start > end:
+        raise CelEvaluationError(f"invalid substring range. start: {start}, end: {end}")
     stop = len(text) if end is None else end
-    if start < 0 or start > len(text) or stop > len(text) or stop < 0:
-        raise CelEvaluationError(f"index out of range: {start if start > len(text) else stop}")
-    if start > stop:
-        raise CelEvaluationError(f"invalid substring range. start: {start}, end: {stop}")
+    for index in (start, stop):
+        if index < 0 or index > len(text):
+            raise CelEvaluationError(f"index out of range: {index}")
     return text[start:stop]
 
 

@@ -249,3 +249,31 @@ def test_selector_is_reusable_and_memoized() -> None:
     assert compile_selector('device.driver == "gpu.nvidia.com"') is first
     other = DeviceView("other", {}, {})
     assert [first.matches(GPU), first.matches(other), first.matches(GPU)] == [True, False, True]
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        # cel-go checks start <= end first, then start, then end
+        pytest.param(
+            "'abc'.substring(-1, 2) == ''", "index out of range: -1$", id="negative-start"
+        ),
+        pytest.param(
+            "'abc'.substring(5, 2) == ''",
+            "invalid substring range. start: 5, end: 2$",
+            id="start-after-end-out-of-range",
+        ),
+        pytest.param("'abc'.substring(4, 5) == ''", "index out of range: 4$", id="start-past-end"),
+        pytest.param("'abc'.substring(2, 5) == ''", "index out of range: 5$", id="end-past-end"),
+        pytest.param(
+            "'abc'.substring(2, 1) == ''",
+            "invalid substring range. start: 2, end: 1$",
+            id="start-after-end",
+        ),
+        pytest.param("'abc'.substring(4) == ''", "index out of range: 4$", id="one-arg"),
+        pytest.param("'abc'.substring(-1) == ''", "index out of range: -1$", id="one-arg-negative"),
+    ],
+)
+def test_substring_errors_as_cel_go(expression: str, message: str) -> None:
+    with pytest.raises(CelEvaluationError, match=message):
+        compile_selector(expression).matches(GPU)
