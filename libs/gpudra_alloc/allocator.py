@@ -324,7 +324,10 @@ class Allocator:
         filling a cluster in order does not rescan full nodes. Keep the `nodes` list object the
         same between calls to benefit. Invalid input raises AllocationInputError as `allocate`
         does, also when every node is passed over: Kubernetes' checks before the search do not
-        depend on the node (with a positive `need` no request asks for "All" devices)."""
+        depend on the node (with a positive `need` no request asks for "All" devices). A CEL
+        run-time error is found only by a search, so one that only the devices of nodes passed
+        over would raise is not raised (the answer is "unschedulable"; Kubernetes, which filters
+        every node, would report the error), as for the nodes after the one chosen."""
         need = _exclusive_need(claims)
         if need and nodes:
             self._search(nodes[0], claims, None)  # `Search.prepare` raises what every node would
