@@ -40,6 +40,7 @@ from gpudra_bus.errors import (
 log = logging.getLogger(__name__)
 
 Callback = Callable[[], Awaitable[None]]
+ErrorCallback = Callable[[Exception], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -129,12 +130,15 @@ async def connect(
     connect_timeout: float = 2.0,
     disconnected_cb: Callback | None = None,
     reconnected_cb: Callback | None = None,
+    error_cb: ErrorCallback | None = None,
     **options: Any,
 ) -> Client:
     """A connected nats-py client that reconnects forever (see the module docstring).
 
-    `deadline` bounds only the first connection (seconds; None = wait forever). Extra `options`
-    (credentials, TLS, ...) go to `nats.connect` unchanged.
+    `deadline` bounds only the first connection (seconds; None = wait forever). The callbacks are
+    nats-py's, called after our logging; `error_cb` hears, among other errors, every failed
+    connection attempt, the first ones included. Extra `options` (credentials, TLS, ...) go to
+    `nats.connect` unchanged.
     """
     backoff = backoff or Backoff()
     # A single string may list several servers, comma-separated (as NATS_URL often does).
@@ -145,6 +149,8 @@ async def connect(
 
     async def on_error(exc: Exception) -> None:
         log.debug("nats %s: %s", name, exc)
+        if error_cb is not None:
+            await error_cb(exc)
 
     async def on_disconnected() -> None:
         log.info("nats %s: disconnected", name)

@@ -131,6 +131,35 @@ async def test_reconnects_after_an_outage_and_keeps_subscriptions(
         await nc.close()
 
 
+async def test_an_error_callback_hears_every_failed_attempt(
+    fresh_nats_server: NatsServer,
+) -> None:
+    # nats-py reports each failed (re)connection attempt to error_cb; callers hook it (the TLS
+    # files are re-read there), so connect must take one beside its own logging callback.
+    errors: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    url = fresh_nats_server.url
+    fresh_nats_server.kill()
+    with pytest.raises(NotConnectedError):
+        await connect(url, name="t", backoff=FAST, deadline=0.3, error_cb=on_error)
+    assert errors, "the failed first attempts"
+    await asyncio.to_thread(fresh_nats_server.restart)
+    nc = await connect(url, name="t", backoff=FAST, deadline=10, error_cb=on_error)
+    try:
+        errors.clear()
+        await asyncio.to_thread(fresh_nats_server.kill)
+        for _ in range(100):
+            if any(isinstance(e, OSError) for e in errors):
+                break
+            await asyncio.sleep(0.05)
+        assert any(isinstance(e, OSError) for e in errors), errors
+    finally:
+        await disconnect(nc, drain=False)
+
+
 @pytest.mark.parametrize(
     "servers",
     [pytest.param([], id="empty-list"), pytest.param(" , ", id="blank-string")],

@@ -5,9 +5,12 @@ may roll the CA) in place, in the mounted Secret, while the service keeps runnin
 once at start would present an expired certificate, or distrust the server's renewed one, at the
 first reconnection after that. `nats_options` therefore also gives a `disconnected_cb` that
 re-reads the files into the same context when their content changed, before nats-py reconnects
-(connections already open keep the certificate they were opened with, as TLS does). A change
-that does not load (a half-written file) leaves the context as it was; the next disconnection
-tries again.
+(connections already open keep the certificate they were opened with, as TLS does), and an
+`error_cb` that does the same after each connection attempt that failed with a socket or TLS
+error: the kubelet updates a mounted Secret up to a minute or more after cert-manager renewed
+it, so the files may change while the attempts are failing (a server already restarted with the
+renewed CA), and nats-py calls `disconnected_cb` only once per disconnection. A change that does
+not load (a half-written file) leaves the context as it was; the next failure tries again.
 """
 
 from __future__ import annotations
@@ -77,11 +80,22 @@ class TlsFiles:
 
         return refresh
 
+    def on_error(self) -> Callable[[Exception], Awaitable[None]]:
+        """A nats-py `error_cb` that refreshes the files after an attempt failed on the socket or
+        in the TLS handshake (`ssl.SSLError` is an `OSError`); other errors (a slow consumer,
+        ...) do not read files."""
+
+        async def refresh(exc: Exception) -> None:
+            if isinstance(exc, OSError):
+                self.refresh()
+
+        return refresh
+
 
 def nats_options(settings: CommonSettings) -> dict[str, Any]:
     """Keyword arguments for `nats.connect` / `gpudra_bus.connect`: credentials file, and an mTLS
-    context with the `disconnected_cb` that keeps it current (module docstring). An unreadable
-    certificate or key is a `SettingsError` naming the file."""
+    context with the `disconnected_cb` and `error_cb` that keep it current (module docstring). An
+    unreadable certificate or key is a `SettingsError` naming the file."""
     options: dict[str, Any] = {}
     if settings.nats_creds:
         options["user_credentials"] = settings.nats_creds
@@ -89,4 +103,5 @@ def nats_options(settings: CommonSettings) -> dict[str, Any]:
         files = TlsFiles(settings.nats_tls_ca, settings.nats_tls_cert, settings.nats_tls_key)
         options["tls"] = files.context
         options["disconnected_cb"] = files.on_disconnected()
+        options["error_cb"] = files.on_error()
     return options
