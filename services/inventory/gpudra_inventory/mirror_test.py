@@ -242,3 +242,40 @@ async def test_slices_the_kubelet_deleted_are_mirrored_again_at_the_next_resync(
             await until_names(fake, mirrored, task)
             assert fake.objects(RESOURCE_SLICES)[0]["spec"] == first["spec"]
             assert service.status()["apiRepairs"] == 1
+
+
+async def test_a_pool_the_api_refuses_holds_back_no_other_pool(
+    api: tuple[FakeKubeApi, ApiStore], fresh_nats_server: NatsServer
+) -> None:
+    """The API refuses one node's slices for good (422: say an attribute its validation rejects):
+    that pool waits, with a growing delay, and every other node is mirrored; once the API takes
+    it, it is mirrored too."""
+    fake, store = api
+    async with bus(fresh_nats_server) as (nc, kv):
+        service = InventoryService(
+            nc,
+            kv,
+            Settings(mode="kubernetes", heartbeat_timeout=600.0),
+            SliceMirror(store, "gpu.nvidia.com"),
+        )
+        # node-a sorts first: before, its refusal ended every turn before node-b's turn came.
+        fake.inject_error(422, reason="Invalid", path_contains="node-a-gpu", times=10**6)
+        async with running(service) as task:
+            for node in ("node-a", "node-b"):
+                await Publisher(nc).publish(
+                    subjects.inventory(node), inventory(node), NODE_INVENTORY
+                )
+            await until_names(fake, ["node-b-gpu.nvidia.com-0"], task)
+            assert service.status()["apiRefused"] == 1
+            refused = [p for m, p in fake.requests if "node-a-gpu" in p]
+            await asyncio.sleep(2.0)
+            retried = [p for m, p in fake.requests if "node-a-gpu" in p]
+            assert len(retried) - len(refused) <= 2, "tried again with a delay, not every turn"
+            fake.clear_faults()
+            both = ["node-a-gpu.nvidia.com-0", "node-b-gpu.nvidia.com-0"]
+            for _ in range(600):  # the next try is at most 2 delays (8 s here) away
+                if names(fake) == both:
+                    break
+                await asyncio.sleep(0.05)
+            assert names(fake) == both
+            assert service.status()["apiRefused"] == 0

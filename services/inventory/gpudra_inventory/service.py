@@ -26,7 +26,9 @@ Promises:
 - After every change the leader publishes a drift summary (driver / CUDA versions per node,
   outliers) on `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API; a pool
   the API could not take (API server away, a conflict that kept coming back) is mirrored again on
-  the next turns, with every slice its changes removed meanwhile, until the API has it. Every
+  the next turns, with every slice its changes removed meanwhile, until the API has it; one the API
+  refuses for good (403, 422) is tried again after a delay that doubles up to 5 minutes (or at its
+  next change), and never holds back the other pools (`apiRefused` in `/statusz`). Every
   `api_resync` seconds the leader compares the API's slices with its pools and mirrors again what
   differs: the kubelet deletes a driver's slices of its node when the driver's kubelet plugin
   unregisters, and nothing else would bring them back until the node's inventory changed.
@@ -75,7 +77,7 @@ from gpudra_inventory.pools import Change, PoolBook
 from gpudra_inventory.settings import Settings
 from gpudra_inventory.skew import ServerClock
 from gpudra_inventory.writer import SliceWriter
-from gpudra_kube.errors import KubeError
+from gpudra_kube.errors import KubeError, KubePermanentError
 from gpudra_slices import SliceError, SliceOptions
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -87,6 +89,9 @@ _BATCH = 64
 # A replica's own consumer outlives a crash of the replica by this long (seconds).
 _CONSUMER_IDLE_LIMIT = 900.0
 _RESUBSCRIBE_AFTER = 3  # consecutive failed fetches while connected
+# A pool the API refuses (403, 422) is tried again after 1 s, doubling up to 5 minutes.
+_REFUSED_FIRST = 1.0
+_REFUSED_MAX = 300.0
 
 
 class InventoryService:
@@ -123,13 +128,15 @@ class InventoryService:
         # Kubernetes mode: pools written to the bucket but not yet to the API, each with the
         # slices its changes removed from the bucket (to be removed from the API as well).
         self._unmirrored: dict[str, set[str]] = {}
+        # node -> (next try, delay) of pools the API refused for good (403, 422): the others go on
+        self._refused: dict[str, tuple[float, float]] = {}
         self._prune_pending = False
         self._last_resync = float("-inf")  # when the leader last compared the API with its pools
         self.api_repairs = 0  # pools written to the API again because the API's copy differed
         # False from a takeover until every pool has been written in the new term.
         self._republished = True
         self._last_drift: dict[str, Any] | None = None
-        # Cut off from NATS since the last turn; when the bus came back (local clock).
+        # Cut off from NATS since the last turn; when the bus came back (the server's clock).
         self._blind = False
         self._resumed_at = float("-inf")
 
@@ -162,8 +169,9 @@ class InventoryService:
     def status(self) -> dict[str, object]:
         """What the health server's `/statusz` serves (JSON): `role` (leader or standby), `holder`
         (this replica's name in the lease; null without one), `ready`, `alive`, `takeovers` (times
-        this replica has taken the lead), `pools` (nodes it keeps a pool for) and `apiRepairs`
-        (kubernetes mode: pools mirrored again because the API's slices differed from them)."""
+        this replica has taken the lead), `pools` (nodes it keeps a pool for), `apiRepairs`
+        (kubernetes mode: pools mirrored again because the API's slices differed from them) and
+        `apiRefused` (pools the API refused for good, 403 or 422, tried again with a backoff)."""
         return {
             "role": self.role,
             "holder": self._lease.holder if self._lease is not None else None,
@@ -172,6 +180,7 @@ class InventoryService:
             "takeovers": self.takeovers,
             "pools": len(self.book.pools),
             "apiRepairs": self.api_repairs,
+            "apiRefused": len(self._refused),
         }
 
     async def load(self) -> None:
@@ -292,7 +301,8 @@ class InventoryService:
                 return
         await self._flush()
         await self._mirror_flush()
-        if not self._dirty and not self._unmirrored and self.leading():
+        waiting = any(node not in self._refused for node in self._unmirrored)
+        if not self._dirty and not waiting and self.leading():
             self._republished = True
             if self._prune_pending:
                 await self._mirror_prune()
@@ -382,6 +392,7 @@ class InventoryService:
                 )
                 if self._mirror is not None:
                     self._unmirrored.setdefault(node, set()).update(deleted)
+                    self._refused.pop(node, None)  # a new pool: the API may take this one
             except NotLeaderError as exc:
                 log.warning("writes stopped: %s", exc)
                 self._term = 0  # re-read under a valid lease before writing again
@@ -392,10 +403,16 @@ class InventoryService:
         await self._publish_drift()
 
     async def _mirror_flush(self) -> None:
-        """Kubernetes mode: bring the API up to the bucket; failures stay for the next turn."""
+        """Kubernetes mode: bring the API up to the bucket; failures stay for the next turn. A
+        pool the API refuses for good (403, 422) waits, with a growing delay, and the others go
+        on: in node order, one bad pool held back every node after it."""
         if self._mirror is None or not self.leading():
             return
+        now = self._clock()
         for node in sorted(self._unmirrored):
+            refused = self._refused.get(node)
+            if refused is not None and now < refused[0]:
+                continue
             state = self.book.pools[node]
             stale = sorted(self._unmirrored[node] - set(state.slices))
             try:
@@ -406,10 +423,21 @@ class InventoryService:
                 log.warning("mirroring stopped: %s", exc)
                 self._term = 0
                 return
+            except KubePermanentError as exc:
+                delay = _REFUSED_FIRST if refused is None else min(2 * refused[1], _REFUSED_MAX)
+                self._refused[node] = (now + delay, delay)
+                log.error(
+                    "the API refused pool %s (%s); the other pools go on, this one again in %.0fs",
+                    node,
+                    exc,
+                    delay,
+                )
+                continue
             except KubeError as exc:
                 log.warning("pool %s not mirrored to the API (%s); retrying", node, exc)
                 return
             del self._unmirrored[node]
+            self._refused.pop(node, None)
 
     async def _guarded(self, msg: Msg) -> None:
         try:

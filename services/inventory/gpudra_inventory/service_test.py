@@ -142,6 +142,7 @@ async def test_standby_stays_warm_and_takes_over_with_higher_generations(nc: Cli
             "takeovers": 1,
             "pools": 0,
             "apiRepairs": 0,
+            "apiRefused": 0,
         }
         assert {k: b.status()[k] for k in ("role", "holder", "takeovers")} == {
             "role": "standby",
