@@ -15,7 +15,13 @@ Why this is safe with several replicas (the invariant "a device is never allocat
   attempt takes), and the claim's release removes every holding of its UID.
 
 `start()` mirrors the bucket into memory with a KV watch: `state` is the `AllocatedState` the
-allocation core reads, and `changed` is set whenever any replica changes anything.
+allocation core reads, and `changed` is set whenever any replica changes anything. A watch that
+fails or ends (a lost connection, the watcher stopped under it) is opened again with backoff
+(`RETRY_FIRST` to `RETRY_MAX` seconds, counted in `rewatches`); its replay brings the mirror up to
+date. (Pool keys are never deleted, only emptied; one an operator removed while no watch ran
+stays in the mirror, which errs on the side of devices held, until its next write refreshes it.)
+The mirror must keep following: a release frees the holdings the mirror knows of, so a mirror
+left behind would leave devices another replica reserved for a deleted claim held for good.
 
 Within one replica, writes of one pool take turns (a lock per pool), so concurrent claims of the
 replica landing on the same node do not make each other's revision-checked writes fail. `hold`
@@ -57,6 +63,8 @@ log = logging.getLogger(__name__)
 
 _NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
 _MAX_CAS_TRIES = 50
+RETRY_FIRST = 0.5  # seconds before the first new watch after a failed one
+RETRY_MAX = 10.0
 
 
 class Reservations:
@@ -75,6 +83,7 @@ class Reservations:
         self.version = 0
         self._watch_task: asyncio.Task[None] | None = None
         self._synced = asyncio.Event()
+        self.rewatches = 0
 
     @property
     def kv(self) -> KeyValue:
@@ -89,7 +98,7 @@ class Reservations:
             watcher = await self._kv.watch(f"{POOL_PREFIX}>")
         except _NATS_ERRORS as exc:
             raise translate(exc, "watching reservations") from exc
-        self._watch_task = asyncio.create_task(self._follow(watcher), name="reservations-watch")
+        self._watch_task = asyncio.create_task(self._supervise(watcher), name="reservations-watch")
         await self._synced.wait()
 
     async def stop(self) -> None:
@@ -97,10 +106,41 @@ class Reservations:
         if task is not None:
             await cancel_until_done(task)
 
-    async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
+    async def _supervise(self, watcher: KeyValue.KeyWatcher) -> None:
+        """Follow `watcher`; when it fails or ends, watch again (backoff) until cancelled."""
+        delay = RETRY_FIRST
+        while True:
+            try:
+                synced = await self._follow(watcher)
+                log.warning("reservations watch ended; watching again")
+            except _NATS_ERRORS as exc:
+                synced = False
+                log.warning("reservations watch failed (%s); watching again", exc)
+            except Exception:  # a bug must not leave the mirror silently stale: log, go on
+                synced = False
+                log.exception("reservations watch broke; watching again")
+            delay = RETRY_FIRST if synced else min(delay * 2, RETRY_MAX)
+            while True:
+                await asyncio.sleep(delay)
+                try:
+                    watcher = await self._kv.watch(f"{POOL_PREFIX}>")
+                    break
+                except _NATS_ERRORS as exc:
+                    log.warning("watching reservations again failed (%s)", exc)
+                    delay = min(delay * 2, RETRY_MAX)
+            self.rewatches += 1
+
+    async def _follow(self, watcher: KeyValue.KeyWatcher) -> bool:
+        """Apply `watcher`'s entries until it ends; whether it got past its replay of the bucket.
+
+        Pools the replay lacks are kept: this replica's own writes made while the new watch
+        replays may come after its end marker, and dropping them from the mirror even for a
+        moment could let a release miss their holdings."""
+        synced = False
         try:
             async for entry in watcher:
                 if entry is None:
+                    synced = True
                     self._synced.set()
                     continue
                 if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
@@ -110,6 +150,7 @@ class Reservations:
                     self._set(entry.key, entry.revision or 0, PoolHoldings.decode(entry.value))
                 except BadReservationError as exc:
                     log.error("ignoring reservation key %s: %s", entry.key, exc)
+            return synced
         finally:
             with contextlib.suppress(*_NATS_ERRORS):
                 await watcher.stop()  # type: ignore[no-untyped-call]

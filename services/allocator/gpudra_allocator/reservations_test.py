@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
@@ -9,6 +10,7 @@ from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from gpudra_alloc.state import DeviceID
+from gpudra_allocator import reservations as reservations_module
 from gpudra_allocator.errors import ReservationConflict
 from gpudra_allocator.holdings import ClaimRecord, Holding, PoolHoldings, pool_key
 from gpudra_allocator.reservations import Reservations
@@ -325,3 +327,50 @@ async def test_a_record_replaces_a_cleared_mark_only_when_not_older(
     assert (winner == record) == replaced
     assert winner.cleared != replaced
     assert await res.stored("uid-c") == winner
+
+
+class Watches:
+    """The bucket, with every watch the mirror opens kept, so a test can end one under it."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self.kv = kv
+        self.opened: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kv, name)
+
+    async def watch(self, keys: str) -> Any:
+        watcher = await self.kv.watch(keys)
+        self.opened.append(watcher)
+        return watcher
+
+
+async def test_a_mirror_whose_watch_ended_watches_again_and_catches_up(
+    kv: KeyValue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mirror's watch ends under it (a lost connection): it watches again, learns what
+    another replica wrote meanwhile, and a release then frees those holdings too (a stale
+    mirror would leave a deleted claim's devices held for good)."""
+    monkeypatch.setattr(reservations_module, "RETRY_FIRST", 0.01)
+    watches = Watches(kv)
+    mine, other = Reservations(cast(KeyValue, watches)), Reservations(kv)
+    await mine.start()
+    await other.start()
+    try:
+        await watches.opened[0].stop()
+        await other.reserve({(DRIVER, "node-a"): [hold("gpu-0", "x")]})
+        for _ in range(1000):
+            if mine.holdings_of("x"):
+                break
+            await asyncio.sleep(0.01)
+        assert [h.device for _, h in mine.holdings_of("x")] == ["gpu-0"]
+        assert len(watches.opened) == 2
+        await mine.release("x", "default/x")
+        for _ in range(1000):
+            if not other.holdings_of("x"):
+                break
+            await asyncio.sleep(0.01)
+        assert not other.holdings_of("x")
+    finally:
+        await mine.stop()
+        await other.stop()
