@@ -42,7 +42,7 @@ from gpudra_cel.syntax import (
     OptSelect,
     Select,
 )
-from gpudra_cel.types import STRING
+from gpudra_cel.types import DYN, STRING
 
 __all__ = ["estimate_cost"]
 
@@ -147,8 +147,8 @@ class _Estimator:
         fn = node.function
         if fn in ("_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"):
             cost += _scan(min(args[0].size, args[1].size))
-        elif fn == "@in":
-            cost += args[1].size
+        elif fn == "@in" and self.checked.types.get(id(node.args[1]), DYN).name != "map":
+            cost += args[1].size  # a list is scanned; a map lookup is one step (cel-go's in_map)
         overloads = self.checked.overloads.get(id(node), ())
         takes_string = any(STRING in ov.args for ov in overloads)
         member, sizes = node.target is not None, [a.size for a in args]

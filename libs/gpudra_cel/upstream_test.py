@@ -194,6 +194,7 @@ def test_kubernetes_case(
         pytest.param(f'{A}.services.matches("[^a]?sym")', 18, id="regex"),
         pytest.param(f'{C}.name.isGreaterThan(quantity("1Ki"))', 6, id="quantity"),
         pytest.param(f"1 in {A}.names", 4 + 64, id="in-list"),
+        pytest.param('"no-such-domain" in device.attributes', 3, id="in-map"),
     ],
 )
 def test_cost_estimate_is_close_to_kubernetes(expression: str, kubernetes_cost: int) -> None:
