@@ -101,7 +101,9 @@ class _Estimator:
         if isinstance(node, Bind):
             init = self.visit(node.init, scope)
             body = self.visit(node.body, {**scope, node.var: init})
-            return _Est(init.cost + body.cost + 1, body.size, body.elem)
+            # cel-go expands cel.bind into a comprehension over an empty list literal, which its
+            # estimator prices as any list creation (10)
+            return _Est(init.cost + body.cost + 10, body.size, body.elem)
         if isinstance(node, Comprehension) and node.kind in ("optMap", "optFlatMap"):
             target = self.visit(node.range, scope)
             body = self.visit(node.body, {**scope, node.var: _Est(0, target.size, target.elem)})

@@ -195,6 +195,7 @@ def test_kubernetes_case(
         pytest.param(f'{C}.name.isGreaterThan(quantity("1Ki"))', 6, id="quantity"),
         pytest.param(f"1 in {A}.names", 4 + 64, id="in-list"),
         pytest.param('"no-such-domain" in device.attributes', 3, id="in-map"),
+        pytest.param(f"cel.bind(dra, {A}, dra.name)", 15, id="bind"),
     ],
 )
 def test_cost_estimate_is_close_to_kubernetes(expression: str, kubernetes_cost: int) -> None:
