@@ -8,7 +8,8 @@ types and exception classes are pynvml's own, looked up on the real module.
 
 It is a simulator, not hardware: nothing it returns describes a real GPU. Faults are scheduled in
 seconds since the fake was created, on an injectable clock (tests drive a manual clock):
-`inject_xid`, `lose_device`, `recover_device`, `add_ecc_errors`.
+`inject_xid`, `lose_device`, `recover_device`, `add_ecc_errors`; `create_mig_device` changes the
+MIG layout at once, as an operator with nvidia-smi would.
 
 Assumption (documented, not verified on hardware here): possible MIG placements are reported only
 for GPUs whose MIG mode is enabled; on others the call fails with NVML_ERROR_NOT_SUPPORTED.

@@ -144,3 +144,31 @@ def test_pci_bus_id_is_written_as_nvml_writes_it() -> None:
 def test_failures_are_pynvml_exceptions(action: Any, error: type[Exception]) -> None:
     with pytest.raises(error):
         action(FakeNvml(load_profile("l4-pcie")))
+
+
+def test_a_mig_device_created_later_is_discovered_like_one_of_the_profile() -> None:
+    opened = open_simulator("a100-mig")
+    assert opened.fake is not None
+    opened.fake.create_mig_device(2, "3g.40gb", 4)
+    devices = {d.name: d for d in opened.adapter.discover().devices}
+    made = devices["gpu-2-mig-1-0"]
+    assert (made.mig_profile, made.placement.start, made.placement.size) == ("3g.40gb", 4, 4)
+    assert made.parent_uuid == devices["gpu-2"].uuid
+    assert {p.start + p.size for p in devices["gpu-2"].free_placements} <= {1, 2, 3, 4}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "profile", "start", "error"),
+    [
+        pytest.param(4, "1g.10gb", 0, pynvml.NVMLError_NotSupported, id="mig-off"),
+        pytest.param(2, "5g.50gb", 0, pynvml.NVMLError_InvalidArgument, id="unknown-profile"),
+        pytest.param(2, "3g.40gb", 2, pynvml.NVMLError_InvalidArgument, id="no-such-placement"),
+        pytest.param(0, "1g.10gb", 2, pynvml.NVMLError_InsufficientResources, id="overlap"),
+    ],
+)
+def test_mig_devices_are_refused_as_nvml_refuses_them(
+    gpu: int, profile: str, start: int, error: type[Exception]
+) -> None:
+    fake = FakeNvml(load_profile("a100-mig"))
+    with pytest.raises(error):
+        fake.create_mig_device(gpu, profile, start)

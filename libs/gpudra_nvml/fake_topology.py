@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pynvml
@@ -17,6 +18,7 @@ from gpudra_nvml.fake_base import (
     _raise,
     _target,
 )
+from gpudra_nvml.profiles import MigInstanceSpec
 
 
 class FakeTopology(FakeBase):
@@ -40,6 +42,23 @@ class FakeTopology(FakeBase):
         if not 0 <= index < len(state.spec.mig or ()):
             _raise(pynvml.NVML_ERROR_NOT_FOUND)
         return _handle(pynvml.c_nvmlDevice_t, _MIG_BASE + state.spec.index * 0x100 + index)
+
+    def create_mig_device(self, index: int, profile: str, start: int) -> None:
+        """What `nvidia-smi mig -cgi <profile> -C` does on GPU `index` at memory slice `start`: one
+        GPU instance with one compute instance spanning it, numbered after the existing ones. For
+        tests of readers that must see a layout changed after they started (an operator, another
+        process). Refused as NVML refuses: MIG off, unknown profile or placement, overlap."""
+        state = self._gpu_state(index)
+        instances = state.spec.mig
+        if instances is None:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        spec = next((p for p in self.profile.model.mig_profiles if p.name == profile), None)
+        if spec is None or start not in spec.placements:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        taken = {k for m in instances for k in range(m.start, m.start + m.profile.size)}
+        if taken & set(range(start, start + spec.size)) or len(instances) >= 7:
+            _raise(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+        state.spec = dataclasses.replace(state.spec, mig=(*instances, MigInstanceSpec(spec, start)))
 
     def _gi_id(self, state: _GpuState, mig_index: int) -> int:
         # NVML numbers GPU instances from 1 in creation order on real GPUs; the profile's order.
