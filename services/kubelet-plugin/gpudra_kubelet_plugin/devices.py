@@ -7,7 +7,10 @@ and destroys MIG devices for dynamic MIG. A MIG device that does not exist yet i
 
 `DeviceTable` implements both over an in-memory table (loadable from JSON): the backend for tests
 and simulated nodes until the NVML adapter (`gpudra_nvml`) is wired in. Its MIG creation behaves
-like NVML's: a placement that overlaps an existing MIG device on the same GPU is refused.
+like NVML's: a placement that overlaps an existing MIG device on the same GPU is refused. Given a
+`discover` function (NVML, the simulator: `nodedevices`) it can be re-read: devices made after the
+start (by an operator, or by dynamic MIG, which the node-agent publishes under their instance ids)
+get names without a restart.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import asyncio
 import dataclasses
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -72,6 +75,14 @@ class DeviceLookup(Protocol):
         """Every device and MIG placement of this node, sorted by name."""
         ...
 
+    async def reread(self) -> list[str]:
+        """Read the node's devices again from their source: add those under names this lookup
+        lacks, and record MIG devices made at placements it has as free; returns those names
+        (none when the source cannot be re-read, e.g. a table file). What it knows to exist is
+        left alone: the source may not know what dynamic MIG made (the simulator's), and
+        `DeviceControl.refresh` checks those at use."""
+        ...
+
 
 class DeviceControl(Protocol):
     """Changes to the MIG layout, for dynamic MIG."""
@@ -100,17 +111,26 @@ class DeviceControl(Protocol):
 class DeviceTable:
     """An in-memory `DeviceLookup` + `DeviceControl` (simulated MIG creation)."""
 
-    def __init__(self, devices: Iterable[DeviceInfo]) -> None:
+    def __init__(
+        self,
+        devices: Iterable[DeviceInfo],
+        discover: Callable[[], list[DeviceInfo]] | None = None,
+    ) -> None:
+        """`discover` (blocking; run in a worker thread) gives the node's devices now."""
+        self._discover = discover
         self._devices: dict[str, DeviceInfo] = {}
         for info in devices:
             if info.name in self._devices:
                 raise DeviceError(f"device table names {info.name!r} twice")
             self._devices[info.name] = info
         self._lock = asyncio.Lock()
-        self._next_cap = 1 + max(
-            (c for d in self._devices.values() for c in (d.gi_cap, d.ci_cap) if c is not None),
-            default=1000,
-        )
+        self._next_cap = 0
+        self._reserve_caps(self._devices.values())
+
+    def _reserve_caps(self, devices: Iterable[DeviceInfo]) -> None:
+        """Simulated creation numbers capabilities above every one the table has seen."""
+        caps = (c for d in devices for c in (d.gi_cap, d.ci_cap) if c is not None)
+        self._next_cap = max(self._next_cap, 1 + max(caps, default=1000))
 
     @classmethod
     def from_json(cls, path: Path) -> DeviceTable:
@@ -131,6 +151,21 @@ class DeviceTable:
 
     async def devices(self) -> list[DeviceInfo]:
         return [self._devices[name] for name in sorted(self._devices)]
+
+    async def reread(self) -> list[str]:
+        if self._discover is None:
+            return []
+        found = await asyncio.to_thread(self._discover)
+        async with self._lock:
+            new = [
+                d
+                for d in found
+                if (known := self._devices.get(d.name)) is None or (d.exists and not known.exists)
+            ]
+            for info in new:
+                self._devices[info.name] = info
+            self._reserve_caps(new)
+        return sorted(d.name for d in new)
 
     def replace(self, info: DeviceInfo) -> None:
         """Record what a real `DeviceControl` made of the device called `info.name`."""

@@ -125,3 +125,36 @@ async def test_destroy_forgets_the_device_under_every_name_and_only_that_device(
         None,
         9,
     )
+
+
+async def test_a_reread_adds_what_the_table_lacks_and_keeps_what_it_made() -> None:
+    # An operator made a 3g.40gb at slice 4, which the table has as a free placement.
+    gpu1 = node_devices()[1].uuid
+    operators = DeviceInfo(
+        "gpu-1-mig-3g-40gb-4", "mig", "MIG-op", 1, gpu1, "3g.40gb", 4, 4, 30, 31, gi_id=2, ci_id=0
+    )  # fmt: skip
+    by_ids = dataclasses.replace(operators, name="gpu-1-mig-2-0", by_ids=True)
+    source = [d for d in node_devices() if d.name != operators.name] + [operators, by_ids]
+    table = DeviceTable(node_devices(), lambda: source)
+    assert await table.reread() == ["gpu-1-mig-2-0", "gpu-1-mig-3g-40gb-4"]
+    assert await table.device("gpu-1-mig-2-0") == by_ids
+    assert await table.device("gpu-1-mig-3g-40gb-4") == operators
+    assert await table.reread() == []
+    # A device the table made (the simulator's dynamic MIG) stays, though the source lacks it.
+    table = DeviceTable(node_devices(), node_devices)
+    made = await table.create_mig(await table.device("gpu-1-mig-3g-40gb-4"))
+    assert await table.reread() == []
+    assert await table.device("gpu-1-mig-3g-40gb-4") == made
+    assert await DeviceTable(node_devices()).reread() == []  # a table file cannot be re-read
+
+
+async def test_simulated_mig_never_takes_capabilities_a_reread_brought() -> None:
+    gpu1 = node_devices()[1].uuid
+    operators = DeviceInfo(
+        "gpu-1-mig-2-0", "mig", "MIG-op", 1, gpu1, "1g.10gb", 1, 1, 30, 31, gi_id=2, ci_id=0,
+        by_ids=True,
+    )  # fmt: skip
+    table = DeviceTable(node_devices(), lambda: [*node_devices(), operators])
+    assert await table.reread() == ["gpu-1-mig-2-0"]
+    made = await table.create_mig(await table.device("gpu-1-mig-3g-40gb-4"))
+    assert (made.gi_cap, made.ci_cap) == (32, 33)

@@ -10,7 +10,8 @@ MIG devices carry their access-capability minors (`migminors`).
 
 `open_devices(source)` picks the backend: `table:<path>` (a JSON device table), `simulator:<profile>`
 (gpudra_nvml's simulator; dynamic MIG is simulated by the table) or `nvml` (the real library;
-dynamic MIG through NVML, see `nvmlmig`).
+dynamic MIG through NVML, see `nvmlmig`). The last two keep the library open until `close`, so a
+device made after the start (it has no name in the table yet) is found by discovering again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from gpudra_kubelet_plugin.devices import DeviceControl, DeviceInfo, DeviceLooku
 from gpudra_kubelet_plugin.errors import DeviceError, SettingsError
 from gpudra_kubelet_plugin.migminors import MIG_MINORS_FILE, MigMinors
 from gpudra_kubelet_plugin.nvmlmig import NvmlMigControl
-from gpudra_nvml import NvmlError, open_adapter, open_simulator
+from gpudra_nvml import NvmlError, Opened, open_adapter, open_simulator
 from gpudrapb.v1 import inventory_pb2 as pb
 
 
@@ -89,7 +90,8 @@ class OpenedDevices:
 def open_devices(source: str, minors_file: Path = MIG_MINORS_FILE) -> OpenedDevices:
     """The devices of a source `table:<path>`, `simulator:<profile>` or `nvml`.
 
-    `nvml` keeps the library initialized for dynamic MIG until `close`; the others hold nothing.
+    `nvml` and `simulator` keep the library initialized until `close` (dynamic MIG, re-reading
+    the devices); a table holds nothing.
     """
     kind, _, argument = source.partition(":")
     if kind == "table" and argument:
@@ -104,14 +106,28 @@ def open_devices(source: str, minors_file: Path = MIG_MINORS_FILE) -> OpenedDevi
         opened = open_simulator(argument) if kind == "simulator" else open_adapter()
     except NvmlError as exc:
         raise DeviceError(f"cannot discover devices ({source}): {exc}") from exc
+    return discovered_devices(opened, minors)
+
+
+def discovered_devices(opened: Opened, minors: MigMinors) -> OpenedDevices:
+    """The devices of an opened NVML library or simulator, re-read from it when a claim names a
+    device they lack (`DeviceTable.reread`); takes `opened` over (`close` stops it)."""
+    simulated = opened.source.kind == pb.InventorySource.KIND_SIMULATOR
+    label = f"simulator:{opened.source.profile}" if simulated else "nvml"
+
+    def discover() -> list[DeviceInfo]:
+        try:
+            return devices_from_inventory(opened.adapter.discover().devices, minors)
+        except NvmlError as exc:
+            raise DeviceError(f"cannot discover devices ({label}): {exc}") from exc
+
     try:
-        table = DeviceTable(devices_from_inventory(opened.adapter.discover().devices, minors))
-    except NvmlError as exc:
+        table = DeviceTable(discover(), discover)
+    except DeviceError:
         opened.adapter.stop()
-        raise DeviceError(f"cannot discover devices ({source}): {exc}") from exc
-    if kind == "simulator":
-        opened.adapter.stop()
-        return OpenedDevices(table, table)
+        raise
+    if simulated:  # dynamic MIG is simulated by the table
+        return OpenedDevices(table, table, opened.adapter.stop)
     return OpenedDevices(
         table, NvmlMigControl(opened.adapter.nvml, table, minors), opened.adapter.stop
     )

@@ -22,7 +22,10 @@ Promises:
   recorded at creation, not by their names (see `checkpoint`); unprepare of an unknown claim
   succeeds, and so does unprepare of a claim whose MIG device this node no longer has.
 - Prepare checks each existing MIG device of the claim against the node (`DeviceControl.refresh`),
-  so a spec never names a device that only this process' table remembers.
+  so a spec never names a device that only this process' table remembers. A device name the
+  lookup lacks makes it re-read the node once (`DeviceLookup.reread`), under the lock, before the
+  name is that claim's error (which the kubelet retries): devices made since the start need no
+  restart.
 - Each prepare and unprepare is a span; prepare continues the claim's trace (see `traces`), and
   its outcome goes to the `EventSink` inside that span (see `events`).
 - At start, claims of a previous boot are dropped (their specs removed), specs of this driver
@@ -256,9 +259,7 @@ class DeviceState:
                 f"claim {ref.namespace}/{ref.name} has no devices of driver {self.driver} "
                 f"on node {self.node}"
             )
-        infos = await self._current(
-            {r.device: await self._lookup.device(r.device) for r in allocation.results}
-        )
+        infos = await self._current(await self._devices_of(allocation))
         sharing, shared = self._sharing(allocation, infos)
         planned = tuple(n for n, info in infos.items() if info.kind == "mig" and not info.exists)
         # A device another prepared claim made (deallocated before the kubelet unprepared it,
@@ -301,6 +302,21 @@ class DeviceState:
         )
         await self._save(ref.uid, completed)
         return devices
+
+    async def _devices_of(self, allocation: Allocation) -> dict[str, DeviceInfo]:
+        """The claim's devices by name. A name the lookup lacks makes it re-read the node once
+        before it is this claim's error: a MIG device made since the start (by an operator, or by
+        dynamic MIG, which the node-agent then publishes under its instance ids) has a name in
+        the slices, and so in allocations, that the devices read at the start do not have."""
+        names = list(dict.fromkeys(r.device for r in allocation.results))
+        try:
+            return {name: await self._lookup.device(name) for name in names}
+        except DeviceError:
+            added = await self._lookup.reread()
+        if added:
+            log.info("devices made since the last read: %s", ", ".join(added))
+            await self._devices_changed()
+        return {name: await self._lookup.device(name) for name in names}
 
     async def _current(self, infos: Mapping[str, DeviceInfo]) -> dict[str, DeviceInfo]:
         """`infos` with every existing MIG device checked against the node: a table that another

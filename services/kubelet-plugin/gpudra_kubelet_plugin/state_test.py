@@ -35,9 +35,12 @@ from gpudra_kubelet_plugin.conftest import (
     sharing_config,
 )
 from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable
-from gpudra_kubelet_plugin.errors import CdiError, DeviceControlError
+from gpudra_kubelet_plugin.errors import CdiError, DeviceControlError, DeviceError
 from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet
+from gpudra_kubelet_plugin.migminors import MigMinors
+from gpudra_kubelet_plugin.nodedevices import discovered_devices
 from gpudra_kubelet_plugin.state import ClaimRef
+from gpudra_nvml import open_simulator
 
 
 @pytest.mark.parametrize(
@@ -630,3 +633,73 @@ async def test_a_mig_device_two_claims_hold_goes_with_the_last_of_them(
     await state.unprepare(ClaimRef("uid-b", "default", "b"))
     assert not (await node.table.device(placement)).exists
     assert "gpu-1-mig-7-0" not in [d.name for d in await node.table.devices()]
+
+
+def operator_made_device(gpu: int, profile: str, start: int) -> Any:
+    """The MIG device NVML reports once `profile` is made at `start` on a fresh a100-mig node."""
+    other = open_simulator("a100-mig")
+    try:
+        assert other.fake is not None
+        other.fake.create_mig_device(gpu, profile, start)
+        (made,) = (d for d in other.adapter.discover().devices if d.name == f"gpu-{gpu}-mig-1-0")
+        return made
+    finally:
+        other.adapter.stop()
+
+
+async def test_a_mig_device_made_after_the_start_is_prepared_without_a_restart(node: Node) -> None:
+    # An operator makes a MIG device with nvidia-smi after the plugin started; the node-agent
+    # publishes it under its instance ids and the allocator gives that name to a claim.
+    opened = open_simulator("a100-mig")
+    assert opened.fake is not None
+    devices = discovered_devices(opened, MigMinors())
+    state = dataclasses.replace(node, table=devices.lookup).state()
+    changed: list[list[str]] = []
+
+    async def listener(infos: list[DeviceInfo]) -> None:
+        changed.append([d.name for d in infos])
+
+    state.on_devices_changed(listener)
+    try:
+        await state.start()
+        opened.fake.create_mig_device(2, "3g.40gb", 4)
+        made = operator_made_device(2, "3g.40gb", 4)
+        node.claims.put(make_claim("op", "uid-op", [("mig", "gpu-2-mig-1-0")]))
+        (device,) = await state.prepare(ClaimRef("uid-op", "default", "op"))
+        assert device.device_name == "gpu-2-mig-1-0"
+        spec = read_spec(node, "uid-op")
+        assert spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={made.uuid}"]
+        assert [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]] == [
+            f"/dev/nvidia{made.minor}",
+            f"/dev/nvidia-caps/nvidia-cap{MigMinors().minor(made.minor, 1)}",
+            f"/dev/nvidia-caps/nvidia-cap{MigMinors().minor(made.minor, 1, 0)}",
+        ]
+        assert "gpu-2-mig-1-0" in changed[-1]  # health reaches the new name too
+        assert state.records["uid-op"].mig_devices == ()  # the operator's, not the plugin's
+        await state.unprepare(ClaimRef("uid-op", "default", "op"))
+        assert (await devices.lookup.device("gpu-2-mig-1-0")).uuid == made.uuid
+        # Its placement name, free at the start, now denotes it, as after a restart.
+        assert (await devices.lookup.device("gpu-2-mig-3g-40gb-4")).uuid == made.uuid
+    finally:
+        devices.close()
+
+
+async def test_a_name_unknown_after_one_reread_is_that_claims_error(node: Node) -> None:
+    reads: list[int] = []
+
+    def discover() -> list[DeviceInfo]:
+        reads.append(1)
+        return node_devices()
+
+    node.table = DeviceTable(node_devices(), discover)
+    state = node.state()
+    await state.start()
+    node.claims.put(make_claim("known", "uid-k", [("gpu", "gpu-0")]))
+    await state.prepare(ClaimRef("uid-k", "default", "known"))
+    assert reads == []  # names the table has are not read again
+    node.claims.put(make_claim("gone", "uid-g", [("gpu", "gpu-0"), ("gpu", "gpu-9")]))
+    with pytest.raises(DeviceError, match="no device 'gpu-9' on this node"):
+        await state.prepare(ClaimRef("uid-g", "default", "gone"))
+    assert reads == [1]
+    assert set(state.records) == {"uid-k"}
+    assert not node.cdi.spec_path("uid-g").exists()
