@@ -19,11 +19,13 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
+from gpudra_allocator import reservations as reservations_module
 from gpudra_allocator.conftest import gpu_slice
 from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.events import holdings_from_json
 from gpudra_allocator.gang_steps_test import Slices
 from gpudra_allocator.reservations import Reservations
+from gpudra_allocator.reservations_test import Watches
 from gpudra_allocator.settings import Settings
 from gpudra_allocator.tombstones import TombstoneCollector
 from gpudra_allocator.worker import Worker
@@ -302,3 +304,29 @@ async def test_holdings_written_after_the_release_go_with_the_next_event(worker:
     stored = await worker._res.stored(UID)
     assert stored is not None
     assert stored.released
+
+
+@pytest.mark.parametrize("kind", ["deleted", "deallocated"])
+async def test_a_release_frees_the_records_devices_its_mirror_has_not_seen(
+    nc: Client, kv: KeyValue, worker: Worker, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Replica B's reservation mirror is behind (its watch is being opened again) when it
+    handles the deletion of a claim replica A just decided: the devices the claim's record
+    names are freed all the same, not left held for good."""
+    monkeypatch.setattr(reservations_module, "RETRY_FIRST", 60.0)
+    watches = Watches(kv)
+    behind = Reservations(cast(KeyValue, watches))
+    await behind.start()
+    try:
+        await watches.opened[0].stop()  # from here on B's mirror learns nothing
+        await worker._adopt(
+            cast(Msg, Delivered(10)), claim_event(Kind.KIND_ALLOCATED_EXTERNALLY, (0,))
+        )
+        assert worker._res.holdings_of(UID)
+        assert not behind.holdings_of(UID)
+        other = Worker(nc, Settings(), Engine([], "first-fit"), cast(Any, Slices({})), behind)
+        event = deleted("c") if kind == "deleted" else claim_event(Kind.KIND_DELETED)
+        await other._deleted(cast(Msg, Delivered(11)), event)
+        await until(lambda: not worker._res.holdings_of(UID))
+    finally:
+        await behind.stop()

@@ -287,12 +287,18 @@ class Reservations:
                 await self._remove(driver, pool, h.uid, h.token)
             raise
 
-    async def drop(self, uid: str, token: str | None = None) -> int:
-        """Remove `uid`'s holdings (only attempt `token`'s, when given); returns pools changed."""
-        pools = {(p.driver, p.pool) for p, h in self.holdings_of(uid) if token in (None, h.token)}
-        for driver, pool in sorted(pools):
+    async def drop(
+        self, uid: str, token: str | None = None, pools: Iterable[tuple[str, str]] = ()
+    ) -> int:
+        """Remove `uid`'s holdings (only attempt `token`'s, when given) from the pools the mirror
+        knows it holds something in, and from `pools` (driver, pool) too, which the mirror may
+        not have seen written yet (read when the mirror shows nothing there); returns the number
+        of pools looked at."""
+        found = {(p.driver, p.pool) for p, h in self.holdings_of(uid) if token in (None, h.token)}
+        touched = found | set(pools)
+        for driver, pool in sorted(touched):
             await self._remove(driver, pool, uid, token)
-        return len(pools)
+        return len(touched)
 
     async def drop_stale(self, uid: str, stale_after: float) -> bool:
         """Remove holdings of `uid` older than `stale_after` s; False when younger ones remain."""
@@ -302,25 +308,28 @@ class Reservations:
             await self.drop(uid, token)
         return not self.holdings_of(uid)
 
-    async def release(self, uid: str, claim: str) -> None:
-        """The claim is gone: tombstone its record, then free every holding of its UID."""
+    async def release(self, uid: str, claim: str, pools: Iterable[tuple[str, str]] = ()) -> None:
+        """The claim is gone: tombstone its record, then free every holding of its UID (`pools`:
+        where its record says it holds devices, looked at even when the mirror is behind)."""
         try:
             await self._kv.put(claim_key(uid), ClaimRecord("released", claim=claim).encode())
         except _NATS_ERRORS as exc:
             raise translate(exc, f"tombstoning claim {uid}") from exc
-        await self.drop(uid)
+        await self.drop(uid, pools=pools)
 
-    async def forget(self, uid: str, claim: str = "", seq: int = 0) -> None:
+    async def forget(
+        self, uid: str, claim: str = "", seq: int = 0, pools: Iterable[tuple[str, str]] = ()
+    ) -> None:
         """The claim's allocation was cleared but the claim lives on: mark it `cleared` (at
-        claims-stream sequence `seq`), then free every holding of its UID. The mark is no
-        decision: the next one replaces it (`commit`), and older events of the claim that come
-        late find it and change nothing."""
+        claims-stream sequence `seq`), then free every holding of its UID (`pools` as for
+        `release`). The mark is no decision: the next one replaces it (`commit`), and older
+        events of the claim that come late find it and change nothing."""
         mark = ClaimRecord("cleared", claim=claim, seq=seq)
         try:
             await self._kv.put(claim_key(uid), mark.encode())
         except _NATS_ERRORS as exc:
             raise translate(exc, f"forgetting claim {uid}") from exc
-        await self.drop(uid)
+        await self.drop(uid, pools=pools)
 
     async def _add(self, driver: str, pool: str, holdings: Iterable[Holding]) -> None:
         new = list(holdings)

@@ -610,10 +610,13 @@ class Worker(GangSteps):
             await self._gangs.leave(before.gang, ref.uid)
         elif not deallocated:
             await self._left_unit(ref.uid)
+        # The record's pools too: a decision another replica just made may not have reached
+        # this replica's mirror yet, and a release frees what it finds there.
+        pools = _pools_of(before)
         if deallocated:
-            await self._res.forget(ref.uid, f"{ref.namespace}/{ref.name}", seq)
+            await self._res.forget(ref.uid, f"{ref.namespace}/{ref.name}", seq, pools)
         else:
-            await self._res.release(ref.uid, f"{ref.namespace}/{ref.name}")
+            await self._res.release(ref.uid, f"{ref.namespace}/{ref.name}", pools)
         reason = "deallocated" if deallocated else "deleted"
         released = claims_pb2.Released(claim=ref, reason=reason)
         released.released_at.GetCurrentTime()
@@ -681,7 +684,9 @@ class Worker(GangSteps):
             )
             if record.gang:
                 await self._gangs.leave(record.gang, ref.uid)
-            await self._res.forget(ref.uid, f"{ref.namespace}/{ref.name}", stream_seq(msg))
+            await self._res.forget(
+                ref.uid, f"{ref.namespace}/{ref.name}", stream_seq(msg), _pools_of(record)
+            )
             self.replaced += 1
         token = f"adopted-{self.replica}-{uuid.uuid4().hex[:12]}"
         by_pool = holdings_from_json(allocation, ref.uid, f"{ref.namespace}/{ref.name}", token)
@@ -721,3 +726,14 @@ class Worker(GangSteps):
         if winner.cleared:
             self.stale += 1  # cleared meanwhile by a later event: nothing is held
         await self._finish(ref.uid, msg)
+
+
+def _pools_of(record: ClaimRecord | None) -> set[tuple[str, str]]:
+    """The (driver, pool)s an allocated record's allocation holds devices in (none for other
+    records, or an allocation that does not read as one)."""
+    if record is None or record.cleared or record.released or not record.allocation:
+        return set()
+    try:
+        return {(driver, pool) for driver, pool, _, _ in held_devices(record.allocation)}
+    except BadClaimError:
+        return set()
