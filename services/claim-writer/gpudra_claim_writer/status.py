@@ -25,7 +25,9 @@ goes straight through (the write-back keeps the bare store: it asks it for what 
   (writes refused by a changed resourceVersion, then read and decided again), `unschedulable`
   (reasons written), `released`, `stale`, `foreign` (decisions found with another allocation
   written in their place, sent back to the allocator to adopt), `waiting`, `cleared` (decisions delivered
-  again after their allocation was written and cleared since: not written again);
+  again after their allocation was written and cleared since: not written again), `forbidden`
+  (writes the API refused to the claim-writer itself, 401/403, tried again with a backoff: fix its
+  RBAC or credentials);
 - `events`: Kubernetes Events `created`, `updated`, `dropped`, `failed` (null without a recorder);
 - `classes`: DeviceClasses mirrored: `written`, `deleted`, `rejected` (null without the mirror);
 - `gates`: `lifted` (scheduling gates removed; null without `gate-pods`);
@@ -53,6 +55,7 @@ WRITEBACK_COUNTS = (
     "foreign",
     "waiting",
     "cleared",
+    "forbidden",
 )
 INTAKE_COUNTS = (
     "pending",

@@ -38,7 +38,10 @@ Promises:
   yet but `consumers.left_unreported`: `consumers.needs_pod`): then only with a pod that may run
   and names it, never alone (it waits for a pod, as in Kubernetes; counted "waiting").
 - The message is acknowledged after the write; a decision that cannot be written now (API away) is
-  redelivered. Malformed messages are dead-lettered.
+  redelivered. Malformed messages are dead-lettered. A write the API refuses to the claim-writer
+  itself (401/403: its RBAC or credentials, which an operator fixes, not the decision) is
+  redelivered too, after 5 s doubling up to a minute (counted "forbidden"): dead-lettered, the
+  decision's devices stayed held for a claim that never got them.
 - Spans: each decision is processed under the trace its headers carry (the claim's trace), with a
   child span per status write.
 """
@@ -97,7 +100,13 @@ from gpudra_claim_writer.consumers import (
 )
 from gpudra_claim_writer.events import Kind, publish_event
 from gpudra_claim_writer.kube_events import ClaimEvents
-from gpudra_kube.errors import ConflictError, KubePermanentError, KubeRetryableError, NotFoundError
+from gpudra_kube.errors import (
+    ConflictError,
+    ForbiddenError,
+    KubePermanentError,
+    KubeRetryableError,
+    NotFoundError,
+)
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_kube.store import Store
@@ -108,6 +117,9 @@ tracer = trace.get_tracer("gpudra_claim_writer")
 
 _MAX_TRIES = 10
 _NATS = (nats.errors.Error, OSError, TimeoutError)
+# A write refused to the claim-writer itself (401/403) is tried again after 5 s, doubling to 60 s.
+_FORBIDDEN_FIRST = 5.0
+_FORBIDDEN_MAX = 60.0
 
 OnAllocated = Callable[[str, str, str, dict[str, Any]], Awaitable[None]]
 # Offers a claim that is pending again after a deallocation together with its pod (`PodUnits.reoffer`);
@@ -202,6 +214,19 @@ class Writeback:
             log.warning("decision on %s deferred: %s", msg.subject, exc)
             with contextlib.suppress(*_NATS):
                 await msg.nak(delay=1.0)
+        except ForbiddenError as exc:
+            self.counts["forbidden"] += 1
+            delivered = msg.metadata.num_delivered if msg.metadata else 1
+            delay = min(_FORBIDDEN_MAX, _FORBIDDEN_FIRST * 2 ** min(max(delivered - 1, 0), 8))
+            log.error(
+                "the API refused the claim-writer's write for %s (%s): check its RBAC and "
+                "credentials; the decision is tried again in %.0fs",
+                msg.subject,
+                exc,
+                delay,
+            )
+            with contextlib.suppress(*_NATS):
+                await msg.nak(delay=delay)
         except (BusPermanentError, KubePermanentError) as exc:
             await self._dead.send(msg.subject, msg.data, msg.headers, exc)
             with contextlib.suppress(*_NATS):

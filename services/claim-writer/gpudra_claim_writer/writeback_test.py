@@ -385,3 +385,29 @@ async def test_a_claim_deleted_between_read_and_write_is_stale_not_a_dead_letter
         assert [e.kind for e in events] == [claims_pb2.ClaimEvent.KIND_DELETED]
         assert events[0].claim.uid == claim["metadata"]["uid"]
     assert writeback.counts["allocated"] == writeback.counts["unschedulable"] == 0
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_a_write_refused_to_the_claim_writer_itself_is_tried_again(
+    nc: Client, api: tuple[FakeKubeApi, ApiStore], status: int
+) -> None:
+    """An RBAC change or a credential that lapsed refuses every write for a while: the decision
+    is not malformed, so it is redelivered (after a delay) rather than dead-lettered, which left
+    its devices held by the allocator for a claim that never got them."""
+    fake, store = api
+    claim = await store.create(RESOURCE_CLAIMS, new_claim("c1"))
+    fake.inject_error(status, reason="Forbidden", method="PUT", path_contains="resourceclaims")
+    publisher = Publisher(nc)
+    writeback = Writeback(nc, store, publisher, consumer="forbidden-test")
+    task = asyncio.create_task(writeback.run())
+    try:
+        await decide(publisher, claim)
+        await until(lambda: writeback.counts["allocated"] == 1, timeout=30.0)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert writeback.counts["forbidden"] == 1
+    assert sum(writeback.dead_letters.values()) == 0
+    stored = await store.get(RESOURCE_CLAIMS, "c1", "default")
+    assert stored["status"]["allocation"] == ALLOCATION
