@@ -6,6 +6,7 @@ ANDed, a term without requirements matches nothing, and `matchFields` knows only
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,17 @@ from gpudra_api._fields import Field, check_label_name
 _LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 _FIELD_OPERATORS = frozenset({"In", "NotIn"})
 NODE_NAME_FIELD = "metadata.name"
+_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_int64(text: str) -> int | None:
+    """`text` as Go's `strconv.ParseInt(text, 10, 64)` reads it (what Kubernetes compares Gt/Lt
+    labels with): ASCII digits with an optional sign, within int64; else None. Python's `int()`
+    also takes `1_0`, spaces, other scripts' digits and any size."""
+    if not _INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
 
 
 @dataclass(frozen=True)
@@ -53,9 +65,8 @@ class NodeSelectorRequirement:
             return value is None or value not in self.values
         if value is None:
             return False
-        try:
-            have, want = int(value), int(self.values[0])
-        except ValueError:
+        have, want = parse_int64(value), parse_int64(self.values[0])
+        if have is None or want is None:
             return False
         return have > want if op == "Gt" else have < want
 
@@ -141,8 +152,6 @@ def _requirement(f: Field, fields: bool) -> NodeSelectorRequirement:
         values_field.check(not values, f"must be empty for operator {op}")
     else:
         values_field.check(len(values) == 1, f"must have exactly one value for operator {op}")
-        try:
-            int(values[0])
-        except ValueError as exc:
-            raise values_field.fail(f"{values[0]!r} is not an integer") from exc
+        if parse_int64(values[0]) is None:
+            raise values_field.fail(f"{values[0]!r} is not an integer")
     return NodeSelectorRequirement(key, op, values)

@@ -67,6 +67,12 @@ def test_matching_follows_node_affinity(terms: list[dict[str, Any]], matches: bo
         pytest.param([_expr("region", "In")], id="in-without-values"),
         pytest.param([_expr("region", "Exists", "x")], id="exists-with-values"),
         pytest.param([_expr("gpus", "Gt", "many")], id="gt-not-integer"),
+        # Go's strconv.ParseInt(v, 10, 64), not Python's int(): no separators, blanks, other
+        # scripts' digits, nothing beyond int64.
+        pytest.param([_expr("gpus", "Gt", "1_0")], id="gt-underscore"),
+        pytest.param([_expr("gpus", "Lt", " 4")], id="lt-blank"),
+        pytest.param([_expr("gpus", "Gt", "\u0664")], id="gt-arabic-indic-digit"),
+        pytest.param([_expr("gpus", "Gt", str(2**63))], id="gt-beyond-int64"),
         pytest.param(
             [{"matchFields": [{"key": "metadata.uid", "operator": "In", "values": ["x"]}]}],
             id="unknown-field",
@@ -77,6 +83,20 @@ def test_matching_follows_node_affinity(terms: list[dict[str, Any]], matches: bo
 def test_invalid_selectors_are_rejected(terms: list[dict[str, Any]]) -> None:
     with pytest.raises(ValidationError):
         _sel(*terms)
+
+
+@pytest.mark.parametrize(
+    ("label", "op", "value", "matches"),
+    [
+        pytest.param("1_0", "Gt", "4", False, id="label-with-underscore-is-no-number"),
+        pytest.param("+8", "Gt", "4", True, id="label-with-sign"),
+        pytest.param("-8", "Lt", "-4", True, id="negative"),
+        pytest.param(str(2**63), "Gt", "4", False, id="label-beyond-int64"),
+        pytest.param(str(2**63 - 1), "Gt", "4", True, id="label-int64-max"),
+    ],
+)
+def test_gt_lt_read_numbers_as_kubernetes(label: str, op: str, value: str, matches: bool) -> None:
+    assert _sel(_expr("n", op, value)).matches(Node("x", {"n": label})) is matches
 
 
 def test_for_node_round_trips_to_json() -> None:
