@@ -330,3 +330,15 @@ async def test_a_release_frees_the_records_devices_its_mirror_has_not_seen(
         await until(lambda: not worker._res.holdings_of(UID))
     finally:
         await behind.stop()
+
+
+async def test_a_late_deallocation_leaves_a_deleted_claim_deleted(worker: Worker) -> None:
+    """The claim's allocation was cleared (11), the claim offered again (12) and deleted (13);
+    the deletion is handled first, the other two late: the claim stays released, and the
+    pending event allocates nothing for a claim that no longer exists."""
+    await worker._deleted(cast(Msg, Delivered(13)), deleted("c"))
+    await worker._deleted(cast(Msg, Delivered(11)), claim_event(Kind.KIND_DELETED))
+    assert await worker._settled(cast(Msg, Delivered(12)), claim_event(Kind.KIND_PENDING))
+    stored = await worker._res.stored(UID)
+    assert stored is not None
+    assert stored.released, stored

@@ -600,9 +600,11 @@ class Worker(GangSteps):
         deallocated = bool(event.claim_json)
         seq = stream_seq(msg)
         before = await self._res.stored(ref.uid)
-        if deallocated and before is not None and before.seq > seq:
+        if deallocated and before is not None and (before.released or before.seq > seq):
             # Older than what the record says (a redelivery, or another replica was faster):
-            # the allocation it clears was cleared already, and a newer one must stay.
+            # the allocation it clears was cleared already, and a newer one must stay. A claim
+            # deleted stays released: a cleared mark in place of its tombstone would let a late
+            # pending event of the claim allocate devices to a claim that no longer exists.
             self.stale += 1
             await self._finish(ref.uid, msg)
             return
