@@ -42,7 +42,7 @@ from gpudra_cel.syntax import (
     OptSelect,
     Select,
 )
-from gpudra_cel.types import DYN, STRING
+from gpudra_cel.types import BYTES, DYN, STRING
 
 __all__ = ["estimate_cost"]
 
@@ -50,6 +50,7 @@ ATTRIBUTE_MAX_VALUE_LENGTH = 64
 MAX_ATTRIBUTES_PER_DEVICE = 32
 QUANTITY_SIZE = 8
 _UNBOUNDED = 1 << 40
+_PRICED_OPERATORS = frozenset({"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_", "@in"})
 _SIZE_CHANGING = frozenset({"split", "findAll", "replace", "join", "_+_", "lowerAscii"})
 
 
@@ -144,13 +145,10 @@ class _Estimator:
     def call(self, node: Call, scope: dict[str, _Est]) -> _Est:
         target = self.visit(node.target, scope) if node.target is not None else None
         args = [self.visit(a, scope) for a in node.args]
-        cost = 1 + sum(a.cost for a in args) + (target.cost if target else 0)
+        cost = sum(a.cost for a in args) + (target.cost if target else 0)
         subject = target if target is not None else (args[0] if args else _Est(0, 1))
         fn = node.function
-        if fn in ("_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"):
-            cost += _scan(min(args[0].size, args[1].size))
-        elif fn == "@in" and self.checked.types.get(id(node.args[1]), DYN).name != "map":
-            cost += args[1].size  # a list is scanned; a map lookup is one step (cel-go's in_map)
+        cost += self.operator_cost(node, args) if fn in _PRICED_OPERATORS else 1
         overloads = self.checked.overloads.get(id(node), ())
         takes_string = any(STRING in ov.args for ov in overloads)
         member, sizes = node.target is not None, [a.size for a in args]
@@ -176,6 +174,25 @@ class _Estimator:
         if fn == "join":  # priced at run time by the joined text: a tenth of twice its length
             cost += _scan(2 * size)
         return _Est(cost, size, elem)
+
+    def operator_cost(self, node: Call, args: list[_Est]) -> int:
+        """cel-go's price for a comparison or `in` itself, operands aside: equality, and the
+        ordering of strings or bytes, scan the shorter operand (a tenth per character, nothing
+        for the call); `in` a list scans the list, `in` a map is one lookup; ordering other
+        kinds costs 1. Where an operand is `dyn`, cel-go takes the dearest overload it could
+        be."""
+        fn = node.function
+        scan = _scan(min(args[0].size, args[1].size))
+        if fn in ("_==_", "_!=_"):
+            return scan
+        kinds = [self.checked.types.get(id(a), DYN) for a in node.args]
+        if fn == "@in":
+            if kinds[1].name == "map":
+                return 1
+            return args[1].size if kinds[1].name == "list" else max(args[1].size, 1)
+        if STRING in kinds or BYTES in kinds:
+            return scan
+        return max(scan, 1) if kinds == [DYN, DYN] else 1
 
     def result_size(self, fn: str, subject: _Est, args: list[_Est]) -> tuple[int, int]:
         if fn == "_+_" and len(args) == 2:
