@@ -117,7 +117,7 @@ def cluster() -> Iterator[list[NatsServer]]:
     servers: list[NatsServer] = []
     try:
         for i, port in enumerate(ports):
-            args = ("--server_name", f"n{i}", "--cluster_name", "gpudra")
+            args: tuple[str, ...] = ("--server_name", f"n{i}", "--cluster_name", "gpudra")
             args += ("--cluster", f"nats://127.0.0.1:{port}", "--routes", routes)
             servers.append(NatsServer(extra_args=args).start())
         yield servers
