@@ -163,13 +163,17 @@ def apply_holdings(state: AllocatedState, pool: PoolHoldings, sign: int) -> None
             else:
                 state.devices.discard(device)
             continue
+        # Capacity only when the share consumed some, as `AllocatedState.apply` (kube-scheduler
+        # gives a share without consumption no entry, so the next share checks its counters).
         consumed = _quantities(h.capacity)
         if sign > 0:
             state.add_share(device, h.share_id)
-            state.add_capacity(device, consumed)
+            if consumed:
+                state.add_capacity(device, consumed)
         else:
             state.remove_share(device, h.share_id)
-            state.remove_capacity(device, consumed)
+            if consumed:
+                state.remove_capacity(device, consumed)
 
 
 def _quantities(capacity: dict[str, str]) -> dict[str, Quantity]:
@@ -182,11 +186,12 @@ def _quantities(capacity: dict[str, str]) -> dict[str, Quantity]:
 def holdings_for(
     results: Iterable[AllocationResult], uid: str, claim: str, token: str, at: float
 ) -> dict[tuple[str, str], list[Holding]]:
-    """What an allocation holds, by (driver, pool). Admin-access devices hold nothing."""
+    """What an allocation holds, by (driver, pool). Admin-access devices hold nothing, shared or
+    not (kube-scheduler does not count an admin-access result as allocated at all)."""
     out: dict[tuple[str, str], list[Holding]] = {}
     for result in results:
         for r in result.results:
-            if r.admin_access and r.share_id is None:
+            if r.admin_access:
                 continue
             capacity = {k: str(v) for k, v in (r.consumed_capacity or {}).items()}
             out.setdefault((r.driver, r.pool), []).append(
