@@ -7,7 +7,8 @@ list, so a slow kubelet never makes the hub buffer without bound; without change
 re-sent every `refresh_seconds`, so the kubelet's health timeout only fires when the feed is down. A GPU's event also applies to the
 MIG devices (and placements) on it. A device is unhealthy while any of its conditions is active
 (several may be: an XID, then ECC errors; clearing one leaves it unhealthy). Devices start healthy:
-the node-agent publishes a device only while it answers, and reports problems as events.
+the node-agent publishes a device only while it answers, and reports problems as events, which
+`reconcile` checks against its complete reports (see `healthfeed`).
 
 The devices follow the node's MIG layout without a restart (`sync`, which `DeviceState` calls after
 dynamic MIG made or destroyed devices): an event naming a MIG device the plugin made, by its UUID,
@@ -109,7 +110,7 @@ class HealthHub:
 
         A device is unhealthy while any condition is active; its message lists them."""
         updated = event.time if event.time is not None else self._clock()
-        key = (event.device_uuid or event.device_name, event.condition)
+        key = _key(event)
         changed = []
         for name in self.affected(event):
             conditions = self._conditions[name]
@@ -119,6 +120,28 @@ class HealthHub:
                 conditions.pop(key, None)
             if self._judge(name, updated):
                 changed.append(name)
+        await self._notify(changed)
+        return changed
+
+    async def reconcile(self, described: Iterable[str], active: Iterable[HealthEvent]) -> list[str]:
+        """Take a complete report (the node-agent's inventory): the conditions of the devices
+        `described` (by UUID or name) are exactly the `active` events. Returns the devices whose
+        health changed. Events are not stored: one missed (NATS away, or sent before the plugin
+        subscribed) is corrected by the next report, and a report older than an event applied
+        already is corrected by the next one."""
+        sources = set(described)
+        wanted = {_key(event): event for event in active if event.active}
+        touched: set[str] = set()
+        for name, conditions in self._conditions.items():
+            for key in [k for k in conditions if k[0] in sources and k not in wanted]:
+                del conditions[key]
+                touched.add(name)
+        for key, event in wanted.items():
+            for name in self.affected(event):
+                self._conditions[name][key] = event.message or event.condition
+                touched.add(name)
+        now = self._clock()
+        changed = [name for name in sorted(touched) if self._judge(name, now)]
         await self._notify(changed)
         return changed
 
@@ -200,6 +223,11 @@ class HealthHub:
                 yield self.snapshot(determined=self._clock())
             else:
                 yield self.snapshot()
+
+
+def _key(event: HealthEvent) -> tuple[str, str]:
+    """Which condition an event sets or clears: the reporting device, the kind."""
+    return (event.device_uuid or event.device_name, event.condition)
 
 
 _STATUS_V1 = {"healthy": h1.HEALTHY, "unhealthy": h1.UNHEALTHY, "unknown": h1.UNKNOWN}

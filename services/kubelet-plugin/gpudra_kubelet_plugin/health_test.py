@@ -170,6 +170,96 @@ async def test_feed_from_nats(nats_url: str) -> None:
         await nc.drain()
 
 
+@pytest.mark.parametrize(
+    ("events", "described", "active", "unhealthy"),
+    [
+        pytest.param(
+            [HealthEvent("XID", True, "XID 79", "gpu-1", GPU1)],
+            {"gpu-1", GPU1},
+            [],
+            {},
+            id="missed-clear",
+        ),
+        pytest.param(
+            [],
+            {"gpu-1", GPU1},
+            [HealthEvent("ECC", True, "3 uncorrected ECC errors", "gpu-1", GPU1)],
+            {n: "3 uncorrected ECC errors" for n in ["gpu-1", *MIGS]},
+            id="missed-condition-reaches-mig-devices",
+        ),
+        pytest.param(
+            [HealthEvent("LOST", True, "GPU lost", device_name="gpu-1")],
+            {"gpu-1", GPU1},
+            [],
+            {},
+            id="event-by-name-only",
+        ),
+        pytest.param(
+            [HealthEvent("XID", True, "XID 79", "gpu-1", GPU1)],
+            {"gpu-1", GPU1},
+            [HealthEvent("XID", True, "XID 94", "gpu-1", GPU1)],
+            {n: "XID 94" for n in ["gpu-1", *MIGS]},
+            id="newer-code",
+        ),
+        pytest.param(
+            [
+                HealthEvent("XID", True, "XID 79", "gpu-0", GPU0),
+                HealthEvent("XID", True, "own", device_name="gpu-1-mig-1-0"),
+            ],
+            {"gpu-1", GPU1},
+            [],
+            {"gpu-0": "XID 79", "gpu-1-mig-1-0": "own"},
+            id="devices-not-described-keep-theirs",
+        ),
+    ],
+)
+async def test_an_inventory_is_the_complete_state_of_the_devices_it_describes(
+    events: list[HealthEvent],
+    described: set[str],
+    active: list[HealthEvent],
+    unhealthy: dict[str, str],
+) -> None:
+    h = hub()
+    for event in events:
+        await h.update(event)
+    await h.reconcile(described, active)
+    assert {d.device: d.message for d in h.snapshot() if d.status == "unhealthy"} == unhealthy
+    assert await h.reconcile(described, active) == []  # the same report again changes nothing
+
+
+async def test_each_new_inventory_generation_corrects_missed_events_once(
+    fresh_nats_server: NatsServer,
+) -> None:
+    nc = await nats.connect(fresh_nats_server.url)
+    try:
+        js = nc.jetstream()
+        await ensure_stream(js, next(s for s in STREAMS if s.name == INVENTORY_STREAM))
+
+        async def store(generation: int, *conditions: pb.HealthCondition) -> None:
+            gpu1 = pb.Device(name="gpu-1", uuid=GPU1, type=pb.Device.TYPE_GPU, health=conditions)
+            inventory = pb.NodeInventory(node=NODE, generation=generation, devices=[gpu1])
+            data, headers = healthfeed.NODE_INVENTORY.encode(inventory)
+            await js.publish(f"gpudra.inventory.{NODE}", data, headers=headers)
+
+        h = hub()
+        check = healthfeed.InventoryCheck(js, NODE, h)
+        assert await check.once() is None  # nothing stored yet: healthy
+        await store(1, pb.HealthCondition(kind=pb.HealthCondition.KIND_XID, code=79))
+        assert await check.once() == 1
+        assert {d.device for d in h.snapshot() if d.status == "unhealthy"} == {"gpu-1", *MIGS}
+        await store(2)  # cleared; the event that said so never came
+        assert await check.once() == 0
+        assert {d.status for d in h.snapshot()} == {"healthy"}
+        # An event newer than the stored inventory (whose own inventory is not stored yet, or a
+        # heartbeat of the same generation) is not undone by it.
+        await h.update(HealthEvent("ECC", True, "ECC", "gpu-1", GPU1))
+        await store(2)
+        assert await check.once() is None
+        assert next(d for d in h.snapshot() if d.device == "gpu-1").status == "unhealthy"
+    finally:
+        await nc.drain()
+
+
 async def test_seed_from_the_last_inventory(fresh_nats_server: NatsServer) -> None:
     nc = await nats.connect(fresh_nats_server.url)
     try:

@@ -1,18 +1,23 @@
-"""Feeds the `HealthHub` from the node-agent's health events on NATS (`gpudra.health.<node>`).
+"""Feeds the `HealthHub` from the node-agent: its health events (`gpudra.health.<node>`) as they
+come, checked against its inventories (the node's last `NodeInventory` in JetStream).
 
-Payload: `gpudra.v1.HealthEvent` (proto/gpudrapb/v1/inventory.proto) under gpudra_bus' schema
-header. A set condition (XID, ECC, lost) makes the device unhealthy until it clears.
-A message that does not decode or declares another schema is logged and skipped: one bad event
-never stops the feed.
+Payloads: `gpudra.v1.HealthEvent` and `gpudra.v1.NodeInventory` (proto/gpudrapb/v1/inventory.proto)
+under gpudra_bus' schema header. A set condition (XID, ECC, lost) makes the device unhealthy until
+it clears. A message that does not decode or declares another schema is logged and skipped: one
+bad message never stops the feed.
 
-Events are not stored, so a plugin that starts while a GPU is already unhealthy would miss the
-event; `seed` therefore first applies the active conditions of the node's last `NodeInventory`
-(the inventory stream keeps the latest per node). Without it (no inventory yet, no permission), the
-plugin starts from "healthy" and logs why.
+Events are core NATS, not stored: one sent while the plugin's connection was away, or before it
+subscribed, is lost, and nothing would ever send it again. Each inventory carries every device's
+active conditions, and the node-agent stores a new one whenever they change (after that turn's
+events). `InventoryCheck` therefore reads the last stored inventory at start (`seed`) and then
+every few seconds, and each time its generation is new the hub takes it as the complete state of
+the devices it describes (`HealthHub.reconcile`): a missed event is corrected within one period.
+Without an inventory (none yet, no permission) the devices start "healthy", and it says why.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from nats.aio.client import Client
@@ -66,31 +71,73 @@ def decode(msg: Msg) -> HealthEvent | None:
         return None
 
 
-async def seed(js: JetStreamContext, node: str, hub: HealthHub) -> int:
-    """Apply the active conditions of the node's last inventory; returns how many were applied."""
-    subject = subjects.inventory(node)
-    try:
-        msg = await js.get_last_msg(INVENTORY_STREAM, subject)
-        inventory = NODE_INVENTORY.decode(msg.data or b"", msg.headers)
-    except NotFoundError:
-        log.info("no inventory of node %s yet: devices start healthy", node)
-        return 0
-    except (NatsError, TimeoutError, CodecError) as exc:
-        log.warning("cannot read the last inventory of %s (%s): devices start healthy", node, exc)
-        return 0
-    applied = 0
+def conditions_of(inventory: inventory_pb2.NodeInventory) -> tuple[set[str], list[HealthEvent]]:
+    """The devices an inventory describes (UUIDs and names) and their active conditions."""
+    described: set[str] = set()
+    active = []
     for device in inventory.devices:
+        described.update(n for n in (device.uuid, device.name) if n)
         for condition in device.health:
             event = inventory_pb2.HealthEvent(
-                node=node,
+                node=inventory.node,
                 device_name=device.name,
                 device_uuid=device.uuid,
                 condition=condition,
                 time=condition.since,
             )
-            await hub.update(translate(event))
-            applied += 1
-    return applied
+            active.append(translate(event))
+    return described, active
+
+
+class InventoryCheck:
+    """Reconciles a hub with the node's last stored inventory, once per generation."""
+
+    def __init__(self, js: JetStreamContext, node: str, hub: HealthHub) -> None:
+        self._js = js
+        self._node = node
+        self._hub = hub
+        self.generation: int | None = None  # of the inventory last reconciled with
+        self._failing = False
+
+    async def once(self) -> int | None:
+        """Reconcile with the last inventory if its generation is new; returns how many active
+        conditions it carried (None: no new inventory, or none readable)."""
+        try:
+            msg = await self._js.get_last_msg(INVENTORY_STREAM, subjects.inventory(self._node))
+            inventory = NODE_INVENTORY.decode(msg.data or b"", msg.headers)
+        except NotFoundError:
+            self._unreadable(logging.INFO, "none stored yet")
+            return None
+        except (NatsError, TimeoutError, CodecError) as exc:
+            self._unreadable(logging.WARNING, str(exc) or type(exc).__name__)
+            return None
+        self._failing = False
+        if inventory.generation == self.generation:
+            return None  # events since are newer than it; a heartbeat says nothing new
+        self.generation = inventory.generation
+        described, active = conditions_of(inventory)
+        changed = await self._hub.reconcile(described, active)
+        if changed:
+            log.info("inventory of %s changed the health of %s", self._node, changed)
+        return len(active)
+
+    def _unreadable(self, level: int, why: str) -> None:
+        if not self._failing:  # once per outage, not every period
+            state = "devices start healthy" if self.generation is None else "health as it was"
+            log.log(level, "no inventory of node %s to check (%s): %s", self._node, why, state)
+        self._failing = True
+
+    async def run(self, interval: float) -> None:
+        """`once` every `interval` seconds, until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            await self.once()
+
+
+async def seed(js: JetStreamContext, node: str, hub: HealthHub) -> int:
+    """Reconcile the hub with the node's last stored inventory; returns how many active
+    conditions it carried."""
+    return await InventoryCheck(js, node, hub).once() or 0
 
 
 async def subscribe(nc: Client, node: str, hub: HealthHub) -> Subscription:

@@ -125,7 +125,13 @@ async def serve(
             is_current=lambda: connection.is_connected,
         )
         await healthfeed.subscribe(nc, settings.node, hub)
-        await healthfeed.seed(nc.jetstream(), settings.node, hub)
+        # Events are not stored: the node's inventories correct the ones missed (see healthfeed).
+        inventories = healthfeed.InventoryCheck(nc.jetstream(), settings.node, hub)
+        await inventories.once()
+        checking = asyncio.create_task(
+            inventories.run(settings.health_refresh), name="health-inventory-check"
+        )
+        stack.push_async_callback(cancel_until_done, checking)
         state = DeviceState(
             driver=settings.driver_name,
             node=settings.node,

@@ -17,6 +17,7 @@ from pathlib import Path
 import nats
 import pytest
 
+from gpudra_bus import INVENTORY_STREAM, STREAMS, ensure_stream, subjects
 from gpudra_kube import RESOURCE_CLAIMS
 from gpudra_kubelet_plugin import healthfeed
 from gpudra_kubelet_plugin.conftest import DRIVER, GPU0, NODE, make_claim, node_devices
@@ -139,6 +140,55 @@ async def test_serve_end_to_end(short_root: Path, nats_url: str) -> None:
         await nc.drain()
     assert not settings.dra_socket.exists()
     assert not settings.registration_socket.exists()
+
+
+async def test_health_an_event_missed_comes_back_from_the_next_inventory(
+    short_root: Path, nats_url: str
+) -> None:
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    bucket = f"claims-{uuid.uuid4().hex[:10]}"
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    await ensure_stream(js, next(s for s in STREAMS if s.name == INVENTORY_STREAM))
+    await js.create_key_value(bucket=bucket)
+
+    async def store(generation: int, *conditions: pb.HealthCondition) -> None:
+        inventory = pb.NodeInventory(
+            node=node,
+            generation=generation,
+            devices=[
+                pb.Device(name="gpu-0", uuid=GPU0, type=pb.Device.TYPE_GPU, health=conditions)
+            ],
+        )
+        data, headers = healthfeed.NODE_INVENTORY.encode(inventory)
+        await js.publish(subjects.inventory(node), data, headers=headers)
+
+    await store(1, pb.HealthCondition(kind=pb.HealthCondition.KIND_XID, code=79))
+    settings = dataclasses.replace(
+        settings_for(short_root, nats_url, bucket), node_name=node, health_refresh=0.2
+    )
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(serve(settings, stop, ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 10)
+        async with FakeKubelet(settings.registry_dir, DRIVER) as kubelet:
+            await kubelet.register()
+            stream = kubelet.watch_health()
+            assert (await asyncio.wait_for(anext(stream), 10))["gpu-0"] == (2, "XID 79")
+            # The XID cleared while the plugin's NATS connection was away: the event that said
+            # so is lost, but the node-agent stored its next inventory.
+            await store(2)
+
+            async def healthy() -> None:
+                while (await anext(stream))["gpu-0"] != (1, ""):
+                    pass
+
+            await asyncio.wait_for(healthy(), 10)
+            await stream.aclose()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await nc.drain()
 
 
 @pytest.mark.parametrize(

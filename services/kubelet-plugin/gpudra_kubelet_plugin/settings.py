@@ -141,7 +141,7 @@ class Settings(CommonSettings):
         default=10.0,
         metadata=doc(
             "re-send the full device health list this often without changes (keeps it fresh for "
-            "the kubelet's timeout)",
+            "the kubelet's timeout), and check it against the node's last inventory as often",
             "seconds",
         ),
     )
