@@ -51,6 +51,7 @@ MAX_ATTRIBUTES_PER_DEVICE = 32
 QUANTITY_SIZE = 8
 _UNBOUNDED = 1 << 40
 _PRICED_OPERATORS = frozenset({"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_", "@in"})
+_TRAVERSALS = frozenset({"isSorted", "sum", "min", "max", "indexOf", "lastIndexOf"})
 _SIZE_CHANGING = frozenset({"split", "findAll", "replace", "join", "_+_", "lowerAscii"})
 
 
@@ -148,7 +149,12 @@ class _Estimator:
         cost = sum(a.cost for a in args) + (target.cost if target else 0)
         subject = target if target is not None else (args[0] if args else _Est(0, 1))
         fn = node.function
-        cost += self.operator_cost(node, args) if fn in _PRICED_OPERATORS else 1
+        if fn in _PRICED_OPERATORS:
+            cost += self.operator_cost(node, args)
+        elif fn in _TRAVERSALS and target is not None:
+            cost += self.traversal_cost(node.target, target)
+        else:
+            cost += 1
         overloads = self.checked.overloads.get(id(node), ())
         takes_string = any(STRING in ov.args for ov in overloads)
         member, sizes = node.target is not None, [a.size for a in args]
@@ -160,7 +166,9 @@ class _Estimator:
         if formatted is not None:  # Kubernetes' format library
             return _Est(cost + formatted[0], formatted[1], formatted[2])
         kinds = {ov.cost for ov in overloads}
-        if "regex" in kinds and args:
+        if fn in _TRAVERSALS and target is not None:
+            pass  # priced above
+        elif "regex" in kinds and args:
             pattern = args[0] if target is not None else args[1]  # s.matches(p) / matches(s, p)
             cost += _scan(subject.size) * max(1, math.ceil(pattern.size * 0.25))
         elif fn == "includes":
@@ -193,6 +201,20 @@ class _Estimator:
         if STRING in kinds or BYTES in kinds:
             return scan
         return max(scan, 1) if kinds == [DYN, DYN] else 1
+
+    def traversal_cost(self, receiver: Node, est: _Est) -> int:
+        """Kubernetes' list functions (`isSorted`, `sum`, `min`, `max`, `indexOf`,
+        `lastIndexOf`) cost one traversal of the receiver and no unit for the call: a tenth per
+        character of a string, 1 per element of a list plus a tenth of each string element.
+        Kubernetes estimates a `dyn` receiver as a string, but a list there costs more to
+        traverse at run time, and an estimate here must bound the run time (it decides whether
+        evaluations are metered at all), so a `dyn` receiver is estimated as a list of strings."""
+        kind = self.checked.types.get(id(receiver), DYN)
+        if kind in (STRING, BYTES):
+            return _scan(est.size)
+        element = kind.params[0] if kind.name == "list" and kind.params else DYN
+        per_element = 1 if element not in (STRING, BYTES, DYN) else 1 + _scan(est.elem)
+        return min(est.size * per_element, _UNBOUNDED)
 
     def result_size(self, fn: str, subject: _Est, args: list[_Est]) -> tuple[int, int]:
         if fn == "_+_" and len(args) == 2:

@@ -84,6 +84,20 @@ def _size(value: object) -> int:
     return 1
 
 
+def _traversal(value: object) -> int:
+    """Kubernetes' `traversalCost`: a tenth of a string's UTF-8 length or of a byte string's
+    length, rounded down; a list or map the sum over its elements (keys and values); 1 else."""
+    if isinstance(value, str):
+        return int(len(value.encode("utf-8", "surrogatepass")) * 0.1)
+    if isinstance(value, bytes):
+        return int(len(value) * 0.1)
+    if isinstance(value, tuple | list):
+        return sum(_traversal(item) for item in value)
+    if isinstance(value, Mapping):
+        return sum(_traversal(k) + _traversal(v) for k, v in value.items())
+    return 1
+
+
 def _tenth(n: int) -> int:
     return math.ceil(n * 0.1)
 
@@ -115,8 +129,10 @@ _SIZED: dict[str, Callable[[Sequence[object], object], int]] = {
     "replace": lambda v, r: _tenth(2 * _size(v[0])),
     "split": lambda v, r: _tenth(2 * _size(v[0])),
     "join": lambda v, r: _tenth(2 * _size(r)),
-    "indexOf": lambda v, r: _size(v[0]),
-    "lastIndexOf": lambda v, r: _size(v[0]),
+    # Kubernetes' list functions, and indexOf on strings too: one traversal of the receiver
+    **dict.fromkeys(
+        ("isSorted", "sum", "min", "max", "indexOf", "lastIndexOf"), lambda v, r: _traversal(v[0])
+    ),
     "includes": lambda v, r: _size(v[0]),
     "quantity": lambda v, r: _tenth(_size(v[0])),
     "isQuantity": lambda v, r: _tenth(_size(v[0])),

@@ -315,3 +315,65 @@ def test_actual_cost_stays_under_kubernetes_estimate(
     # cel-go's actual cost never exceeds its estimate; our meter, on the worst device these
     # Kubernetes cases allow, must not either (k8s.io/dynamic-resource-allocation compile_test).
     assert 0 < _metered(expression).actual_cost(device) <= kubernetes_estimate
+
+
+_RANGE = "lists.range"
+
+
+@pytest.mark.parametrize(
+    ("expression", "cancelled"),
+    [
+        # Kubernetes prices isSorted/sum/min/max/indexOf/lastIndexOf by a traversal of the list
+        # (1 per number): ~600,000 for the range plus ~600,000 passes the limit, 2 x 400,000
+        # does not (the length depends on the device, so nothing is folded or bounded early)
+        pytest.param(f"{_RANGE}(600000).sum() > 0", True, id="sum"),
+        pytest.param(f"{_RANGE}(600000).isSorted()", True, id="is-sorted"),
+        pytest.param(f"{_RANGE}(600000).max() > 0", True, id="max"),
+        pytest.param(f"{_RANGE}(600000).min() == 0", True, id="min"),
+        pytest.param(f"{_RANGE}(600000).indexOf(5) == 5", True, id="index-of"),
+        pytest.param(f"{_RANGE}(600000).lastIndexOf(5) == 5", True, id="last-index-of"),
+        pytest.param(f"{_RANGE}(400000).sum() > 0", False, id="sum-under"),
+    ],
+)
+def test_list_library_costs_a_traversal(expression: str, cancelled: bool) -> None:
+    selector = compile_selector(
+        expression.replace("(600000)", f"(600000 + {A}.ids.size())").replace(
+            "(400000)", f"(400000 + {A}.ids.size())"
+        )
+    )
+    assert selector.counts_cost
+    if cancelled:
+        with pytest.raises(CelEvaluationError, match=COST_EXCEEDED):
+            selector.matches(SMALL)
+    else:
+        assert selector.matches(SMALL)
+
+
+@pytest.mark.parametrize(
+    ("expression", "device", "price"),
+    [
+        # a traversal: a tenth of each string's length, rounded down, 1 per other element
+        pytest.param(
+            f"{A}.names.isSorted()",
+            DeviceView(DRV, {DRV: {"names": ("a" * 64, "b" * 64)}}, {}, False),
+            12,
+            id="strings",
+        ),
+        pytest.param(
+            f"{A}.ids.sum() > 0",
+            DeviceView(DRV, {DRV: {"ids": (1, 2, 3)}}, {}, False),
+            3 + 1,
+            id="numbers",
+        ),
+        pytest.param(
+            f'{A}.model.indexOf("x") < 0',
+            DeviceView(DRV, {DRV: {"model": "m" * 64}}, {}, False),
+            6 + 1,
+            id="string-index-of",
+        ),
+    ],
+)
+def test_list_library_actual_cost(expression: str, device: DeviceView, price: int) -> None:
+    # the attribute path costs 4 (device, .attributes, [domain], .name); the rest is the call
+    # (and a comparison of numbers, 1)
+    assert _metered(expression).actual_cost(device) == 4 + price
