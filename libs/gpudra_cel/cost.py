@@ -151,7 +151,7 @@ class _Estimator:
         fn = node.function
         if fn in _PRICED_OPERATORS:
             cost += self.operator_cost(node, args)
-        elif fn in _TRAVERSALS and target is not None:
+        elif fn in _TRAVERSALS and node.target is not None and target is not None:
             cost += self.traversal_cost(node.target, target)
         else:
             cost += 1
