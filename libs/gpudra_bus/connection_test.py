@@ -195,6 +195,7 @@ class _RecordingServer:
     def __init__(self) -> None:
         self.commands: list[str] = []
         self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> str:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -204,6 +205,10 @@ class _RecordingServer:
     async def __aexit__(self, *_: object) -> None:
         assert self._server is not None
         self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b'INFO {"server_id":"rec","version":"2.10.0","max_payload":1048576}\r\n')
@@ -237,3 +242,88 @@ async def test_flush_subscriptions_returns_after_the_server_has_the_sub() -> Non
             assert "PING" in seen[seen.index("SUB") :]
         finally:
             await nc.close()
+
+
+class _Blackhole:
+    """A TCP relay to a NATS server that can stop relaying without closing anything: the
+    client's socket stays open and silent, as when the server's node is lost."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.relaying = True
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> _Blackhole:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await src.read(65536):
+                    if self.relaying:
+                        dst.write(data)
+                        await dst.drain()
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            writer.close()
+            up_writer.close()
+
+
+def test_a_dead_connection_is_noticed_within_a_minute_by_default() -> None:
+    # nats-py's own defaults (120 s x 2) took up to 6 minutes.
+    from gpudra_bus import connection
+
+    assert connection.PING_INTERVAL * (connection.MAX_OUTSTANDING_PINGS + 1) <= 60
+
+
+async def test_a_connection_gone_silent_is_dropped_and_reconnected(
+    fresh_nats_server: NatsServer,
+) -> None:
+    server = fresh_nats_server
+    async with _Blackhole(server.port) as relay:
+        disconnected = asyncio.Event()
+
+        async def on_disconnected() -> None:
+            disconnected.set()
+
+        nc = await connect(
+            f"nats://127.0.0.1:{relay.port}",
+            name="silent",
+            backoff=FAST,
+            deadline=10,
+            disconnected_cb=on_disconnected,
+            ping_interval=0.5,
+        )
+        try:
+            assert nc.connected_url is not None
+            relay.relaying = False  # every byte from now on goes nowhere, no socket closes
+            await asyncio.wait_for(disconnected.wait(), timeout=10)
+            relay.relaying = True  # new connections through the relay work again
+
+            for _ in range(200):
+                if nc.is_connected:
+                    break
+                await asyncio.sleep(0.05)
+            assert nc.is_connected
+            await nc.flush(timeout=5)
+        finally:
+            await disconnect(nc, drain=False)
