@@ -51,6 +51,22 @@ MAX_ATTRIBUTES_PER_DEVICE = 32
 QUANTITY_SIZE = 8
 _UNBOUNDED = 1 << 40
 _PRICED_OPERATORS = frozenset({"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_", "@in"})
+# What cel-go's expansion of each comprehension adds to its range, body and filter, as its
+# estimator prices it: (once: the accumulator's initial value and the result; per element: the
+# loop condition and step). all: `true`, `accu` / `@not_strictly_false(accu)`, `accu && p`;
+# exists: `false`, `accu` / `@not_strictly_false(!accu)`, `accu || p`; exists_one: `0`,
+# `accu == 1` / `true`, `p ? accu + 1 : accu`; map and transformList: `[]`, `accu` / `true`,
+# `accu + [f]` (a new list: 10); filter: the same with `[x]`; transformMap: `{}` (30), `accu` /
+# `true`, `cel.@mapInsert(accu, k, f)`.
+_LOOP_ESTIMATES: dict[str, tuple[int, int]] = {
+    "all": (1, 3),
+    "exists": (1, 4),
+    "exists_one": (2, 2),
+    "map": (11, 12),
+    "filter": (11, 13),
+    "transformList": (11, 12),
+    "transformMap": (31, 3),
+}
 _TRAVERSALS = frozenset({"isSorted", "sum", "min", "max", "indexOf", "lastIndexOf"})
 _SIZE_CHANGING = frozenset({"split", "findAll", "replace", "join", "_+_", "lowerAscii"})
 
@@ -117,14 +133,15 @@ class _Estimator:
                 inner[node.var2] = _Est(0, rng.elem, _UNBOUNDED)
             body = self.visit(node.body, inner)
             predicate = self.visit(node.predicate, inner).cost if node.predicate else 0
-            per_item = body.cost + predicate + 3  # + loop condition and step, as cel-go counts
+            fixed, per_element = _LOOP_ESTIMATES.get(node.kind, (0, 3))
+            per_item = body.cost + predicate + per_element
             if node.kind == "sortBy":  # the keys' map, then n² comparisons of 2 (+0.1 text)
                 factor = 2.1 if body.size > 1 else 2.0
                 sort = math.ceil(min(rng.size * rng.size, _UNBOUNDED) * factor) + 11
                 return _Est(rng.cost + rng.size * per_item + sort, rng.size, rng.elem)
             growing = ("map", "filter", "transformList", "transformMap")
             size = rng.size if node.kind in growing else 1
-            return _Est(rng.cost + rng.size * per_item, size, body.size)
+            return _Est(rng.cost + fixed + rng.size * per_item, size, body.size)
         if isinstance(node, Call):
             return self.call(node, scope)
         return _Est(1, 1)

@@ -61,7 +61,21 @@ __all__ = ["COST_EXCEEDED", "METER_SLOT", "compile_counting", "cost_exceeded"]
 
 COST_EXCEEDED = "operation cancelled: actual cost limit exceeded"
 METER_SLOT = 1  # act[1]: a one-element list holding the evaluation's cost so far
-LOOP_STEP_COST = 3
+LOOP_STEP_COST = 3  # per element of a comprehension cel-go does not expand (sortBy, optMap)
+# cel-go's comprehension expansions at run time (its optimizer folds the `[]` / `{}` initial
+# accumulators to constants): the result once (`accu`; `accu == 1` for exists_one); per element
+# the loop condition and step (all: `@not_strictly_false(accu)` 2 + `accu && p` 1; exists: the
+# same with `!accu`, 4; exists_one: `p ? accu + 1 : accu`, at most 2). A list-building step
+# `accu + [f]` (accu 1, `+` 1, the new list 10) is charged only for the elements a filter keeps
+# (a rejected one costs `accu`, 1): on the body for map / transformList (1 + 11; a constant
+# `[f]` is folded: 1 + 1), from the result's length for filter (1 + 12, `[x]` included);
+# transformMap's `cel.@mapInsert(accu, k, f)` costs 3 (1 + 2).
+_LOOP_RESULT = {"all": 1, "exists": 1, "exists_one": 2}
+_LOOP_RESULT |= dict.fromkeys(("map", "filter", "transformList", "transformMap"), 1)
+_LOOP_EVERY = {"all": 3, "exists": 4, "exists_one": 2}
+_LOOP_EVERY |= dict.fromkeys(("map", "filter", "transformList", "transformMap"), 1)
+_LOOP_KEPT = {"map": 11, "transformList": 11, "transformMap": 2}
+_FILTER_KEPT = 12
 _FREE_CALLS = frozenset({"_&&_", "_||_", "_?_:_"})
 _REGEX_FUNCTIONS = frozenset({"matches", "find", "findAll"})
 
@@ -162,7 +176,9 @@ def compile_counting(root: Node, checked: Checked, expression: str, limit: int) 
 
 def _unit(node: Node) -> int:
     """The fixed part of a node's cost (what does not depend on run-time sizes)."""
-    if isinstance(node, Literal | Has | Comprehension):
+    if isinstance(node, Comprehension):
+        return _LOOP_RESULT.get(node.kind, 0)
+    if isinstance(node, Literal | Has):
         return 0
     if isinstance(node, Ident | Select | Index | Bind):
         return 1
@@ -187,7 +203,8 @@ class _Counting(_Compiler):
         self.limit = limit
         self.visited: set[int] = set()
         self.points: set[int] = set()
-        self.loop_steps: set[int] = set()
+        self.loop_steps: dict[int, int] = {}  # step node -> charge per element
+        self.loop_kept: dict[int, tuple[int, bool]] = {}  # body -> (charge, list-building)
         self.pending: list[int] = [0]  # fixed units of the open charge points (innermost last)
 
     def inline_compare(self, node: Node, scope: dict[str, int]) -> None:
@@ -202,11 +219,16 @@ class _Counting(_Compiler):
         compiled = super().visit(node, scope)
         if isinstance(node, Comprehension) and node.kind == "sortBy":
             compiled = _sort_priced(_fn(compiled), self.limit)
+        if isinstance(node, Comprehension) and node.kind == "filter":
+            compiled = _kept_priced(_fn(compiled), _FILTER_KEPT, self.limit)
         if not isinstance(compiled, Const):  # a folded value is free, as in cel-go
             self.pending[-1] += _unit(node) + self.unvisited(node)
         if not point:
             return compiled
-        charge = self.pending.pop() + (LOOP_STEP_COST if id(node) in self.loop_steps else 0)
+        charge = self.pending.pop() + self.loop_steps.get(id(node), 0)
+        if id(node) in self.loop_kept:
+            kept, builds_list = self.loop_kept[id(node)]
+            charge += kept - 10 if builds_list and isinstance(compiled, Const) else kept
         return _charged(_fn(compiled), charge, self.limit) if charge else compiled
 
     def mark_points(self, node: Node) -> None:
@@ -214,7 +236,11 @@ class _Counting(_Compiler):
         if isinstance(node, Comprehension):
             # the filter (map with a predicate) or else the body runs once per element
             step = node.predicate if node.predicate is not None else node.body
-            self.loop_steps.add(id(step))
+            every = _LOOP_EVERY.get(node.kind, LOOP_STEP_COST)
+            self.loop_steps[id(step)] = self.loop_steps.get(id(step), 0) + every
+            if node.kind in _LOOP_KEPT:
+                builds_list = node.kind != "transformMap"
+                self.loop_kept[id(node.body)] = (_LOOP_KEPT[node.kind], builds_list)
             self.points.update((id(step), id(node.body)))
         elif isinstance(node, Bind):
             self.mark_points(node.body)  # a chain body is compiled without visiting its node
@@ -308,6 +334,21 @@ def _sort_priced(fn: Fn, limit: int) -> Fn:
         return result
 
     return sort_by
+
+
+def _kept_priced(fn: Fn, per_item: int, limit: int) -> Fn:
+    """`filter`: each element kept costs what cel-go's `accu + [x]` step costs beyond the
+    rejecting step (charged from the result, which has one entry per kept element)."""
+
+    def filter_(act: list[object]) -> object:
+        result = fn(act)
+        meter: list[int] = act[METER_SLOT]  # type: ignore[assignment]
+        meter[0] += per_item * len(result)  # type: ignore[arg-type]
+        if meter[0] > limit:
+            raise cost_exceeded(meter[0], limit)
+        return result
+
+    return filter_
 
 
 def _charged(fn: Fn, charge: int, limit: int) -> Fn:

@@ -123,8 +123,21 @@ def test_metered_answers_as_plain_and_stays_under_the_estimate(
     [
         # device, .driver (fused: 2) + `==` on strings (a tenth of the shorter, rounded up: 1)
         pytest.param('device.driver == "gpu"', 3, id="driver"),
-        # literal list folded (0); 3 iterations x (loop step 3 + x 1 + `>` 1)
-        pytest.param("[1, 2, 3].all(x, x > 0)", 15, id="loop-over-literal"),
+        # literal list folded (0); 3 iterations x (condition 2 + step: accu 1, x 1, `>` 1),
+        # and the result (accu, 1)
+        pytest.param("[1, 2, 3].all(x, x > 0)", 16, id="loop-over-literal"),
+        # exists: the condition negates (3); no early exit here
+        pytest.param("[1, 2, 3].exists(x, x == 5)", 3 * 6 + 1, id="exists"),
+        # map: `accu + [x * 2]` per element (accu 1, `+` 1, list 10, x 1, `*` 1)
+        pytest.param("[1, 2, 3].map(x, x * 2).size() == 3", 3 * 14 + 1 + 2, id="map"),
+        # a constant `[1]` is folded: accu 1 + `+` 1
+        pytest.param("[1, 2, 3].map(x, 1).size() == 3", 3 * 2 + 1 + 2, id="map-constant"),
+        # filter: x 1 + `>` 1 + the rejecting step (accu, 1) each; kept ones 12 more
+        pytest.param("[1, 2, 3].filter(x, x > 1).size() == 2", 3 * 3 + 2 * 12 + 1 + 2, id="filter"),
+        # map with a filter: the filter each time, the step only for the kept element
+        pytest.param(
+            "[1, 2, 3].map(x, x > 2, x).size() == 1", 3 * 3 + 1 * 12 + 1 + 2, id="map-filter"
+        ),
         # the attribute path (4) + `in` a list costs the list's length (2)
         pytest.param(f"1 in {A}.ids", 6, id="in-list"),
         # matches: ceil((1 + 4) / 10) * ceil(len("A1.*") / 4) = 1 * 1, plus the path (4)
@@ -377,3 +390,26 @@ def test_list_library_actual_cost(expression: str, device: DeviceView, price: in
     # the attribute path costs 4 (device, .attributes, [domain], .name); the rest is the call
     # (and a comparison of numbers, 1)
     assert _metered(expression).actual_cost(device) == 4 + price
+
+
+@pytest.mark.parametrize(
+    ("loop", "cancelled"),
+    [
+        # cel-go's map step `accu + [x]` creates a list per element (10): 80,000 elements cost
+        # ~1,040,000 with the range, past the limit
+        pytest.param(".map(x, x).size() > 0", True, id="map"),
+        # filter: rejected elements cost the condition and `accu`; kept ones the new list too
+        pytest.param(".filter(x, x < 0).size() == 0", False, id="filter-none-kept"),
+        pytest.param(".filter(x, x >= 0).size() > 0", True, id="filter-all-kept"),
+        pytest.param(".all(x, x >= 0)", False, id="all"),
+    ],
+)
+def test_list_building_loops_cost_a_list_per_element(loop: str, cancelled: bool) -> None:
+    # 80,000 elements (SMALL has two ids), a length not known before evaluation
+    selector = compile_selector(f"{_RANGE}(80000 + {A}.ids.size() - 2){loop}")
+    assert selector.counts_cost
+    if cancelled:
+        with pytest.raises(CelEvaluationError, match=COST_EXCEEDED):
+            selector.matches(SMALL)
+    else:
+        assert selector.matches(SMALL)

@@ -221,6 +221,17 @@ def test_cost_estimate_is_close_to_kubernetes(expression: str, kubernetes_cost: 
         pytest.param(f"cel.bind(dra, {A}, dra.name)", 15, id="bind"),
         pytest.param(f'{A}.noSuchAttr.isGreaterThan(quantity("0"))', 6, id="quantity"),
         pytest.param(f'{A}.name.isGreaterThan(semver("0.0.1"))', 6, id="semver"),
+        # comprehensions: cel-go's expansion of each macro, per element and once
+        pytest.param(f"{A}.names.exists(x, x > 0)", 5 + (3 + 3) * 64, id="exists"),
+        pytest.param(f'{A}.name.exists(x, x == "fish")', 5 + (3 + 3) * 64, id="exists-string"),
+        pytest.param(f'{A}.names.all(x, x != "")', 5 + (2 + 2) * 64, id="all"),
+        pytest.param(
+            f'{A}.names.all(x, x.isGreaterThan(semver("0.0.1")))', 5 + (2 + 4) * 64, id="all-semver"
+        ),
+        pytest.param(
+            'device.attributes.exists_one(x, x == "dra.example.com")', 164, id="exists-one-domains"
+        ),
+        pytest.param(f'{A}.exists_one(x, x == "services")', 133, id="exists-one-ids"),
     ],
 )
 def test_cost_estimate_is_kubernetes_figure(expression: str, kubernetes_cost: int) -> None:
