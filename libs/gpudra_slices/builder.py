@@ -110,7 +110,16 @@ def _devices(
             if size == 0:
                 start, size = 0, parent.memory_slices or 8
             dev["consumesCounters"] = _consumes(parent, start, size)
-            devices.append(_with_taints(dev, options.driver, list(parent.health) + list(d.health)))
+            taints = list(parent.health) + list(d.health)
+            devices.append(_with_taints(dev, options.driver, taints))
+            if options.dynamic_mig and d.placement.size and d.placement.profile_id:
+                # An allocation made while the placement was free names the placement: it must
+                # keep consuming the device's slices, or the id-named device looks free.
+                alias = placement_device_name(parent.name, d.placement.profile, d.placement.start)
+                _check_name(alias, "MIG placement")
+                twin = _device(alias, dict(attrs), dict(capacity))
+                twin["consumesCounters"] = _consumes(parent, start, size)
+                devices.append(_with_taints(twin, options.driver, taints))
         else:
             raise InvalidInventoryError(f"device {d.name}: unknown type {d.type}")
     return devices, counter_sets

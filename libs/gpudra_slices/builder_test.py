@@ -124,12 +124,15 @@ def _slices_of(dev: dict[str, Any]) -> tuple[str, set[str]]:
 def _ranges(inventory: pb.NodeInventory) -> dict[str, tuple[str, set[int]]]:
     """Device name -> (parent GPU, memory slices), straight from the inventory."""
     out: dict[str, tuple[str, set[int]]] = {}
+    names = {d.uuid: d.name for d in inventory.devices if d.type == pb.Device.TYPE_GPU}
     for d in inventory.devices:
         if d.type == pb.Device.TYPE_MIG:
-            out[d.name] = (
-                d.parent_uuid,
-                set(range(d.placement.start, d.placement.start + d.placement.size)),
-            )
+            used = set(range(d.placement.start, d.placement.start + d.placement.size))
+            out[d.name] = (d.parent_uuid, used)
+            # Its placement name too (dynamic MIG: what a claim allocated before it existed
+            # names; DEVICES.md).
+            profile = d.placement.profile.replace(".", "-")
+            out[f"{names[d.parent_uuid]}-mig-{profile}-{d.placement.start}"] = (d.parent_uuid, used)
         for p in d.free_placements:
             name = f"{d.name}-mig-{p.profile.replace('.', '-')}-{p.start}"  # as DEVICES.md says
             out[name] = (d.uuid, set(range(p.start, p.start + p.size)))
@@ -142,9 +145,12 @@ def test_mig_devices_and_placements_share_counters_exactly_when_they_overlap() -
     mig = {n: d for n, d in devices.items() if d["attributes"]["type"]["string"] == "mig"}
     assert "gpu-0" not in devices  # MIG mode: the whole GPU is not allocatable
     assert devices["gpu-4"]["attributes"]["type"]["string"] == "gpu"
-    existing = [n for n, d in mig.items() if "uuid" in d["attributes"]]
+    made = [n for n, d in mig.items() if "uuid" in d["attributes"]]
+    existing = [n for n in made if n.split("-")[3].isdigit()]  # gpu-<i>-mig-<gi>-<ci>
+    twins = sorted(set(made) - set(existing))  # the same devices under their placement names
     placements = [n for n, d in mig.items() if "uuid" not in d["attributes"]]
-    assert len(existing) == 10
+    assert len(existing) == len(twins) == 10
+    assert "gpu-0-mig-3g-40gb-0" in twins
     assert len(placements) == 36  # GPUs 2 and 3: 18 placements each
     assert "gpu-2-mig-7g-80gb-0" in placements
     assert devices["gpu-2-mig-3g-40gb-4"]["capacity"]["multiprocessors"] == {"value": "42"}
@@ -161,6 +167,12 @@ def test_mig_devices_and_placements_share_counters_exactly_when_they_overlap() -
             assert conflict == (parent_a == parent_b and bool(slices_a & slices_b)), (a, b)
             if a in existing and b in existing:
                 assert not conflict
+            if (
+                a in twins
+                and b in existing
+                and mig[a]["attributes"]["uuid"] == mig[b]["attributes"]["uuid"]
+            ):
+                assert conflict, (a, b)  # one device: never allocated twice
 
 
 def test_dynamic_mig_can_be_switched_off() -> None:
