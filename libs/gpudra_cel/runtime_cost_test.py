@@ -413,3 +413,24 @@ def test_list_building_loops_cost_a_list_per_element(loop: str, cancelled: bool)
             selector.matches(SMALL)
     else:
         assert selector.matches(SMALL)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param(f'{A}.model.split(",").size() > 0', id="split"),
+        pytest.param(f'{A}.model.replace("a", "bb").size() > 0', id="replace"),
+        pytest.param(f"isQuantity({A}.model)", id="is-quantity"),
+        pytest.param(f"isSemver({A}.model, true)", id="is-semver"),
+        pytest.param(f'{A}.model + {A}.model == ""', id="concat"),
+        pytest.param(f'{A}.model.matches("a.*b")', id="regex"),
+        pytest.param(f'{A}.model.findAll("a").size() > 0', id="find-all"),
+    ],
+)
+def test_text_functions_stay_under_the_estimate(expression: str) -> None:
+    # the estimate decides whether evaluations are metered at all, so it must bound what the
+    # meter would charge, for the longest attribute string (64 characters) too; split and
+    # replace cost twice a tenth of the text and the quantity / semver parsers a tenth, at run
+    # time as in Kubernetes, and were estimated below that
+    device = DeviceView(DRV, {DRV: {"model": "a,b " * 16}}, {}, False)
+    assert _metered(expression).actual_cost(device) > 0

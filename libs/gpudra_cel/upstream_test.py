@@ -232,6 +232,15 @@ def test_cost_estimate_is_close_to_kubernetes(expression: str, kubernetes_cost: 
             'device.attributes.exists_one(x, x == "dra.example.com")', 164, id="exists-one-domains"
         ),
         pytest.param(f'{A}.exists_one(x, x == "services")', 133, id="exists-one-ids"),
+        # text functions: priced by the text, no unit for the call; && adds nothing itself
+        pytest.param(f'{A}.services.split("example").size() >= 2', 19, id="split"),
+        pytest.param(f'{A}.services.matches("[^a]?sym")', 18, id="regex"),
+        pytest.param(
+            f'{A}.name.isGreaterThan(semver("v0.0.1", true)) && isSemver("v1.0.0", true)',
+            7,
+            id="semver-normalized-and",
+        ),
+        pytest.param(f'{C}.name.isGreaterThan(quantity("1Ki"))', 6, id="capacity-quantity"),
     ],
 )
 def test_cost_estimate_is_kubernetes_figure(expression: str, kubernetes_cost: int) -> None:
