@@ -10,12 +10,21 @@ Promises:
   work queue (each event is removed once a consumer acks it); decisions and dead letters are kept
   for a bounded time. Publishes may carry `Nats-Msg-Id` and are de-duplicated within
   `DUPLICATE_WINDOW`.
+- JetStream that does not answer yet (a cluster electing its meta leader, which takes seconds
+  after the servers start; a server restarting) is waited for: `ensure_streams` and
+  `ensure_buckets` retry retryable errors with a growing delay for up to `patience` seconds
+  (default `ENSURE_PATIENCE`) before raising them. Without that every service crash-looped on a
+  fresh deployment until the cluster had formed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -30,11 +39,15 @@ from nats.js.api import (
 from nats.js.kv import KeyValue
 
 from gpudra_bus import subjects
-from gpudra_bus.connection import translate
-from gpudra_bus.errors import StreamConfigError
+from gpudra_bus.connection import Backoff, translate
+from gpudra_bus.errors import BusRetryableError, StreamConfigError
 from gpudra_bus.subjects import Kind
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 DUPLICATE_WINDOW = 120.0  # seconds
+ENSURE_PATIENCE = 60.0  # seconds JetStream may take to answer at start
 _DAY = 24 * 3600.0
 # JetStream's "stream name already in use with a different configuration".
 _ERR_STREAM_NAME_IN_USE = 10058
@@ -201,16 +214,55 @@ async def ensure_bucket(js: JetStreamContext, spec: BucketSpec, *, replicas: int
         raise translate(exc, f"opening bucket {spec.name}") from exc
 
 
+async def _patiently(what: str, call: Callable[[], Awaitable[T]], patience: float) -> T:
+    """`call()`, retried while it fails with a retryable error, for up to `patience` seconds."""
+    backoff = Backoff(initial=0.2, maximum=5.0)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except BusRetryableError as exc:
+            wait = backoff.delay(attempt)
+            attempt += 1
+            if loop.time() + wait > deadline:
+                raise
+            log.info("%s: %s; JetStream not ready, retrying in %.1fs", what, exc, wait)
+            await asyncio.sleep(wait)
+
+
 async def ensure_streams(
-    js: JetStreamContext, specs: Sequence[StreamSpec] = STREAMS, *, replicas: int = 1
+    js: JetStreamContext,
+    specs: Sequence[StreamSpec] = STREAMS,
+    *,
+    replicas: int = 1,
+    patience: float = ENSURE_PATIENCE,
 ) -> None:
-    """`ensure_stream` for every spec (default: all of gpudra's streams)."""
+    """`ensure_stream` for every spec (default: all of gpudra's streams), each retried while
+    JetStream is not ready, for up to `patience` seconds."""
     for spec in specs:
-        await ensure_stream(js, spec, replicas=replicas)
+        await _patiently(
+            f"stream {spec.name}",
+            functools.partial(ensure_stream, js, spec, replicas=replicas),
+            patience,
+        )
 
 
 async def ensure_buckets(
-    js: JetStreamContext, specs: Sequence[BucketSpec] = BUCKETS, *, replicas: int = 1
+    js: JetStreamContext,
+    specs: Sequence[BucketSpec] = BUCKETS,
+    *,
+    replicas: int = 1,
+    patience: float = ENSURE_PATIENCE,
 ) -> dict[str, KeyValue]:
-    """`ensure_bucket` for every spec (default: all of gpudra's buckets), handles by name."""
-    return {spec.name: await ensure_bucket(js, spec, replicas=replicas) for spec in specs}
+    """`ensure_bucket` for every spec (default: all of gpudra's buckets), handles by name; each
+    retried while JetStream is not ready, for up to `patience` seconds."""
+    out: dict[str, KeyValue] = {}
+    for spec in specs:
+        out[spec.name] = await _patiently(
+            f"bucket {spec.name}",
+            functools.partial(ensure_bucket, js, spec, replicas=replicas),
+            patience,
+        )
+    return out

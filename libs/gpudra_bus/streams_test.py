@@ -13,7 +13,7 @@ from nats.js.api import KeyValueConfig, RetentionPolicy, StorageType
 
 from gpudra_bus import streams, subjects
 from gpudra_bus.connection import Backoff, connect, disconnect
-from gpudra_bus.errors import StreamConfigError
+from gpudra_bus.errors import BusRetryableError, StreamConfigError
 from gpudra_bus.streams import BucketSpec, StreamSpec
 from gpudra_testing import NatsServer
 
@@ -156,3 +156,31 @@ async def test_replicas_of_an_existing_bucket_follow_the_setting(cluster_nc: Cli
             await kv.put("k", b"v")
             break
     assert (await kv.get("k")).value == b"v"
+
+
+async def test_the_layout_waits_for_a_cluster_that_is_still_forming(
+    cluster: list[NatsServer],
+) -> None:
+    # Right after the servers start, JetStream does not answer until the cluster has elected its
+    # meta leader (seconds): every service starting with the cluster used to exit at once.
+    nc = await connect(cluster[0].url, name="test", backoff=Backoff(0.01, 0.2), deadline=10)
+    try:
+        js = nc.jetstream()
+        await streams.ensure_streams(js, replicas=3)
+        buckets = await streams.ensure_buckets(js, replicas=3)
+        assert set(buckets) == {b.name for b in streams.BUCKETS}
+        assert (await js.stream_info(streams.STREAMS[0].name)).config.num_replicas == 3
+    finally:
+        await disconnect(nc, drain=False)
+
+
+async def test_jetstream_that_never_answers_is_an_error_after_the_patience(
+    fresh_nats_server: NatsServer,
+) -> None:
+    nc = await connect(fresh_nats_server.url, name="test", backoff=Backoff(0.01, 0.2), deadline=10)
+    try:
+        fresh_nats_server.kill()  # the client reconnects for ever; JetStream never answers
+        with pytest.raises(BusRetryableError):
+            await streams.ensure_streams(nc.jetstream(), patience=1.0)
+    finally:
+        await disconnect(nc, drain=False)

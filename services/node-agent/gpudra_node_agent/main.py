@@ -15,7 +15,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from gpudra_bus import connect, disconnect, ensure_stream
+from gpudra_bus import connect, disconnect, ensure_streams
 from gpudra_bus.errors import BusError
 from gpudra_bus.streams import INVENTORY_STREAM, STREAMS
 from gpudra_node_agent.agent import NodeAgent
@@ -66,7 +66,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             return
         stack.push_async_callback(disconnect, nc)
         spec = next(s for s in STREAMS if s.name == INVENTORY_STREAM)
-        await ensure_stream(nc.jetstream(), spec, replicas=settings.stream_replicas)
+        await ensure_streams(nc.jetstream(), [spec], replicas=settings.stream_replicas)
         agent = NodeAgent(settings, opened, nc)
         await agent.start()
         stack.push_async_callback(agent.close)
