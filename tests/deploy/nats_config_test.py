@@ -565,5 +565,11 @@ async def test_unknown_certificates_cannot_connect(
     before = dev_server.log.read_text(encoding="utf-8", errors="replace").count(reason)
     with pytest.raises((nats.errors.Error, OSError, ssl.SSLError)):
         await _connect(dev_server, pki[identity], identity)
-    after = dev_server.log.read_text(encoding="utf-8", errors="replace").count(reason)
+    # The client can see the handshake fail before the server has written why: wait for it.
+    deadline = time.monotonic() + 10.0
+    while True:
+        after = dev_server.log.read_text(encoding="utf-8", errors="replace").count(reason)
+        if after > before or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
     assert after == before + 1
