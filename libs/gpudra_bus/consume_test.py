@@ -26,8 +26,15 @@ async def test_returns_the_first_message_at_once_and_tops_up_what_is_queued(nats
             await js.publish(f"{name.lower()}.x", str(i).encode())
         started = time.monotonic()
         msgs = await fetch_ready(sub, 8, 30.0)
-        # All three, without waiting out the 30 s that fetch(8) would linger for.
-        assert [m.data for m in msgs] == [b"0", b"1", b"2"]
+        # Without waiting out the 30 s that fetch(8) would linger for; on a loaded machine the
+        # short top-up can end before the rest arrive: they wait in the subscription for the next
+        # call, in order, and nothing is lost.
+        got = [m.data for m in msgs]
+        assert got
+        assert time.monotonic() - started < 15
+        while len(got) < 3 and time.monotonic() - started < 15:
+            got += [m.data for m in await fetch_ready(sub, 8, 5.0)]
+        assert got == [b"0", b"1", b"2"]
         assert time.monotonic() - started < 15
         await sub.unsubscribe()  # as the services do before draining: a pull subscription's
         await js.delete_stream(name)  # late status messages would hold up the drain
