@@ -100,6 +100,11 @@ def _fn(c: Compiled) -> Fn:
 
 
 class _Compiler:
+    # Calls of pure functions on constants are evaluated once, here. The metered variant
+    # (`runtime_cost`) turns this off: cel-go folds no calls, so they cost at every evaluation,
+    # and a constant chain past the cost limit must be cancelled, not computed while compiling.
+    fold_calls = True
+
     def __init__(self, checked: Checked, expression: str) -> None:
         self.checked = checked
         self.expression = expression
@@ -446,7 +451,7 @@ class _Compiler:
         if not overloads:  # pragma: no cover - the checker guarantees candidates
             raise self.error(f"undeclared reference to '{node.function}'", node)
         operands = ([target] if target is not None else []) + args
-        if overloads[0].pure and all(isinstance(o, Const) for o in operands):
+        if self.fold_calls and overloads[0].pure and all(isinstance(o, Const) for o in operands):
             values = [o.value for o in operands if isinstance(o, Const)]
             try:
                 return Const(dispatch(node.function, overloads, values))

@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from gpudra_cel.calls import raiser
 from gpudra_cel.checker import Checked
 from gpudra_cel.compiler import Compiled, Const, _Compiler, _fn
 from gpudra_cel.dispatch import dispatch
@@ -166,6 +165,12 @@ _SIZED: dict[str, Callable[[Sequence[object], object], int]] = {
 }
 
 
+# the functions whose price needs their result (the rest are priced from their inputs alone)
+_PRICED_BY_RESULT = frozenset(
+    {"join", "_+_", "slice", "lists.range", "reverse", *NET_RUNTIME_PRICES, *FORMAT_RUNTIME_PRICES}
+)
+
+
 def compile_counting(root: Node, checked: Checked, expression: str, limit: int) -> tuple[Fn, int]:
     """Like `compiler.compile_tree`, but every closure adds its cost to `act[METER_SLOT]` and
     raises once the total passes `limit`. Returns the closure and its number of slots."""
@@ -195,7 +200,11 @@ class _Counting(_Compiler):
     """Charges are summed per *charge point* (the root, each `&&`/`||` operand after the first,
     each `?:` branch, each comprehension body or filter): one closure per point adds the fixed
     units of everything evaluated unconditionally below it, so the meter costs one call per
-    point, not per node. Size-dependent calls add their part themselves, after running."""
+    point, not per node. Size-dependent calls add their part themselves: before running when
+    their inputs set the price, after when their result does. No call is folded: cel-go folds
+    none, so a constant call costs at every evaluation."""
+
+    fold_calls = False
 
     def __init__(self, checked: Checked, expression: str, limit: int) -> None:
         super().__init__(checked, expression)
@@ -278,12 +287,6 @@ class _Counting(_Compiler):
         name = node.function
         op = BINARY.get(name)
         overloads = self.checked.overloads.get(id(node), ())
-        if all(isinstance(c, Const) for c in compiled):  # folded, as the plain compiler does
-            values = [c.value for c in compiled if isinstance(c, Const)]
-            try:
-                return Const(op(*values) if op is not None else dispatch(name, overloads, values))
-            except CelEvaluationError as exc:
-                return raiser(exc)
         if name in _REGEX_FUNCTIONS and len(compiled) >= 2:
             pattern = compiled[1]
             if isinstance(pattern, Const) and isinstance(pattern.value, str):
@@ -308,6 +311,19 @@ class _Counting(_Compiler):
                 return result
 
             return sized_operator
+        if name not in _PRICED_BY_RESULT:
+
+            def priced_first(act: list[object]) -> object:
+                # priced from its inputs: charged before it runs, so a call that the limit
+                # cancels (as cel-go does right after it) never builds its result
+                values = [f(act) for f in fns]
+                meter: list[int] = act[METER_SLOT]  # type: ignore[assignment]
+                meter[0] += price(values, None)
+                if meter[0] > limit:
+                    raise cost_exceeded(meter[0], limit)
+                return op(*values) if op is not None else dispatch(name, overloads, values)
+
+            return priced_first
 
         def sized(act: list[object]) -> object:
             values = [f(act) for f in fns]

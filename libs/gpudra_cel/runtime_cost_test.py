@@ -434,3 +434,24 @@ def test_text_functions_stay_under_the_estimate(expression: str) -> None:
     # time as in Kubernetes, and were estimated below that
     device = DeviceView(DRV, {DRV: {"model": "a,b " * 16}}, {}, False)
     assert _metered(expression).actual_cost(device) > 0
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        # each replace inserts ten characters around every one: the ninth would build a
+        # 429-million-character string, which Kubernetes' meter cancels on its input's price
+        pytest.param("'x'" + ".replace('', 'abcdefghij')" * 9 + ".size() > 0", id="replace-chain"),
+        # 600,011 for the range and 600,000 for the sum: Kubernetes cancels it at every
+        # evaluation, constant or not
+        pytest.param("lists.range(600000).sum() > 0", id="constant-sum"),
+    ],
+)
+def test_constant_calls_are_metered_not_folded(expression: str) -> None:
+    # cel-go folds no calls; folding them at compile time made them free (the sum passed) and
+    # ran the replace chain while compiling, until memory ran out (a MemoryError, not a
+    # CelCompileError)
+    selector = compile_selector(expression)
+    assert selector.counts_cost
+    with pytest.raises(CelEvaluationError, match=COST_EXCEEDED):
+        selector.matches(SMALL)
