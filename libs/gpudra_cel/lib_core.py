@@ -9,6 +9,7 @@ digits with an optional sign, `int(2.9)` truncates, out-of-range doubles are err
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -180,9 +181,9 @@ def _is_sorted(items: tuple[object, ...]) -> bool:
     return all(compare(a, b, "isSorted") != 1 for a, b in itertools.pairwise(items))
 
 
-def _sum(items: tuple[object, ...]) -> object:
+def _sum(items: tuple[object, ...], zero: object = 0) -> object:
     if not items:
-        return 0
+        return zero  # Kubernetes: the zero of the overload's element type
     total = items[0]
     if type(total) not in (int, CelUint, float):
         raise CelEvaluationError(f"sum: cannot add {type(total).__name__}")
@@ -263,7 +264,12 @@ CORE_OVERLOADS: tuple[Overload, ...] = (
     ),
     overload("sets.intersects", None, (_ANY_LIST, _ANY_LIST), BOOL, _sets_intersects, "linear"),
     overload("isSorted", _ANY_LIST, (), BOOL, _is_sorted, cost="linear"),
-    overload("sum", _ANY_LIST, (), A, _sum, cost="linear"),
+    # one overload per summable type, int first, as Kubernetes declares them: an empty list sums
+    # to its element type's zero (0, 0u, 0.0)
+    *(
+        overload("sum", list_of(t), (), t, functools.partial(_sum, zero=zero), cost="linear")
+        for t, zero in ((INT, 0), (UINT, CelUint(0)), (DOUBLE, 0.0))
+    ),
     overload("min", _ANY_LIST, (), A, lambda xs: _extreme(xs, -1, "min"), cost="linear"),
     overload("max", _ANY_LIST, (), A, lambda xs: _extreme(xs, 1, "max"), cost="linear"),
     overload("indexOf", _ANY_LIST, (A,), INT, _list_index_of, cost="linear"),

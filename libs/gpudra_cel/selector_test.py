@@ -186,6 +186,13 @@ C = 'device.capacity["gpu.nvidia.com"]'
         pytest.param('[2.0, double("NaN"), 1.0].isSorted()', True, id="nan-is-sorted"),
         pytest.param('[1.0, double("NaN")].min() == 1.0', True, id="nan-min"),
         pytest.param('string([double("NaN"), 1.0].max()) == "NaN"', True, id="nan-max-first"),
+        # sum() of an empty list is the zero of the list's element type, as Kubernetes declares
+        # one overload per summable type
+        pytest.param("[1.0].filter(x, x > 5.0).sum() + 1.5 == 1.5", True, id="sum-empty-double"),
+        pytest.param("[1u].filter(x, x > 5u).sum() + 1u == 1u", True, id="sum-empty-uint"),
+        pytest.param("[1].filter(x, x > 5).sum() + 1 == 1", True, id="sum-empty-int"),
+        pytest.param("[1.5, 2.5].sum() == 4.0 && [2u, 3u].sum() == 5u", True, id="sum-typed"),
+        pytest.param("dyn([]).sum() == 0 && dyn([1.5]).sum() == 1.5", True, id="sum-dyn"),
         # int/uint against double: compared as doubles, as cel-go does
         pytest.param("9007199254740993 > 9007199254740992.0", False, id="int-double-rounds"),
         pytest.param(
