@@ -44,11 +44,13 @@ def _char_at(text: str, index: int) -> str:
 
 
 def _index_of(text: str, sub: str, offset: int = 0) -> int:
+    # cel-go since 0.22 (Kubernetes 1.32): a negative offset is an error, an offset at or past
+    # the end finds nothing; the empty string is found at the offset
     if sub == "":
         return offset
-    if offset < 0 or offset >= len(text):  # cel-go: even "".indexOf("x") is out of range
+    if offset < 0:
         raise CelEvaluationError(f"index out of range: {offset}")
-    return text.find(sub, offset)
+    return -1 if offset >= len(text) else text.find(sub, offset)
 
 
 def _last_index_of(text: str, sub: str, offset: int | None = None) -> int:
@@ -56,9 +58,9 @@ def _last_index_of(text: str, sub: str, offset: int | None = None) -> int:
         return text.rfind(sub)
     if sub == "":
         return offset
-    if offset < 0 or offset >= len(text):
+    if offset < 0:
         raise CelEvaluationError(f"index out of range: {offset}")
-    return text.rfind(sub, 0, offset + len(sub))
+    return -1 if offset >= len(text) else text.rfind(sub, 0, offset + len(sub))
 
 
 def _replace(text: str, old: str, new: str, count: int = -1) -> str:

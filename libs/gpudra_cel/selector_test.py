@@ -149,6 +149,13 @@ C = 'device.capacity["gpu.nvidia.com"]'
             True,
             id="index-of-offset",
         ),
+        # cel-go >= 0.22 (Kubernetes >= 1.32): an offset at or past the end finds nothing (-1)
+        pytest.param('"".indexOf("x") == -1', True, id="index-of-empty-text"),
+        pytest.param('"abc".indexOf("x", 5) == -1', True, id="index-of-past-end"),
+        pytest.param('"abc".indexOf("c", 3) == -1', True, id="index-of-at-end"),
+        pytest.param('"abc".lastIndexOf("a", 7) == -1', True, id="last-index-of-past-end"),
+        pytest.param('"abc".indexOf("a", -1) == 0', "error", id="index-of-negative"),
+        pytest.param('"abc".lastIndexOf("a", -1) == 0', "error", id="last-index-of-negative"),
         pytest.param('"héllo".charAt(1) == "é" && "ab".charAt(2) == ""', True, id="char-at"),
         pytest.param('["a", "b"].join() == "ab" && ["a", "b"].join("-") == "a-b"', True, id="join"),
         pytest.param(f'{D}.productName.matches("H[0-9]+")', True, id="matches-search"),
