@@ -104,12 +104,17 @@ def _int_part(value: int) -> int:
 
 def _includes(target: object, item: object) -> bool:
     if isinstance(target, tuple | list):
-        if len(target) > MAX_LIST_ATTRIBUTE_VALUES:
-            raise CelEvaluationError(
-                "'includes' function cannot be applied to lists longer than "
-                f"{MAX_LIST_ATTRIBUTE_VALUES} values"
-            )
-        return any(equal(x, item) for x in target)
+        # as DRA's includesFunc: walk the list, giving up at the 49th element (a match among
+        # the first 48 counts even in a longer list)
+        for position, value in enumerate(target):
+            if position >= MAX_LIST_ATTRIBUTE_VALUES:
+                raise CelEvaluationError(
+                    "'includes' function cannot be applied to lists longer than "
+                    f"{MAX_LIST_ATTRIBUTE_VALUES} values"
+                )
+            if equal(value, item):
+                return True
+        return False
     return equal(target, item)
 
 

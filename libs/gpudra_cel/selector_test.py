@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
 from gpudra_cel import CelEvaluationError, DeviceView, compile_selector
+
+if TYPE_CHECKING:
+    from gpudra_cel.conftest import Matches
 
 GPU = DeviceView(
     driver="gpu.nvidia.com",
@@ -291,3 +296,25 @@ def test_selector_is_reusable_and_memoized() -> None:
 def test_substring_errors_as_cel_go(expression: str, message: str) -> None:
     with pytest.raises(CelEvaluationError, match=message):
         compile_selector(expression).matches(GPU)
+
+
+@pytest.mark.parametrize(
+    ("values", "wanted", "expected"),
+    [
+        # DRA's includes walks the list and gives up only at the 49th element: a value among
+        # the first 48 is found even in a longer list
+        pytest.param(tuple(range(60)), 3, True, id="found-early-in-long-list"),
+        pytest.param(tuple(range(60)), 47, True, id="found-at-48th"),
+        pytest.param(tuple(range(60)), 48, "cannot be applied to lists longer than 48", id="49th"),
+        pytest.param(
+            tuple(range(60)), 99, "cannot be applied to lists longer than 48", id="absent"
+        ),
+        pytest.param(tuple(range(48)), 99, False, id="absent-48"),
+    ],
+)
+def test_includes_stops_at_the_49th_element(
+    values: tuple[int, ...], wanted: int, expected: bool | str, matches: Matches
+) -> None:
+    device = DeviceView("d.example.com", {"d.example.com": {"ids": values}}, {}, False)
+    selector = compile_selector(f'device.attributes["d.example.com"].ids.includes({wanted})')
+    matches(selector, device, expected)
