@@ -142,8 +142,16 @@ def _operand(
         lookup = f"act[0].attributes[{path.domain!r}][{path.name!r}]"
     missing = f"no such key: {path.name}"
     if op in ("_==_", "_!=_") and isinstance(constant, str):
-        # For a string literal Python's == is CEL's: values of other kinds are just unequal.
-        return [*prelude, f"_v = {lookup} {_PY_OPS[op]} {constant!r}"], missing
+        # For a string literal Python's == is CEL's, except that a Kubernetes value (a Semver
+        # attribute) refuses `==` with a string: the generic operator raises for it.
+        if op == "_!=_":
+            return [*prelude, f"_v = {lookup} != {constant!r}"], missing
+        ns[f"_g{i}"] = BINARY[op]
+        return [
+            *prelude,
+            f"_x = {lookup}",
+            f"_v = _x == {constant!r} or (_x.__class__ is not str and _g{i}(_x, {constant!r}))",
+        ], missing
     ns[f"_g{i}"] = BINARY[op]
     if op == "@in":
         assert isinstance(constant, tuple)

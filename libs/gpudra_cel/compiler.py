@@ -64,7 +64,14 @@ from gpudra_cel.syntax import (
     Select,
 )
 from gpudra_cel.types import DEVICE, DYN
-from gpudra_cel.values import CelOptional, CelUint, Failed, map_lookup, type_name
+from gpudra_cel.values import (
+    CelOptional,
+    CelUint,
+    Failed,
+    equal_operator,
+    map_lookup,
+    type_name,
+)
 
 __all__ = ["Const", "compile_tree"]
 
@@ -422,7 +429,15 @@ class _Compiler:
             rv = right.value
             if fn in ("_==_", "_!=_") and isinstance(rv, str):
                 # For a string literal, Python's == is CEL's: other kinds are simply unequal.
-                return (lambda act: lf(act) == rv) if fn == "_==_" else (lambda act: lf(act) != rv)
+                if fn == "_!=_":
+                    return lambda act: lf(act) != rv
+
+                def str_equal(act: list[object]) -> object:
+                    v = lf(act)
+                    # a Kubernetes value (a Semver attribute) refuses a string: an error
+                    return v == rv or (v.__class__ is not str and equal_operator(v, rv))
+
+                return str_equal
             if fn in FAST_INT_COMPARE and rv.__class__ is int:
                 fast = FAST_INT_COMPARE[fn]
 

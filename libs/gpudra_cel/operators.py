@@ -19,6 +19,7 @@ from gpudra_cel.values import (
     contains,
     divide,
     equal,
+    equal_operator,
     modulo,
     multiply,
     negate,
@@ -66,7 +67,7 @@ def _ordering(op: str, test: Callable[[int], bool]) -> Callable[[object, object]
 
 
 BINARY: dict[str, Callable[[object, object], object]] = {
-    "_==_": equal,
+    "_==_": equal_operator,
     "_!=_": lambda a, b: not equal(a, b),
     "_<_": _ordering("_<_", lambda c: c == -1),
     "_<=_": _ordering("_<=_", lambda c: c in (-1, 0)),

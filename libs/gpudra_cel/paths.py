@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.operators import BINARY, Fn
-from gpudra_cel.values import DefaultingMap
+from gpudra_cel.values import DefaultingMap, equal_operator
 
 __all__ = ["DEVICE_FIELDS", "DevicePath"]
 
@@ -94,7 +94,11 @@ class DevicePath:
                     value = act[0].attributes[domain][name]  # type: ignore[attr-defined]
                 except KeyError:
                     raise CelEvaluationError(missing) from None
-                return (value == constant) is want
+                if value == constant:
+                    return want
+                if want and value.__class__ is not str:
+                    return equal_operator(value, constant)  # a Semver refuses a string
+                return not want
 
             return str_equal
         if op in _INT_OPS and constant.__class__ is int:

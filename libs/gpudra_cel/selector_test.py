@@ -198,6 +198,32 @@ C = 'device.capacity["gpu.nvidia.com"]'
         pytest.param('[2.0, double("NaN"), 1.0].isSorted()', True, id="nan-is-sorted"),
         pytest.param('[1.0, double("NaN")].min() == 1.0', True, id="nan-min"),
         pytest.param('string([double("NaN"), 1.0].max()) == "NaN"', True, id="nan-max-first"),
+        # Kubernetes' own types (Semver, Quantity, IP, ...) refuse `==` with a value of another
+        # type on their right (cel-go's evalEq calls lhs.Equal): an error, not false; `!=`
+        # turns any answer but true into true, and `in` / includes skip the refusal
+        pytest.param(
+            f'{D}.cudaComputeCapability == "9.0.0"', "no matching overload", id="sv-eq-str"
+        ),
+        pytest.param(
+            f'!({D}.cudaComputeCapability == "9.0.0")', "no matching overload", id="sv-not-eq"
+        ),
+        pytest.param(
+            f'{D}.type == "gpu" && {D}.cudaComputeCapability == "9.0.0"',
+            "no matching overload",
+            id="sv-eq-str-in-chain",
+        ),
+        pytest.param(
+            f'cel.bind(v, {D}.cudaComputeCapability, v == "9.0.0")',
+            "no matching overload",
+            id="sv-eq-str-bound",
+        ),
+        pytest.param('dyn(quantity("1")) == 1', "no matching overload", id="quantity-eq-int"),
+        pytest.param(f'{D}.cudaComputeCapability != "9.0.0"', True, id="sv-ne-str"),
+        pytest.param(f'"9.0.0" == {D}.cudaComputeCapability', False, id="str-eq-sv"),
+        pytest.param(f"{D}.cudaComputeCapability == dyn(null)", False, id="sv-eq-null"),
+        pytest.param(f'{D}.cudaComputeCapability in ["9.0.0"]', False, id="sv-in-strs"),
+        pytest.param(f'{D}.cudaComputeCapability.includes("9.0.0")', False, id="sv-includes-str"),
+        pytest.param(f'{D}.cudaComputeCapability == semver("9.0.0")', True, id="sv-eq-sv"),
         # sum() of an empty list is the zero of the list's element type, as Kubernetes declares
         # one overload per summable type
         pytest.param("[1.0].filter(x, x > 5.0).sum() + 1.5 == 1.5", True, id="sum-empty-double"),
@@ -245,8 +271,8 @@ C = 'device.capacity["gpu.nvidia.com"]'
 )
 def test_matches(expression: str, expected: bool | str) -> None:
     selector = compile_selector(expression)
-    if expected == "error":
-        with pytest.raises(CelEvaluationError):
+    if isinstance(expected, str):  # "error", or a fragment of the message
+        with pytest.raises(CelEvaluationError, match=None if expected == "error" else expected):
             selector.matches(GPU)
     else:
         assert selector.matches(GPU) is expected

@@ -188,6 +188,20 @@ def equal(a: object, b: object) -> bool:
     return False
 
 
+_OPAQUE: Final = (Quantity, Semver, IPAddr, IPPrefix, ParsedURL, NamedFormat)
+
+
+def equal_operator(a: object, b: object) -> bool:
+    """CEL `a == b` as cel-go evaluates it: `equal`, except that a Kubernetes value on the left
+    (Quantity, Semver, IP, CIDR, URL, format) refuses a value of another type on the right with
+    an error (their `Equal` answers "no such overload"; null excepted), where a CEL built-in on
+    the left just answers false. `!=`, `in` and `includes` pass over the refusal (cel-go's `!=`
+    is "not true", its list search keeps only a true answer)."""
+    if a.__class__ in _OPAQUE and b.__class__ is not a.__class__ and b is not None:
+        raise no_overload("_==_", a, b)
+    return equal(a, b)
+
+
 def map_lookup(mapping: Mapping[object, object], key: object) -> tuple[bool, object]:
     """Find `key` in a CEL map: numeric keys match across int/uint/double of equal value; a
     `DefaultingMap` finds every key."""
