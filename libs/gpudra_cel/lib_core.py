@@ -47,8 +47,16 @@ __all__ = ["CORE_OVERLOADS"]
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
 _UINT_TEXT = re.compile(r"[0-9]+")
+# Go's strconv.ParseFloat (cel-go's string -> double): decimal; hexadecimal with a mandatory
+# binary exponent, underscores allowed between digits or after the 0x prefix; inf / infinity
+# with an optional sign; nan without one (case-insensitive)
 _FLOAT_TEXT = re.compile(
-    r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE
+    r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity)|nan", re.IGNORECASE
+)
+_HEX_FLOAT_TEXT = re.compile(
+    r"[+-]?0x(?:_?[0-9a-f](?:_?[0-9a-f])*(?:\.(?:[0-9a-f](?:_?[0-9a-f])*)?)?"
+    r"|\.[0-9a-f](?:_?[0-9a-f])*)p[+-]?[0-9](?:_?[0-9])*",
+    re.IGNORECASE,
 )
 _BOOL_TEXT = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _BOOL_TEXT |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
@@ -98,6 +106,11 @@ def _to_double(value: object) -> float:
         if math.isinf(result) and "inf" not in value.lower():
             raise CelEvaluationError(f"cannot convert {value!r} to double: out of range")
         return result
+    if isinstance(value, str) and _HEX_FLOAT_TEXT.fullmatch(value):
+        try:
+            return float.fromhex(value.replace("_", ""))
+        except OverflowError as exc:
+            raise CelEvaluationError(f"cannot convert {value!r} to double: out of range") from exc
     raise CelEvaluationError(f"cannot convert {value!r} to double")
 
 

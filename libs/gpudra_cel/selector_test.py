@@ -182,6 +182,16 @@ C = 'device.capacity["gpu.nvidia.com"]'
         ),
         pytest.param('string(b"abc") == "abc" && bytes("abc") == b"abc"', True, id="bytes"),
         pytest.param("uint(3) == 3u && double(2) == 2.0", True, id="numeric-conversions"),
+        # double(string) is Go's strconv.ParseFloat: hexadecimal with a p exponent, underscores
+        # only after a base prefix, a sign on infinities but not on NaN
+        pytest.param('double("0x1p4") == 16.0 && double("0x1.8p1") == 3.0', True, id="hex-float"),
+        pytest.param('double("-0X.8P1") == -1.0', True, id="hex-float-upper"),
+        pytest.param('double("0x_1p4") == 16.0', True, id="hex-float-underscore"),
+        pytest.param('double("0x1") == 1.0', "error", id="hex-float-needs-exponent"),
+        pytest.param('double("1_0") == 10.0', "error", id="decimal-underscore"),
+        pytest.param('double("0x1p99999") > 0.0', "error", id="hex-float-range"),
+        pytest.param('double("-Inf") < 0.0 && double("+infinity") > 0.0', True, id="signed-inf"),
+        pytest.param('double("-nan") != 0.0', "error", id="signed-nan"),
         pytest.param("int(1e19) == 0", "error", id="int-double-overflow"),
         pytest.param('bool("yes")', "error", id="bool-bad-string"),
         pytest.param(
