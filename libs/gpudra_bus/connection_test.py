@@ -188,27 +188,51 @@ async def test_disconnect_mid_outage_stops_cleanly(fresh_nats_server: NatsServer
     await disconnect(nc)  # idempotent
 
 
-class _RecordingServer:
-    """Just enough of the NATS protocol for a client to connect, subscribe and flush; records the
-    commands in the order they arrive and answers each PING with a PONG."""
+class _LocalServer:
+    """A TCP server on a free loopback port whose connections `_serve` handles; `stop` ends
+    them all (no task outlives the test)."""
 
     def __init__(self) -> None:
-        self.commands: list[str] = []
+        self.port = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def __aenter__(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        return f"nats://127.0.0.1:{port}"
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
 
-    async def __aexit__(self, *_: object) -> None:
+    async def stop(self) -> None:
         assert self._server is not None
         self._server.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        await self._serve(reader, writer)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class _RecordingServer(_LocalServer):
+    """Just enough of the NATS protocol for a client to connect, subscribe and flush; records the
+    commands in the order they arrive and answers each PING with a PONG."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands: list[str] = []
+
+    async def __aenter__(self) -> str:
+        await self.start()
+        return f"nats://127.0.0.1:{self.port}"
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b'INFO {"server_id":"rec","version":"2.10.0","max_payload":1048576}\r\n')
@@ -244,34 +268,23 @@ async def test_flush_subscriptions_returns_after_the_server_has_the_sub() -> Non
             await nc.close()
 
 
-class _Blackhole:
+class _Blackhole(_LocalServer):
     """A TCP relay to a NATS server that can stop relaying without closing anything: the
     client's socket stays open and silent, as when the server's node is lost."""
 
     def __init__(self, upstream_port: int) -> None:
+        super().__init__()
         self.upstream_port = upstream_port
         self.relaying = True
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> _Blackhole:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+        await self.start()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

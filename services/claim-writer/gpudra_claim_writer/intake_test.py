@@ -627,6 +627,20 @@ async def test_a_claim_deleted_while_a_pod_holds_it_is_released_once_the_pod_is_
     assert not fake.objects(RESOURCE_CLAIMS), "the finalizer is off: the claim is gone"
 
 
+async def deleted_through(
+    nc: Client, fake: FakeKubeApi, store: ApiStore, faults: list[tuple[int, str, str]]
+) -> tuple[dict[str, Any], Intake]:
+    """A claim marked for deletion, handled by a new intake while the API answers its claim
+    requests with `faults` (status, reason, method; each once); the faults are cleared after."""
+    held = await deleting(fake, store)
+    for status, reason, method in faults:
+        fake.inject_error(status, reason=reason, method=method, path_contains="resourceclaims")
+    intake = Intake(store, Publisher(nc))
+    await intake.on_event(WatchEvent(EventType.MODIFIED, held))
+    fake.clear_faults()
+    return held, intake
+
+
 @pytest.mark.parametrize(
     ("faults", "removed"),
     [
@@ -659,12 +673,7 @@ async def test_a_failing_finalizer_removal_never_stops_the_intake(
     event: an exception here would end its loop, and with it the claim-writer (over and over,
     for a refusal that a restart meets again). `removed` None: either outcome is fine."""
     fake, store = api
-    held = await deleting(fake, store)
-    for status, reason, method in faults:
-        fake.inject_error(status, reason=reason, method=method, path_contains="resourceclaims")
-    intake = Intake(store, Publisher(nc))
-    await intake.on_event(WatchEvent(EventType.MODIFIED, held))
-    fake.clear_faults()
+    held, intake = await deleted_through(nc, fake, store, faults)
     assert intake.published["deleted"] == 1
     if removed is not None:
         assert (not fake.objects(RESOURCE_CLAIMS)) is removed
@@ -709,12 +718,7 @@ async def test_a_finalizer_removal_cut_short_by_the_api_is_tried_again(
     Terminating until the claim-writer restarts. A claim re-created under the name meanwhile is
     never touched."""
     fake, store = api
-    held = await deleting(fake, store)
-    for status, reason, method in faults:
-        fake.inject_error(status, reason=reason, method=method, path_contains="resourceclaims")
-    intake = Intake(store, Publisher(nc))
-    await intake.on_event(WatchEvent(EventType.MODIFIED, held))
-    fake.clear_faults()
+    held, intake = await deleted_through(nc, fake, store, faults)
     assert fake.objects(RESOURCE_CLAIMS), "the first try was cut short"
     assert intake.retrying == 1
     if then == "re-created":

@@ -156,6 +156,19 @@ async def leader(nc: Client, kv: KeyValue, store: ApiStore) -> InventoryService:
     )
 
 
+def mirroring(
+    nc: Client, kv: KeyValue, store: ApiStore, api_resync: float = 60.0
+) -> InventoryService:
+    """A kubernetes-mode inventory without a lease (it leads), mirroring to `store`; its nodes
+    are never silent long enough to be tainted."""
+    return InventoryService(
+        nc,
+        kv,
+        Settings(mode="kubernetes", heartbeat_timeout=600.0, api_resync=api_resync),
+        SliceMirror(store, "gpu.nvidia.com"),
+    )
+
+
 async def publish_node_x(nc: Client) -> None:
     await Publisher(nc).publish(subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY)
 
@@ -179,12 +192,7 @@ async def test_an_api_outage_delays_the_mirror_and_loses_nothing(
 ) -> None:
     fake, store = api
     async with bus(fresh_nats_server) as (nc, kv):
-        service = InventoryService(
-            nc,
-            kv,
-            Settings(mode="kubernetes", heartbeat_timeout=600.0),
-            SliceMirror(store, "gpu.nvidia.com"),
-        )
+        service = mirroring(nc, kv, store)
         service.book = PoolBook(SliceOptions(max_devices=4))  # node-x: two slices of 4 GPUs
         async with running(service) as task:
             await publish_node_x(nc)
@@ -225,12 +233,7 @@ async def test_slices_the_kubelet_deleted_are_mirrored_again_at_the_next_resync(
     periodic comparison with the API brings them back. A slice of ours no pool owns goes too."""
     fake, store = api
     async with bus(fresh_nats_server) as (nc, kv):
-        service = InventoryService(
-            nc,
-            kv,
-            Settings(mode="kubernetes", heartbeat_timeout=600.0, api_resync=0.5),
-            SliceMirror(store, "gpu.nvidia.com"),
-        )
+        service = mirroring(nc, kv, store, api_resync=0.5)
         async with running(service) as task:
             await publish_node_x(nc)
             mirrored = ["node-x-gpu.nvidia.com-0"]
@@ -252,12 +255,7 @@ async def test_a_pool_the_api_refuses_holds_back_no_other_pool(
     it, it is mirrored too."""
     fake, store = api
     async with bus(fresh_nats_server) as (nc, kv):
-        service = InventoryService(
-            nc,
-            kv,
-            Settings(mode="kubernetes", heartbeat_timeout=600.0),
-            SliceMirror(store, "gpu.nvidia.com"),
-        )
+        service = mirroring(nc, kv, store)
         # node-a sorts first: before, its refusal ended every turn before node-b's turn came.
         fake.inject_error(422, reason="Invalid", path_contains="node-a-gpu", times=10**6)
         async with running(service) as task:

@@ -319,6 +319,35 @@ async def test_a_corrupt_inventory_as_large_as_nats_allows_is_dead_lettered(nc: 
         assert nc.is_connected
 
 
+async def only_node_y_is_tainted(
+    service: InventoryService, publisher: Publisher, timeout: float, settle: float = 0.0
+) -> None:
+    """node-x's agent heartbeats (every `timeout` / 8) while node-y's stays silent: node-y gets
+    tainted, and `settle` seconds later node-x still has its first, untainted pool."""
+
+    async def node_x_agent() -> None:
+        while True:
+            await publisher.publish(
+                subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
+            )
+            await asyncio.sleep(timeout / 8)
+
+    async def node_y_tainted() -> bool:
+        pool = service.book.pools.get("node-y")
+        return pool is not None and pool.unreachable
+
+    agent = asyncio.create_task(node_x_agent())
+    try:
+        await eventually(node_y_tainted, timeout=timeout + 10.0)
+        await asyncio.sleep(settle)
+    finally:
+        agent.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await agent
+    assert not service.book.pools["node-x"].unreachable
+    assert service.book.pools["node-x"].generation == 1
+
+
 async def test_a_nats_outage_does_not_taint_the_nodes_it_silenced(
     nc: Client, fresh_nats_server: NatsServer
 ) -> None:
@@ -341,25 +370,7 @@ async def test_a_nats_outage_does_not_taint_the_nodes_it_silenced(
         await asyncio.sleep(timeout + 2.0)
         fresh_nats_server.restart()
 
-        async def node_x_agent() -> None:  # reconnects and sends its heartbeats again
-            while True:
-                await publisher.publish(
-                    subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
-                )
-                await asyncio.sleep(timeout / 4)
-
-        async def node_y_tainted() -> bool:  # node-y's agent never comes back
-            return service.book.pools["node-y"].unreachable
-
-        agent = asyncio.create_task(node_x_agent())
-        try:
-            await eventually(node_y_tainted, timeout=timeout + 10.0)
-        finally:
-            agent.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await agent
-        assert not service.book.pools["node-x"].unreachable
-        assert service.book.pools["node-x"].generation == 1
+        await only_node_y_is_tainted(service, publisher, timeout)  # node-x reconnects
         assert service.book.pools["node-y"].generation == 2
 
 
@@ -378,24 +389,4 @@ async def test_a_clock_skewed_from_the_servers_taints_only_the_silent_node(
         publisher = Publisher(nc)
         await publisher.publish(subjects.inventory("node-y"), inventory("node-y"), NODE_INVENTORY)
 
-        async def node_x_agent() -> None:
-            while True:
-                await publisher.publish(
-                    subjects.inventory("node-x"), inventory("node-x"), NODE_INVENTORY
-                )
-                await asyncio.sleep(timeout / 8)
-
-        async def node_y_tainted() -> bool:  # node-y's agent published once and died
-            pool = service.book.pools.get("node-y")
-            return pool is not None and pool.unreachable
-
-        agent = asyncio.create_task(node_x_agent())
-        try:
-            await eventually(node_y_tainted, timeout=timeout + 10.0)
-            await asyncio.sleep(timeout / 2)
-        finally:
-            agent.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await agent
-        assert not service.book.pools["node-x"].unreachable
-        assert service.book.pools["node-x"].generation == 1
+        await only_node_y_is_tainted(service, publisher, timeout, settle=timeout / 2)
