@@ -48,25 +48,29 @@ def tray(node: str, clique: str) -> Any:
     return parse_resource_slice(doc)
 
 
+def gpu_claim_doc(name: str, count: int) -> dict[str, Any]:
+    """Claim `default/name` (uid `uid-<name>`) asking for `count` `gpu.nvidia.com` devices, as
+    the JSON a ClaimEvent carries."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
+                    }
+                ]
+            }
+        },
+    }
+
+
 def gpu_claim(name: str, count: int) -> Any:
-    """Claim `default/name` (uid `uid-<name>`) asking for `count` `gpu.nvidia.com` devices."""
-    return parse_resource_claim(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
-                        }
-                    ]
-                }
-            },
-        }
-    )
+    """`gpu_claim_doc`, parsed."""
+    return parse_resource_claim(gpu_claim_doc(name, count))
 
 
 @pytest_asyncio.fixture

@@ -20,7 +20,7 @@ from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from gpudra_allocator import reservations as reservations_module
-from gpudra_allocator.conftest import gpu_slice
+from gpudra_allocator.conftest import gpu_claim_doc, gpu_slice
 from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.events import holdings_from_json
 from gpudra_allocator.gang_steps_test import Slices
@@ -157,18 +157,7 @@ async def test_an_event_older_than_the_claims_record_changes_nothing(
 def gang_event(name: str, kind: Kind.Kind.ValueType = Kind.KIND_PENDING) -> Any:
     """Member `name` (uid `uid-<name>`, 2 GPUs) of the 2-claim gang `default/g`; a DELETED event
     that carries the claim is its cleared allocation."""
-    doc = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}
-                ]
-            }
-        },
-    }
+    doc = gpu_claim_doc(name, 2)
     ref = claims_pb2.ClaimRef(namespace="default", name=name, uid=f"uid-{name}")
     return claims_pb2.ClaimEvent(
         kind=kind,

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import nats
 import pytest
 
-from gpudra_allocator.conftest import gpu_slice_doc
+from gpudra_allocator.conftest import gpu_claim_doc, gpu_slice_doc
 from gpudra_allocator.main import serve
 from gpudra_allocator.settings import Settings
 from gpudra_allocator.status import rfc3339
@@ -51,21 +51,7 @@ def slice_doc(node: str, gpus: int) -> bytes:
 
 
 def claim_event(name: str, count: int) -> claims_pb2.ClaimEvent:
-    doc = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "gpu",
-                        "exactly": {"deviceClassName": "gpu.nvidia.com", "count": count},
-                    }
-                ]
-            }
-        },
-    }
+    doc = gpu_claim_doc(name, count)
     return claims_pb2.ClaimEvent(
         kind=claims_pb2.ClaimEvent.KIND_PENDING,
         claim=claims_pb2.ClaimRef(namespace="default", name=name, uid=f"uid-{name}", generation=1),
