@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -97,6 +98,19 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[None]:
+    """The plugin's `serve` with `settings`, ready; stopped (and awaited) on the way out."""
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(serve(settings, stop, ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 10)
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
 async def test_serve_end_to_end(short_root: Path, nats_url: str) -> None:
     bucket = f"claims-{uuid.uuid4().hex[:10]}"
     nc = await nats.connect(nats_url)
@@ -104,39 +118,35 @@ async def test_serve_end_to_end(short_root: Path, nats_url: str) -> None:
     claim = make_claim("c", "uid-e2e", [("gpu", "gpu-0")])
     await kv.put("default.c", json.dumps(claim).encode())
     settings = settings_for(short_root, nats_url, bucket)
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(serve(settings, stop, ready))
     try:
-        await asyncio.wait_for(ready.wait(), 10)
-        assert await http_get(settings.health_port, "/healthz") == "HTTP/1.1 200 OK"
-        assert await http_get(settings.health_port, "/readyz") == (
-            "HTTP/1.1 503 Service Unavailable"  # not registered with the kubelet yet
-        )
-        async with FakeKubelet(settings.registry_dir, DRIVER) as kubelet:
-            await kubelet.register()
-            assert await http_get(settings.health_port, "/readyz") == "HTTP/1.1 200 OK"
-            answer = (await kubelet.prepare([ClaimName("uid-e2e", "default", "c")])).claims
-            assert answer["uid-e2e"].error == ""
-            assert list(answer["uid-e2e"].devices[0].cdi_device_ids) == [
-                f"k8s.{DRIVER}/claim=uid-e2e-gpu-0"
-            ]
-            stream = kubelet.watch_health()
-            await anext(stream)
-            event = pb.HealthEvent(
-                node=NODE,
-                device_uuid=GPU0,
-                condition=pb.HealthCondition(kind=pb.HealthCondition.KIND_XID, code=79),
+        async with serving(settings):
+            assert await http_get(settings.health_port, "/healthz") == "HTTP/1.1 200 OK"
+            assert await http_get(settings.health_port, "/readyz") == (
+                "HTTP/1.1 503 Service Unavailable"  # not registered with the kubelet yet
             )
-            data, headers = healthfeed.HEALTH_EVENT.encode(event)
-            await nc.publish(f"gpudra.health.{NODE}", data, headers=headers)
-            update = await asyncio.wait_for(anext(stream), 5)
-            assert update["gpu-0"] == (2, "XID 79")
-            await stream.aclose()
-            unprepared = await kubelet.unprepare([ClaimName("uid-e2e", "default", "c")])
-            assert unprepared.claims["uid-e2e"].error == ""
+            async with FakeKubelet(settings.registry_dir, DRIVER) as kubelet:
+                await kubelet.register()
+                assert await http_get(settings.health_port, "/readyz") == "HTTP/1.1 200 OK"
+                answer = (await kubelet.prepare([ClaimName("uid-e2e", "default", "c")])).claims
+                assert answer["uid-e2e"].error == ""
+                assert list(answer["uid-e2e"].devices[0].cdi_device_ids) == [
+                    f"k8s.{DRIVER}/claim=uid-e2e-gpu-0"
+                ]
+                stream = kubelet.watch_health()
+                await anext(stream)
+                event = pb.HealthEvent(
+                    node=NODE,
+                    device_uuid=GPU0,
+                    condition=pb.HealthCondition(kind=pb.HealthCondition.KIND_XID, code=79),
+                )
+                data, headers = healthfeed.HEALTH_EVENT.encode(event)
+                await nc.publish(f"gpudra.health.{NODE}", data, headers=headers)
+                update = await asyncio.wait_for(anext(stream), 5)
+                assert update["gpu-0"] == (2, "XID 79")
+                await stream.aclose()
+                unprepared = await kubelet.unprepare([ClaimName("uid-e2e", "default", "c")])
+                assert unprepared.claims["uid-e2e"].error == ""
     finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
         await nc.drain()
     assert not settings.dra_socket.exists()
     assert not settings.registration_socket.exists()
@@ -167,11 +177,8 @@ async def test_health_an_event_missed_comes_back_from_the_next_inventory(
     settings = dataclasses.replace(
         settings_for(short_root, nats_url, bucket), node_name=node, health_refresh=0.2
     )
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(serve(settings, stop, ready))
     try:
-        await asyncio.wait_for(ready.wait(), 10)
-        async with FakeKubelet(settings.registry_dir, DRIVER) as kubelet:
+        async with serving(settings), FakeKubelet(settings.registry_dir, DRIVER) as kubelet:
             await kubelet.register()
             stream = kubelet.watch_health()
             assert (await asyncio.wait_for(anext(stream), 10))["gpu-0"] == (2, "XID 79")
@@ -186,8 +193,6 @@ async def test_health_an_event_missed_comes_back_from_the_next_inventory(
             await asyncio.wait_for(healthy(), 10)
             await stream.aclose()
     finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
         await nc.drain()
 
 
@@ -318,18 +323,11 @@ async def test_serve_reads_claims_from_the_kubernetes_api(short_root: Path, nats
             claim_source="kubernetes",
             kubeconfig=str(api.write_kubeconfig(short_root / "kubeconfig")),
         )
-        stop, ready = asyncio.Event(), asyncio.Event()
-        task = asyncio.create_task(serve(settings, stop, ready))
-        try:
-            await asyncio.wait_for(ready.wait(), 10)
-            async with FakeKubelet(settings.registry_dir, DRIVER) as kubelet:
-                await kubelet.register()
-                answer = (await kubelet.prepare([ClaimName(uid, "default", "c")])).claims[uid]
-                assert answer.error == ""
-                assert answer.devices[0].device_name == "gpu-0"
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 10)
+        async with serving(settings), FakeKubelet(settings.registry_dir, DRIVER) as kubelet:
+            await kubelet.register()
+            answer = (await kubelet.prepare([ClaimName(uid, "default", "c")])).claims[uid]
+            assert answer.error == ""
+            assert answer.devices[0].device_name == "gpu-0"
 
 
 async def test_process_stops_while_waiting_for_nats(short_root: Path) -> None:
