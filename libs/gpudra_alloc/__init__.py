@@ -14,6 +14,7 @@ from gpudra_alloc.contract import run_lines, solve
 from gpudra_alloc.errors import AllocationError, AllocationInputError, ProblemError
 from gpudra_alloc.explain import STAGES, explain
 from gpudra_alloc.features import FEATURE_NAMES, Features
+from gpudra_alloc.firstfit import first_fit
 from gpudra_alloc.pools import Pool, gather_pools
 from gpudra_alloc.selection import Selectors
 from gpudra_alloc.state import AllocatedState, DeviceID
@@ -33,6 +34,7 @@ __all__ = [
     "ProblemError",
     "Selectors",
     "explain",
+    "first_fit",
     "gather_pools",
     "run_lines",
     "solve",

@@ -20,6 +20,7 @@ from typing import Any
 from gpudra_alloc.allocator import Allocator, NodeOutcome
 from gpudra_alloc.errors import AllocationError
 from gpudra_alloc.explain import explain
+from gpudra_alloc.firstfit import first_fit
 from gpudra_alloc.placement import Chooser, Gang, answer_gang, why_pending
 from gpudra_alloc.placement.search import copy_state
 from gpudra_alloc.state import AllocatedState
@@ -92,7 +93,7 @@ class Dispatch:
         else:
             if not claims:
                 return {"outcome": "allocated", "node": None, "results": []}
-            outcome = self.allocator.choose_node(self.nodes, claims)
+            outcome = first_fit(self.allocator, self.nodes, claims)
             tried = len(self.nodes)
         if outcome is not None and outcome.results is not None:
             return _allocated(outcome.node, outcome.results)

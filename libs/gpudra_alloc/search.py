@@ -134,6 +134,34 @@ class Search:
     def has_invalid_pools(self) -> bool:
         return any(p.invalid for p in self.pools)
 
+    def selector_may_fail(self) -> bool:
+        """Whether `run` could meet a CEL run-time error: a device of the usable pools fails a
+        selector of a request that may look at it (`fails_on`). False means `run` raises none of
+        them (it evaluates selectors only there). Call `prepare` first."""
+        for pi, pool in enumerate(self.pools):
+            if pool.incomplete or pool.invalid:
+                continue
+            for entries in self.pool_entries[pi]:
+                for entry in entries:
+                    if self.fails_on(entry):
+                        return True
+        return False
+
+    def fails_on(self, entry: DeviceEntry) -> bool:
+        """Whether a selector of a request fails on `entry` with a run-time error, for a request
+        that may look at it: any request while it is not in use, else one with admin access
+        (the search checks use before selectors). Cheap once the selectors' results are cached
+        (they are the search's own). Call `prepare` first."""
+        in_use = entry.id in self.state.devices
+        for key, data in self.data.items():
+            if in_use and not data.admin:
+                continue
+            try:
+                self._selectable(key, data, entry)
+            except AllocationInputError:
+                return True
+        return False
+
     # ------------------------------------------------------------------ preparation
     def _request_data(
         self, claim: ResourceClaim, key: Key, request: Any, parent: Any

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpudra_alloc.allocator import Allocator, NodeOutcome
 from gpudra_alloc.errors import AllocationError
+from gpudra_alloc.firstfit import first_fit
 from gpudra_alloc.placement.choose import Chooser
 from gpudra_alloc.placement.gang import Gang, place_gang
 from gpudra_alloc.placement.why import why_pending
@@ -45,7 +46,7 @@ def answer_pod(
     """A contract answer for one pod's claims; `_results` carries the model objects."""
     try:
         if policy == "first-fit":
-            outcome = allocator.choose_node(nodes, claims)
+            outcome = first_fit(allocator, nodes, claims)
             if outcome is not None and outcome.results is not None:
                 return _allocated(outcome.node, outcome.results)
         else:
