@@ -173,6 +173,11 @@ class DeadLetters:
         self._service = service
         self.counts: Counter[str] = Counter()
 
+    async def park(self, msg: Msg, error: BaseException) -> bool:
+        """`send` a received message, named by its stream and sequence: parked once however
+        often it is delivered (a redelivery after a lost ack is de-duplicated, not counted)."""
+        return await self.send(msg.subject, msg.data, msg.headers, error, msg_id=_origin(msg))
+
     async def send(
         self,
         subject: str,
@@ -234,7 +239,7 @@ async def receive(msg: Msg, codec: Codec[M], dead_letters: DeadLetters) -> M | N
     try:
         return codec.decode(msg.data, msg.headers)
     except CodecError as exc:
-        await dead_letters.send(msg.subject, msg.data, msg.headers, exc, msg_id=_origin(msg))
+        await dead_letters.park(msg, exc)
         try:
             await msg.ack()
         except (nats.errors.Error, OSError) as ack_exc:

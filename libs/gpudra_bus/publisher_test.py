@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -153,7 +154,10 @@ async def test_receive_dead_letters_malformed_events(
     await sub.unsubscribe()
 
 
-async def test_a_redelivered_malformed_message_is_dead_lettered_once(fresh_nc: Client) -> None:
+@pytest.mark.parametrize("how", ["receive", "park"])
+async def test_a_redelivered_malformed_message_is_dead_lettered_once(
+    fresh_nc: Client, how: str
+) -> None:
     # The dead letter is stored, then the ack is lost (the consumer's replica dies, the server
     # restarts): JetStream redelivers the message, and it must not be parked a second time.
     js = fresh_nc.jetstream()
@@ -168,10 +172,17 @@ async def test_a_redelivered_malformed_message_is_dead_lettered_once(fresh_nc: C
     (first,) = await sub.fetch(1, timeout=10)
     assert first.metadata.num_delivered == 1  # (read, and kept, before the reply is changed)
     first.reply = fresh_nc.new_inbox()  # the ack goes nowhere
-    assert await receive(first, CLAIM_EVENT, dead) is None
+
+    async def reject(msg: Msg) -> None:  # the codec's refusal, or a service's own
+        if how == "receive":
+            assert await receive(msg, CLAIM_EVENT, dead) is None
+        else:
+            await dead.park(msg, ValueError("not a claim event"))
+
+    await reject(first)
     (again,) = await sub.fetch(1, timeout=10)
     assert again.metadata.num_delivered == 2
-    assert await receive(again, CLAIM_EVENT, dead) is None
+    await reject(again)
     assert (await js.stream_info(streams.DEADLETTER_STREAM)).state.messages == 1
     assert dead.counts["claims"] == 1
     await sub.unsubscribe()

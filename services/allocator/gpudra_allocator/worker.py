@@ -298,7 +298,7 @@ class Worker(GangSteps):
             log.warning("claim event on %s deferred: %s", msg.subject, exc)
             await quietly(msg.nak(delay=1.0))
         except (BusPermanentError, BadClaimError) as exc:
-            await self._dead.send(msg.subject, msg.data, msg.headers, exc)
+            await self._dead.park(msg, exc)
             await quietly(msg.ack())
 
     async def handle(self, msg: Msg) -> None:

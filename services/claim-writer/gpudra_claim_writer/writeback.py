@@ -228,7 +228,7 @@ class Writeback:
             with contextlib.suppress(*_NATS):
                 await msg.nak(delay=delay)
         except (BusPermanentError, KubePermanentError) as exc:
-            await self._dead.send(msg.subject, msg.data, msg.headers, exc)
+            await self._dead.park(msg, exc)
             with contextlib.suppress(*_NATS):
                 await msg.ack()
 

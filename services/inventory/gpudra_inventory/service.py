@@ -445,7 +445,7 @@ class InventoryService:
         except (BusPermanentError, SliceError) as exc:
             if self.leading():
                 try:
-                    await self._dead.send(msg.subject, msg.data, msg.headers, exc)
+                    await self._dead.park(msg, exc)
                 except BusRetryableError as send_exc:
                     log.warning("inventory on %s deferred: %s", msg.subject, send_exc)
                     with contextlib.suppress(*NATS_ERRORS):
