@@ -170,6 +170,11 @@ class AllocatedState:
             total[name] = total[name] + value if name in total else value
 
     def remove_capacity(self, device: DeviceID, consumed: dict[str, Quantity]) -> None:
+        """Kubernetes' `ConsumedCapacityCollection.Remove`, which kube-scheduler's tracker of
+        allocated devices applies when a claim goes: the entry goes once every quantity in it is
+        zero, even while a share that consumed zero remains (a state rebuilt from that share keeps
+        a zero entry, so the next share skips the counters there; Kubernetes has the same history
+        dependence between a running and a restarted scheduler, `state_test.py` pins both)."""
         total = self.capacity.get(device)
         if total is None:
             return

@@ -11,6 +11,7 @@ import pytest
 
 from gpudra_alloc import solve
 from gpudra_alloc.state import AllocatedState, DeviceID, InUseDevices
+from gpudra_api import Quantity
 
 A0 = DeviceID("gpu", "a", "0")
 A1 = DeviceID("gpu", "a", "1")
@@ -159,3 +160,61 @@ def test_a_share_without_consumed_capacity_does_not_skip_the_counters_afterwards
     first = {"name": "r", "exactly": {"deviceClassName": "c"}}
     steps = solve(_shared_step_problem(device, first, counters), "first-fit")["steps"]
     assert [s["outcome"] for s in steps] == ["allocated", "unschedulable"]
+
+
+def _share_steps(*steps: tuple[str, str | None]) -> list[str]:
+    """Outcomes of `steps`, each (claim, memory it asks for) to allocate or (claim, None) to release,
+    on one multi-allocatable device with 4 of memory whose one counter slot the device takes
+    (every share after the first skips the counters only while the device's aggregated capacity
+    has an entry)."""
+    device = {
+        "name": "x",
+        "allowMultipleAllocations": True,
+        "capacity": {"mem": {"value": "4"}},
+        "consumesCounters": [{"counterSet": "set", "counters": {"slots": {"value": "1"}}}],
+    }
+    problem = _shared_step_problem(
+        device, {}, [{"name": "set", "counters": {"slots": {"value": "1"}}}]
+    )
+    problem["steps"] = []
+    for name, mem in steps:
+        if mem is None:
+            problem["steps"].append({"release": [f"default/{name}"]})
+            continue
+        request = {"deviceClassName": "c", "capacity": {"requests": {"mem": mem}}}
+        claim = {
+            "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": request}]}},
+        }
+        problem["steps"].append({"allocate": [claim]})
+    return [s["outcome"] for s in solve(problem, "first-fit")["steps"]]
+
+
+def test_a_zero_consumption_share_left_alone_keeps_no_entry_as_kube_schedulers_tracker() -> None:
+    # Releasing "a" brings the device's aggregated capacity to zero: the entry goes, as
+    # kube-scheduler's incremental tracker drops it (allocatedDevices.removeDevices ->
+    # ConsumedCapacityCollection.Remove deletes an entry whose quantities are all zero), although
+    # "b" (which consumed 0) still holds a share. "c" then checks the counters again, and the
+    # device's own consumption (it is still allocated) leaves none: unschedulable.
+    outcomes = _share_steps(("a", "2"), ("b", "0"), ("a", None), ("c", "1"))
+    assert outcomes == ["allocated", "allocated", "released", "unschedulable"]
+    # Rebuilt from the remaining allocation ("b" alone: its zero consumption makes an entry, as
+    # a restarted kube-scheduler's Insert does), the same "c" skips the counters and fits.
+    # Kubernetes' verdict depends on that history too; gpudra follows the running scheduler.
+    assert _share_steps(("b", "0"), ("c", "1")) == ["allocated", "allocated"]
+
+
+def test_release_drops_the_capacity_entry_only_when_it_sums_to_zero() -> None:
+    device = DeviceID("d", "p", "x")
+    state = AllocatedState()
+    state.add_share(device, "a")
+    state.add_capacity(device, {"mem": Quantity.parse("2")})
+    state.add_share(device, "b")
+    state.add_capacity(device, {"mem": Quantity.parse("0")})
+    state.remove_share(device, "b")
+    state.remove_capacity(device, {"mem": Quantity.parse("0")})
+    assert state.capacity == {device: {"mem": Quantity.parse("2")}}
+    state.remove_share(device, "a")
+    state.remove_capacity(device, {"mem": Quantity.parse("2")})
+    assert state.capacity == {}
+    assert not state.is_allocated(device)
