@@ -12,6 +12,8 @@ from gpudra_alloc import AllocatedState, Allocator, DeviceID, Features
 from gpudra_alloc.dispatch import Dispatch
 from gpudra_alloc.firstfit import first_fit
 from gpudra_alloc.placement import answer_pod
+from gpudra_alloc.pools import entries_of
+from gpudra_alloc.search import Search
 from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
 
 DRIVER = "gpu.nvidia.com"
@@ -80,15 +82,17 @@ def test_error_on_a_node_with_too_few_free_devices_is_the_pods_error(policy: str
     assert contract["error"] == answer["error"]
 
 
-def test_an_in_use_device_raises_nothing() -> None:
+@pytest.mark.parametrize("policy", ["first-fit", "topology"])
+def test_an_in_use_device_raises_nothing(policy: str) -> None:
     # the broken GPU is in use: Kubernetes' search skips it before its selectors
     allocator, nodes = _cluster(busy=[("a", "gpu-1")])
-    answer = Dispatch(allocator, "first-fit", None, nodes).pod([_claim("c", 2)])
+    answer = Dispatch(allocator, policy, None, nodes).pod([_claim("c", 2)])
     assert answer["outcome"] == "unschedulable"
     assert first_fit(allocator, nodes, [_claim("c", 2)]) is not None
 
 
-def test_an_error_the_search_never_reaches_raises_nothing() -> None:
+@pytest.mark.parametrize("policy", ["first-fit", "topology"])
+def test_an_error_the_search_never_reaches_raises_nothing(policy: str) -> None:
     # node a's free GPU fails the second request's selector, but no device passes the first
     # request's, so Kubernetes' search never evaluates the second one there
     allocator, nodes = _cluster(busy=[("a", "gpu-0")])
@@ -121,7 +125,7 @@ def test_an_error_the_search_never_reaches_raises_nothing() -> None:
     outcome = first_fit(allocator, nodes, [claim])
     assert outcome is not None
     assert outcome.results is None
-    assert Dispatch(allocator, "first-fit", None, nodes).pod([claim])["outcome"] == "unschedulable"
+    assert Dispatch(allocator, policy, None, nodes).pod([claim])["outcome"] == "unschedulable"
 
 
 def test_a_node_that_fits_is_chosen_as_before() -> None:
@@ -158,3 +162,46 @@ def test_a_new_slice_with_a_failing_device_is_seen() -> None:
     answer = dispatch.pod([_claim("c", 2)])
     assert answer["outcome"] == "error"
     assert "gpu.nvidia.com/c/gpu-0" in answer["error"]
+
+
+def test_a_request_for_all_devices_looks_at_devices_in_use_too() -> None:
+    # Kubernetes gathers "All" devices before the search, in use or not, evaluating selectors
+    allocator, nodes = _cluster(busy=[("a", "gpu-1")])
+    every = parse_resource_claim(
+        {
+            "metadata": {"name": "c", "namespace": "default"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "r",
+                            "exactly": {
+                                "deviceClassName": "gpu",
+                                "allocationMode": "All",
+                                "selectors": [{"cel": {"expression": BROKEN}}],
+                            },
+                        }
+                    ]
+                }
+            },
+        }
+    )
+    search = Search(
+        allocator.features,
+        allocator.state,
+        allocator.selectors,
+        nodes[1],
+        allocator.pools_for(nodes[1]),
+        [every],
+        allocator.classes,
+    )
+    search.prepare()  # node b: its GPUs have a model
+    broken = next(
+        e
+        for s in allocator.slices
+        for e in entries_of(s)
+        if e.id.device == "gpu-1" and e.id.pool == "a"
+    )
+    assert search.fails_on(broken)
+    assert not search.fails_on(next(e for e in entries_of(allocator.slices[1])))
+    assert Dispatch(allocator, "first-fit", None, nodes).pod([every])["outcome"] == "error"

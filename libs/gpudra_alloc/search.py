@@ -149,12 +149,13 @@ class Search:
 
     def fails_on(self, entry: DeviceEntry) -> bool:
         """Whether a selector of a request fails on `entry` with a run-time error, for a request
-        that may look at it: any request while it is not in use, else one with admin access
-        (the search checks use before selectors). Cheap once the selectors' results are cached
-        (they are the search's own). Call `prepare` first."""
+        that may look at it: any request while it is not in use, else one with admin access or
+        for "All" devices (the search checks use before selectors; "All" looks at every device).
+        Cheap once the selectors' results are cached (they are the search's own). Call
+        `prepare` first."""
         in_use = entry.id in self.state.devices
         for key, data in self.data.items():
-            if in_use and not data.admin:
+            if in_use and not data.admin and data.request.allocation_mode != "All":
                 continue
             try:
                 self._selectable(key, data, entry)
