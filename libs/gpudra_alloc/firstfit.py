@@ -116,7 +116,8 @@ def _search(
 
 def _signature(claims: list[ResourceClaim]) -> Hashable:
     """Everything of the claims a selector outcome depends on: per request (and subrequest)
-    its class, its selector expressions and admin access."""
+    its class, its selector expressions, admin access and allocation mode (`Search.fails_on`
+    reads no more)."""
     parts: list[Hashable] = []
     for claim in claims:
         for request in claim.requests:
@@ -128,6 +129,7 @@ def _signature(claims: list[ResourceClaim]) -> Hashable:
                         sub.device_class_name,
                         tuple(selector.expression for selector in sub.selectors),
                         bool(sub.admin_access),
+                        sub.allocation_mode,
                     )
                 )
     return tuple(parts)
