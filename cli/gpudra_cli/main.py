@@ -43,12 +43,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, but names may follow the flags, as kubectl takes them:
+    argparse gives a `names` list after another positional only the words before the first flag
+    (`get claims -o wide a b` left `a b` unrecognized)."""
+    args, extra = parser.parse_known_args(argv)
+    names = getattr(args, "names", None)
+    if extra and isinstance(names, list) and not any(w.startswith("-") for w in extra):
+        names.extend(extra)
+        extra = []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if parser is None:
         named = argv[0] if argv and argv[0] in commands.NAMES else None
         parser = build_parser(named)
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -106,3 +106,28 @@ def test_a_broken_pipe_that_is_not_stdout_is_not_hidden(monkeypatch: pytest.Monk
     parser.add_subparsers(dest="command").add_parser("get").set_defaults(func=boom)
     with pytest.raises(BrokenPipeError, match="a socket of ours"):
         main(["get"], parser)
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        pytest.param(["get", "claims", "a", "-o", "wide"], ["a"], id="names-first"),
+        pytest.param(["get", "claims", "-o", "wide", "a", "b"], ["a", "b"], id="names-after-flags"),
+        pytest.param(["get", "claims", "-n", "ns", "a"], ["a"], id="namespace-then-name"),
+        pytest.param(["delete", "claim", "-n", "ns", "a"], ["a"], id="delete"),
+        pytest.param(["describe", "claim", "-n", "ns", "a"], ["a"], id="describe"),
+    ],
+)
+def test_names_may_follow_the_flags_as_in_kubectl(argv: list[str], names: list[str]) -> None:
+    from gpudra_cli.main import _parse, build_parser
+
+    assert _parse(build_parser(argv[0]), argv).names == names
+
+
+def test_an_unknown_flag_after_names_is_still_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpudra_cli.main import _parse, build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        _parse(build_parser("get"), ["get", "claims", "a", "--frobnicate"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --frobnicate" in capsys.readouterr().err

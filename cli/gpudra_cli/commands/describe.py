@@ -39,13 +39,15 @@ async def _describe(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.names:  # `nargs="*"` so that names may follow the flags (main._parse)
+        raise CliError("name the claims to describe", exit_code=2)
     return asyncio.run(_describe(args))
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser = sub.add_parser("describe", help="show one claim in detail, with its events")
     parser.add_argument("kind", help="claim")
-    parser.add_argument("names", nargs="+", help="claim names")
+    parser.add_argument("names", nargs="*", help="claim names (at least one)")
     parser.add_argument("-n", "--namespace", default="default", help="namespace of the claims")
     cliargs.add_state_file(parser)
     parser.set_defaults(func=run)
