@@ -9,9 +9,9 @@ Promises:
   Subscriptions are replayed by nats-py; publishers that need an ack retry (see `publisher`).
 - A connection that went dead without closing (the server's node lost, a NAT or conntrack entry
   dropped: no FIN, no RST) is noticed within `PING_INTERVAL` * (`MAX_OUTSTANDING_PINGS` + 1)
-  seconds (40 s), then reconnected like any other. nats-py's defaults (120 s, 2) took 4 to 6 minutes,
-  against a 30 s node heartbeat timeout: a node-agent publishing into such a connection would
-  have its node tainted long before it noticed. Options given to `connect` win.
+  seconds (20 s), then reconnected like any other: within the inventory's 30 s node heartbeat
+  timeout, so a node-agent on such a connection reconnects before its node is tainted. nats-py's
+  defaults (120 s, 2) took 4 to 6 minutes. Options given to `connect` win.
 - `translate()` maps nats-py exceptions onto `BusError`s: outages and timeouts become
   `BusRetryableError`s, everything else `BusPermanentError`.
 - `wrong_revision()` says whether a nats-py exception is a revision-checked write that lost to
@@ -44,7 +44,7 @@ from gpudra_bus.errors import (
 
 log = logging.getLogger(__name__)
 
-PING_INTERVAL = 10.0  # seconds between the client's PINGs
+PING_INTERVAL = 5.0  # seconds between the client's PINGs
 MAX_OUTSTANDING_PINGS = 3  # unanswered PINGs before the connection is taken for dead
 
 Callback = Callable[[], Awaitable[None]]
