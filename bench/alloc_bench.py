@@ -19,9 +19,10 @@ CEL selectors, and reports:
    included): pods and gangs decided per second.
 
 `--rebuild 1000,10000` instead times what the allocator service does after one node's slice
-changed (its `Engine.warm_up`: the allocator, the topology chooser, every node's pools and keys,
-a search for the last claim's shape), rebuilding every node vs only what the change touched
-(`gpudra_alloc.rebuild`), under both policies: milliseconds per change, median.
+changed, a node joined or a node left (its `Engine.warm_up`: the allocator, the topology
+chooser, every node's pools and keys, a search for the last claim's shape), rebuilding every
+node vs only what the event touched (`gpudra_alloc.rebuild`), under both policies:
+milliseconds per event, median (`--rebuild-events` picks the events).
 
 Each figure allocates into the same state the claims before it left behind, as a scheduler does.
 Times are this process's CPU time (the machine may be shared); parsing is not included.
@@ -276,23 +277,36 @@ def run_fleet_day(nodes: int, hours: float, policy: str) -> tuple[int, float, st
 
 
 def run_rebuild(
-    nodes: int, changes: int, policy: str, incremental: bool, progress: Progress
+    nodes: int, changes: int, policy: str, incremental: bool, progress: Progress, event: str
 ) -> float:
-    """Median CPU ms of the engine's warm-up after one node's slice changed (a new generation,
-    the same devices), `changes` times, each on another node."""
+    """Median CPU ms of the engine's warm-up after one event, `changes` times, each on another
+    node: `change` (a node's slice republished: a new generation, the same devices), `join` (a
+    new node's slice written: its name sorts among the others, the slice comes last in the
+    index, as a new key does) or `leave` (a node's slice deleted)."""
     docs = {f"node-{i:05d}": dgx_slice(f"node-{i:05d}") for i in range(nodes)}
     slices = {name: parse_resource_slice(doc) for name, doc in docs.items()}
     state = AllocatedState()
     engine = Engine([parse_device_class(CLASS)], policy, incremental=incremental)
     engine.decide([claim("first", 1, False)], slices.values(), 0, state)  # built; a recent shape
     rng = random.Random(1)
+    names = sorted(docs)
     times = []
     what = "incremental" if incremental else "full"
-    task = progress.add_task(f"{nodes}: {policy} {what} rebuilds", total=changes)
+    task = progress.add_task(f"{nodes}: {policy} {what} {event}s", total=changes)
     for version in range(1, changes + 1):
-        name = rng.choice(sorted(docs))
-        docs[name]["spec"]["pool"]["generation"] += 1
-        slices[name] = parse_resource_slice(docs[name])
+        name = rng.choice(names)
+        if event == "change":
+            docs[name]["spec"]["pool"]["generation"] += 1
+            slices[name] = parse_resource_slice(docs[name])
+        elif event == "join":  # sorts right after an existing node: the middle of the list
+            joined = f"{name}-j{version}"
+            docs[joined] = dgx_slice(joined)
+            slices[joined] = parse_resource_slice(docs[joined])
+        elif event == "leave":
+            names.remove(name)
+            del docs[name], slices[name]
+        else:
+            raise ValueError(event)
         gc.collect()
         began = time.process_time()
         engine.warm_up(slices.values(), version, state)
@@ -302,19 +316,34 @@ def run_rebuild(
     return 1e3 * times[len(times) // 2]
 
 
-def rebuild_figures(sizes: list[int], changes: int, console: Console, progress: Progress) -> None:
+REBUILD_EVENTS = ("change", "join", "leave")
+
+
+def rebuild_figures(
+    sizes: list[int], changes: int, events: list[str], console: Console, progress: Progress
+) -> None:
     table = Table(
-        title="engine rebuild after one node's slice changed (ms of CPU, median of "
-        f"{changes} changes)"
+        title="engine rebuild after one node's slice changed, a node joined or left "
+        f"(ms of CPU, median of {changes} events)"
     )
-    for col in ("nodes", "policy", "every node", "touched only", "ratio"):
+    for col in ("nodes", "policy", "event", "every node", "touched only", "ratio"):
         table.add_column(col, justify="right")
     rows = []
     for nodes in sizes:
         for policy in ("first-fit", "topology"):
-            full = run_rebuild(nodes, max(3, changes // 4), policy, False, progress)
-            part = run_rebuild(nodes, changes, policy, True, progress)
-            rows.append([f"{nodes:,}", policy, f"{full:.1f}", f"{part:.2f}", f"{full / part:.0f}x"])
+            for event in events:
+                full = run_rebuild(nodes, max(3, changes // 4), policy, False, progress, event)
+                part = run_rebuild(nodes, changes, policy, True, progress, event)
+                rows.append(
+                    [
+                        f"{nodes:,}",
+                        policy,
+                        event,
+                        f"{full:.1f}",
+                        f"{part:.2f}",
+                        f"{full / part:.0f}x",
+                    ]
+                )
     for row in rows:
         table.add_row(*row)
     console.print(table)
@@ -354,7 +383,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only time the rebuild after a one-node slice change at these sizes (nodes, "
         "comma separated), every node vs the touched ones",
     )
-    parser.add_argument("--rebuild-changes", type=int, default=20, help="changes per figure")
+    parser.add_argument("--rebuild-changes", type=int, default=20, help="events per figure")
+    parser.add_argument(
+        "--rebuild-events",
+        default=",".join(REBUILD_EVENTS),
+        help="which events --rebuild times (comma separated: change, join, leave)",
+    )
     args = parser.parse_args(argv)
     policies = ["topology", "topology-plain"] if args.topology_plain else ["topology"]
     console = Console()
@@ -367,7 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.rebuild:
         with Progress(*columns, console=console, transient=True) as progress:
             sizes = [int(n) for n in args.rebuild.split(",") if n]
-            rebuild_figures(sizes, args.rebuild_changes, console, progress)
+            events = [e for e in args.rebuild_events.split(",") if e]
+            unknown = sorted(set(events) - set(REBUILD_EVENTS))
+            if unknown:
+                parser.error(f"unknown --rebuild-events: {', '.join(unknown)}")
+            rebuild_figures(sizes, args.rebuild_changes, events, console, progress)
         return 0
     figures: list[tuple[str, str]] = []
     scale_rows: list[list[str]] = []
