@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from gpudra_alloc.features import Features
 from gpudra_alloc.pools import Pool, entries_of, gather_pools
@@ -26,16 +27,22 @@ from gpudra_api import AllocationResult, DeviceClass, Node, ResourceClaim, Resou
 DEFAULT_TIMEOUT_S = 10.0
 # `_free_devices` of a node with a shareable device: no count of devices tells it is too full
 _UNBOUNDED = sys.maxsize
+# Node lists that differ in at most this many nodes (a node joined or left) are edits of each
+# other: what is remembered per node of the one carries over to the other (`choose_node`).
+MAX_EDIT = 64
+
+T = TypeVar("T")
 
 
 @dataclass
 class _KnownFull:
-    """Positions in `nodes` of nodes that had too few free devices, valid up to the point where
-    the removal log was `log_seen` long."""
+    """Nodes of `nodes` that had too few free devices, by name, valid up to the point where the
+    removal log was `log_seen` long. By name, not position: a node list that differs by a node
+    that joined or left keeps the others' entries (`choose_node`); the node object is kept so
+    that another node of the same name (other labels) is not taken for it."""
 
     nodes: list[Node]
-    positions: dict[str, int]
-    full: set[int] = field(default_factory=set)
+    full: dict[str, Node] = field(default_factory=dict)
     log_seen: int = -1
 
 
@@ -238,9 +245,7 @@ class Allocator:
                 if need in self._known_full:
                     continue
                 for name in touched:  # a touched node may have more free devices now
-                    position = known.positions.get(name)
-                    if position is not None:
-                        known.full.discard(position)
+                    known.full.pop(name, None)
                 self._known_full[need] = known
         old._retire()
 
@@ -322,8 +327,9 @@ class Allocator:
         A node with fewer free devices than the claims need at least is passed over without a
         search (it cannot fit), and remembered as such until one of its devices is released, so
         filling a cluster in order does not rescan full nodes. Keep the `nodes` list object the
-        same between calls to benefit. Invalid input raises AllocationInputError as `allocate`
-        does, also when every node is passed over: Kubernetes' checks before the search do not
+        same between calls to benefit (a list that differs from the last one by up to
+        `MAX_EDIT` nodes, one that joined or left, keeps what is known of the others). Invalid
+        input raises AllocationInputError as `allocate` does, also when every node is passed over: Kubernetes' checks before the search do not
         depend on the node (with a positive `need` no request asks for "All" devices). A CEL
         run-time error is found only by a search, so one that only the devices of nodes passed
         over would raise is not raised (the answer is "unschedulable"; Kubernetes, which filters
@@ -334,14 +340,14 @@ class Allocator:
         best: NodeOutcome | None = None
         known = self._known_full.get(need) if need else None
         if need and (known is None or known.nodes is not nodes):
-            known = _KnownFull(nodes, {n.name: i for i, n in enumerate(nodes)})
+            known = _edited(known, nodes)
             self._known_full[need] = known
-        full = self._refresh(known) if known is not None else set()
-        for index, node in enumerate(nodes):
-            if index in full:
+        full = self._refresh(known) if known is not None else {}
+        for node in nodes:
+            if full.get(node.name) is node:
                 continue
             if need and self._free_devices(node) < need:
-                full.add(index)
+                full[node.name] = node
                 if best is None:
                     best = NodeOutcome(node, None, "not enough free devices")
                 continue
@@ -354,7 +360,7 @@ class Allocator:
             best = NodeOutcome(nodes[-1], None, "not enough free devices")
         return best
 
-    def _refresh(self, known: _KnownFull) -> set[int]:
+    def _refresh(self, known: _KnownFull) -> dict[str, Node]:
         """Forget nodes that lost an in-use device since `known` was last brought up to date
         (all of them when that cannot be told)."""
         devices = self.state.devices
@@ -371,9 +377,7 @@ class Allocator:
                     known.full.clear()
                     break
                 for name in names:
-                    position = known.positions.get(name)
-                    if position is not None:
-                        known.full.discard(position)
+                    known.full.pop(name, None)
         known.log_seen = len(log)
         return known.full
 
@@ -421,6 +425,60 @@ def _count_free(pools: list[Pool], in_use: Collection[DeviceID], shareable: bool
                 if entry.id not in in_use:
                     free += 1
     return free
+
+
+def _edited(known: _KnownFull | None, nodes: list[Node]) -> _KnownFull:
+    """What is known of `nodes`: `known`'s full nodes when its list differs from `nodes` in at
+    most `MAX_EDIT` nodes (by identity or equality: `_free_devices` reads a node's name and
+    labels), less those of the differing ones (a node that left and joins again starts
+    afresh); else nothing. Costs C-speed comparisons of the two lists."""
+    if known is None:
+        return _KnownFull(nodes)
+    was = known.nodes
+    head, tail = common_ends(was, nodes)
+    if len(was) - head - tail > MAX_EDIT or len(nodes) - head - tail > MAX_EDIT:
+        return _KnownFull(nodes)
+    full = known.full
+    for node in (*was[head : len(was) - tail], *nodes[head : len(nodes) - tail]):
+        full.pop(node.name, None)
+    known.nodes = nodes
+    return known
+
+
+def common_ends(old: list[T], new: list[T]) -> tuple[int, int]:
+    """(head, tail): the lengths of the longest common head and, of the rest, the longest
+    common tail of `old` and `new` (`old[:head] == new[:head]`, `old[len(old) - tail:] ==
+    new[len(new) - tail:]`, head + tail at most the shorter length). Binary searches comparing
+    runs whole: list equality skips identical items at C speed (equal but distinct items are
+    compared with `==`), about twice the shorter length in items compared, no Python pass."""
+    shortest = min(len(old), len(new))
+    head = _common(old, new, shortest, _from_start)
+    return head, _common(old, new, shortest - head, _from_end)
+
+
+def _common(
+    old: list[T], new: list[T], most: int, part: Callable[[list[T], int, int], list[T]]
+) -> int:
+    """How long the common run of `old` and `new` is (at most `most`), where `part(x, i, j)`
+    is the run's items i..j-1."""
+    lo, hi = 0, most  # part(.., 0, lo) is common; the common run is at most hi long
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if part(old, lo, mid) == part(new, lo, mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _from_start(items: list[T], start: int, stop: int) -> list[T]:
+    return items[start:stop]
+
+
+def _from_end(items: list[T], start: int, stop: int) -> list[T]:
+    """Items start..stop-1 counted from the end (0: the last item)."""
+    size = len(items)
+    return items[size - stop : size - start]
 
 
 def _node_of(s: ResourceSlice) -> object:

@@ -29,11 +29,11 @@ result answers every question exactly as `Allocator(classes, slices, features, s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, count
 
-from gpudra_alloc.allocator import Allocator
+from gpudra_alloc.allocator import Allocator, common_ends
 from gpudra_alloc.state import AllocatedState
 from gpudra_api import ResourceSlice
 
@@ -82,9 +82,7 @@ def slice_change(
     order. Everything runs at C speed; only the window between the longest common head and
     tail is looked at item by item (small for a slice replaced in place, appended or
     removed)."""
-    shortest = min(len(old), len(new))
-    head = _common(old, new, shortest, lambda a, b: a[b[0] : b[1]])
-    tail = _common(old, new, shortest - head, _from_end)
+    head, tail = common_ends(old, new)
     was = old[head : len(old) - tail]
     now = new[head : len(new) - tail]
     if not was and not now:
@@ -100,31 +98,6 @@ def slice_change(
     fresh = list(map((now_ids - was_ids).__contains__, map(id, now)))
     added = list(zip(compress(count(head), fresh), compress(now, fresh), strict=True))
     return removed, added
-
-
-def _common(
-    old: list[ResourceSlice],
-    new: list[ResourceSlice],
-    most: int,
-    part: Callable[[list[ResourceSlice], tuple[int, int]], list[ResourceSlice]],
-) -> int:
-    """How long the common run of `old` and `new` is (at most `most`), where `part(x, (i, j))`
-    is the run's items i..j-1: a binary search comparing runs whole (list equality skips
-    identical items at C speed without touching them), about `2 * most` items compared."""
-    lo, hi = 0, most  # part(.., (0, lo)) is common; the common run is at most hi long
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if part(old, (lo, mid)) == part(new, (lo, mid)):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _from_end(items: list[ResourceSlice], run: tuple[int, int]) -> list[ResourceSlice]:
-    """Items run[0]..run[1]-1 counted from the end (0: the last item)."""
-    size = len(items)
-    return items[size - run[1] : size - run[0]]
 
 
 def _touched(

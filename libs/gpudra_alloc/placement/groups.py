@@ -24,7 +24,9 @@ with names taken out (the parts are built in `keyparts.py`):
 A node whose selectors fail on some device (a CEL run-time error names the device) gets a key of
 its own. Under the allocator's own state (no shares or consumed capacity, no held domains) the keys
 of a node list are kept between calls and only nodes whose pool version moved are looked at again
-(`_Tracked`); otherwise every node's key is assembled from its remembered parts. What is not in the key must not be read by the search or the score: the node name,
+(`_Tracked`); otherwise every node's key is assembled from its remembered parts. A node list
+that differs from the last one asked about by a few nodes (one joined or left) takes over its
+records and kept keys, with only those nodes keyed anew (`NodeKeys._edited`, `_Tracked.splice`). What is not in the key must not be read by the search or the score: the node name,
 pool names, slice names and node-unique attribute values. `groups_test.py` perturbs each device
 field and checks that the score changes only when the key does.
 """
@@ -32,12 +34,13 @@ field and checks that the score changes only when the key does.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import count, repeat
+from itertools import count, pairwise, repeat
 from typing import Any
 
-from gpudra_alloc.allocator import Allocator
+from gpudra_alloc.allocator import MAX_EDIT, Allocator, common_ends
 from gpudra_alloc.placement.keyparts import (
     NODE_UNIQUE_ATTRIBUTES,
     ShapeReads,
@@ -99,7 +102,8 @@ class NodeKeys:
     # ids of interned parts, shared with the keys carried over from this one (`carried`)
     _ids: Iterator[int] = field(default_factory=count)
     _lists: dict[tuple[str, ...], tuple[list[Node], list[_Node]]] = field(default_factory=dict)
-    _last: tuple[list[Node], list[_Node]] | None = None
+    # the last list asked about: (its names, its entry of `_lists`)
+    _last: tuple[tuple[str, ...], tuple[list[Node], list[_Node]]] | None = None
     # id of a record list of `_lists` -> it and where each name stands in it (built at its
     # first carry; keyed by id: hashing a tuple of names costs a pass over them)
     _where: dict[int, tuple[list[_Node], dict[str, int]]] = field(default_factory=dict)
@@ -328,7 +332,7 @@ class NodeKeys:
         if entry is not None and entry.known is known_list and entry.devices is devices:
             entry.update(self, reads, reads_id)
             return entry
-        if any(len(k.pool_keys) != 1 for k in known_list):
+        if any(len(k.pool_keys) > 1 for k in known_list):
             return None
         keys = self._keys(nodes, claims, shape, state, {}, None)
         if len(self._tracking) >= MAX_LISTS:
@@ -360,8 +364,12 @@ class NodeKeys:
             self._where.clear()
             self._last = None
         last = self._last
-        if last is not None and last[0] == nodes:  # the same Node objects: compared by identity
-            return last[1]
+        if last is not None and last[1][0] == nodes:  # the same Node objects: by identity
+            return last[1][1]
+        edited = self._edited(last, nodes) if last is not None else None
+        if edited is not None:
+            self._last = edited
+            return edited[1][1]
         names = tuple(n.name for n in nodes)
         found = self._lists.get(names)
         if found is None or found[0] != nodes:
@@ -370,8 +378,47 @@ class NodeKeys:
                 self._lists.clear()
                 self._where.clear()
             found = self._lists[names] = (list(nodes), known)
-        self._last = found
+        self._last = (names, found)
         return found[1]
+
+    def _edited(
+        self, last: tuple[tuple[str, ...], tuple[list[Node], list[_Node]]], nodes: Sequence[Node]
+    ) -> tuple[tuple[str, ...], tuple[list[Node], list[_Node]]] | None:
+        """The records of `nodes` made from those of the last list asked about, when the two
+        differ in at most `MAX_EDIT` nodes (a node joined or left: the engine's list after a
+        slice change), with the kept keys moved over (`_Tracked.splice`): C-speed copies and
+        comparisons, records and keys redone for the differing nodes only. The last list's
+        entry is replaced (its records and kept keys now belong to the new one). None when the
+        lists differ more, when a name is in both windows with two node objects (another list
+        of the same nodes, e.g. in another order: its own entry of `_lists` serves it) or when
+        `nodes` is not a list."""
+        old_names, (listed, known) = last
+        if not isinstance(nodes, list):
+            return None
+        head, tail = common_ends(listed, nodes)
+        old_end, new_end = len(listed) - tail, len(nodes) - tail
+        if old_end - head > MAX_EDIT or new_end - head > MAX_EDIT:
+            return None
+        came = nodes[head:new_end]
+        went = {n.name: n for n in listed[head:old_end]}
+        if any(went.get(n.name, n) is not n for n in came):
+            return None  # another list of the same nodes (other objects, another order)
+        pools_for = self.allocator.pools_for
+        records = known[:head] + [self._node(n, pools_for(n)) for n in came] + known[old_end:]
+        names = old_names[:head] + tuple(n.name for n in came) + old_names[old_end:]
+        if self._lists.get(old_names) is last[1]:
+            del self._lists[old_names]
+        self._where.pop(id(known), None)
+        if len(self._lists) >= MAX_LISTS:
+            self._lists.clear()
+            self._where.clear()
+        found = self._lists[names] = (nodes[:], records)
+        for key, tracked in list(self._tracking.items()):
+            if key[0] == id(known) and tracked.known is known:
+                del self._tracking[key]
+                if tracked.splice(records, head, old_end, new_end):
+                    self._tracking[(id(records), key[1])] = tracked
+        return names, found
 
     def _node(self, node: Node, pools: list[Pool]) -> _Node:
         known = self.nodes.get(node.name)
@@ -442,6 +489,9 @@ class NodeKeys:
         return found
 
 
+# the pool key of a node without pools (one that left, in a list that still names it): no
+# driver is named "", so the in-use set never has a version for it
+_NO_POOL: PoolKey = ("", "")
 _BLOCK = 256  # nodes compared at once when looking for the ones whose version moved
 
 
@@ -450,24 +500,33 @@ class _Tracked:
     to date by recomputing only the nodes whose pool version moved since the last call, with
     the first index of every key found from a heap per key (stale entries dropped lazily).
     While the in-use set did not change at all (`_mark`), no node's version is read: only the
-    nodes whose records a slice change redid (`renew`) are keyed again."""
+    nodes whose records a slice change redid (`renew`) are keyed again.
+
+    The heaps and the set of nodes keyed None hold *order keys*, not indices: `order` gives
+    each position a float, ascending, that stays with its node when nodes before it join or
+    leave (`splice`: a new node gets one between its neighbours'), and an order key's index is
+    found by bisection. An entry is current when its order key is still in `order` and the
+    node there has the entry's key; the others are dropped when met."""
 
     def __init__(self, known: list[_Node], devices: InUseDevices, keys: list[Hashable | None]):
         self.known = known  # held: the cache is keyed by its id
         self.devices = devices
-        self.pool_keys = [k.pool_keys[0] for k in known]
+        self.pool_keys = [k.pool_keys[0] if k.pool_keys else _NO_POOL for k in known]
         self.versions = list(map(devices.pool_version.get, self.pool_keys, repeat(0)))
         self.mark = _mark(devices)
         self.renewed: list[int] = []  # positions whose keys `update` must recompute
         self.keys = keys
-        self.solo = [i for i, key in enumerate(keys) if key is None]
+        self.order = list(map(float, range(len(keys))))
         self._rebuild()
 
     def _rebuild(self) -> None:
-        self.buckets: dict[Hashable, list[int]] = {}
-        for index, key in enumerate(self.keys):
-            if key is not None:
-                self.buckets.setdefault(key, []).append(index)  # ascending: already a heap
+        self.buckets: dict[Hashable, list[float]] = {}
+        self.solo: set[float] = set()
+        for at, key in zip(self.order, self.keys, strict=True):
+            if key is None:
+                self.solo.add(at)
+            else:
+                self.buckets.setdefault(key, []).append(at)  # ascending: already a heap
         self.entries = len(self.keys)
 
     def update(self, owner: NodeKeys, reads: ShapeReads | None, reads_id: int) -> None:
@@ -509,42 +568,88 @@ class _Tracked:
         was = keys[index]
         if key != was:
             keys[index] = key
+            at = self.order[index]
             if key is not None:
-                heapq.heappush(self.buckets.setdefault(key, []), index)
+                heapq.heappush(self.buckets.setdefault(key, []), at)
                 self.entries += 1
-            if was is None or key is None:  # a record `renew` redid
-                self._solo(index, key is None)
+            if was is None:  # a record `renew` or `splice` redid
+                self.solo.discard(at)
+            elif key is None:
+                self.solo.add(at)
 
     def renew(self, positions: list[int]) -> bool:
         """The records at `positions` were redone (`NodeKeys.carried`): recompute their keys at
-        the next `update`. False when one of them is not a one-pool node (keep nothing)."""
+        the next `update`. False when one of them is a node of several pools (keep nothing)."""
         for index in positions:
             pool_keys = self.known[index].pool_keys
-            if len(pool_keys) != 1:
+            if len(pool_keys) > 1:
                 return False
-            self.pool_keys[index] = pool_keys[0]
+            self.pool_keys[index] = pool_keys[0] if pool_keys else _NO_POOL
             self.versions[index] = -1  # no pool's version: a full `update` recomputes it too
         self.renewed.extend(positions)
         return True
 
-    def _solo(self, index: int, solo: bool) -> None:
-        if solo and index not in self.solo:
-            self.solo.append(index)
-            self.solo.sort()
-        elif not solo and index in self.solo:
-            self.solo.remove(index)
+    def splice(self, known: list[_Node], head: int, old_end: int, new_end: int) -> bool:
+        """Follow the node list to `known`: the old list's positions `head`..`old_end`-1 became
+        `known`'s `head`..`new_end`-1 (the nodes that left and came), the others the same
+        records; the new positions' keys are recomputed at the next `update`. Costs the
+        changed nodes plus C-speed copies. False when a new record is a node of several pools
+        (keep nothing)."""
+        came = known[head:new_end]
+        if any(len(k.pool_keys) > 1 for k in came):
+            return False
+        count_ = new_end - head
+        order = self.order
+        low = order[head - 1] if head > 0 else None
+        high = order[old_end] if old_end < len(order) else None
+        if low is None:
+            low = (high if high is not None else 0.0) - count_ - 1.0
+        if high is None:
+            high = low + count_ + 1.0
+        step = (high - low) / (count_ + 1)
+        fresh = [low + step * (i + 1) for i in range(count_)]
+        bounds = [low, *fresh, high]
+        dense = any(a >= b for a, b in pairwise(bounds))  # floats ran out between
+        shift = new_end - old_end
+        self.known = known
+        self.order = order[:head] + fresh + order[old_end:]
+        self.keys = self.keys[:head] + [None] * count_ + self.keys[old_end:]
+        self.pool_keys = (
+            self.pool_keys[:head]
+            + [k.pool_keys[0] if k.pool_keys else _NO_POOL for k in came]
+            + self.pool_keys[old_end:]
+        )
+        self.versions = self.versions[:head] + [-1] * count_ + self.versions[old_end:]
+        renewed = [i if i < head else i + shift for i in self.renewed if not head <= i < old_end]
+        self.renewed = renewed + list(range(head, new_end))
+        if dense:
+            self.order = list(map(float, range(len(self.keys))))
+            self._rebuild()
+        else:
+            self.solo.update(fresh)  # keyed None until `update` keys them
+        return True
 
     def firsts(self) -> list[tuple[int, Hashable | None]]:
         """(first index, key) per key and (index, None) per node keyed None, by index."""
         keys = self.keys
-        out: list[tuple[int, Hashable | None]] = [(i, None) for i in self.solo]
+        order = self.order
+        size = len(order)
+        out: list[tuple[int, Hashable | None]] = []
+        for at in list(self.solo):
+            index = bisect_left(order, at)
+            if index < size and order[index] == at and keys[index] is None:
+                out.append((index, None))
+            else:  # a node that left
+                self.solo.discard(at)
         empty = []
         for key, heap in self.buckets.items():
-            while heap and keys[heap[0]] != key:
+            while heap:
+                index = bisect_left(order, heap[0])
+                if index < size and order[index] == heap[0] and keys[index] == key:
+                    out.append((index, key))
+                    break
                 heapq.heappop(heap)
                 self.entries -= 1
-            if heap:
-                out.append((heap[0], key))
             else:
                 empty.append(key)
         for key in empty:

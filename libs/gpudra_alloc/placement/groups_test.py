@@ -461,3 +461,61 @@ def test_kept_keys_follow_every_change_of_the_state(seed: int) -> None:
                 firsts.setdefault(key if key is not None else ("solo", index), index)
             assert [i for i, _ in kept] == sorted(firsts.values())
     assert keys._tracking  # the kept path was the one taken
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, id=f"seed{s}") for s in (1, 2)])
+def test_kept_keys_follow_nodes_that_join_and_leave(seed: int) -> None:
+    """A node list that gains or loses a few nodes between calls (the engine's, after a node
+    joined or left) moves the kept keys over instead of keying every node again: the same
+    kept objects, and the answer of a fresh pass over every node, also after more joins at one
+    spot than floats can split (the order keys are numbered afresh) and with a node that has
+    no pools (one that left, in a list that still names it)."""
+    rng = random.Random(seed)
+    slices, every = fleet({"dgx-h100": 40, "l4-pcie": 30, "gb200-tray": 3})
+    every.sort(key=lambda n: n.name)
+    allocator = allocator_of(slices)
+    keys = Chooser(allocator).node_keys
+    # the second pod's selector reads a node-unique attribute (per-device outcomes in the key)
+    # and fails on every GPU: its nodes with GPUs are keyed None
+    attributes = f'device.attributes["{DRIVER}"]'
+    failing = f'{attributes}.uuid == "x" || {attributes}.nosuch == "x"'
+    pods = [[claim("gpu-1", "x")], [cel_claim("bad", failing)]]
+    devices = [
+        e.id
+        for n in every
+        for p in allocator.pools_for(n)
+        for entries in p.device_entries()
+        for e in entries
+    ]
+    nodes = every[:4] + every[70:]  # 70 nodes wait to join right after the fourth
+    waiting = every[4:70]
+    kept_objects: set[int] | None = None
+    for step in range(90):
+        nodes = nodes[:]  # a new list object each time, as the engine makes
+        if waiting and (step < 70 or rng.random() < 0.5):
+            nodes.insert(4, waiting.pop())  # one spot, again and again: floats run out
+        else:
+            gone = nodes.pop(rng.randrange(len(nodes)))
+            if rng.random() < 0.3:
+                waiting.append(gone)
+        if step >= 70 and step % 5 == 0:  # not before: it would spread the crowded keys out
+            nodes.insert(rng.randrange(len(nodes)), Node(f"no-pools-{step}"))
+        for device in rng.sample(devices, rng.randint(0, 3)):
+            if device in allocator.state.devices:
+                allocator.state.devices.discard(device)
+            else:
+                allocator.state.devices.add(device)
+        for pod in pods:
+            shape = claims_shape(pod)
+            assert shape is not None
+            kept = keys.distinct(nodes, pod, shape, allocator.state, {})
+            fresh = NodeKeys(allocator).keys(nodes, pod, shape, allocator.state, {})
+            firsts: dict[object, int] = {}
+            for index, key in enumerate(fresh):
+                firsts.setdefault(key if key is not None else ("solo", index), index)
+            assert [i for i, _ in kept] == sorted(firsts.values()), f"step {step}"
+        assert None in fresh, "the second pod keys nodes None"
+        tracked = {id(t) for t in keys._tracking.values()}
+        assert len(tracked) == 2, f"step {step}"
+        assert kept_objects is None or tracked == kept_objects, f"step {step}: keyed afresh"
+        kept_objects = tracked

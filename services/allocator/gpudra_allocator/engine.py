@@ -21,8 +21,11 @@ did not touch carry over, and the indexes and caches move to the new allocator a
 only the touched entries redone (the old ones are retired). One node's change, warm-up
 included, costs about 0.7 ms at 1,000 DGX-like nodes and 2.5 ms at 10,000 under `topology`,
 0.5 and 2-2.4 ms under `first-fit`; a full rebuild about 70-80 ms per 1,000 (mostly the
-per-node keys; `bench/alloc_bench.py --rebuild`, CPU time). What still grows with the fleet
-runs at C speed: the slice list copied and compared by identity. A change to a pool that is
+per-node keys; `bench/alloc_bench.py --rebuild`, CPU time). A node that joins or leaves costs
+the same kind of work: the node list is edited where the node stands (`_nodes_for`), and the
+core's full-node memo and the placement layer's records and kept keys follow the edited list
+with only that node redone. What still grows with the fleet runs at C speed: the slice list
+and the node lists copied and compared by identity. A change to a pool that is
 not node-local (`nodeSelector`,
 `allNodes`) recomputes every node, and new classes (`use_classes`) build anew; decisions are
 the same as a freshly built engine's either way.
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,8 +242,7 @@ class Engine:
             if not carried and self.policy == "topology":
                 touched = None  # the keys of every node are computed again
         if allocator.node_names() is not names:  # else no node came or went: the list stays
-            nodes = {node.name: node for node in self._nodes}  # identity is cheap to compare
-            self._nodes = [nodes.get(name) or Node(name) for name in allocator.node_names()]
+            self._nodes = self._nodes_for(names, allocator.node_names(), touched)
         if touched is None or self._cold is None:
             self._cold = None
         else:
@@ -252,6 +255,29 @@ class Engine:
         else:
             self.nodes_rebuilt += sum(1 for name in touched if name in allocator.by_node)
         return allocator
+
+    def _nodes_for(
+        self, was: list[str] | None, now: list[str], touched: frozenset[str] | None
+    ) -> list[Node]:
+        """The node list for the sorted names `now`, the engine's list having been for `was`:
+        the same `Node` objects for the names kept (the core's and the placement layer's
+        memos compare them by identity). The nodes that came or went are among `touched`
+        (a node-local change; None: any may have) and are found by bisection: a node joining
+        or leaving costs a C-speed copy of the list. Otherwise a pass over the nodes."""
+        nodes = self._nodes
+        if was is not None and touched is not None and len(was) == len(nodes):
+            moved = [name for name in touched if _listed(was, name) != _listed(now, name)]
+            went = sorted(bisect_left(was, name) for name in moved if _listed(was, name))
+            came = sorted(bisect_left(now, name) for name in moved if _listed(now, name))
+            out = nodes[:]
+            for at in reversed(went):
+                del out[at]
+            for at in came:  # ascending: each lands where `now` has it
+                out.insert(at, Node(now[at]))
+            if len(out) == len(now):
+                return out
+        by_name = {node.name: node for node in nodes}
+        return [by_name.get(name) or Node(name) for name in now]
 
     def warm_up(self, slices: Iterable[ResourceSlice], version: int, state: AllocatedState) -> None:
         """Build what the first decision at `version` would: the allocator and chooser (unless
@@ -435,6 +461,12 @@ class Engine:
         if explanation.get("sentence"):
             reason = f"{explanation['sentence']} ({reason})"
         return Decision(reason=reason, explanation=explanation)
+
+
+def _listed(names: list[str], name: str) -> bool:
+    """Whether `name` is in the sorted `names`."""
+    at = bisect_left(names, name)
+    return at < len(names) and names[at] == name
 
 
 def gang_node(placed: GangPlacement) -> str | None:

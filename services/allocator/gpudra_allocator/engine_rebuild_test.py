@@ -149,6 +149,7 @@ class Cluster:
         self.version = 1
         self.added = 0
         self.generations = 0  # slices of a newer generation written under names of their own
+        self.removed: dict[str, dict[str, dict[str, Any]]] = {}  # node -> its slices' docs
 
     def _per_device(self, generation: int) -> dict[str, Any]:
         """NICs each on a node of its own (three nodes drawn), in a slice that names no node."""
@@ -220,9 +221,17 @@ class Cluster:
             node = rng.choice(
                 sorted({d["spec"].get("nodeName") for d in self.docs.values()} - {None})
             )
+            left = self.removed.setdefault(node, {})
             for gone in [n for n, d in self.docs.items() if d["spec"].get("nodeName") == node]:
+                left[gone] = self.docs[gone]
                 self.delete(gone)
             name = node
+        elif kind == "rejoin":  # a node that left comes back (its slices last in the index)
+            if not self.removed:
+                return f"{kind} (none)"
+            name = rng.choice(sorted(self.removed))
+            for slice_name, doc in self.removed.pop(name).items():
+                self.put(slice_name, copy.deepcopy(doc))
         elif kind == "switch":  # allNodes pool: a NIC more or less
             doc = self._bumped("switch")
             devices = doc["spec"]["devices"]
@@ -320,6 +329,7 @@ KINDS = (
     "attribute",
     "add-node",
     "remove-node",
+    "rejoin",
     "switch",
     "fabric",
     "span",
@@ -368,7 +378,7 @@ def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> No
     assert engine.nodes_rebuilt == len(cluster.nodes)
     rebuilt_before = engine.nodes_rebuilt
     builds = 1
-    shuffled = False
+    shuffled = False  # whether the slices the engine last rebuilt from were shuffled
     for step in range(STEPS):
         kind = KINDS[step] if step < len(KINDS) else rng.choice(KINDS)
         if kind == "classes":
@@ -384,10 +394,14 @@ def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> No
         changed = not what.endswith(("(gone)", "(none)"))  # else nothing to rebuild
         builds += changed
         slices = cluster.slices()
-        reordered = shuffled  # back in index order after a shuffled step: reordered too
-        shuffled = rng.random() < 0.2
-        if shuffled:  # the same slices in another order: compared pool by pool
+        # back in index order after a shuffled rebuild: reordered too (a step that changed
+        # nothing rebuilt nothing: the engine still has the slices of the step before)
+        reordered = shuffled
+        shuffling = rng.random() < 0.2
+        if shuffling:  # the same slices in another order: compared pool by pool
             rng.shuffle(slices)
+        if changed:
+            shuffled = shuffling
         if rng.random() < 0.5:
             engine.warm_up(slices, cluster.version, state)
         fresh = engine_for(policy, variant, incremental=False)
@@ -413,7 +427,10 @@ def test_incremental_engine_decides_as_a_fresh_one(policy: str, seed: int) -> No
             ours = engine.decide_gang("g", gang, attribute, slices, cluster.version, state)
             fresh_gang = fresh.decide_gang("g", gang, attribute, slices, cluster.version, state)
             assert ours == fresh_gang, f"step {step}: {what}, gang {members}"
-        one_node = ("bump", "drop-device", "add-device", "attribute", "new-generation", "mig")
+        one_node = (
+            *("bump", "drop-device", "add-device", "attribute", "new-generation", "mig"),
+            "add-node",  # its own pool only (not "rejoin": a node of the span pool touches two)
+        )
         if kind in one_node and changed and not (shuffled or reordered):  # one node's pool
             assert engine.nodes_rebuilt - rebuilt_before == 1, what
         rebuilt_before = engine.nodes_rebuilt
