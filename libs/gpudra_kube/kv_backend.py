@@ -9,9 +9,23 @@ Promises (the `Store` contract, mapped onto KV):
   compare-and-set on the key's last revision (`Nats-Expected-Last-Subject-Sequence`), so a stale
   `resourceVersion` gives `ConflictError` and two writers can never both win.
 - A delete writes a tombstone that carries the deleted object, so watchers get DELETED with it.
-- `watch` resumes from any revision: it replays the latest entry of every key changed after it
-  (intermediate values of a key are compacted away, as an API server's watch cache may). The KV
-  keeps tombstones, so no deletion is missed and `GoneError` is never raised.
+- Tombstones do not stay for ever (each cost its object's JSON in the bucket and in every list):
+  `compact` removes those older than a grace period (`collect_deleted` does it on a timer; in
+  standalone mode the claim-writer runs it). Before it removes any, it raises the bucket's
+  compacted revision (key `_compacted`, a key no object can have: no Kubernetes name or namespace
+  starts with `_`) to at least theirs, so that it is a bound on every tombstone ever removed.
+  Each removal is a purge of the key up to the tombstone's revision: a re-creation written after
+  the scan stays, and any number of processes may compact at once.
+- `watch` resumes from a revision: it replays the latest entry of every key changed after it
+  (intermediate values of a key are compacted away, as an API server's watch cache may). From a
+  revision older than the compacted revision it raises `GoneError` (410), as an API server does
+  for a compacted revision, so the caller relists (`informer`) instead of missing a deletion.
+  The check reads the compacted revision after the watch's consumer exists: a compaction that
+  raised it later finds the watch already under way, and removes only tombstones older than the
+  grace, which a current watch has long been sent. (A watch that falls more than the grace
+  behind could miss one: the grace is minutes, a watch is normally milliseconds behind.) A watch
+  from "0" is never gone: it knows no object whose deletion it could miss, and replays what is
+  left.
 - The API server's write rules (status subresource, generation, finalizers) are those of
   `semantics`.
 - An update that names the resourceVersion it read costs one round trip, not two: what a key held
@@ -31,7 +45,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import nats.errors
@@ -54,7 +70,9 @@ from gpudra_kube import semantics
 from gpudra_kube.errors import (
     AlreadyExistsError,
     ConflictError,
+    GoneError,
     InvalidObjectError,
+    KubeRetryableError,
     NotFoundError,
     UnavailableError,
 )
@@ -86,6 +104,13 @@ _EVENT_HEADER = "Gpudra-Event"
 _TOMBSTONES = ("DEL", "PURGE")
 # Keys whose last read or written content is remembered (see the module docstring).
 _RECENT = 4096
+# The key of the bucket's compacted revision (see the module docstring).
+_COMPACTED_KEY = "_compacted"
+
+DELETED_GRACE = 600.0  # seconds a deleted object's tombstone is kept (`collect_deleted`)
+COLLECT_INTERVAL = 60.0  # seconds between two passes of `collect_deleted`
+
+log = logging.getLogger(__name__)
 
 
 def object_key(resource: Resource, name: str, namespace: str | None) -> str:
@@ -198,11 +223,13 @@ class KvStore:
             raise UnavailableError(f"list {resource.plural}: {exc}") from exc
         version = int(info.state.last_seq)
         items: list[KubeObject] = []
+        compacted = self._subject(resource, _COMPACTED_KEY)
         if info.state.messages:
             async for msg in self._scan(resource, namespace, DeliverPolicy.LAST_PER_SUBJECT, None):
                 seq = msg.metadata.sequence.stream
                 version = max(version, seq)
-                if (msg.headers or {}).get(_KV_OP) not in _TOMBSTONES:
+                tombstone = (msg.headers or {}).get(_KV_OP) in _TOMBSTONES
+                if not tombstone and msg.subject != compacted:
                     items.append(_decode(msg.data, seq, resource, msg.subject))
                 if msg.metadata.num_pending == 0:
                     break
@@ -216,8 +243,10 @@ class KvStore:
         start: int | None,
         *,
         idle: float | None = None,
+        fence: Callable[[], Awaitable[None]] | None = None,
     ) -> AsyncIterator[Msg]:
-        """Messages of an ordered consumer on the bucket (filtered to `namespace`)."""
+        """Messages of an ordered consumer on the bucket (filtered to `namespace`); `fence`, if
+        given, runs once the consumer exists, before the first message."""
         if resource.namespaced and namespace:
             try:
                 pattern = f"{validate_namespace(namespace)}.>"
@@ -237,6 +266,8 @@ class KvStore:
         except (nats.errors.Error, OSError, TimeoutError) as exc:
             raise UnavailableError(f"watch {resource.plural}: {exc}") from exc
         try:
+            if fence is not None:
+                await fence()
             if idle is None:
                 # A list: nothing matching means nothing will arrive; ask before waiting. (The
                 # consumer's stream position may already be past non-matching messages, so
@@ -271,13 +302,33 @@ class KvStore:
             raise InvalidObjectError(f"invalid resourceVersion {resource_version!r}") from exc
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        compacted = self._subject(resource, _COMPACTED_KEY)
+
+        async def fence() -> None:
+            if not after:
+                return  # from the start: nothing known, so no deletion can be missed
+            revision = await self._compacted(resource)
+            if revision > after:
+                raise GoneError(
+                    f"watch {resource.plural}: resourceVersion {after} is older than the "
+                    f"compacted revision {revision}",
+                    status=410,
+                )
+
         stream = self._scan(
-            resource, namespace, DeliverPolicy.BY_START_SEQUENCE, after + 1, idle=timeout
+            resource,
+            namespace,
+            DeliverPolicy.BY_START_SEQUENCE,
+            after + 1,
+            idle=timeout,
+            fence=fence,
         )
         try:
             async for msg in stream:
                 seq = msg.metadata.sequence.stream
                 headers = msg.headers or {}
+                if msg.subject == compacted:
+                    continue  # bookkeeping, no object
                 self._seen(
                     resource,
                     msg.subject,
@@ -301,6 +352,108 @@ class KvStore:
                     return
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
+
+    # -- removing tombstones -------------------------------------------------------------------
+
+    async def _compacted_entry(self, resource: Resource) -> tuple[int, int]:
+        """(revision of the `_compacted` key, the compacted revision it holds); (0, 0) if none."""
+        try:
+            msg = await self._js.get_last_msg(
+                self._stream(resource), self._subject(resource, _COMPACTED_KEY)
+            )
+        except nats.js.errors.NotFoundError:
+            return 0, 0
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            raise UnavailableError(f"read compacted revision of {resource.plural}: {exc}") from exc
+        try:
+            revision = int(json.loads(msg.data or b"{}").get("revision", 0))
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise UnavailableError(f"compacted revision of {resource.plural} unreadable") from exc
+        return int(msg.seq or 0), revision
+
+    async def _compacted(self, resource: Resource) -> int:
+        """The bucket's compacted revision: every tombstone removed had this revision or a lower."""
+        return (await self._compacted_entry(resource))[1]
+
+    async def _raise_compacted(self, resource: Resource, revision: int) -> None:
+        """Make the compacted revision at least `revision` (compare-and-set: it never goes down)."""
+        subject = self._subject(resource, _COMPACTED_KEY)
+        for _ in range(10):
+            last, current = await self._compacted_entry(resource)
+            if current >= revision:
+                return
+            data = json.dumps({"revision": revision}).encode()
+            headers = {Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(last)}
+            try:
+                await self._js.publish(
+                    subject, data, headers=headers, stream=self._stream(resource)
+                )
+                return
+            except (nats.errors.Error, OSError, TimeoutError) as exc:
+                if wrong_revision(exc):
+                    continue  # another compaction raised it meanwhile: compare again
+                raise UnavailableError(
+                    f"write compacted revision of {resource.plural}: {exc}"
+                ) from exc
+        raise ConflictError(f"compacted revision of {resource.plural} keeps changing", status=409)
+
+    async def compact(self, resource: Resource, grace: float) -> int:
+        """Remove the tombstones (deletes and purges) of `resource` older than `grace` seconds (by
+        their write time); returns how many. Safe to run from several processes at once."""
+        stream = self._stream(resource)
+        compacted = self._subject(resource, _COMPACTED_KEY)
+        now = time.time()
+        expired: list[tuple[str, int]] = []
+        async for msg in self._scan(resource, None, DeliverPolicy.LAST_PER_SUBJECT, None):
+            meta = msg.metadata
+            if (
+                msg.subject != compacted
+                and (msg.headers or {}).get(_KV_OP) in _TOMBSTONES
+                and now - meta.timestamp.timestamp() >= grace
+            ):
+                expired.append((msg.subject, int(meta.sequence.stream)))
+            if meta.num_pending == 0:
+                break
+        if not expired:
+            return 0
+        # First the bound, then the removals: a watch that reads the bound after its consumer
+        # exists either finds it raised (and is gone) or was under way before any removal.
+        await self._raise_compacted(resource, max(seq for _, seq in expired))
+        try:
+            for subject, seq in expired:
+                # Up to the tombstone only: a re-creation written since the scan stays.
+                await self._js.purge_stream(stream, seq=seq + 1, subject=subject)
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            raise UnavailableError(f"remove deleted {resource.plural}: {exc}") from exc
+        return len(expired)
+
+    async def collect_deleted(
+        self,
+        resources: Iterable[Resource],
+        *,
+        grace: float = DELETED_GRACE,
+        interval: float = COLLECT_INTERVAL,
+    ) -> None:
+        """Run `compact` on each resource's bucket every `interval` seconds, until cancelled.
+        Retryable errors (NATS away) are logged and the pass is tried again next time."""
+        resources = list(resources)
+        me = asyncio.current_task()
+        while True:
+            if me is not None and me.cancelling():
+                # A cancel that lands just as a NATS reply does can be lost inside nats-py
+                # (`asyncio.wait_for` before Python 3.12): the task is still marked, so stop here.
+                raise asyncio.CancelledError
+            for resource in resources:
+                try:
+                    removed = await self.compact(resource, grace)
+                except KubeRetryableError as exc:
+                    log.warning("removing deleted %s failed: %s", resource.plural, exc)
+                    continue
+                if removed:
+                    log.info(
+                        "removed %d deleted %s older than %.0f s", removed, resource.plural, grace
+                    )
+            await asyncio.sleep(interval)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -340,14 +493,18 @@ class KvStore:
             with contextlib.suppress(ConflictError):
                 await self._write(resource, key, new, 0, "ADDED")
                 return new
-        last, existing = await self._last(resource, key)
-        if existing is not None:
-            raise AlreadyExistsError(f"{resource.kind} {key} already exists", status=409)
-        try:
-            await self._write(resource, key, new, last, "ADDED")
-        except ConflictError as exc:  # created (or re-created) by someone else meanwhile
-            raise AlreadyExistsError(f"{resource.kind} {key} already exists", status=409) from exc
-        return new
+        for _ in range(10):
+            last, existing = await self._last(resource, key)
+            if existing is not None:
+                raise AlreadyExistsError(f"{resource.kind} {key} already exists", status=409)
+            try:
+                await self._write(resource, key, new, last, "ADDED")
+                return new
+            except ConflictError:
+                # Changed between read and write: created by someone else (the read says so), or
+                # its tombstone removed by `compact` (then the name is free: try again).
+                continue
+        raise ConflictError(f"{resource.kind} {key} keeps changing; create not applied", status=409)
 
     async def _current(self, resource: Resource, obj: KubeObject) -> tuple[str, int, KubeObject]:
         check_scope(resource, obj)

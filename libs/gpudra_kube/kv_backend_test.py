@@ -6,6 +6,7 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
+from nats.aio.client import Client
 
 from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket, ensure_buckets
@@ -13,13 +14,20 @@ from gpudra_kube.api_backend_test import ALLOCATION, claim
 from gpudra_kube.errors import (
     AlreadyExistsError,
     ConflictError,
+    GoneError,
     InvalidObjectError,
     NotFoundError,
     UnavailableError,
 )
 from gpudra_kube.informer import informer
 from gpudra_kube.kv_backend import BUCKETS, KvStore, object_key
-from gpudra_kube.resources import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, Resource
+from gpudra_kube.resources import (
+    DEVICE_CLASSES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Resource,
+)
 from gpudra_kube.store import EventType, WatchEvent
 from gpudra_testing import NatsServer
 from gpudra_testing.kvkeys import bucket_reads
@@ -266,3 +274,168 @@ async def test_seen_at_answers_watched_and_written_revisions_only(nats_url: str)
         await events.aclose()  # type: ignore[attr-defined]
     finally:
         await disconnect(nc)
+
+
+async def _stream_messages(nc: Client, bucket: str) -> int:
+    info = await nc.jetstream().stream_info(f"KV_{bucket}")
+    return int(info.state.messages)
+
+
+async def test_compact_removes_deleted_objects_after_their_grace(nats_url: str) -> None:
+    # Every tombstone kept the deleted object's JSON for ever, and every list read them all.
+    nc = await connect(nats_url, name="t", deadline=5)
+    try:
+        bucket = "t-kv-compact"
+        kv = await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        await store.create(RESOURCE_CLAIMS, claim("live"))
+        for name in ("gone-1", "gone-2", "purged"):
+            await store.create(RESOURCE_CLAIMS, claim(name))
+        await store.delete(RESOURCE_CLAIMS, "gone-1", "default")
+        await kv.delete("default.gone-2")  # a plain KV tombstone, without the object
+        await kv.purge("default.purged")  # a purge marker
+        assert await _stream_messages(nc, bucket) == 4
+        assert await store.compact(RESOURCE_CLAIMS, grace=3600) == 0  # all too young
+        assert await _stream_messages(nc, bucket) == 4
+        assert await store.compact(RESOURCE_CLAIMS, grace=0) == 3
+        # The live claim and the mark of what was compacted are all that is left.
+        assert await _stream_messages(nc, bucket) == 2
+        assert await store.compact(RESOURCE_CLAIMS, grace=0) == 0  # idempotent
+        for namespace in ("default", None):
+            listed = await store.list(RESOURCE_CLAIMS, namespace)
+            assert [o["metadata"]["name"] for o in listed.items] == ["live"]
+        again = await store.create(RESOURCE_CLAIMS, claim("gone-1"))
+        assert (await store.get(RESOURCE_CLAIMS, "gone-1", "default")) == again
+        with pytest.raises(NotFoundError):
+            await store.get(RESOURCE_CLAIMS, "gone-2", "default")
+    finally:
+        await disconnect(nc)
+
+
+async def test_compact_leaves_a_key_written_after_its_scan(nats_url: str) -> None:
+    # Two processes may compact at once, and a name may be re-created meanwhile: a purge goes
+    # only up to the tombstone's revision, never takes the re-created object.
+    nc = await connect(nats_url, name="t", deadline=5)
+    try:
+        bucket = "t-kv-compact-race"
+        await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        other = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        names = [f"c{i}" for i in range(40)]
+        for name in names:
+            await store.create(RESOURCE_CLAIMS, claim(name))
+            await store.delete(RESOURCE_CLAIMS, name, "default")
+
+        async def recreate() -> None:
+            for name in names[::2]:
+                await other.create(RESOURCE_CLAIMS, claim(name))
+
+        await asyncio.gather(
+            store.compact(RESOURCE_CLAIMS, grace=0),
+            other.compact(RESOURCE_CLAIMS, grace=0),
+            recreate(),
+        )
+        await store.compact(RESOURCE_CLAIMS, grace=0)
+        listed = await store.list(RESOURCE_CLAIMS)
+        assert sorted(o["metadata"]["name"] for o in listed.items) == sorted(names[::2])
+        assert await _stream_messages(nc, bucket) == len(names[::2]) + 1
+    finally:
+        await disconnect(nc)
+
+
+async def test_watch_from_before_a_compaction_is_gone(nats_url: str) -> None:
+    # A watch from a version older than a removed tombstone would miss that DELETED event: it
+    # must get 410 Gone (as from an API server) so that the informer relists.
+    nc = await connect(nats_url, name="t", deadline=5)
+    try:
+        bucket = "t-kv-compact-gone"
+        await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        old = (await store.list(RESOURCE_CLAIMS)).resource_version
+        await store.delete(RESOURCE_CLAIMS, "a", "default")
+        assert await store.compact(RESOURCE_CLAIMS, grace=0) == 1
+        for namespace in ("default", None):
+            with pytest.raises(GoneError):
+                await anext(store.watch(RESOURCE_CLAIMS, namespace, resource_version=old))
+        # From the start ("0") nothing known can be missed: it replays what is left.
+        current = (await store.list(RESOURCE_CLAIMS)).resource_version
+        await store.create(RESOURCE_CLAIMS, claim("b"))
+        for version in ("0", current):
+            stream = store.watch(RESOURCE_CLAIMS, None, resource_version=version, timeout=1)
+            seen = [(e.type, e.object["metadata"]["name"]) async for e in stream]
+            assert seen == [(EventType.ADDED, "b")]
+    finally:
+        await disconnect(nc)
+
+
+async def test_a_current_watch_sees_deletes_and_compactions_pass_it_by(nats_url: str) -> None:
+    # A watch that is current gets each DELETED with the object (its UID) before the tombstone
+    # can go; a compaction meanwhile, of this bucket's other keys, is not an event.
+    nc = await connect(nats_url, name="t", deadline=5)
+    try:
+        bucket = "t-kv-compact-watch"
+        await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+        old = await store.create(RESOURCE_CLAIMS, claim("old", namespace="other"))
+        await store.delete(RESOURCE_CLAIMS, "old", "other")
+        version = (await store.list(RESOURCE_CLAIMS)).resource_version
+        a = await store.create(RESOURCE_CLAIMS, claim("a"))
+        events = store.watch(RESOURCE_CLAIMS, None, resource_version=version, timeout=10)
+        try:
+            first = await asyncio.wait_for(anext(events), 10)
+            assert (first.type, first.object["metadata"]["uid"]) == (
+                EventType.ADDED,
+                a["metadata"]["uid"],
+            )
+            assert old["metadata"]["uid"]
+            assert await store.compact(RESOURCE_CLAIMS, grace=0) == 1
+            await store.delete(RESOURCE_CLAIMS, "a", "default")
+            gone = await asyncio.wait_for(anext(events), 10)
+            assert (gone.type, gone.object["metadata"]["uid"]) == (
+                EventType.DELETED,
+                a["metadata"]["uid"],
+            )
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+    finally:
+        await disconnect(nc)
+
+
+async def test_collect_deleted_compacts_each_bucket_until_cancelled(nats_url: str) -> None:
+    nc = await connect(nats_url, name="t", deadline=5)
+    try:
+        buckets = {RESOURCE_CLAIMS: "t-kv-collect-claims", PODS: "t-kv-collect-pods"}
+        for bucket in buckets.values():
+            await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+        store = KvStore(nc, buckets=buckets)
+        await store.create(RESOURCE_CLAIMS, claim("c1"))
+        await store.delete(RESOURCE_CLAIMS, "c1", "default")
+        await store.create(PODS, pod("p1"))
+        await store.delete(PODS, "p1", "default")
+        task = asyncio.create_task(
+            store.collect_deleted([RESOURCE_CLAIMS, PODS], grace=0, interval=0.05)
+        )
+        try:
+            for _ in range(200):
+                left = [await _stream_messages(nc, b) for b in buckets.values()]
+                if left == [1, 1]:  # only the marks of compaction
+                    break
+                await asyncio.sleep(0.05)
+            assert left == [1, 1]
+            assert not task.done()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    finally:
+        await disconnect(nc)
+
+
+def pod(name: str, namespace: str = "default") -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
