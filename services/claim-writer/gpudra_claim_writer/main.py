@@ -179,6 +179,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             loops.append(consumers.run())
         if mirror is not None:
             loops.append(mirror.run())
+        if isinstance(store, KvStore):
+            # Standalone: this process owns the buckets; deleted claims and pods leave them after
+            # a grace period (`KvStore.collect_deleted`), or every list would read them for ever.
+            loops.append(store.collect_deleted([RESOURCE_CLAIMS, PODS]))
         tasks = [asyncio.create_task(loop) for loop in loops]
         stopper = asyncio.create_task(stop.wait())
         try:
