@@ -55,7 +55,14 @@ from typing import Any
 
 import yaml
 
-from gpudra_alloc import AllocatedState, AllocationInputError, Allocator, Features, NodeOutcome
+from gpudra_alloc import (
+    AllocatedState,
+    AllocationInputError,
+    Allocator,
+    Features,
+    NodeOutcome,
+    first_fit,
+)
 from gpudra_alloc.builtin import builtin_class_documents
 from gpudra_alloc.placement import (
     Chooser,
@@ -392,7 +399,9 @@ class Engine:
                 choice = self._chooser.choose(nodes, claims)
                 return None if choice is None else NodeOutcome(choice.node, choice.results)
             return choose_node(allocator, nodes, claims, self._chooser)
-        return allocator.choose_node(nodes, claims)
+        # As kube-scheduler: when no node fits, a CEL error its search meets on a node it would
+        # have filtered is the answer (`first_fit`), not "unschedulable".
+        return first_fit(allocator, nodes, claims)
 
     def held_back(self, fits: Callable[[], str | None]) -> dict[str, Any] | None:
         """After a failed decision under the reserve: `fits()` (the same choice, returning the

@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
-from gpudra_alloc import AllocatedState, DeviceID, validate_allocation
+from gpudra_alloc import AllocatedState, AllocationInputError, DeviceID, validate_allocation
 from gpudra_alloc.workload import Fleet, build_fleet, device_classes, resource_claim
-from gpudra_allocator.conftest import gpu_slice
+from gpudra_allocator.conftest import gpu_claim_doc, gpu_slice, gpu_slice_doc
 from gpudra_allocator.engine import Decision, Engine, load_classes, summary
 from gpudra_allocator.errors import SettingsError
 from gpudra_api import (
@@ -359,3 +359,26 @@ def test_a_gang_the_reserve_holds_back_is_told_so() -> None:
         "gang g: held back: the topology reserve keeps 1"
     ), decision.reason
     assert Engine(classes, "topology").decide_gang("g", members, None, slices, 1, state).allocated
+
+
+def test_first_fit_reports_a_cel_error_on_a_node_too_small_to_search() -> None:
+    # kube-scheduler's Filter runs the search on every node and aborts on a CEL run-time error.
+    # first-fit's node choice passes over node-a (one free GPU, two wanted), whose gpu-1 (no
+    # `model`) fails the selector; the decision is that error, not "unschedulable".
+    docs = [gpu_slice_doc("node-a", 2), gpu_slice_doc("node-b", 2)]
+    models = {("node-a", "gpu-0"): "h100", ("node-b", "gpu-0"): "a100", ("node-b", "gpu-1"): "a100"}
+    for doc in docs:
+        for device in doc["spec"]["devices"]:
+            model = models.get((doc["spec"]["nodeName"], device["name"]))
+            if model is not None:
+                device["attributes"]["model"] = {"string": model}
+    wanted = gpu_claim_doc("broken", 2)
+    wanted["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+        {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].model == "h100"'}}
+    ]
+    state = AllocatedState()
+    state.devices.add(DeviceID("gpu.nvidia.com", "node-a", "gpu-0"))
+    engine = Engine(load_classes(), "first-fit")
+    slices = [parse_resource_slice(d) for d in docs]
+    with pytest.raises(AllocationInputError, match="no such key: model"):
+        engine.decide([parse_resource_claim(wanted)], slices, 1, state)
