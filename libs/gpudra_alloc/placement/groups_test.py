@@ -427,6 +427,42 @@ def test_gangs_are_placed_as_the_plain_chooser_places_them(
     assert placed_gangs > 0
 
 
+def _devices_of(allocator: Allocator, nodes: list[Node]) -> list[DeviceID]:
+    return [
+        e.id
+        for n in nodes
+        for p in allocator.pools_for(n)
+        for entries in p.device_entries()
+        for e in entries
+    ]
+
+
+def _toggle(
+    rng: random.Random, allocator: Allocator, devices: list[DeviceID], low: int, high: int
+) -> None:
+    """Take or release between `low` and `high` of `devices` at random."""
+    for device in rng.sample(devices, rng.randint(low, high)):
+        if device in allocator.state.devices:
+            allocator.state.devices.discard(device)
+        else:
+            allocator.state.devices.add(device)
+
+
+def _kept_is_fresh(
+    keys: NodeKeys, allocator: Allocator, nodes: list[Node], pod: list[ResourceClaim], why: str = ""
+) -> list[object]:
+    """`keys.distinct` answers what a fresh pass over every node answers; the fresh keys."""
+    shape = claims_shape(pod)
+    assert shape is not None
+    kept = keys.distinct(nodes, pod, shape, allocator.state, {})
+    fresh = NodeKeys(allocator).keys(nodes, pod, shape, allocator.state, {})
+    firsts: dict[object, int] = {}
+    for index, key in enumerate(fresh):
+        firsts.setdefault(key if key is not None else ("solo", index), index)
+    assert [i for i, _ in kept] == sorted(firsts.values()), why
+    return list(fresh)
+
+
 @pytest.mark.parametrize("seed", [pytest.param(s, id=f"seed{s}") for s in (1, 2, 3)])
 def test_kept_keys_follow_every_change_of_the_state(seed: int) -> None:
     """`distinct` keeps its keys between calls and looks again only at nodes whose pool
@@ -438,28 +474,11 @@ def test_kept_keys_follow_every_change_of_the_state(seed: int) -> None:
     allocator = allocator_of(slices)
     keys = Chooser(allocator).node_keys
     pods = {s: [claim(s, "x")] for s in ("gpu-1", "gpu-4-nvl")}
-    devices = [
-        e.id
-        for n in nodes
-        for p in allocator.pools_for(n)
-        for entries in p.device_entries()
-        for e in entries
-    ]
+    devices = _devices_of(allocator, nodes)
     for _ in range(60):
-        for device in rng.sample(devices, rng.randint(1, 4)):
-            if device in allocator.state.devices:
-                allocator.state.devices.discard(device)
-            else:
-                allocator.state.devices.add(device)
+        _toggle(rng, allocator, devices, 1, 4)
         for pod in pods.values():
-            shape = claims_shape(pod)
-            assert shape is not None
-            kept = keys.distinct(nodes, pod, shape, allocator.state, {})
-            fresh = NodeKeys(allocator).keys(nodes, pod, shape, allocator.state, {})
-            firsts: dict[object, int] = {}
-            for index, key in enumerate(fresh):
-                firsts.setdefault(key if key is not None else ("solo", index), index)
-            assert [i for i, _ in kept] == sorted(firsts.values())
+            _kept_is_fresh(keys, allocator, nodes, pod)
     assert keys._tracking  # the kept path was the one taken
 
 
@@ -480,13 +499,7 @@ def test_kept_keys_follow_nodes_that_join_and_leave(seed: int) -> None:
     attributes = f'device.attributes["{DRIVER}"]'
     failing = f'{attributes}.uuid == "x" || {attributes}.nosuch == "x"'
     pods = [[claim("gpu-1", "x")], [cel_claim("bad", failing)]]
-    devices = [
-        e.id
-        for n in every
-        for p in allocator.pools_for(n)
-        for entries in p.device_entries()
-        for e in entries
-    ]
+    devices = _devices_of(allocator, every)
     nodes = every[:4] + every[70:]  # 70 nodes wait to join right after the fourth
     waiting = every[4:70]
     kept_objects: set[int] | None = None
@@ -500,20 +513,9 @@ def test_kept_keys_follow_nodes_that_join_and_leave(seed: int) -> None:
                 waiting.append(gone)
         if step >= 70 and step % 5 == 0:  # not before: it would spread the crowded keys out
             nodes.insert(rng.randrange(len(nodes)), Node(f"no-pools-{step}"))
-        for device in rng.sample(devices, rng.randint(0, 3)):
-            if device in allocator.state.devices:
-                allocator.state.devices.discard(device)
-            else:
-                allocator.state.devices.add(device)
+        _toggle(rng, allocator, devices, 0, 3)
         for pod in pods:
-            shape = claims_shape(pod)
-            assert shape is not None
-            kept = keys.distinct(nodes, pod, shape, allocator.state, {})
-            fresh = NodeKeys(allocator).keys(nodes, pod, shape, allocator.state, {})
-            firsts: dict[object, int] = {}
-            for index, key in enumerate(fresh):
-                firsts.setdefault(key if key is not None else ("solo", index), index)
-            assert [i for i, _ in kept] == sorted(firsts.values()), f"step {step}"
+            fresh = _kept_is_fresh(keys, allocator, nodes, pod, f"step {step}")
         assert None in fresh, "the second pod keys nodes None"
         tracked = {id(t) for t in keys._tracking.values()}
         assert len(tracked) == 2, f"step {step}"
