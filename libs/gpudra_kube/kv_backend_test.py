@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
+from nats.js.kv import KeyValue
 
 from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket, ensure_buckets
@@ -31,6 +32,19 @@ from gpudra_kube.resources import (
 from gpudra_kube.store import EventType, WatchEvent
 from gpudra_testing import NatsServer
 from gpudra_testing.kvkeys import bucket_reads
+
+
+@contextlib.asynccontextmanager
+async def claims_store(
+    nats_url: str, bucket: str
+) -> AsyncIterator[tuple[Client, KeyValue, KvStore]]:
+    """A client, a claims bucket `bucket` and a `KvStore` of it; disconnected on the way out."""
+    nc = await connect(nats_url, name="t", deadline=5)
+    try:
+        kv = await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
+        yield nc, kv, KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+    finally:
+        await disconnect(nc)
 
 
 @pytest.mark.parametrize(
@@ -65,11 +79,8 @@ def test_object_key_rejects_bad_names(resource: Resource, name: str, namespace: 
 
 
 async def test_claims_are_plain_v1_json_under_namespace_dot_name(nats_url: str) -> None:
-    nc = await connect(nats_url, name="t", deadline=5)
-    try:
-        bucket = "t-kv-layout"
-        kv = await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
-        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+    bucket = "t-kv-layout"
+    async with claims_store(nats_url, bucket) as (nc, kv, store):
         created = await store.create(RESOURCE_CLAIMS, claim("train.job-0", namespace="ml"))
         entry = await kv.get("ml.train.job-0")
         stored = json.loads(entry.value or b"")
@@ -85,8 +96,6 @@ async def test_claims_are_plain_v1_json_under_namespace_dot_name(nats_url: str) 
         await store.create(RESOURCE_CLAIMS, claim("other", namespace="ml"))
         with pytest.raises(InvalidObjectError):
             await store.list(RESOURCE_CLAIMS, "*")  # not a namespace: no wildcard listing
-    finally:
-        await disconnect(nc)
 
 
 async def test_informer_on_kv_survives_a_nats_outage(fresh_nats_server: NatsServer) -> None:
@@ -245,11 +254,8 @@ async def test_create_reads_only_when_the_name_was_used(
 
 
 async def test_seen_at_answers_watched_and_written_revisions_only(nats_url: str) -> None:
-    nc = await connect(nats_url, name="t", deadline=5)
-    try:
-        bucket = "t-kv-seen-at"
-        await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
-        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+    bucket = "t-kv-seen-at"
+    async with claims_store(nats_url, bucket) as (nc, kv, store):
         other = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
         first = await other.create(RESOURCE_CLAIMS, claim("c1"))
         v1 = first["metadata"]["resourceVersion"]
@@ -272,8 +278,6 @@ async def test_seen_at_answers_watched_and_written_revisions_only(nats_url: str)
         assert now is not None
         assert now["metadata"]["labels"] == {"v": "2"}
         await events.aclose()  # type: ignore[attr-defined]
-    finally:
-        await disconnect(nc)
 
 
 async def _stream_messages(nc: Client, bucket: str) -> int:
@@ -283,11 +287,8 @@ async def _stream_messages(nc: Client, bucket: str) -> int:
 
 async def test_compact_removes_deleted_objects_after_their_grace(nats_url: str) -> None:
     # Every tombstone kept the deleted object's JSON for ever, and every list read them all.
-    nc = await connect(nats_url, name="t", deadline=5)
-    try:
-        bucket = "t-kv-compact"
-        kv = await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
-        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+    bucket = "t-kv-compact"
+    async with claims_store(nats_url, bucket) as (nc, kv, store):
         await store.create(RESOURCE_CLAIMS, claim("live"))
         for name in ("gone-1", "gone-2", "purged"):
             await store.create(RESOURCE_CLAIMS, claim(name))
@@ -308,18 +309,13 @@ async def test_compact_removes_deleted_objects_after_their_grace(nats_url: str) 
         assert (await store.get(RESOURCE_CLAIMS, "gone-1", "default")) == again
         with pytest.raises(NotFoundError):
             await store.get(RESOURCE_CLAIMS, "gone-2", "default")
-    finally:
-        await disconnect(nc)
 
 
 async def test_compact_leaves_a_key_written_after_its_scan(nats_url: str) -> None:
     # Two processes may compact at once, and a name may be re-created meanwhile: a purge goes
     # only up to the tombstone's revision, never takes the re-created object.
-    nc = await connect(nats_url, name="t", deadline=5)
-    try:
-        bucket = "t-kv-compact-race"
-        await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
-        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+    bucket = "t-kv-compact-race"
+    async with claims_store(nats_url, bucket) as (nc, kv, store):
         other = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
         names = [f"c{i}" for i in range(40)]
         for name in names:
@@ -339,18 +335,13 @@ async def test_compact_leaves_a_key_written_after_its_scan(nats_url: str) -> Non
         listed = await store.list(RESOURCE_CLAIMS)
         assert sorted(o["metadata"]["name"] for o in listed.items) == sorted(names[::2])
         assert await _stream_messages(nc, bucket) == len(names[::2]) + 1
-    finally:
-        await disconnect(nc)
 
 
 async def test_watch_from_before_a_compaction_is_gone(nats_url: str) -> None:
     # A watch from a version older than a removed tombstone would miss that DELETED event: it
     # must get 410 Gone (as from an API server) so that the informer relists.
-    nc = await connect(nats_url, name="t", deadline=5)
-    try:
-        bucket = "t-kv-compact-gone"
-        await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
-        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+    bucket = "t-kv-compact-gone"
+    async with claims_store(nats_url, bucket) as (nc, kv, store):
         await store.create(RESOURCE_CLAIMS, claim("a"))
         old = (await store.list(RESOURCE_CLAIMS)).resource_version
         await store.delete(RESOURCE_CLAIMS, "a", "default")
@@ -365,18 +356,13 @@ async def test_watch_from_before_a_compaction_is_gone(nats_url: str) -> None:
             stream = store.watch(RESOURCE_CLAIMS, None, resource_version=version, timeout=1)
             seen = [(e.type, e.object["metadata"]["name"]) async for e in stream]
             assert seen == [(EventType.ADDED, "b")]
-    finally:
-        await disconnect(nc)
 
 
 async def test_a_current_watch_sees_deletes_and_compactions_pass_it_by(nats_url: str) -> None:
     # A watch that is current gets each DELETED with the object (its UID) before the tombstone
     # can go; a compaction meanwhile, of this bucket's other keys, is not an event.
-    nc = await connect(nats_url, name="t", deadline=5)
-    try:
-        bucket = "t-kv-compact-watch"
-        await ensure_bucket(nc.jetstream(), BucketSpec(bucket))
-        store = KvStore(nc, buckets={RESOURCE_CLAIMS: bucket})
+    bucket = "t-kv-compact-watch"
+    async with claims_store(nats_url, bucket) as (nc, kv, store):
         old = await store.create(RESOURCE_CLAIMS, claim("old", namespace="other"))
         await store.delete(RESOURCE_CLAIMS, "old", "other")
         version = (await store.list(RESOURCE_CLAIMS)).resource_version
@@ -398,8 +384,6 @@ async def test_a_current_watch_sees_deletes_and_compactions_pass_it_by(nats_url:
             )
         finally:
             await events.aclose()  # type: ignore[attr-defined]
-    finally:
-        await disconnect(nc)
 
 
 async def test_collect_deleted_compacts_each_bucket_until_cancelled(nats_url: str) -> None:
