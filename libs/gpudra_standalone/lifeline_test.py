@@ -65,7 +65,9 @@ def test_children_of_an_owner_killed_outright_stop(tmp_path: Path) -> None:
         assert owner.stdout is not None
         line = owner.stdout.readline()
         nats_pid, child_pid = (int(p) for p in line.split())
-        assert _alive(nats_pid) and _alive(child_pid), "the starting thread's end kills nothing"
+        # the starting thread's end kills nothing
+        assert _alive(nats_pid)
+        assert _alive(child_pid)
         owner.send_signal(signal.SIGKILL)
         owner.wait(10)
         deadline = time.monotonic() + 10.0

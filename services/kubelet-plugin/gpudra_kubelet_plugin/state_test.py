@@ -653,6 +653,7 @@ async def test_a_mig_device_made_after_the_start_is_prepared_without_a_restart(n
     opened = open_simulator("a100-mig")
     assert opened.fake is not None
     devices = discovered_devices(opened, MigMinors())
+    assert isinstance(devices.lookup, DeviceTable)  # the simulator's: a table that re-reads
     state = dataclasses.replace(node, table=devices.lookup).state()
     changed: list[list[str]] = []
 
