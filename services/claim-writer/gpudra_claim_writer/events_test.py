@@ -15,7 +15,7 @@ from nats.aio.msg import Msg
 
 from gpudra_bus import Publisher, connect, ensure_streams, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
-from gpudra_claim_writer.conftest import until
+from gpudra_claim_writer.conftest import Heard, until
 from gpudra_claim_writer.events import PodEntry, PodUnits, owner_pod
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.api_backend import ApiStore, load_api_client
@@ -257,19 +257,18 @@ async def test_allocated_claims_are_listed_not_sent(env: Env) -> None:
     assert env.fake.objects(PODS) == [], "the pod watch feeds the units; nothing is written"
 
 
+def _names(heard: Heard) -> list[str]:
+    """`<claim>:<pod>` of every event heard (the pod empty for a claim sent alone)."""
+    return [f"{e.claim.name}:{e.pod_name}" for e in heard.events]
+
+
 async def test_claims_seen_before_the_pods_were_listed_wait_for_the_list(
     nats_url: str, tmp_path: Any
 ) -> None:
     nc: Client = await connect(nats_url, name="events-test-sync", deadline=10)
     await ensure_streams(nc.jetstream())
-    sent: list[str] = []
-
-    async def got(msg: Msg) -> None:
-        event = claims_pb2.ClaimEvent()
-        event.ParseFromString(msg.data)
-        sent.append(f"{event.claim.name}:{event.pod_name}")
-
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=got)
+    heard = Heard()
+    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
     async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
         client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
         store = ApiStore(client)
@@ -281,10 +280,10 @@ async def test_claims_seen_before_the_pods_were_listed_wait_for_the_list(
             await units.pod_changed(WatchEvent(EventType.ADDED, pod("p", ["a", "b"])))
             await store.delete(RESOURCE_CLAIMS, "gone", "default")
             await asyncio.sleep(0.1)
-            assert sorted(sent) == ["a:default/p", "b:default/p"]
+            assert sorted(_names(heard)) == ["a:default/p", "b:default/p"]
             await units.pod_changed(WatchEvent(EventType.SYNCED, {}))
             await asyncio.sleep(0.1)
-            assert sorted(sent) == ["a:default/p", "b:default/p", "lone:"]
+            assert sorted(_names(heard)) == ["a:default/p", "b:default/p", "lone:"]
             assert await units.offer(claim("later")) is False, "listed: alone at once"
         finally:
             await sub.unsubscribe()
@@ -435,14 +434,8 @@ async def test_a_claim_held_for_the_pod_list_is_not_lost_to_a_failed_read(
     nothing else would offer it again (a pending claim no pod uses gets no further event)."""
     nc: Client = await connect(nats_url, name="events-test-sync-error", deadline=10)
     await ensure_streams(nc.jetstream())
-    sent: list[str] = []
-
-    async def got(msg: Msg) -> None:
-        event = claims_pb2.ClaimEvent()
-        event.ParseFromString(msg.data)
-        sent.append(f"{event.claim.name}:{event.pod_name}")
-
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=got)
+    heard = Heard()
+    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
     try:
         async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
             client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
@@ -463,7 +456,7 @@ async def test_a_claim_held_for_the_pod_list_is_not_lost_to_a_failed_read(
     finally:
         await sub.unsubscribe()
         await nc.drain()
-    assert sorted(sent) == ["lone-a:", "lone-b:"]
+    assert sorted(_names(heard)) == ["lone-a:", "lone-b:"]
 
 
 async def test_a_pod_whose_claim_read_failed_is_offered_again(env: Env) -> None:
