@@ -119,23 +119,24 @@ def test_a_gpu_lost_when_the_monitor_opened_gets_its_xids_once_it_answers() -> N
     assert _kinds(monitor.poll(8)) == [(3, XID, 48, False)]
 
 
-class _EccUnreadable:
-    """The simulator with GPU `index`'s ECC counter query failing with NVML's unknown error."""
+class _FailsFor:
+    """The simulator with NVML call `call` failing for GPU `index` with NVML's unknown error,
+    until `fixed` is set."""
 
-    def __init__(self, lib: FakeNvml, index: int) -> None:
-        self._lib, self._index = lib, index
+    def __init__(self, lib: FakeNvml, call: str, index: int) -> None:
+        self._lib, self._call, self._index, self.fixed = lib, call, index, False
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(self._lib, name)
-        if name != "nvmlDeviceGetTotalEccErrors":
+        if name != self._call:
             return real
 
-        def count(handle: Any, *args: Any) -> Any:
-            if self._lib.nvmlDeviceGetIndex(handle) == self._index:
+        def failing(handle: Any, *args: Any) -> Any:
+            if not self.fixed and self._lib.nvmlDeviceGetIndex(handle) == self._index:
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
             return real(handle, *args)
 
-        return count
+        return failing
 
 
 def test_one_gpu_whose_ecc_cannot_be_read_does_not_blind_the_others() -> None:
@@ -143,7 +144,7 @@ def test_one_gpu_whose_ecc_cannot_be_read_does_not_blind_the_others() -> None:
     opened = open_simulator("dgx-h100", clock=clock)
     assert opened.fake is not None
     fake = opened.fake
-    opened.adapter.nvml.lib = _EccUnreadable(fake, 2)
+    opened.adapter.nvml.lib = _FailsFor(fake, "nvmlDeviceGetTotalEccErrors", 2)
     monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
     monitor.open(opened.adapter.handles()[0])
     fake.add_ecc_errors(0, 3)
@@ -200,32 +201,12 @@ def test_an_event_wait_failing_on_a_lost_gpu_still_checks_every_gpu() -> None:
     assert (3, XID, 48, False) in _kinds(monitor.poll(8))
 
 
-class _RegisterFails:
-    """The simulator with event registration of GPU `index` failing with NVML's unknown error
-    until `fixed` is set."""
-
-    def __init__(self, lib: FakeNvml, index: int) -> None:
-        self._lib, self._index, self.fixed = lib, index, False
-
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(self._lib, name)
-        if name != "nvmlDeviceRegisterEvents":
-            return real
-
-        def register(handle: Any, *args: Any) -> Any:
-            if not self.fixed and self._lib.nvmlDeviceGetIndex(handle) == self._index:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
-            return real(handle, *args)
-
-        return register
-
-
 def test_a_gpu_whose_event_registration_fails_is_still_checked_and_registered_later() -> None:
     clock = Clock()
     opened = open_simulator("dgx-h100", clock=clock)
     assert opened.fake is not None
     fake = opened.fake
-    lib = _RegisterFails(fake, 4)
+    lib = _FailsFor(fake, "nvmlDeviceRegisterEvents", 4)
     opened.adapter.nvml.lib = lib
     monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
     monitor.open(opened.adapter.handles()[0])  # the other GPUs are registered
