@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gpudra_bus import Backoff
 from gpudra_kube.errors import ConflictError, KubeError, KubePermanentError, NotFoundError
 from gpudra_kube.resources import EVENTS, KubeObject
 from gpudra_kube.store import Store
@@ -270,7 +271,7 @@ class EventRecorder:
         """A failed series update: try again after a pause that doubles up to `window`."""
         self.counts["failed"] += 1
         series.failures += 1
-        pause = min(self._window, self._interval * 2.0 ** min(series.failures - 1, 32))
+        pause = Backoff(self._interval, self._window, jitter=0.0).delay(series.failures - 1)
         series.retry_at = now + pause
         name = series.event["metadata"].get("name")
         if exc is None:

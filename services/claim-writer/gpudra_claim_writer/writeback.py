@@ -68,6 +68,7 @@ from gpudra_bus import (
     ALLOCATION_DECISION,
     DECISIONS_STREAM,
     RELEASED,
+    Backoff,
     BusPermanentError,
     BusRetryableError,
     CodecError,
@@ -118,8 +119,7 @@ tracer = trace.get_tracer("gpudra_claim_writer")
 _MAX_TRIES = 10
 _NATS = (nats.errors.Error, OSError, TimeoutError)
 # A write refused to the claim-writer itself (401/403) is tried again after 5 s, doubling to 60 s.
-_FORBIDDEN_FIRST = 5.0
-_FORBIDDEN_MAX = 60.0
+_FORBIDDEN = Backoff(initial=5.0, maximum=60.0, jitter=0.0)
 
 OnAllocated = Callable[[str, str, str, dict[str, Any]], Awaitable[None]]
 # Offers a claim that is pending again after a deallocation together with its pod (`PodUnits.reoffer`);
@@ -217,7 +217,7 @@ class Writeback:
         except ForbiddenError as exc:
             self.counts["forbidden"] += 1
             delivered = msg.metadata.num_delivered if msg.metadata else 1
-            delay = min(_FORBIDDEN_MAX, _FORBIDDEN_FIRST * 2 ** min(max(delivered - 1, 0), 8))
+            delay = _FORBIDDEN.delay(delivered - 1)
             log.error(
                 "the API refused the claim-writer's write for %s (%s): check its RBAC and "
                 "credentials; the decision is tried again in %.0fs",

@@ -57,6 +57,7 @@ from nats.js.kv import KeyValue
 
 from gpudra_bus import (
     INVENTORY_STREAM,
+    Backoff,
     BusError,
     BusPermanentError,
     BusRetryableError,
@@ -90,8 +91,7 @@ _BATCH = 64
 _CONSUMER_IDLE_LIMIT = 900.0
 _RESUBSCRIBE_AFTER = 3  # consecutive failed fetches while connected
 # A pool the API refuses (403, 422) is tried again after 1 s, doubling up to 5 minutes.
-_REFUSED_FIRST = 1.0
-_REFUSED_MAX = 300.0
+_REFUSED = Backoff(initial=1.0, maximum=300.0, jitter=0.0)
 
 
 class InventoryService:
@@ -128,8 +128,9 @@ class InventoryService:
         # Kubernetes mode: pools written to the bucket but not yet to the API, each with the
         # slices its changes removed from the bucket (to be removed from the API as well).
         self._unmirrored: dict[str, set[str]] = {}
-        # node -> (next try, delay) of pools the API refused for good (403, 422): the others go on
-        self._refused: dict[str, tuple[float, float]] = {}
+        # node -> (next try, refusals) of pools the API refused for good (403, 422): the others
+        # go on
+        self._refused: dict[str, tuple[float, int]] = {}
         self._prune_pending = False
         self._last_resync = float("-inf")  # when the leader last compared the API with its pools
         self.api_repairs = 0  # pools written to the API again because the API's copy differed
@@ -424,8 +425,9 @@ class InventoryService:
                 self._term = 0
                 return
             except KubePermanentError as exc:
-                delay = _REFUSED_FIRST if refused is None else min(2 * refused[1], _REFUSED_MAX)
-                self._refused[node] = (now + delay, delay)
+                refusals = 0 if refused is None else refused[1]
+                delay = _REFUSED.delay(refusals)
+                self._refused[node] = (now + delay, refusals + 1)
                 log.error(
                     "the API refused pool %s (%s); the other pools go on, this one again in %.0fs",
                     node,
