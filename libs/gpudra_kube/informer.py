@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import AsyncIterator
 
+from gpudra_bus import Backoff
 from gpudra_kube.errors import GoneError, KubeRetryableError, UnavailableError
 from gpudra_kube.resources import KubeObject, Resource, key_of, resource_version_of
 from gpudra_kube.store import EventType, Store, WatchEvent
@@ -33,11 +33,6 @@ from gpudra_kube.store import EventType, Store, WatchEvent
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_MAX = 60.0  # seconds: the longest a server's Retry-After is honoured
-
-
-def _delay(attempt: int, initial: float, maximum: float) -> float:
-    base = min(maximum, initial * 2.0 ** min(attempt, 32))
-    return base * random.uniform(0.8, 1.2)  # - jitter, not crypto
 
 
 def _uid(obj: KubeObject) -> str:
@@ -102,7 +97,7 @@ async def informer(
             log.info("watch of %s: %s; relisting", resource.plural, exc)
             version = ""
         except KubeRetryableError as exc:
-            wait = _delay(attempt, backoff_initial, backoff_max)
+            wait = Backoff(backoff_initial, backoff_max).delay(attempt)
             if isinstance(exc, UnavailableError) and exc.retry_after:
                 wait = max(wait, min(exc.retry_after, RETRY_AFTER_MAX))
             attempt += 1
