@@ -173,7 +173,6 @@ class Intake:
             wanted = ref_of(claim).uid == uid and state_of(claim) is ClaimState.DELETING
             if wanted and FINALIZER in finalizers:
                 await self._drop_finalizer(claim)  # kept again while it fails
-        self.published["finalizers-retrying"] = len(self._finalizers)
 
     async def _follow(self) -> None:
         events = informer(
@@ -450,7 +449,6 @@ class Intake:
             "finalizer removal",
             later,
         )
-        self.published["finalizers-retrying"] = len(self._finalizers)
 
 
 def _on_gpudras_devices(allocation: dict[str, Any] | None) -> bool:

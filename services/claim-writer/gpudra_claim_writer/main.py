@@ -152,6 +152,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             watches=watches,
             intake=intake.published,
             intake_conflicts=lambda: intake.conflicts,
+            intake_retrying=lambda: intake.retrying,
             writeback=writeback.counts,
             dead_letters=writeback.dead_letters,
             events=events.recorder.counts if events.recorder is not None else None,

@@ -69,7 +69,6 @@ INTAKE_COUNTS = (
     "waiting",
     "oversized",
     "deleting-in-use",
-    "finalizers-retrying",
 )
 EVENT_COUNTS = ("created", "updated", "dropped", "failed")
 CLASS_COUNTS = ("written", "deleted", "rejected")
@@ -209,6 +208,7 @@ class ClaimWriterStatus:
     watches: WatchBook
     intake: Mapping[str, int]
     intake_conflicts: Callable[[], int]
+    intake_retrying: Callable[[], int]
     writeback: Mapping[str, int]
     dead_letters: Mapping[str, int]
     events: Mapping[str, int] | None = None
@@ -225,6 +225,7 @@ class ClaimWriterStatus:
             "intake": {
                 **(counted(self.intake, INTAKE_COUNTS) or {}),
                 "conflicts": self.intake_conflicts(),
+                "finalizers-retrying": self.intake_retrying(),
             },
             "writeback": counted(self.writeback, WRITEBACK_COUNTS),
             "events": counted(self.events, EVENT_COUNTS),

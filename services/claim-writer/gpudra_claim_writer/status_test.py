@@ -64,6 +64,7 @@ async def test_standalone_mode_reports_its_watches_and_writes(
         assert status["writeback"]["allocated"] == 0
         assert status["writeback"]["conflicts"] == 0
         assert status["intake"]["conflicts"] == 0
+        assert status["intake"]["finalizers-retrying"] == 0
         assert status["deadLetters"] == {"total": 0, "byKind": {}}
 
         store = KvStore(nc)
