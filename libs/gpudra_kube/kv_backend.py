@@ -54,7 +54,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, DeliverPolicy, Header
+from nats.js.api import ConsumerConfig, DeliverPolicy, Header, PubAck
 
 from gpudra_bus.connection import wrong_revision
 from gpudra_bus.errors import InvalidSubjectError
@@ -377,24 +377,16 @@ class KvStore:
 
     async def _raise_compacted(self, resource: Resource, revision: int) -> None:
         """Make the compacted revision at least `revision` (compare-and-set: it never goes down)."""
-        subject = self._subject(resource, _COMPACTED_KEY)
         for _ in range(10):
             last, current = await self._compacted_entry(resource)
             if current >= revision:
                 return
             data = json.dumps({"revision": revision}).encode()
-            headers = {Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(last)}
-            try:
-                await self._js.publish(
-                    subject, data, headers=headers, stream=self._stream(resource)
+            with contextlib.suppress(ConflictError):  # another compaction raised it: compare again
+                await self._publish_expecting(
+                    resource, _COMPACTED_KEY, data, {}, last, "compacted revision"
                 )
                 return
-            except (nats.errors.Error, OSError, TimeoutError) as exc:
-                if wrong_revision(exc):
-                    continue  # another compaction raised it meanwhile: compare again
-                raise UnavailableError(
-                    f"write compacted revision of {resource.plural}: {exc}"
-                ) from exc
         raise ConflictError(f"compacted revision of {resource.plural} keeps changing", status=409)
 
     async def compact(self, resource: Resource, grace: float) -> int:
@@ -457,27 +449,39 @@ class KvStore:
 
     # -- writes --------------------------------------------------------------------------------
 
+    async def _publish_expecting(
+        self,
+        resource: Resource,
+        key: str,
+        data: bytes,
+        headers: dict[str, str],
+        last: int,
+        what: str,
+    ) -> PubAck:
+        """Publish `data` under `key` if its last revision is `last` (0: none yet); a write
+        another writer beat is a `ConflictError`, any other failure `UnavailableError`."""
+        expected = {**headers, Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(last)}
+        try:
+            return await self._js.publish(
+                self._subject(resource, key), data, headers=expected, stream=self._stream(resource)
+            )
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            if wrong_revision(exc):
+                raise ConflictError(
+                    f"{what} changed concurrently; re-read and retry", status=409
+                ) from exc
+            raise UnavailableError(f"write {what}: {exc}") from exc
+
     async def _write(
         self, resource: Resource, key: str, obj: KubeObject, last: int, event: str
     ) -> int:
         stored = {k: v for k, v in obj.items()}
         stored["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
-        headers = {Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(last)}
-        if event == "DELETED":
-            headers[_KV_OP] = "DEL"
-        else:
-            headers[_EVENT_HEADER] = event
+        headers = {_KV_OP: "DEL"} if event == "DELETED" else {_EVENT_HEADER: event}
         data = json.dumps(stored, separators=(",", ":")).encode()
-        try:
-            ack = await self._js.publish(
-                self._subject(resource, key), data, headers=headers, stream=self._stream(resource)
-            )
-        except (nats.errors.Error, OSError, TimeoutError) as exc:
-            if wrong_revision(exc):
-                raise ConflictError(
-                    f"{resource.kind} {key} changed concurrently; re-read and retry", status=409
-                ) from exc
-            raise UnavailableError(f"write {resource.kind} {key}: {exc}") from exc
+        ack = await self._publish_expecting(
+            resource, key, data, headers, last, f"{resource.kind} {key}"
+        )
         obj["metadata"]["resourceVersion"] = str(ack.seq)
         self._remember(resource, key, int(ack.seq), None if event == "DELETED" else data)
         return int(ack.seq)
