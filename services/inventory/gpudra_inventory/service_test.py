@@ -7,7 +7,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import nats.js.errors
 import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
@@ -20,6 +19,7 @@ from gpudra_bus import (
     connect,
     subjects,
 )
+from gpudra_bus.kvlist import live_keys
 from gpudra_inventory.lease import Lease, ensure_lease_bucket
 from gpudra_inventory.pools_test import inventory
 from gpudra_inventory.service import NODE_INVENTORY, InventoryService
@@ -35,12 +35,9 @@ def nc(fresh_bus: Client) -> Client:
 
 
 async def slices(kv: KeyValue) -> dict[str, dict[str, Any]]:
-    """The bucket's slices; {} when nats-py's key listing lost its race with the first message
-    (it then reports no keys at all) — callers poll with `eventually`."""
-    try:
-        keys = await kv.keys()
-    except nats.js.errors.NoKeysError:
-        return {}
+    """The bucket's slices (`live_keys`: nats-py's own listing can answer no keys, or hang);
+    callers poll with `eventually`."""
+    keys = await live_keys(kv)
     out = {}
     for key in keys:
         entry = await kv.get(key)

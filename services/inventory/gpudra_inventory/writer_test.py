@@ -1,18 +1,17 @@
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import nats.js.errors
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from gpudra_bus import SLICES_BUCKET, connect, ensure_buckets
+from gpudra_bus.kvlist import live_keys
 from gpudra_inventory.errors import NotLeaderError
 from gpudra_inventory.writer import SliceWriter
 from gpudra_standalone.nats_server import NatsServer
@@ -34,16 +33,9 @@ def piece(node: str, index: int, generation: int) -> dict[str, Any]:
 
 
 async def stored_revisions(kv: KeyValue) -> dict[str, tuple[int, int]]:
-    """Slice name -> (revision, pool generation). nats-py's key listing can lose a race with the
-    first message and report no keys at all; every caller expects some, so ask again."""
-    for _ in range(50):
-        try:
-            keys = await kv.keys()
-            break
-        except nats.js.errors.NoKeysError:
-            await asyncio.sleep(0.02)
-    else:
-        return {}
+    """Slice name -> (revision, pool generation), listed with `live_keys` (nats-py's own listing
+    can answer no keys, or hang)."""
+    keys = await live_keys(kv)
     out = {}
     for key in keys:
         entry = await kv.get(key)
