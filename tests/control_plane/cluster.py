@@ -205,6 +205,15 @@ async def wait_for(
     )
 
 
+async def logged(cluster: Cluster, name: str, text: str, timeout: float = 60) -> None:
+    """Wait until service `name` has written `text` to its log."""
+
+    async def seen() -> bool:
+        return text in cluster.services[name].text()
+
+    await wait_for(seen, timeout, f"{name} to log {text!r}", cluster)
+
+
 async def slices_ready(nc: Client, cluster: Cluster, count: int, what: str = "") -> None:
     """Wait until the inventory has stored at least `count` slices."""
     kv = await nc.jetstream().key_value(SLICES_BUCKET)

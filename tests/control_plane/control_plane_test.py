@@ -24,6 +24,7 @@ from control_plane.cluster import (
     claims,
     devices_of,
     kubernetes_mode,
+    logged,
     publish_nodes,
     slices_ready,
     wait_for,
@@ -194,10 +195,15 @@ async def test_two_allocator_replicas_never_allocate_one_device_twice(
     nodes = [f"node-{i}" for i in range(8)]
     await publish_nodes(nc, nodes)
     cluster.start_inventory()
-    cluster.start_allocator("allocator-1")
-    cluster.start_allocator("allocator-2")
+    # Small pulls, and both replicas consuming before the claims arrive: with the default
+    # 64-message pull, one replica could take every claim while the other was still starting.
+    replicas = ("allocator-1", "allocator-2")
+    for replica in replicas:
+        cluster.start_allocator(replica, "--batch", "4")
     cluster.start_claim_writer()
     await slices_ready(nc, cluster, len(nodes))
+    for replica in replicas:
+        await logged(cluster, replica, f"allocator {replica} consuming claim events")
     total, capacity = 80, 8 * len(nodes)
     await asyncio.gather(
         *(store.create(RESOURCE_CLAIMS, claim_manifest(f"one-{i}")) for i in range(total))
@@ -218,7 +224,7 @@ async def test_two_allocator_replicas_never_allocate_one_device_twice(
         entry = await kv.get(key)
         deciders[json.loads(entry.value or b"{}").get("allocator", "")] += 1
     assert sum(deciders.values()) == capacity, deciders
-    assert set(deciders) == {"allocator-1", "allocator-2"}, deciders
+    assert set(deciders) == set(replicas), deciders
     logs = cluster.logs()
     assert "Traceback" not in logs, logs
 
