@@ -90,15 +90,28 @@ class NvmlAdapter:
         return int(self.nvml.call("nvmlDeviceGetCount"))
 
     def handles(self) -> tuple[dict[int, Any], list[int]]:
-        """Handles of GPUs that answer, and indexes of lost ones."""
+        """Handles of GPUs that answer, and indexes of lost ones (a GPU refused for another
+        reason is in neither)."""
+        handles, lost, _ = self._probe()
+        return handles, lost
+
+    def _probe(self) -> tuple[dict[int, Any], list[int], dict[int, str]]:
+        """Handles of GPUs that answer, indexes of lost ones, and why the others were refused.
+
+        NVML refuses a handle with more than GPU_IS_LOST (INSUFFICIENT_POWER when a power cable
+        is loose, NO_PERMISSION on a device node the container may not open, IRQ_ISSUE,
+        UNKNOWN): that is one GPU's trouble, never the whole node's."""
         handles: dict[int, Any] = {}
         lost: list[int] = []
+        failed: dict[int, str] = {}
         for index in range(self.gpu_count()):
             try:
                 handles[index] = self.nvml.call("nvmlDeviceGetHandleByIndex", index)
             except DeviceLostError:
                 lost.append(index)
-        return handles, lost
+            except NvmlCallError as exc:
+                failed[index] = str(exc)
+        return handles, lost, failed
 
     def versions(self) -> pb.Versions:
         cuda = int(self.nvml.call("nvmlSystemGetCudaDriverVersion"))
@@ -111,7 +124,7 @@ class NvmlAdapter:
 
     def discover(self) -> Discovery:
         result = Discovery(versions=self.versions())
-        handles, result.lost = self.handles()
+        handles, result.lost, result.failed = self._probe()
         gpus: dict[int, pb.Device] = {}
         for index, handle in sorted(handles.items()):
             try:

@@ -414,3 +414,49 @@ def test_one_gpu_failing_its_utilisation_query_leaves_the_others_sampled() -> No
     )
     sampled = [s.device_name for s in opened.adapter.utilization()]
     assert sampled == [f"gpu-{i}" for i in range(8) if i != 2]
+
+
+class _HandleRefused:
+    """The simulator with `nvmlDeviceGetHandleByIndex` failing with `code` for one GPU index, as
+    NVML documents it may (INSUFFICIENT_POWER, NO_PERMISSION, IRQ_ISSUE, UNKNOWN)."""
+
+    def __init__(self, lib: Any, index: int, code: int) -> None:
+        self._lib, self._index, self._code = lib, index, code
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if name != "nvmlDeviceGetHandleByIndex":
+            return real
+
+        def call(index: int) -> Any:
+            if index == self._index:
+                raise pynvml.NVMLError(self._code)
+            return real(index)
+
+        return call
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param(pynvml.NVML_ERROR_INSUFFICIENT_POWER, id="power-cable"),
+        pytest.param(pynvml.NVML_ERROR_NO_PERMISSION, id="no-permission"),
+        pytest.param(pynvml.NVML_ERROR_IRQ_ISSUE, id="irq-issue"),
+        pytest.param(pynvml.NVML_ERROR_UNKNOWN, id="unknown"),
+    ],
+)
+def test_a_gpu_whose_handle_is_refused_does_not_fail_the_node(code: int) -> None:
+    opened = open_simulator("dgx-h100")
+    before = snapshot(opened.adapter.discover(), "n1", opened.source)
+    opened.adapter.nvml.lib = _HandleRefused(opened.fake, 5, code)
+    handles, lost = opened.adapter.handles()
+    assert (sorted(handles), lost) == ([0, 1, 2, 3, 4, 6, 7], [])
+    found = opened.adapter.discover()
+    assert [d.index for d in found.devices] == [0, 1, 2, 3, 4, 6, 7]
+    assert (list(found.failed), found.lost) == ([5], [])
+    assert "nvmlDeviceGetHandleByIndex" in found.failed[5]
+    # Its last description is kept, as for any GPU whose description failed.
+    after = snapshot(found, "n1", opened.source, before)
+    assert [d.name for d in after.devices] == [d.name for d in before.devices]
+    sampled = [s.device_name for s in opened.adapter.utilization()]
+    assert sampled == [f"gpu-{i}" for i in range(8) if i != 5]
