@@ -12,6 +12,8 @@ conditions per GPU index. Policy:
   it does not stop the checks of the others.
   A GPU that was lost when the event set was opened (or whose registration failed) is registered
   for events once it answers.
+- An event wait that fails (any NVML error but TIMEOUT) delivers no XIDs this poll; the per-GPU
+  checks still run, and the events queued meanwhile come with the next wait that answers.
 Blocking: `poll()` may wait up to `timeout_ms` in NVML's event wait; run it off the event loop.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -29,6 +32,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from gpudra_nvml.errors import DeviceLostError, NvmlCallError
 from gpudra_nvml.nvcall import Nvml
 from gpudrapb.v1 import inventory_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 #: Application-caused XIDs: not a sign of a bad GPU.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
@@ -68,6 +73,7 @@ class HealthMonitor:
         self._conditions: dict[int, dict[int, pb.HealthCondition]] = {}
         self._xid_seen: dict[int, float] = {}
         self._registered: set[int] = set()  # GPU indexes registered with the event set
+        self._wait_failing = False  # the last event wait failed (logged once per streak)
 
     def open(self, handles: dict[int, Any]) -> None:
         """Create the event set and register every GPU for the event types it supports."""
@@ -137,9 +143,13 @@ class HealthMonitor:
                 # bus; the per-GPU checks still run and mark the one that is lost.
                 return out
             except NvmlCallError as exc:
-                if exc.code == _TIMEOUT:
-                    return out
-                raise
+                if exc.code != _TIMEOUT and not self._wait_failing:
+                    log.warning("XID events not readable (%s); GPUs are still checked", exc)
+                # Not fatal: raising here would stop the ECC and lost-GPU checks of every GPU
+                # (and the agent's whole turn) for as long as the wait keeps failing.
+                self._wait_failing = exc.code != _TIMEOUT
+                return out
+            self._wait_failing = False
             wait = 0
             index = self._by_address.get(int(ctypes.cast(event.device, ctypes.c_void_p).value or 0))
             if index is None or not int(event.eventType) & xid_type:

@@ -217,3 +217,48 @@ def test_a_gpu_whose_event_registration_fails_is_still_checked_and_registered_la
     assert monitor.poll(8) == []
     fake.inject_xid(4, 48)
     assert _kinds(monitor.poll(8)) == [(4, XID, 48, False)]
+
+
+class _WaitFails:
+    """NVML's event wait failing with `code` (not TIMEOUT) until `fixed` is set."""
+
+    def __init__(self, lib: FakeNvml, code: int) -> None:
+        self._lib, self._code, self.fixed = lib, code, False
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if name != "nvmlEventSetWait_v2":
+            return real
+
+        def wait(event_set: Any, timeout_ms: int) -> Any:
+            if not self.fixed:
+                raise pynvml.NVMLError(self._code)
+            return real(event_set, timeout_ms)
+
+        return wait
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param(pynvml.NVML_ERROR_UNKNOWN, id="unknown"),
+        pytest.param(pynvml.NVML_ERROR_INVALID_ARGUMENT, id="invalid-event-set"),
+    ],
+)
+def test_a_failing_event_wait_does_not_stop_the_checks_of_every_gpu(code: int) -> None:
+    clock = Clock()
+    opened = open_simulator("dgx-h100", clock=clock)
+    assert opened.fake is not None
+    fake = opened.fake
+    lib = _WaitFails(fake, code)
+    opened.adapter.nvml.lib = lib
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
+    monitor.open(opened.adapter.handles()[0])
+    fake.lose_device(5)
+    fake.add_ecc_errors(1, 2)
+    got = _kinds(monitor.poll(8))
+    assert sorted(got) == [(1, ECC, 2, False), (5, LOST, 0, False)]
+    # Once the wait answers again, the events it queued meanwhile are delivered.
+    lib.fixed = True
+    fake.recover_device(5)
+    assert sorted(_kinds(monitor.poll(8))) == [(5, XID, 79, False), (5, LOST, 0, True)]
