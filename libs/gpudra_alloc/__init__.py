@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from gpudra_alloc.allocator import Allocator, NodeOutcome
 from gpudra_alloc.contract import run_lines, solve
-from gpudra_alloc.errors import AllocationError, AllocationInputError, ProblemError
+from gpudra_alloc.errors import (
+    AllocationError,
+    AllocationInputError,
+    CelRuntimeError,
+    ProblemError,
+)
 from gpudra_alloc.explain import STAGES, explain
 from gpudra_alloc.features import FEATURE_NAMES, Features
 from gpudra_alloc.firstfit import first_fit
@@ -27,6 +32,7 @@ __all__ = [
     "AllocationError",
     "AllocationInputError",
     "Allocator",
+    "CelRuntimeError",
     "DeviceID",
     "Features",
     "NodeOutcome",

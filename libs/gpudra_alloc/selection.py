@@ -13,13 +13,18 @@ ListTypeAttributes off, when it is given none). `Selectors()` without features d
 everything, as in the stored expressions Kubernetes' allocator compiles. Device entries (and their cached results) are shared
 by every allocator; a gated environment only rejects expressions, never changes a result, so a
 gated `Selectors` re-checks that an expression compiles before it trusts a cached result.
+
+A selector that fails on a device raises `CelRuntimeError` (an `AllocationInputError`, the
+message Kubernetes gives: owner, selector, device, "CEL runtime error: ..." and its hint), the
+cached failure included; an expression that does not compile raises a plain
+`AllocationInputError`: no slice can make it pass.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpudra_alloc.errors import AllocationInputError
+from gpudra_alloc.errors import AllocationInputError, CelRuntimeError
 from gpudra_alloc.features import FEATURE_NAMES, Features
 from gpudra_alloc.pools import DeviceEntry
 from gpudra_api import DeviceAttribute, DeviceSelector, Semver
@@ -113,7 +118,7 @@ class Selectors:
                 cached = self._evaluate(expression, entry, owner, index)
                 entry.matches[expression] = cached
             if isinstance(cached, Exception):
-                raise AllocationInputError(
+                raise CelRuntimeError(
                     f"{owner}: selector #{index} on device {entry.id}: {cached}"
                 ) from cached
             if not cached:

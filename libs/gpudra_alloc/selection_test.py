@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpudra_alloc import AllocationInputError, Allocator, Features, solve
+from gpudra_alloc import AllocationInputError, Allocator, CelRuntimeError, Features, solve
 from gpudra_alloc.selection import Selectors
 from gpudra_api import Node, parse_device_class, parse_resource_claim, parse_resource_slice
 from gpudra_cel import CelOptions
@@ -200,3 +200,32 @@ def test_a_missing_key_error_carries_kubernetes_hint() -> None:
         "missing. consider using CEL optional chaining (.? followed by orValue()) or guarding "
         "the check with has() for optional fields"
     )
+
+
+@pytest.mark.parametrize(
+    ("expression", "features", "runtime"),
+    [
+        pytest.param(f"{A}.missing == 1", ON, True, id="missing-key"),
+        pytest.param(f"{A}.index / 0 == 1", ON, True, id="division-by-zero"),
+        pytest.param(
+            f"cel.bind(l, {A}.lanes, l.all(a, l.all(b, l.all(c, l.all(d, a + b + c + d >= 0)))))",
+            ON,
+            True,
+            id="cost-over-limit",
+        ),
+        pytest.param("device.allowMultipleAllocations", OFF, False, id="compile-error"),
+        pytest.param(f"{A}.index == ", ON, False, id="syntax-error"),
+    ],
+)
+def test_only_a_failure_on_a_device_is_a_cel_runtime_error(
+    expression: str, features: Features, runtime: bool
+) -> None:
+    """A run-time failure depends on the device data, which a driver may republish: a distinct
+    type (still an `AllocationInputError`), also when the result comes from the cache. An
+    expression that does not compile fails on every device, whatever the slices say."""
+    selectors = Selectors(features)
+    for _ in range(2):  # the second time from the cached per-device result
+        with pytest.raises(AllocationInputError) as failed:
+            _allocate(expression, features, selectors)
+        assert isinstance(failed.value, CelRuntimeError) == runtime, failed.value
+        assert ("CEL runtime error" in str(failed.value)) == runtime

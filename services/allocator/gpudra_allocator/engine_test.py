@@ -4,7 +4,13 @@ from typing import Any
 
 import pytest
 
-from gpudra_alloc import AllocatedState, AllocationInputError, DeviceID, validate_allocation
+from gpudra_alloc import (
+    AllocatedState,
+    AllocationInputError,
+    CelRuntimeError,
+    DeviceID,
+    validate_allocation,
+)
 from gpudra_alloc.workload import Fleet, build_fleet, device_classes, resource_claim
 from gpudra_allocator.conftest import gpu_claim_doc, gpu_slice, gpu_slice_doc
 from gpudra_allocator.engine import Decision, Engine, load_classes, summary
@@ -382,3 +388,55 @@ def test_first_fit_reports_a_cel_error_on_a_node_too_small_to_search() -> None:
     slices = [parse_resource_slice(d) for d in docs]
     with pytest.raises(AllocationInputError, match="no such key: model"):
         engine.decide([parse_resource_claim(wanted)], slices, 1, state)
+
+
+def model_claim(name: str) -> Any:
+    """A claim for one GPU whose selector reads `model` without a `has()` guard."""
+    doc = gpu_claim_doc(name, 1)
+    doc["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+        {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].model == "h100"'}}
+    ]
+    return parse_resource_claim(doc)
+
+
+def model_slice(node: str, generation: int) -> Any:
+    """`gpu_slice(node, 2)` republished with a `model` on every device."""
+    doc = gpu_slice_doc(node, 2)
+    doc["spec"]["pool"]["generation"] = generation
+    for device in doc["spec"]["devices"]:
+        device["attributes"]["model"] = {"string": "h100"}
+    return parse_resource_slice(doc)
+
+
+@pytest.mark.parametrize(
+    "generation",
+    [pytest.param(2, id="new-pool-generation"), pytest.param(1, id="same-pool-generation")],
+)
+@pytest.mark.parametrize("policy", [pytest.param(p, id=p) for p in ("first-fit", "topology")])
+def test_a_cel_runtime_error_is_its_own_error_and_clears_when_the_slice_does(
+    policy: str, generation: int
+) -> None:
+    """A selector that fails on a device (no `model`) raises `CelRuntimeError`, which the
+    service retries, not a plain invalid-input error; the same engine decides the claim once
+    the driver republishes the slice with the attribute (the cached failure is not kept)."""
+    engine = Engine(load_classes(), policy)
+    state = AllocatedState()
+    with pytest.raises(CelRuntimeError, match="CEL runtime error: no such key: model") as failed:
+        engine.decide([model_claim("c")], [gpu_slice("node-a", 2)], 1, state)
+    assert "guarding the check with has()" in str(failed.value), "Kubernetes' hint"
+    decision = engine.decide([model_claim("c")], [model_slice("node-a", generation)], 2, state)
+    assert decision.allocated
+    assert decision.node == "node-a"
+
+
+def test_a_selector_that_does_not_compile_is_not_a_cel_runtime_error() -> None:
+    """No slice can make it pass: it stays a plain `AllocationInputError` (an invalid claim)."""
+    doc = gpu_claim_doc("c", 1)
+    doc["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+        {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].model =='}}
+    ]
+    with pytest.raises(AllocationInputError) as failed:
+        Engine(load_classes(), "first-fit").decide(
+            [parse_resource_claim(doc)], [model_slice("node-a", 1)], 1, AllocatedState()
+        )
+    assert not isinstance(failed.value, CelRuntimeError)
