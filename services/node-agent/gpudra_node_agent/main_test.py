@@ -26,6 +26,16 @@ async def test_unknown_profile_exits_1_before_touching_nats() -> None:
     assert await asyncio.wait_for(agent_main.main(argv), timeout=10) == 1
 
 
+async def test_bad_node_name_exits_2_before_touching_nvml_or_nats(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Port 9 (discard) is never a NATS server: reaching it would hang, so exit 2 proves the order.
+    argv = ["--node-name", "GPU_Node", "--simulator-profile", "l4-pcie"]
+    argv += ["--nats-url", "nats://127.0.0.1:9"]
+    assert await asyncio.wait_for(agent_main.main(argv), timeout=10) == 2
+    assert "node name" in capsys.readouterr().err
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

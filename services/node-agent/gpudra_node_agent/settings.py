@@ -11,6 +11,8 @@ import dataclasses
 import socket
 from dataclasses import field
 
+from gpudra_bus import subjects
+from gpudra_bus.errors import InvalidSubjectError
 from gpudra_node_agent.errors import SettingsError
 from gpudra_service import CommonSettings, doc
 
@@ -63,6 +65,12 @@ class Settings(CommonSettings):
 
     def validate(self) -> None:
         self.validate_common()
+        try:
+            # Here, not when the agent is built: a bad name (flag, NODE_NAME or host name) is a
+            # configuration error (exit 2) found before NVML is opened or NATS is waited for.
+            subjects.validate_node_name(self.node)
+        except InvalidSubjectError as exc:
+            raise SettingsError(f"node-name: {exc}") from exc
         for name in ("poll_interval", "discovery_interval", "heartbeat_interval"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name.replace('_', '-')} must be > 0 seconds")

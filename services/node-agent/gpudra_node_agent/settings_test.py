@@ -56,6 +56,8 @@ def test_precedence(argv: list[str], env: dict[str, str], field: str, want: obje
         pytest.param(["--health-port", "70000"], "not a TCP port", id="bad-port"),
         pytest.param(["--trace-exporter", "jaeger"], "trace-exporter", id="bad-exporter"),
         pytest.param(["--log-level", "loud"], "logging level", id="bad-level"),
+        pytest.param(["--node-name", "GPU_Node"], "node name", id="bad-node-name"),
+        pytest.param(["--node-name", "a" * 254], "node name", id="node-name-too-long"),
     ],
 )
 def test_bad_settings(argv: list[str], message: str) -> None:
