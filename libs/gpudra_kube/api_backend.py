@@ -19,7 +19,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiTypeError, ApiValueError
 
-from gpudra_kube.credentials import follow_credentials
+from gpudra_kube.credentials import CredentialRenewingClient, follow_credentials
 from gpudra_kube.errors import (
     AlreadyExistsError,
     ConflictError,
@@ -83,7 +83,8 @@ async def load_api_client(
     kubeconfig: str | None = None, *, context: str | None = None
 ) -> k8s.ApiClient:
     """An ApiClient from `kubeconfig` (a path), else in-cluster config, else ~/.kube/config
-    ($KUBECONFIG). Tokens that rotate are followed (see `gpudra_kube.credentials`)."""
+    ($KUBECONFIG). Tokens that rotate are followed, and an exec plugin's credential is renewed
+    after a 401 (see `gpudra_kube.credentials`)."""
     try:
         if kubeconfig:
             return await _client_from_kubeconfig(kubeconfig, context)
@@ -106,7 +107,9 @@ async def _client_from_kubeconfig(path: str | None, context: str | None) -> k8s.
     loader = await k8s_config.load_kube_config(
         config_file=path, context=context, client_configuration=configuration
     )
-    follow_credentials(loader, configuration)
+    credential = follow_credentials(loader, configuration)
+    if credential is not None:
+        return CredentialRenewingClient(configuration, credential)
     return k8s.ApiClient(configuration)
 
 

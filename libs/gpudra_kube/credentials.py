@@ -15,8 +15,16 @@ kubernetes-asyncio before every request, watches included) so that:
 - an exec plugin whose credential carries `expirationTimestamp` runs again once that is within
   the library's 5 minutes of skew, one run at a time; a failed run keeps the old token (logged:
   the server answers 401 once it expires, `ForbiddenError`);
-- an exec credential without expiry is kept, as client-go keeps it (client-go runs the plugin
-  again after a 401; this client does not, a known limit);
+- an exec credential is renewed when the server answers 401 Unauthorized (it was revoked or
+  rotated, with or without `expirationTimestamp`), as client-go's exec authenticator does: the
+  plugin runs again at most once per credential — concurrent 401s for one credential share one
+  run, and a 401 for a credential already replaced runs nothing — and the request that got the
+  401 is sent once more with the new credential, whatever its verb. That is safe for writes too:
+  the API server authenticates before admission and storage, so a 401 means nothing was written
+  (a request body is a JSON document serialised again, never a consumed stream). When the run
+  fails, or hands out the token that was refused, the 401 stands (`ForbiddenError`) and nothing
+  is sent again; the next 401 runs the plugin again. Only `CredentialRenewingClient` (which
+  `load_api_client` builds for an exec user) does this;
 - an inline `token` (which kubectl prefers over `tokenFile`), client certificates named in the
   kubeconfig and basic auth need nothing; client certificates an exec plugin hands out are
   loaded once, when the client is built (a known limit: the TLS context is not rebuilt);
@@ -29,6 +37,8 @@ the kubelet rotates it at 80% of its life, long before the old one expires.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
 import logging
 import os
 import time
@@ -41,6 +51,8 @@ from kubernetes_asyncio.config.kube_config import KubeConfigLoader
 log = logging.getLogger(__name__)
 
 TOKEN_FILE_PERIOD = 60.0  # seconds: re-read a token file at least this often (client-go: 1 min)
+# An exec credential is renewed this long before it expires (client-go keeps the same skew).
+EXPIRY_SKEW = datetime.timedelta(minutes=5)
 
 Hook = Callable[[k8s.Configuration], Awaitable[None]]
 
@@ -51,38 +63,135 @@ def _user(loader: KubeConfigLoader) -> Any:
     return getattr(loader, "_user", None)
 
 
-def follow_credentials(loader: KubeConfigLoader, configuration: k8s.Configuration) -> None:
+def follow_credentials(
+    loader: KubeConfigLoader, configuration: k8s.Configuration
+) -> ExecCredential | None:
     """Keep `configuration`'s bearer token current (see the module docstring); a no-op for
-    credentials that do not change."""
+    credentials that do not change. For an exec plugin, returns its `ExecCredential`, to be
+    renewed after a 401 (give it to `CredentialRenewingClient`)."""
     user = _user(loader)
     if user is None or loader.provider is not None:
-        return  # no user, or an auth-provider (gcp, oidc): left to the library, as before
+        return None  # no user, or an auth-provider (gcp, oidc): left to the library, as before
     if "exec" in user:
-        if hasattr(loader, "exec_plugin_expiry"):
-            configuration.refresh_api_key_hook = _exec_hook(loader)
-        return
+        credential = ExecCredential(loader, configuration)
+        configuration.refresh_api_key_hook = credential.refresh_if_due
+        return credential
     if "token" not in user and user.safe_get("tokenFile"):
         base = os.path.dirname(os.path.abspath(user.path)) if user.path else ""
         path = os.path.normpath(os.path.join(base, str(user["tokenFile"])))
         configuration.refresh_api_key_hook = _token_file_hook(path)
+    return None
 
 
-def _exec_hook(loader: KubeConfigLoader) -> Hook:
-    lock = asyncio.Lock()
+class ExecCredential:
+    """The token an exec plugin handed out, renewed before it expires and after a 401.
 
-    async def refresh(configuration: k8s.Configuration) -> None:
-        async with lock:  # concurrent requests near expiry start the plugin once
-            try:
-                # A no-op while the credential is not due (the library checks its expiry).
-                await loader.load_from_exec_plugin()
-            except (
-                Exception
-            ) as exc:  # any plugin failure (it raises bare Exceptions): keep the token
-                log.warning("renewing the Kubernetes exec credential failed: %s", exc)
-                return
-        configuration.api_key["BearerToken"] = loader.token
+    `generation` counts the credentials the plugin handed out; a request notes it when it is
+    sent, so that a 401 renews only the credential that was refused (client-go compares its
+    cached credential the same way)."""
 
-    return refresh
+    def __init__(self, loader: KubeConfigLoader, configuration: k8s.Configuration) -> None:
+        self._loader = loader
+        self._configuration = configuration
+        self._lock = asyncio.Lock()  # one plugin run at a time
+        self.generation = 0
+
+    def _due(self) -> bool:
+        expiry = getattr(self._loader, "exec_plugin_expiry", None)
+        if not isinstance(expiry, datetime.datetime):
+            return False  # no expiry: kept until a 401 says otherwise
+        return expiry - EXPIRY_SKEW <= datetime.datetime.now(datetime.UTC)
+
+    async def refresh_if_due(self, configuration: k8s.Configuration) -> None:
+        """The `refresh_api_key_hook`: run the plugin when the credential's expiry is near."""
+        if not self._due():
+            return
+        async with self._lock:  # concurrent requests near expiry start the plugin once
+            if self._due():
+                await self._run()
+
+    async def renew_after_unauthorized(self, sent: int) -> bool:
+        """After a 401 for the credential of generation `sent`: True when a different credential
+        is now current (renewed here or by another request), so the request is worth sending
+        again; False when the plugin failed or handed out the refused token again."""
+        async with self._lock:
+            if sent != self.generation:
+                return True  # another request's 401 renewed it already
+            refused = self._configuration.api_key.get("BearerToken")
+            if not await self._run():
+                return False
+            return bool(self._configuration.api_key.get("BearerToken") != refused)
+
+    async def _run(self) -> bool:
+        # The library runs the plugin only when the credential it holds has expired; forget
+        # the expiry so that it runs now (a new credential brings its own, or none).
+        with contextlib.suppress(AttributeError):
+            del self._loader.exec_plugin_expiry
+        try:
+            await self._loader.load_from_exec_plugin()
+        except Exception as exc:  # any plugin failure (it raises bare Exceptions): keep the token
+            log.warning("renewing the Kubernetes exec credential failed: %s", exc)
+            return False
+        token = getattr(self._loader, "token", None)
+        if not isinstance(token, str):
+            log.warning("the Kubernetes exec plugin handed out no token; keeping the previous one")
+            return False
+        self._configuration.api_key["BearerToken"] = token
+        self.generation += 1
+        return True
+
+
+class CredentialRenewingClient(k8s.ApiClient):
+    """An ApiClient that renews an exec credential after a 401 and sends the refused request
+    once more with the new one (the rules are in the module docstring)."""
+
+    def __init__(self, configuration: k8s.Configuration, credential: ExecCredential) -> None:
+        super().__init__(configuration)
+        self._credential = credential
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        query_params: Any = None,
+        headers: dict[str, Any] | None = None,
+        post_params: Any = None,
+        body: Any = None,
+        _preload_content: bool = True,
+        _request_timeout: Any = None,
+    ) -> Any:
+        # The header was computed just before this call, with no await in between: the
+        # generation read here is the one of the credential the request carries.
+        sent = self._credential.generation
+
+        def send(with_headers: dict[str, Any] | None) -> Any:
+            return super(CredentialRenewingClient, self).request(
+                method,
+                url,
+                query_params=query_params,
+                headers=with_headers,
+                post_params=post_params,
+                body=body,
+                _preload_content=_preload_content,
+                _request_timeout=_request_timeout,
+            )
+
+        try:
+            response = await send(dict(headers) if headers is not None else None)
+        except k8s.ApiException as exc:  # a preloaded response (raises for any non-2xx)
+            if exc.status != 401 or not await self._credential.renew_after_unauthorized(sent):
+                raise
+        else:  # a streamed response (`_preload_content=False`): the caller reads the status
+            if response.status != 401:
+                return response
+            if not await self._credential.renew_after_unauthorized(sent):
+                return response
+            response.release()
+        retry_headers = dict(headers or {})
+        retry_headers["authorization"] = await self.configuration.get_api_key_with_prefix(
+            "BearerToken"
+        )
+        return await send(retry_headers)
 
 
 def _token_file_hook(path: str) -> Hook:

@@ -3,6 +3,7 @@ the API server stops accepting an expired one), and the client must follow the r
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import os
@@ -12,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.config import incluster_config
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
 from gpudra_kube.api_backend_test import claim
+from gpudra_kube.errors import ForbiddenError
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
 
@@ -175,3 +178,120 @@ def test_the_exec_plugin_output_is_json(tmp_path: Path) -> None:
     status = json.loads(out.stdout)["status"]
     assert status["token"] == "t"
     assert status["expirationTimestamp"].endswith("Z")
+
+
+def plugin_runs(tmp_path: Path) -> int:
+    return len((tmp_path / "runs").read_text(encoding="utf-8").splitlines())
+
+
+async def test_an_exec_credential_without_expiry_is_renewed_after_401(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """A token without `expirationTimestamp` is revoked or rotated (an IAM session ended): the
+    server answers 401. As client-go does, the plugin runs again; the request that got the 401
+    is sent again with the new token, and later ones use it without running the plugin."""
+    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
+    kubeconfig = kube_api.write_kubeconfig(
+        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
+    )
+    kube_api.accept_tokens("one")
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))
+    try:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
+        kube_api.accept_tokens("two")
+        assert await names(store) == ["a"]
+        assert plugin_runs(tmp_path) == 2
+        # A write whose first attempt got 401 is written once (401 comes before admission).
+        await store.create(RESOURCE_CLAIMS, claim("b"))
+        assert await names(store) == ["a", "b"]
+        assert plugin_runs(tmp_path) == 2
+    finally:
+        await store.close()
+
+
+async def test_concurrent_401s_share_one_plugin_run(kube_api: FakeKubeApi, tmp_path: Path) -> None:
+    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
+    kubeconfig = kube_api.write_kubeconfig(
+        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
+    )
+    kube_api.accept_tokens("one")
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))
+    try:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
+        kube_api.accept_tokens("two")
+        results = await asyncio.gather(*(names(store) for _ in range(6)))
+        assert results == [["a"]] * 6
+        assert plugin_runs(tmp_path) == 2
+    finally:
+        await store.close()
+
+
+async def test_a_watch_answered_401_starts_with_the_renewed_credential(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
+    kubeconfig = kube_api.write_kubeconfig(
+        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
+    )
+    kube_api.accept_tokens("one")
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))
+    try:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
+        kube_api.accept_tokens("two")
+        # The fake ends the watch after its one second; the ADDED event comes first.
+        seen = [
+            ev.object["metadata"].get("name")
+            async for ev in store.watch(RESOURCE_CLAIMS, resource_version="0", timeout=1)
+        ]
+        assert seen[0] == "a"
+        assert plugin_runs(tmp_path) == 2
+    finally:
+        await store.close()
+
+
+async def test_a_revoked_credential_the_plugin_hands_out_again_is_not_retried(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """The plugin returns the same (revoked) token: the 401 stands (`ForbiddenError`), the
+    request is not sent again, and the plugin runs once per failed credential, not in a loop."""
+    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
+    kubeconfig = kube_api.write_kubeconfig(
+        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
+    )
+    kube_api.accept_tokens("one")
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))
+    try:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        kube_api.accept_tokens("other")
+        before = len(kube_api.requests)
+        with pytest.raises(ForbiddenError):
+            await names(store)
+        assert len(kube_api.requests) == before + 1
+        assert plugin_runs(tmp_path) == 2
+    finally:
+        await store.close()
+
+
+async def test_a_typed_call_answered_401_is_sent_again_with_the_renewed_credential(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """The client's own (preloaded, typed) calls raise on a 401 instead of returning it."""
+    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
+    kubeconfig = kube_api.write_kubeconfig(
+        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
+    )
+    kube_api.accept_tokens("one")
+    client = await load_api_client(str(kubeconfig))
+    try:
+        api = k8s.ResourceV1Api(client)
+        await api.list_device_class()
+        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
+        kube_api.accept_tokens("two")
+        classes = await api.list_device_class()
+        assert classes.items == []
+        assert plugin_runs(tmp_path) == 2
+    finally:
+        await client.close()
