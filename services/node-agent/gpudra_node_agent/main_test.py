@@ -6,7 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -95,12 +95,28 @@ def test_process_exits_cleanly_on_sigterm(nats_url: str) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "node-agent for sigterm-test started" in line:
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        time.sleep(2.0)
+        # SIGTERM once the agent says it runs (its handlers are installed by then): a fixed sleep
+        # raced the interpreter's start on a loaded machine and killed it before the handlers.
+        assert started.wait(timeout=60), "".join(lines)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=15)
+        proc.wait(timeout=15)
+        reader.join(timeout=15)
     finally:
         proc.kill()
+    err = "".join(lines)
     assert proc.returncode == 0, err
     assert "SIMULATED" in err
 
