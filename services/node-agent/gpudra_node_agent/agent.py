@@ -4,7 +4,9 @@ Promises:
 - The full NodeInventory goes to `gpudra.inventory.<node>` (JetStream, last value per node)
   whenever its content changes — with `generation` bumped — and at least every heartbeat interval
   otherwise (same generation). After a restart the generation continues above the last stored one,
-  so consumers keeping "only the highest generation" accept the new agent at once.
+  so consumers keeping "only the highest generation" accept the new agent at once: while the
+  stored one cannot be read (a timeout, JetStream unavailable), nothing is published; only "none
+  stored" starts generations at 1.
 - Health transitions go to `gpudra.health.<node>` as HealthEvents and also change the inventory
   (the device's conditions), which the inventory service turns into device taints.
 - Utilisation samples go to `gpudra.utilization.<node>`.
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import nats.errors
 from nats.aio.client import Client
+from nats.js.errors import NotFoundError
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
 
@@ -87,6 +90,7 @@ class NodeAgent:
         self._boot_id = boot_id()
         self.inventory: pb.NodeInventory | None = None
         self.generation = 0
+        self._generation_known = False  # the stored generation has been read (or none exists)
         self._published_content = b""
         self._generation_content = b""  # the content the current generation was assigned to
         self._last_publish = 0.0
@@ -115,19 +119,37 @@ class NodeAgent:
         """Open the health event set and continue the generation stored in JetStream."""
         handles, _ = await asyncio.to_thread(self.opened.adapter.handles)
         await asyncio.to_thread(self._health.open, handles)
-        self.generation = await self._stored_generation()
+        await self._continue_generation()
 
     async def close(self) -> None:
         await asyncio.to_thread(self._health.close)
 
-    async def _stored_generation(self) -> int:
+    async def _continue_generation(self) -> bool:
+        """Continue above the stored generation; False while it cannot be read."""
+        if not self._generation_known:
+            stored = await self._stored_generation()
+            if stored is not None:
+                self.generation = max(self.generation, stored)
+                self._generation_known = True
+        return self._generation_known
+
+    async def _stored_generation(self) -> int | None:
+        """The generation of the stored inventory: 0 when none is stored, None when unknown."""
         try:
             msg = await self._nc.jetstream().get_last_msg(
                 INVENTORY_STREAM, subjects.inventory(self.node)
             )
-        except (nats.errors.Error, TimeoutError, OSError) as exc:  # none stored yet, or NATS away
-            log.info("no stored inventory for %s (%s); generations start at 1", self.node, exc)
+        except NotFoundError:
+            log.info("no stored inventory for %s; generations start at 1", self.node)
             return 0
+        except (nats.errors.Error, TimeoutError, OSError) as exc:
+            # Starting at 1 now could republish a generation already stored with other content.
+            log.warning(
+                "stored inventory for %s not readable (%s); publishing once it is",
+                self.node,
+                str(exc) or type(exc).__name__,
+            )
+            return None
         try:
             return NODE_INVENTORY.decode(msg.data or b"", msg.headers).generation
         except BusError as exc:
@@ -194,6 +216,9 @@ class NodeAgent:
     async def _publish_inventory(
         self, inventory: pb.NodeInventory, content: bytes, changed: bool, now: float
     ) -> None:
+        if not await self._continue_generation():
+            self._dirty = True
+            return
         if changed and content != self._generation_content:
             # One bump per distinct content: retries during an outage do not inflate it.
             self.generation += 1

@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import nats.errors
 import pytest
@@ -180,3 +181,59 @@ async def test_survives_nats_outage(fresh_nats_server: NatsServer, tracer: Trace
         while agent.published < 2 and loop.time() < until:
             await asyncio.sleep(0.05)
         assert agent.published >= 2
+
+
+class _FlakyLastMsg:
+    """A NATS client whose JetStream answers the first `failures` last-message reads with a
+    timeout (a JetStream leader election, a loaded server); everything else is the real client."""
+
+    def __init__(self, nc: Client, failures: int) -> None:
+        self._nc, self.failures = nc, failures
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._nc, name)
+
+    def jetstream(self, **kwargs: Any) -> Any:
+        js = self._nc.jetstream(**kwargs)
+        outer = self
+
+        class _Js:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(js, name)
+
+            async def get_last_msg(self, *args: Any, **kw: Any) -> Any:
+                if outer.failures > 0:
+                    outer.failures -= 1
+                    raise nats.errors.TimeoutError
+                return await js.get_last_msg(*args, **kw)
+
+        return _Js()
+
+
+async def test_generation_continues_when_the_stored_one_is_read_late(
+    nats_url: str, tracer: Tracer
+) -> None:
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    settings = _settings(nats_url, node)
+    async with _client(nats_url) as nc:
+        stored = pb.NodeInventory(schema_version=1, node=node, generation=7)
+        data, headers = NODE_INVENTORY.encode(stored)
+        await nc.jetstream().publish(subjects.inventory(node), data, headers=headers)
+        sub = await nc.subscribe(subjects.inventory(node))
+        async with _client(nats_url) as agent_nc:
+            flaky = _FlakyLastMsg(agent_nc, failures=2)
+            agent = NodeAgent(settings, open_simulator("l4-pcie"), flaky, tracer=tracer)  # type: ignore[arg-type]
+            await agent.start()
+            stop = asyncio.Event()
+            task = asyncio.create_task(agent.run(stop), name="node-agent")
+            try:
+                msg = await sub.next_msg(timeout=10)
+            finally:
+                stop.set()
+                await task
+                await agent.close()
+        first = NODE_INVENTORY.decode(msg.data, msg.headers)
+        # Not 1: a consumer that keeps the highest generation would ignore it (and what follows)
+        # until the agent had made up the difference.
+        assert first.generation == 8
+        assert flaky.failures == 0
