@@ -13,7 +13,8 @@ rebuilt whenever a node filled up or freed, cost more than the search it saved).
 selectors are compiled when the engine is made (`warm`): building the CEL parser takes about a
 second, which the first claim would otherwise wait for — and every claim queued behind it. An
 unschedulable decision carries the placement layer's explanation and its one-line sentence. The same inputs always give the same
-decision. Invalid input raises `AllocationInputError`.
+decision. Invalid input raises `AllocationInputError`; a selector that fails at run time on a
+device raises its subclass `CelRuntimeError`, which the worker holds and retries (`cel_reason`).
 
 After a slice change the engine rebuilds from what it had (`gpudra_alloc.rebuild`,
 `placement.carry`): the pools, node keys, views and remembered scores of every node the change
@@ -59,6 +60,7 @@ from gpudra_alloc import (
     AllocatedState,
     AllocationInputError,
     Allocator,
+    CelRuntimeError,
     Features,
     NodeOutcome,
     first_fit,
@@ -502,6 +504,13 @@ def held_reason(held: Mapping[str, Any]) -> str:
         f"{held.get('fitsOn')} once more whole domains are free than the reserve keeps or fewer "
         f"8-GPU claims wait (allocator setting reserve={held.get('reserve')})"
     )
+
+
+def cel_reason(error: CelRuntimeError) -> str:
+    """The reason a claim held for a CEL selector that fails at run time on a device gets: the
+    core's message (Kubernetes' wording and hint), and that the claim waits rather than being
+    refused: a republished slice or a fixed class may clear it."""
+    return f"{error} (retried when the ResourceSlices, DeviceClasses or allocations change)"
 
 
 def allocation_json(result: AllocationResult) -> bytes:

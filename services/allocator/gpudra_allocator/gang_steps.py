@@ -50,10 +50,17 @@ from dataclasses import dataclass, field
 
 from nats.aio.msg import Msg
 
-from gpudra_alloc import AllocatedState, AllocationInputError
+from gpudra_alloc import AllocatedState, AllocationInputError, CelRuntimeError
 from gpudra_alloc.placement import Gang, group_nodes, place_gang, why_pending
 from gpudra_alloc.placement.waiting import needs_large_domain, pod_devices
-from gpudra_allocator.engine import Engine, GangDecision, gang_node, held_reason, summary
+from gpudra_allocator.engine import (
+    Engine,
+    GangDecision,
+    cel_reason,
+    gang_node,
+    held_reason,
+    summary,
+)
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
 from gpudra_allocator.events import claim_doc, parse_claim, stream_seq
 from gpudra_allocator.gangs import (
@@ -178,7 +185,8 @@ def place_unit(
     pods keep the group its decision recorded); `pod_labels`: how reasons name each pod.
     One unpinned pod without a group takes the engine's own pod step; a pinned pod, a group or
     several pods go through the placement layer's gang step. Nothing is reserved here.
-    Raises `AllocationInputError` for invalid claims.
+    Raises `AllocationInputError` for invalid claims (`CelRuntimeError` for a selector that
+    fails at run time on a device: the unit is held and retried like one that does not fit).
     """
     what = label or _what(unit)
     count = sum(len(pod) for pod in pods)
@@ -488,7 +496,8 @@ class GangSteps:
                         pod_labels=labels,
                     )
                 except AllocationInputError as exc:
-                    await self._gang_unschedulable(waiting, events, f"{what}: {exc}")
+                    why = cel_reason(exc) if isinstance(exc, CelRuntimeError) else str(exc)
+                    await self._gang_unschedulable(waiting, events, f"{what}: {why}")
                     return None
                 if not decision.allocated:
                     await self._gang_unschedulable(waiting, events, decision.reason)

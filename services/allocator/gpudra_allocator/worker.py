@@ -14,6 +14,19 @@ Promises (with `Reservations` for the multi-replica part):
   the others' retries; a retry waits, as a redelivery does, until holdings of an earlier attempt
   that were never recorded are stale, and drops them first); if this replica dies, the event is redelivered to another one after
   `ack_wait`.
+- A claim whose CEL selector (its own or its class's) fails at run time on a device
+  (`CelRuntimeError`: `device.attributes[...].foo` on a device without `foo`, no `has()` guard)
+  is held the same way, with the core's "... CEL runtime error: ..." message as its reason: in
+  kube-scheduler that is a Filter error and the pod is retried, and it succeeds once the driver
+  republishes the slice or the class is fixed. No backoff of its own: the verdict can only
+  change with the slices, the classes or the devices in use (the search skips those), and each
+  of those changes retries it already; `retry_interval` bounds the wait without a change (as
+  kube-scheduler's maximum backoff does), and such a retry re-reads the failure the core
+  cached per device. A claim invalid in itself (it does not parse, a selector that does not
+  compile, a feature that is off, a constraint that cannot hold) gets "invalid claim: ..." and
+  is acknowledged for good: no change of slices can help it. A unit (gang, pod) is held on
+  either error, its members told the reason (`gang_steps`); its members' other events still
+  reach it (a changed claim, a deletion).
 - The topology reserve (`reserve` > 0, off by default) is told before each decision how many pods
   this replica holds for retry (the claim or unit decided left out) need a whole large NVLink
   domain (`GangSteps._large_waiting`). A claim it holds back gets a reason that says so and is
@@ -84,8 +97,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from gpudra_alloc import AllocationInputError, DeviceID
-from gpudra_allocator.engine import Decision, Engine
+from gpudra_alloc import AllocationInputError, CelRuntimeError, DeviceID
+from gpudra_allocator.engine import Decision, Engine, cel_reason
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
 from gpudra_allocator.events import (
     claim_doc,
@@ -418,6 +431,12 @@ class Worker(GangSteps):
                     self._res.unhold(held)
                 if not reserved:
                     continue
+            if isinstance(invalid, CelRuntimeError):
+                # kube-scheduler's Filter error: the pod is retried, and allocated once the
+                # driver republishes the slice or the class is fixed. Held, not refused.
+                await self._unschedulable(waiting, cel_reason(invalid))
+                self._hold(waiting)
+                return
             if invalid is not None or decision is None:
                 await self._unschedulable(waiting, f"invalid claim: {invalid}")
                 await self._finish(uid, waiting.msg)
