@@ -57,7 +57,9 @@ class Settings(CommonSettings):
     retry_interval: float = field(
         default=5.0,
         metadata=doc(
-            "unschedulable claims are retried at least this often (and on every change)", "seconds"
+            "claims held for retry (unschedulable, or a CEL selector failing on a device) are "
+            "retried at least this often (and on every change)",
+            "seconds",
         ),
     )
     max_waiting: int = field(
