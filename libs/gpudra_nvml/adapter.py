@@ -63,7 +63,8 @@ def sysfs_pcie_root(bus_id: str, sysfs: str = "/sys") -> str:
 class Discovery:
     versions: pb.Versions
     devices: list[pb.Device] = field(default_factory=list)
-    #: GPU indexes that did not answer (NVML_ERROR_GPU_IS_LOST).
+    #: GPU indexes that did not answer (NVML_ERROR_GPU_IS_LOST) or that NVML refuses as unusable
+    #: (INSUFFICIENT_POWER, IRQ_ISSUE).
     lost: list[int] = field(default_factory=list)
     #: GPU index -> the NVML error that stopped its description (any other than GPU_IS_LOST).
     failed: dict[int, str] = field(default_factory=dict)
@@ -100,7 +101,8 @@ class NvmlAdapter:
 
         NVML refuses a handle with more than GPU_IS_LOST (INSUFFICIENT_POWER when a power cable
         is loose, NO_PERMISSION on a device node the container may not open, IRQ_ISSUE,
-        UNKNOWN): that is one GPU's trouble, never the whole node's."""
+        UNKNOWN): that is one GPU's trouble, never the whole node's. The first two make it lost
+        (unusable), the others failed (its last description is kept without a condition)."""
         handles: dict[int, Any] = {}
         lost: list[int] = []
         failed: dict[int, str] = {}

@@ -437,25 +437,29 @@ class _HandleRefused:
 
 
 @pytest.mark.parametrize(
-    "code",
+    ("code", "lost"),
     [
-        pytest.param(pynvml.NVML_ERROR_INSUFFICIENT_POWER, id="power-cable"),
-        pytest.param(pynvml.NVML_ERROR_NO_PERMISSION, id="no-permission"),
-        pytest.param(pynvml.NVML_ERROR_IRQ_ISSUE, id="irq-issue"),
-        pytest.param(pynvml.NVML_ERROR_UNKNOWN, id="unknown"),
+        # Unusable GPUs are lost (the health monitor marks them); other refusals are failures.
+        pytest.param(pynvml.NVML_ERROR_INSUFFICIENT_POWER, True, id="power-cable"),
+        pytest.param(pynvml.NVML_ERROR_IRQ_ISSUE, True, id="irq-issue"),
+        pytest.param(pynvml.NVML_ERROR_NO_PERMISSION, False, id="no-permission"),
+        pytest.param(pynvml.NVML_ERROR_UNKNOWN, False, id="unknown"),
     ],
 )
-def test_a_gpu_whose_handle_is_refused_does_not_fail_the_node(code: int) -> None:
+def test_a_gpu_whose_handle_is_refused_does_not_fail_the_node(code: int, lost: bool) -> None:
     opened = open_simulator("dgx-h100")
     before = snapshot(opened.adapter.discover(), "n1", opened.source)
     opened.adapter.nvml.lib = _HandleRefused(opened.fake, 5, code)
-    handles, lost = opened.adapter.handles()
-    assert (sorted(handles), lost) == ([0, 1, 2, 3, 4, 6, 7], [])
+    handles, _ = opened.adapter.handles()
+    assert sorted(handles) == [0, 1, 2, 3, 4, 6, 7]
     found = opened.adapter.discover()
     assert [d.index for d in found.devices] == [0, 1, 2, 3, 4, 6, 7]
-    assert (list(found.failed), found.lost) == ([5], [])
-    assert "nvmlDeviceGetHandleByIndex" in found.failed[5]
-    # Its last description is kept, as for any GPU whose description failed.
+    if lost:
+        assert (found.failed, found.lost) == ({}, [5])
+    else:
+        assert (list(found.failed), found.lost) == ([5], [])
+        assert "nvmlDeviceGetHandleByIndex" in found.failed[5]
+    # Its last description is kept, as for any GPU lost or whose description failed.
     after = snapshot(found, "n1", opened.source, before)
     assert [d.name for d in after.devices] == [d.name for d in before.devices]
     sampled = [s.device_name for s in opened.adapter.utilization()]

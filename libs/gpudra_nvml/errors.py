@@ -29,11 +29,15 @@ class ProfileError(NvmlPermanentError):
 
 
 class DeviceLostError(NvmlRetryableError):
-    """A GPU stopped answering (NVML_ERROR_GPU_IS_LOST); it may come back after a reset."""
+    """A GPU stopped answering (NVML_ERROR_GPU_IS_LOST) or NVML refuses it as unusable (power
+    cables, interrupts); it may come back after a reset or a repair. `reason` says which."""
 
-    def __init__(self, message: str, index: int | None = None) -> None:
+    def __init__(
+        self, message: str, index: int | None = None, reason: str = "GPU is lost (fell off the bus)"
+    ) -> None:
         super().__init__(message)
         self.index = index
+        self.reason = reason
 
 
 class NvmlCallError(NvmlRetryableError):

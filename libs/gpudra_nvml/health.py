@@ -7,7 +7,8 @@ conditions per GPU index. Policy:
   that an XID is over, so the condition clears after `xid_hold_s` seconds without a new one.
 - ECC: the volatile uncorrected count > 0 raises a condition; a GPU reset zeroes the count and
   clears it.
-- Lost: a GPU answering NVML_ERROR_GPU_IS_LOST raises a condition that clears when it answers again.
+- Lost: a GPU answering NVML_ERROR_GPU_IS_LOST, or refused as unusable (INSUFFICIENT_POWER,
+  IRQ_ISSUE), raises a condition that clears when it answers again.
 - A GPU whose check fails with another NVML error keeps its conditions until a check succeeds;
   it does not stop the checks of the others.
   A GPU that was lost when the event set was opened (or whose registration failed) is registered
@@ -174,12 +175,8 @@ class HealthMonitor:
                 self._nvml.const("NVML_MEMORY_ERROR_TYPE_UNCORRECTED"),
                 self._nvml.const("NVML_VOLATILE_ECC"),
             )
-        except DeviceLostError:
-            return [
-                self._raise(
-                    index, pb.HealthCondition.KIND_LOST, 0, "GPU is lost (fell off the bus)"
-                )
-            ]
+        except DeviceLostError as exc:
+            return [self._raise(index, pb.HealthCondition.KIND_LOST, 0, exc.reason)]
         except NvmlCallError:
             # Unreadable this time (NVML's unknown error, say): its conditions stay as they are,
             # and the other GPUs are still checked.

@@ -262,3 +262,45 @@ def test_a_failing_event_wait_does_not_stop_the_checks_of_every_gpu(code: int) -
     lib.fixed = True
     fake.recover_device(5)
     assert sorted(_kinds(monitor.poll(8))) == [(5, XID, 79, False), (5, LOST, 0, True)]
+
+
+class _HandleRefused:
+    """The simulator with GPU `index`'s handle refused with `code` until `fixed` is set."""
+
+    def __init__(self, lib: FakeNvml, index: int, code: int) -> None:
+        self._lib, self._index, self._code, self.fixed = lib, index, code, False
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if name != "nvmlDeviceGetHandleByIndex":
+            return real
+
+        def handle(index: int) -> Any:
+            if not self.fixed and index == self._index:
+                raise pynvml.NVMLError(self._code)
+            return real(index)
+
+        return handle
+
+
+@pytest.mark.parametrize(
+    ("code", "why"),
+    [
+        pytest.param(pynvml.NVML_ERROR_INSUFFICIENT_POWER, "power", id="power-cable"),
+        pytest.param(pynvml.NVML_ERROR_IRQ_ISSUE, "interrupt", id="irq-issue"),
+    ],
+)
+def test_a_gpu_nvml_refuses_as_unusable_is_unhealthy_until_it_answers(code: int, why: str) -> None:
+    # NVML refuses the handle of a GPU whose power cables are loose or whose interrupts fail: it
+    # cannot run anything, so it must not stay schedulable on its last description.
+    clock = Clock()
+    opened = open_simulator("dgx-h100", clock=clock)
+    assert opened.fake is not None
+    lib = _HandleRefused(opened.fake, 6, code)
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
+    monitor.open(opened.adapter.handles()[0])
+    opened.adapter.nvml.lib = lib
+    assert _kinds(monitor.poll(8)) == [(6, LOST, 0, False)]
+    assert why in monitor.conditions(6)[0].message
+    lib.fixed = True
+    assert _kinds(monitor.poll(8)) == [(6, LOST, 0, True)]

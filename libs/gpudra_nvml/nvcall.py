@@ -19,7 +19,14 @@ _UNAVAILABLE = {
     18: "the NVML library does not match the loaded kernel driver (reboot after a driver upgrade?)",
 }
 _NO_PERMISSION = 4
-_GPU_IS_LOST = 15
+#: Codes meaning "this GPU cannot be used now", whatever the call: NVML answers them for a GPU
+#: that fell off the bus (GPU_IS_LOST), whose external power cables are not attached
+#: (INSUFFICIENT_POWER) or whose interrupts the kernel driver found broken (IRQ_ISSUE).
+_UNUSABLE = {
+    15: "GPU is lost (fell off the bus or needs a reset)",
+    8: "GPU unusable: its external power cables are not properly attached",
+    11: "GPU unusable: the kernel driver detected an interrupt issue",
+}
 #: Codes meaning "not here": the feature, function, link or object does not exist on this GPU, or
 #: (NO_PERMISSION) it is a privileged query an unprivileged agent cannot make.
 _ABSENT = {
@@ -69,8 +76,8 @@ def translate(function: str, exc: Any) -> Exception:
         return NvmlUnavailableError(
             f"NVML unavailable: no permission to open the NVIDIA devices ({exc})"
         )
-    if code == _GPU_IS_LOST:
-        return DeviceLostError(f"{function}: GPU is lost (fell off the bus or needs a reset)")
+    if code in _UNUSABLE:
+        return DeviceLostError(f"{function}: {_UNUSABLE[code]}", reason=_UNUSABLE[code])
     return NvmlCallError(function, code, str(exc))
 
 

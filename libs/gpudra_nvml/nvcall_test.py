@@ -32,6 +32,10 @@ class _Lib:
             pynvml.NVML_ERROR_DRIVER_NOT_LOADED, NvmlUnavailableError, "not loaded", id="no-driver"
         ),
         pytest.param(pynvml.NVML_ERROR_GPU_IS_LOST, DeviceLostError, "GPU is lost", id="lost"),
+        pytest.param(
+            pynvml.NVML_ERROR_INSUFFICIENT_POWER, DeviceLostError, "power cables", id="no-power"
+        ),
+        pytest.param(pynvml.NVML_ERROR_IRQ_ISSUE, DeviceLostError, "interrupt", id="irq"),
         pytest.param(pynvml.NVML_ERROR_UNKNOWN, NvmlCallError, "nvmlDeviceGetCount", id="other"),
     ],
 )
