@@ -220,7 +220,10 @@ async def test_a_leader_cut_off_from_its_lease_stops_writing_before_the_standby_
         a_stopped: float | None = None
         b_started: float | None = None
         a_changes = -1
+        # Bounded: a standby that never takes over fails the test instead of hanging it.
+        deadline = loop.time() + 15 * ttl
         while b_started is None:
+            assert loop.time() < deadline, f"b never took over (a leading: {a.leading()})"
             if a_stopped is None and not a.leading():
                 a_stopped, a_changes = loop.time(), a.changes
             if b.leading():
