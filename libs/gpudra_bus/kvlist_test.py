@@ -1,11 +1,20 @@
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import signal
 import uuid
 
 import nats
+import pytest
+from nats.aio.client import Client
 from nats.js.api import KeyValueConfig
+from nats.js.kv import KeyValue
 
+from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.kvlist import live_keys
+from gpudra_testing import NatsServer
 
 
 async def test_live_keys_by_prefix_and_after_deletions(nats_url: str) -> None:
@@ -25,5 +34,99 @@ async def test_live_keys_by_prefix_and_after_deletions(nats_url: str) -> None:
             await kv.delete(key)
         # Only deletion markers left: asked `tries` times, then empty.
         assert await live_keys(kv, tries=3, pause=0.0) == []
+    finally:
+        await nc.drain()
+
+
+async def test_live_keys_lists_many_keys_once_each(nats_url: str) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        kv = await nc.jetstream().create_key_value(
+            KeyValueConfig(bucket=f"t{uuid.uuid4().hex[:8]}")
+        )
+        for i in range(300):
+            await kv.put(f"k.{i:03d}", b"1")
+            await kv.put(f"k.{i:03d}", b"2")  # a key's history must not repeat it
+        assert await live_keys(kv) == [f"k.{i:03d}" for i in range(300)]
+    finally:
+        await nc.drain()
+
+
+async def _bucket(nc: Client, keys: int) -> tuple[KeyValue, str]:
+    bucket = f"t{uuid.uuid4().hex[:8]}"
+    kv = await nc.jetstream().create_key_value(KeyValueConfig(bucket=bucket))
+    for i in range(keys):
+        await kv.put(f"k.{i}", b"1")
+    return kv, f"KV_{bucket}"
+
+
+async def _leftovers(nc: Client, stream: str, subs: int) -> tuple[int, int]:
+    """(subscriptions beyond `subs`, consumers on `stream`), once the server settled (10 s)."""
+    consumers = -1
+    for _ in range(100):
+        consumers = (await nc.jetstream().stream_info(stream)).state.consumer_count
+        if consumers == 0 and len(nc._subs) == subs:
+            break
+        await asyncio.sleep(0.1)
+    return len(nc._subs) - subs, consumers
+
+
+async def test_timed_out_listing_leaves_no_subscription_or_consumer(
+    fresh_nats_server: NatsServer,
+) -> None:
+    nc = await connect(fresh_nats_server.url, name="t", backoff=Backoff(0.01, 0.2), deadline=10)
+    try:
+        kv, stream = await _bucket(nc, 3)
+        subs = len(nc._subs)
+        # The server stops answering: the listing times out while its consumer is being made,
+        # and the server makes it once it goes on.
+        pid = fresh_nats_server._proc.pid  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            listing = asyncio.create_task(live_keys(kv, tries=1, timeout=0.2))
+            await asyncio.sleep(1.0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await listing
+        assert await _leftovers(nc, stream, subs) == (0, 0)
+    finally:
+        await disconnect(nc, drain=False)
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        pytest.param(0.0, id="before-setup"),
+        pytest.param(0.001, id="1ms"),
+        pytest.param(0.003, id="3ms"),
+        pytest.param(0.01, id="10ms"),
+        pytest.param(0.03, id="30ms"),
+    ],
+)
+async def test_cancelled_listing_leaves_no_subscription_or_consumer(
+    nats_url: str, after: float
+) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        kv, stream = await _bucket(nc, 500)
+        subs = len(nc._subs)
+        listing = asyncio.create_task(live_keys(kv))
+        await asyncio.sleep(after)
+        listing.cancel()  # wherever it is by then (a fast machine may have finished it)
+        with contextlib.suppress(asyncio.CancelledError):
+            await listing
+        assert await _leftovers(nc, stream, subs) == (0, 0)
+    finally:
+        await nc.drain()
+
+
+async def test_listing_cut_short_by_its_timeout_leaves_nothing(nats_url: str) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        kv, stream = await _bucket(nc, 2000)
+        subs = len(nc._subs)
+        for timeout in (0.001, 0.005, 0.02):
+            await live_keys(kv, tries=1, timeout=timeout)
+        assert await _leftovers(nc, stream, subs) == (0, 0)
     finally:
         await nc.drain()
