@@ -30,6 +30,7 @@ from gpudra_kube.errors import (
     NotFoundError,
     UnavailableError,
 )
+from gpudra_kube.kubeconfig import load_kubeconfig
 from gpudra_kube.resources import (
     KubeObject,
     Resource,
@@ -82,9 +83,10 @@ def translate_status(
 async def load_api_client(
     kubeconfig: str | None = None, *, context: str | None = None
 ) -> k8s.ApiClient:
-    """An ApiClient from `kubeconfig` (a path), else in-cluster config, else ~/.kube/config
-    ($KUBECONFIG). Tokens that rotate are followed, and an exec plugin's credential is renewed
-    after a 401 (see `gpudra_kube.credentials`)."""
+    """An ApiClient from `kubeconfig` (a path), else in-cluster config, else $KUBECONFIG or
+    ~/.kube/config, read as client-go reads them (see `gpudra_kube.kubeconfig`). Tokens that
+    rotate are followed, and an exec plugin's credential is renewed after a 401 (see
+    `gpudra_kube.credentials`)."""
     try:
         if kubeconfig:
             return await _client_from_kubeconfig(kubeconfig, context)
@@ -102,11 +104,10 @@ async def load_api_client(
 
 
 async def _client_from_kubeconfig(path: str | None, context: str | None) -> k8s.ApiClient:
-    # What `new_client_from_config` does, keeping the loader to follow its credentials.
+    # What `new_client_from_config` does, with client-go's loading rules, keeping the loader to
+    # follow its credentials.
     configuration = k8s.Configuration()
-    loader = await k8s_config.load_kube_config(
-        config_file=path, context=context, client_configuration=configuration
-    )
+    loader = await load_kubeconfig(path, context, configuration)
     credential = follow_credentials(loader, configuration)
     if credential is not None:
         return CredentialRenewingClient(configuration, credential)

@@ -1,0 +1,124 @@
+"""Kubeconfig files read with client-go's rules (`clientcmd`), handed to kubernetes-asyncio.
+
+kubernetes-asyncio's own loader differs from client-go's where a service notices: it takes the
+*last* file's `current-context` from `$KUBECONFIG`, resolves a user's client certificate
+against the folder of the file its *cluster* came from, reads `$KUBECONFIG` once at import, and
+answers a missing `--kubeconfig` with "Expected key current-context". This module reads the files
+itself and gives the library one merged kubeconfig, as client-go's loading rules do:
+- an explicit path is one file and must exist; without one, `$KUBECONFIG` (read at each call;
+  files separated by `os.pathsep`, missing ones skipped) else `~/.kube/config`;
+- the first file to name a cluster, user or context wins, whole (a later entry of the same name
+  is ignored, fields it adds included), and the first file to set `current-context` wins;
+- relative paths are resolved against the folder of the file that holds them:
+  `certificate-authority`, `client-certificate`, `client-key`, `tokenFile`, and an exec
+  `command` that contains a slash (a bare name is looked up on `PATH`);
+- a file that cannot be read or parsed is an error (client-go's), never skipped.
+Limit: an auth-provider's refreshed token (oidc) is not written back to the file it came from
+(kubernetes-asyncio wrote it into every loaded file; client-go writes it to its own file).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.config.config_exception import ConfigException
+from kubernetes_asyncio.config.kube_config import KubeConfigLoader
+
+_SECTIONS = ("clusters", "users", "contexts")
+# The fields holding a file name, per section entry (client-go's Get*FileReferences).
+_CLUSTER_FILES = ("certificate-authority",)
+_USER_FILES = ("client-certificate", "client-key", "tokenFile")
+
+
+def kubeconfig_files(explicit: str | None) -> list[Path]:
+    """The files to merge, in precedence order (see the module docstring)."""
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.exists():
+            raise ConfigException(f"kubeconfig {explicit} does not exist")
+        return [path]
+    listed = os.environ.get("KUBECONFIG", "")
+    if listed:
+        names = [p for p in listed.split(os.pathsep) if p]
+        return [Path(p).expanduser() for p in names if Path(p).expanduser().exists()]
+    default = Path.home() / ".kube" / "config"
+    return [default] if default.exists() else []
+
+
+def merge_kubeconfigs(paths: Iterable[Path]) -> dict[str, Any]:
+    """One kubeconfig from `paths` (first wins), every relative path made absolute."""
+    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config"}
+    for section in _SECTIONS:
+        merged[section] = []
+    names: dict[str, set[str]] = {section: set() for section in _SECTIONS}
+    for path in paths:
+        config = _read(path)
+        base = path.resolve().parent
+        for section in _SECTIONS:
+            for entry in config.get(section) or []:
+                if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+                    raise ConfigException(f"kubeconfig {path}: every {section} entry needs a name")
+                if entry["name"] in names[section]:
+                    continue
+                names[section].add(entry["name"])
+                merged[section].append(_resolved(section, copy.deepcopy(dict(entry)), base))
+        if not merged.get("current-context") and config.get("current-context"):
+            merged["current-context"] = config["current-context"]
+    return merged
+
+
+def _read(path: Path) -> Mapping[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+        config = yaml.safe_load(text) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigException(f"error loading kubeconfig {path}: {exc}") from exc
+    if not isinstance(config, Mapping):
+        raise ConfigException(f"kubeconfig {path} is not a YAML mapping")
+    return config
+
+
+def _resolved(section: str, entry: dict[str, Any], base: Path) -> dict[str, Any]:
+    def absolute(node: Any, fields: Iterable[str]) -> None:
+        if not isinstance(node, dict):
+            return
+        for field in fields:
+            value = node.get(field)
+            if isinstance(value, str) and value and not os.path.isabs(value):
+                node[field] = os.path.normpath(base / os.path.expanduser(value))
+
+    if section == "clusters":
+        absolute(entry.get("cluster"), _CLUSTER_FILES)
+    elif section == "users":
+        user = entry.get("user")
+        absolute(user, _USER_FILES)
+        exec_ = user.get("exec") if isinstance(user, dict) else None
+        if isinstance(exec_, dict) and "/" in str(exec_.get("command", "")):
+            absolute(exec_, ("command",))
+    return entry
+
+
+async def load_kubeconfig(
+    path: str | None, context: str | None, configuration: k8s.Configuration
+) -> KubeConfigLoader:
+    """Fill `configuration` from the kubeconfig (see the module docstring); the loader is
+    returned to follow its credentials (`gpudra_kube.credentials`)."""
+    files = kubeconfig_files(path)
+    if not files:
+        raise ConfigException(
+            f"no kubeconfig found ($KUBECONFIG={os.environ.get('KUBECONFIG', '')!r}, "
+            "~/.kube/config)"
+        )
+    merged = merge_kubeconfigs(files)
+    if context is None and not merged.get("current-context"):
+        raise ConfigException(f"kubeconfig {os.pathsep.join(map(str, files))} sets no context")
+    # config_base_path "": every path is absolute already, none is re-resolved by the library.
+    loader = KubeConfigLoader(config_dict=merged, active_context=context, config_base_path="")
+    await loader.load_and_set(configuration)
+    return loader

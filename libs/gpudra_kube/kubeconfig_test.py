@@ -1,0 +1,134 @@
+"""Kubeconfig loading against client-go's rules (`clientcmd`): which file wins, where relative
+paths point, and what the client refuses. The server is the HTTP-level fake where a request is
+made; elsewhere only the loaded configuration is looked at (nothing is dialled)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.api_backend_test import claim
+from gpudra_kube.errors import InvalidObjectError
+from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_testing.kubeapi import FakeKubeApi
+
+# A client certificate and its key, for loading only (no server checks them). Self-signed, made
+# with `openssl req -x509 -newkey ec ... -subj /CN=gpudra-test-client`; holds no secret.
+CLIENT_CERT = """\
+-----BEGIN CERTIFICATE-----
+MIIBkTCCATegAwIBAgIUO0wMbUEznQj72QvpuzkMRxNuMCIwCgYIKoZIzj0EAwIw
+HTEbMBkGA1UEAwwSZ3B1ZHJhLXRlc3QtY2xpZW50MCAXDTI2MTEyOTIzMzg0MVoY
+DzIxMjYxMTA1MjMzODQxWjAdMRswGQYDVQQDDBJncHVkcmEtdGVzdC1jbGllbnQw
+WTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAARTVX62PgxdouyFzwaG1n8XWA2trJNC
+eaJw0gTE2seSQY2zY+ZflQx7Cf3XJt4exUYJBG/nlAi3bbHGJevBD4qso1MwUTAd
+BgNVHQ4EFgQUmC9CFgCmHGguOUVQhfNNCHT5sM8wHwYDVR0jBBgwFoAUmC9CFgCm
+HGguOUVQhfNNCHT5sM8wDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBF
+AiEAj/qyWArLCy7PuTPiUBl5+s4EUzQNi63LgA7zPKyZCkcCIHIaHLINJqdW8acp
+lMydY8/K+RMOtsD5pd7QV17eY0C4
+-----END CERTIFICATE-----
+"""
+CLIENT_KEY = """\
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg/rBt75ZNaMqVmq+A
+yPBQqGStj1Bg2w1Z/6O5tMs+czahRANCAARTVX62PgxdouyFzwaG1n8XWA2trJNC
+eaJw0gTE2seSQY2zY+ZflQx7Cf3XJt4exUYJBG/nlAi3bbHGJevBD4qs
+-----END PRIVATE KEY-----
+"""
+
+
+def kubeconfig(
+    path: Path,
+    *,
+    clusters: dict[str, dict[str, Any]] | None = None,
+    users: dict[str, dict[str, Any]] | None = None,
+    contexts: dict[str, tuple[str, str]] | None = None,
+    current: str | None = None,
+) -> Path:
+    """A kubeconfig file; `contexts`: name -> (cluster, user)."""
+    config: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": n, "cluster": c} for n, c in (clusters or {}).items()],
+        "users": [{"name": n, "user": u} for n, u in (users or {}).items()],
+        "contexts": [
+            {"name": n, "context": {"cluster": c, "user": u}}
+            for n, (c, u) in (contexts or {}).items()
+        ],
+    }
+    if current is not None:
+        config["current-context"] = current
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def no_cluster_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """Outside a pod: `load_api_client()` falls back to $KUBECONFIG."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    return monkeypatch
+
+
+async def test_the_first_kubeconfig_file_that_sets_current_context_wins(
+    kube_api: FakeKubeApi, tmp_path: Path, no_cluster_env: pytest.MonkeyPatch
+) -> None:
+    """client-go: "the first file to set a particular value or map key wins"; kubectl with
+    KUBECONFIG=a:b uses a's current-context."""
+    first = kubeconfig(
+        tmp_path / "a" / "config",
+        clusters={"fake": {"server": kube_api.url}},
+        users={"me": {"token": "a-token"}},
+        contexts={"a": ("fake", "me")},
+        current="a",
+    )
+    second = kubeconfig(
+        tmp_path / "b" / "config",
+        clusters={"elsewhere": {"server": "http://127.0.0.1:1"}},
+        users={"me": {"token": "b-token"}},
+        contexts={"b": ("elsewhere", "me")},
+        current="b",
+    )
+    no_cluster_env.setenv("KUBECONFIG", f"{first}:{tmp_path / 'missing'}:{second}")
+    kube_api.accept_tokens("a-token")  # user "me" is the first file's, not the second's
+    store = ApiStore(await load_api_client())
+    try:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+    finally:
+        await store.close()
+
+
+async def test_a_user_from_another_file_resolves_its_paths_against_its_own_file(
+    tmp_path: Path, no_cluster_env: pytest.MonkeyPatch
+) -> None:
+    """Relative paths are resolved against the folder of the file that names them (client-go's
+    ResolveLocalPaths), also when the context, cluster and user come from different files."""
+    kubeconfig(
+        tmp_path / "clusters" / "config",
+        clusters={"tls": {"server": "https://127.0.0.1:1"}},
+        contexts={"c": ("tls", "me")},
+        current="c",
+    )
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "me.crt").write_text(CLIENT_CERT, encoding="ascii")
+    (users / "me.key").write_text(CLIENT_KEY, encoding="ascii")
+    kubeconfig(
+        users / "config", users={"me": {"client-certificate": "me.crt", "client-key": "me.key"}}
+    )
+    no_cluster_env.setenv("KUBECONFIG", f"{tmp_path / 'clusters' / 'config'}:{users / 'config'}")
+    client = await load_api_client()
+    try:
+        assert client.configuration.cert_file == str(users / "me.crt")
+        assert client.configuration.key_file == str(users / "me.key")
+    finally:
+        await client.close()
+
+
+async def test_a_missing_explicit_kubeconfig_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InvalidObjectError, match=r"kubeconfig .*nowhere.* does not exist"):
+        await load_api_client(str(tmp_path / "nowhere"))
