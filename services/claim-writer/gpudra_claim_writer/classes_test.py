@@ -23,6 +23,7 @@ from gpudra_claim_writer.classes import ClassMirror, mirrored_value
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import DEVICE_CLASSES
 from gpudra_testing.kubeapi import FakeKubeApi
+from gpudra_testing.kvkeys import bucket_keys
 
 
 def device_class(
@@ -70,10 +71,9 @@ async def mirrored(bucket: KeyValue) -> dict[str, dict[str, Any]]:
 
 
 async def _keys(bucket: KeyValue) -> list[str]:
-    try:
-        return sorted(await bucket.keys())
-    except nats.js.errors.NoKeysError:
-        return []
+    # Not nats-py's `keys()`: its listing has no time bound and may answer no keys for a bucket
+    # that has some (see gpudra_bus.kvlist); several checks here read the bucket only once.
+    return await bucket_keys(bucket)
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 20.0) -> None:
