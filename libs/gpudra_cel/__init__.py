@@ -6,7 +6,7 @@ type-checks against the DRA environment the options describe (`device.driver`, `
 Kubernetes' quantity/semver/list/regex/string libraries with `format()`, its URL, IP and CIDR
 libraries (`url()`, `ip()`, `cidr()` and their accessors, `lib_net`), its format library
 (`format.named()`, `format.dns1123Label()` ..., `<format>.validate(s)`, `lib_format_k8s`),
-`cel.bind`, `optional`),
+`cel.bind`, `optional`, CEL's `timestamp()` / `duration()` and their accessors, `lib_time`),
 estimates the worst-case cost, and returns a `CompiledSelector` whose
 `matches(DeviceView)` evaluates with CEL's semantics; when the estimate cannot rule out passing
 the cost limit, evaluations are metered and stopped at the limit, as in Kubernetes.

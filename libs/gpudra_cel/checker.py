@@ -37,11 +37,13 @@ from gpudra_cel.types import (
     DEVICE,
     DEVICE_FIELDS,
     DOUBLE,
+    DURATION,
     DYN,
     INT,
     NULL,
     NUMERIC,
     STRING,
+    TIMESTAMP,
     UINT,
     CelType,
     assignable,
@@ -59,9 +61,20 @@ _LOGICAL = frozenset({"_&&_", "_||_"})
 _EQUALITY = frozenset({"_==_", "_!=_"})
 _ORDERING = frozenset({"_<_", "_<=_", "_>_", "_>=_"})
 _ARITH = frozenset({"_-_", "_*_", "_/_", "_%_"})
-_ORDERED_KINDS = frozenset({"string", "bool", "bytes"})
+_ORDERED_KINDS = frozenset({"string", "bool", "bytes", TIMESTAMP.name, DURATION.name})
 _MAP_KEYS = frozenset({INT, UINT, STRING, BOOL, DYN})
 _OPTIONAL = "optional_type"
+# cel-go's timestamp / duration arithmetic: (operator, left, right) -> result
+_TIME_ARITHMETIC = {
+    ("_+_", TIMESTAMP, DURATION): TIMESTAMP,
+    ("_+_", DURATION, TIMESTAMP): TIMESTAMP,
+    ("_+_", DURATION, DURATION): DURATION,
+    ("_-_", TIMESTAMP, DURATION): TIMESTAMP,
+    ("_-_", TIMESTAMP, TIMESTAMP): DURATION,
+    ("_-_", DURATION, DURATION): DURATION,
+}
+# cel-go's checker lets null meet these in `==` (its "legacy nullable" kinds)
+_NULLABLE = frozenset({TIMESTAMP, DURATION})
 
 
 @dataclass
@@ -287,7 +300,9 @@ class _Checker:
         if fn in _EQUALITY:
             # cel-go declares `==` as (A, A): `1 == 1.0` is a type error, `dyn(1) == 1.0` is
             # true at run time (heterogeneous equality).
-            if not assignable(args[0], args[1]):
+            if not assignable(args[0], args[1]) and not (
+                NULL in args and (args[0] in _NULLABLE or args[1] in _NULLABLE)
+            ):
                 raise self.no_overload(fn, None, args, node)
             return BOOL
         if fn in _ORDERING:
@@ -320,6 +335,8 @@ class _Checker:
             return known if known in NUMERIC else DYN
         if fn == "_+_" and a.name == "list" and b.name == "list":
             return join(a, b)
+        if (fn, a, b) in _TIME_ARITHMETIC:
+            return _TIME_ARITHMETIC[fn, a, b]
         allowed = NUMERIC | {STRING, BYTES} if fn == "_+_" else NUMERIC
         if fn == "_%_":
             allowed = frozenset({INT, UINT})

@@ -45,13 +45,16 @@ from gpudra_cel.syntax import (
     OptSelect,
     Select,
 )
-from gpudra_cel.types import BYTES, DYN, STRING
+from gpudra_cel.types import BYTES, DYN, STRING, TIMESTAMP
 
 __all__ = ["estimate_cost"]
 
 ATTRIBUTE_MAX_VALUE_LENGTH = 64
 MAX_ATTRIBUTES_PER_DEVICE = 32
 QUANTITY_SIZE = 8
+# the longest `string(timestamp)`: "10000-01-01T04:59:59.999999999+05:00" (a timestamp shown in
+# its own offset may pass year 9999)
+TIMESTAMP_TEXT_SIZE = 36
 _UNBOUNDED = 1 << 40
 _PRICED_OPERATORS = frozenset({"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_", "@in"})
 # What cel-go's expansion of each comprehension adds to its range, body and filter, as its
@@ -238,6 +241,8 @@ class _Estimator:
         if listed is not None:
             return _Est(cost + listed.cost, listed.size, listed.elem)
         size, elem = self.result_size(fn, subject, args)
+        if fn == "string" and any(TIMESTAMP in ov.args for ov in overloads):
+            size = max(size, TIMESTAMP_TEXT_SIZE)
         if fn == "join":  # priced at run time by the joined text: a tenth of twice its length
             cost += _scan(2 * size)
         elif fn == "_+_":  # strings and bytes: a tenth of the result; anything else 1

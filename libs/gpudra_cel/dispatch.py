@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
+from gpudra_cel.celtime import Duration, Timestamp
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.functions import Overload
 from gpudra_cel.k8s_formats import NamedFormat
@@ -45,6 +46,8 @@ _CLASSES: dict[str, tuple[type, ...]] = {
     "net.CIDR": (IPPrefix,),
     "kubernetes.URL": (ParsedURL,),
     "kubernetes.NamedFormat": (NamedFormat,),
+    "google.protobuf.Timestamp": (Timestamp,),
+    "google.protobuf.Duration": (Duration,),
 }
 
 

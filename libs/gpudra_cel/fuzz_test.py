@@ -130,6 +130,17 @@ _TOKENS = st.sampled_from(
         "v",
         "k",
         "%",
+        "timestamp",
+        "duration",
+        '"2024-01-01T00:00:00Z"',
+        '"1h30m"',
+        '"+05:30"',
+        '"Europe/Berlin"',
+        ".getHours",
+        ".getFullYear",
+        ".getDayOfWeek",
+        ".getMilliseconds",
+        "253402300799",
     ]
 )
 

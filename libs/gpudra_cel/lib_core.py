@@ -18,15 +18,18 @@ from decimal import Decimal
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
+from gpudra_cel.celtime import Duration, Timestamp
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.functions import Overload, overload
 from gpudra_cel.types import (
     BOOL,
     BYTES,
     DOUBLE,
+    DURATION,
     DYN,
     INT,
     STRING,
+    TIMESTAMP,
     UINT,
     CelType,
     list_of,
@@ -79,6 +82,10 @@ def _to_int(value: object) -> int:
         return int(value)
     if isinstance(value, str) and _INT_TEXT.fullmatch(value):
         return check_int(int(value))
+    if isinstance(value, Timestamp):  # Unix seconds
+        return value.seconds
+    if isinstance(value, Duration):  # nanoseconds
+        return value.nanos
     raise CelEvaluationError(f"cannot convert {value!r} to int")
 
 
@@ -153,7 +160,7 @@ def _to_string(value: object) -> str:
             return value.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise CelEvaluationError("invalid UTF-8 in bytes, cannot convert to string") from exc
-    if isinstance(value, Quantity | Semver):
+    if isinstance(value, Quantity | Semver | Timestamp | Duration):
         return str(value)
     raise CelEvaluationError(f"cannot convert {value!r} to string")
 
@@ -237,12 +244,15 @@ _ANY_LIST, _ANY_MAP = list_of(A), map_of(A, CelType("B"))
 CORE_OVERLOADS: tuple[Overload, ...] = (
     *(overload("size", None, (t,), INT, _size) for t in (STRING, BYTES, _ANY_LIST, _ANY_MAP)),
     *(overload("size", t, (), INT, _size) for t in (STRING, BYTES, _ANY_LIST, _ANY_MAP)),
-    *(overload("int", None, (t,), INT, _to_int) for t in (INT, UINT, DOUBLE, STRING)),
+    *(
+        overload("int", None, (t,), INT, _to_int)
+        for t in (INT, UINT, DOUBLE, STRING, TIMESTAMP, DURATION)
+    ),
     *(overload("uint", None, (t,), UINT, _to_uint) for t in (INT, UINT, DOUBLE, STRING)),
     *(overload("double", None, (t,), DOUBLE, _to_double) for t in (INT, UINT, DOUBLE, STRING)),
     *(
         overload("string", None, (t,), STRING, _to_string)
-        for t in (STRING, BOOL, INT, UINT, DOUBLE, BYTES)
+        for t in (STRING, BOOL, INT, UINT, DOUBLE, BYTES, TIMESTAMP, DURATION)
     ),
     *(overload("bool", None, (t,), BOOL, _to_bool) for t in (BOOL, STRING)),
     *(overload("bytes", None, (t,), BYTES, _to_bytes) for t in (BYTES, STRING)),

@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from gpudra_cel.celtime import Duration, Timestamp
 from gpudra_cel.errors import CelCompileError, CelEvaluationError
 from gpudra_cel.goquote import GO_ESCAPES, go_quote
 from gpudra_cel.lib_core import go_format_double
@@ -81,6 +82,8 @@ def _as_string(v: object) -> str:
             raise _FormatError("invalid UTF-8 in bytes, cannot convert to string") from None
     if v is None:
         return "null"
+    if isinstance(v, Timestamp | Duration):  # `string(v)`: RFC 3339 / seconds
+        return str(v)
     if isinstance(v, tuple | list):
         return _format_list(v)
     if isinstance(v, Mapping):
@@ -103,6 +106,10 @@ def _element(v: object) -> str:
         return f"{v:.6f}"
     if isinstance(v, bool) or _is_int(v) or v is None or isinstance(v, tuple | list | Mapping):
         return _as_string(v)
+    if isinstance(v, Timestamp):  # as CEL literals
+        return f"timestamp({go_quote(str(v))})"
+    if isinstance(v, Duration):
+        return f"duration({go_quote(str(v))})"
     raise _FormatError(f"no formatting function for {_type_name(v)}")
 
 
@@ -313,7 +320,19 @@ def quote(text: str) -> str:
 # ---------------------------------------------------------------------------- compile time
 _STATIC_KINDS = {
     "s": frozenset(
-        {"list", "map", "int", "uint", "double", "bool", "string", "bytes", "null_type"}
+        {
+            "list",
+            "map",
+            "int",
+            "uint",
+            "double",
+            "bool",
+            "string",
+            "bytes",
+            "null_type",
+            "google.protobuf.Timestamp",
+            "google.protobuf.Duration",
+        }
     ),
     "d": frozenset({"int", "uint"}),
     "f": frozenset({"double", "string"}),

@@ -11,6 +11,7 @@ from gpudra_cel.lib_kube import KUBE_OVERLOADS
 from gpudra_cel.lib_lists import LIST_OVERLOADS
 from gpudra_cel.lib_net import NET_OVERLOADS
 from gpudra_cel.lib_strings import STRING_OVERLOADS
+from gpudra_cel.lib_time import TIME_OVERLOADS
 
 __all__ = ["FUNCTIONS"]
 
@@ -30,4 +31,5 @@ FUNCTIONS = _index(
     LIST_OVERLOADS,
     NET_OVERLOADS,
     FORMAT_OVERLOADS,
+    TIME_OVERLOADS,
 )

@@ -53,6 +53,11 @@ TEN = "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"
 
 EXPRESSIONS = [
     f'device.driver == "{DRV}" && {A}.model.startsWith("NVIDIA")',
+    # string(timestamp) can be 36 characters long: the estimate must cover that
+    'string(timestamp("2024-03-01T12:30:00.123456789+05:30") + duration("1s")) =='
+    ' "2024-03-01T12:30:01.123456789+05:30 and some more text"',
+    f'timestamp("2024-01-01T00:00:00Z") - duration("1h") < timestamp({A}.model.size())'
+    ' && duration("1s").getMilliseconds() == 1000',
     f"{A}.ids.exists(x, x == 47)",
     f"{A}.ids.all(x, {A}.ids.exists(y, y == x))",
     f'{A}.names.filter(n, n.endsWith("7")).size() == 5',

@@ -25,6 +25,7 @@ from gpudra_cel.environment import ALL_FEATURES, CelOptions, check_environment
 from gpudra_cel.errors import CelCompileError, CelError, CelEvaluationError
 from gpudra_cel.homogeneous import check_homogeneous_literals
 from gpudra_cel.lib_format import check_format_literals
+from gpudra_cel.lib_time import check_time_literals
 from gpudra_cel.operators import Fn
 from gpudra_cel.runtime_cost import compile_counting, cost_exceeded
 from gpudra_cel.syntax import parse
@@ -130,6 +131,7 @@ def _compile(expression: str, cost_limit: int, options: CelOptions) -> CompiledS
         checked = check(tree, expression)
         check_environment(tree, options, expression)
         check_format_literals(tree, checked, expression)
+        check_time_literals(tree, expression)
         check_homogeneous_literals(tree, checked, expression)
         cost = estimate_cost(tree, checked)
         if cost <= cost_limit:

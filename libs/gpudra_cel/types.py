@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
+from gpudra_cel.celtime import Duration, Timestamp
 from gpudra_cel.k8s_formats import NamedFormat
 from gpudra_cel.netaddr import IPAddr, IPPrefix
 from gpudra_cel.neturl import ParsedURL
@@ -28,6 +29,7 @@ __all__ = [
     "DEVICE",
     "DEVICE_FIELDS",
     "DOUBLE",
+    "DURATION",
     "DYN",
     "FORMAT",
     "INT",
@@ -36,6 +38,7 @@ __all__ = [
     "QUANTITY",
     "SEMVER",
     "STRING",
+    "TIMESTAMP",
     "UINT",
     "URL",
     "CelType",
@@ -78,11 +81,15 @@ IP = CelType("net.IP")  # Kubernetes' IP, CIDR and URL libraries (`lib_net`)
 CIDR = CelType("net.CIDR")
 URL = CelType("kubernetes.URL")
 FORMAT = CelType("kubernetes.NamedFormat")  # Kubernetes' format library (`lib_format_k8s`)
+TIMESTAMP = CelType("google.protobuf.Timestamp")  # CEL's standard time types (`lib_time`)
+DURATION = CelType("google.protobuf.Duration")
 _NET_CLASSES: dict[str, type] = {
     "net.IP": IPAddr,
     "net.CIDR": IPPrefix,
     "kubernetes.URL": ParsedURL,
     "kubernetes.NamedFormat": NamedFormat,
+    "google.protobuf.Timestamp": Timestamp,
+    "google.protobuf.Duration": Duration,
 }
 
 

@@ -3,8 +3,9 @@
 Representation (chosen so a device's own values need no conversion):
 `bool`, `int` (int64), `CelUint` (uint64, an `int` subclass), `float` (double), `str`, `bytes`,
 `None` (null), `tuple`/`list` (list), `Mapping` (map), `Quantity`, `Semver`, `CelOptional`,
-and Kubernetes' `net.IP` / `net.CIDR` / `kubernetes.URL` (`netaddr.IPAddr`, `IPPrefix`,
-`neturl.ParsedURL`).
+CEL's `google.protobuf.Timestamp` / `Duration` (`celtime.Timestamp`, `Duration`: `+`, `-`,
+ordering and equality as cel-go defines them between the two), and Kubernetes' `net.IP` /
+`net.CIDR` / `kubernetes.URL` (`netaddr.IPAddr`, `IPPrefix`, `neturl.ParsedURL`).
 
 Promises: no implicit conversions (`1 == true` is false, `"a" < 1` is an error); equality is
 CEL's heterogeneous equality (numbers compare by value across int/uint/double, an int or uint
@@ -20,6 +21,7 @@ from typing import Final
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
+from gpudra_cel.celtime import Duration, Timestamp
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.k8s_formats import NamedFormat
 from gpudra_cel.netaddr import IPAddr, IPPrefix
@@ -111,6 +113,8 @@ _NET_TYPE_NAMES: dict[type, str] = {
     IPPrefix: "net.CIDR",
     ParsedURL: "kubernetes.URL",
     NamedFormat: "kubernetes.NamedFormat",
+    Timestamp: "google.protobuf.Timestamp",
+    Duration: "google.protobuf.Duration",
 }
 
 
@@ -140,7 +144,7 @@ def type_name(value: object) -> str:
         return "Semver"
     if isinstance(value, CelOptional):
         return "optional_type"
-    if isinstance(value, IPAddr | IPPrefix | ParsedURL | NamedFormat):
+    if isinstance(value, IPAddr | IPPrefix | ParsedURL | NamedFormat | Timestamp | Duration):
         return _NET_TYPE_NAMES[type(value)]
     return type(value).__name__
 
@@ -179,7 +183,7 @@ def equal(a: object, b: object) -> bool:
             if not found or not equal(value, other):
                 return False
         return True
-    if ta is tb and ta in (float, Quantity, Semver, CelOptional, type(None), IPAddr, IPPrefix):
+    if ta is tb and ta in _SAME_TYPE_EQUAL:
         return a == b
     if ta is tb is NamedFormat:  # as Kubernetes: the same name
         return a == b
@@ -188,6 +192,17 @@ def equal(a: object, b: object) -> bool:
     return False
 
 
+_SAME_TYPE_EQUAL: Final = (
+    float,
+    Quantity,
+    Semver,
+    CelOptional,
+    type(None),
+    IPAddr,
+    IPPrefix,
+    Timestamp,
+    Duration,
+)
 _OPAQUE: Final = (Quantity, Semver, IPAddr, IPPrefix, ParsedURL, NamedFormat)
 
 
@@ -234,7 +249,7 @@ def _lookup(mapping: Mapping[object, object], key: object) -> tuple[bool, object
     return False, None
 
 
-_ORDERED_SAME: Final = frozenset({str, bool, bytes, int, float, CelUint})
+_ORDERED_SAME: Final = frozenset({str, bool, bytes, int, float, CelUint, Timestamp, Duration})
 
 
 def compare(a: object, b: object, op: str) -> int:
@@ -276,7 +291,13 @@ def add(a: object, b: object) -> object:
     if ta is not tb:
         if isinstance(a, tuple | list) and isinstance(b, tuple | list):
             return tuple(a) + tuple(b)
+        if isinstance(a, Timestamp) and isinstance(b, Duration):
+            return a.add(b)
+        if isinstance(a, Duration) and isinstance(b, Timestamp):
+            return b.add(a)
         raise no_overload("_+_", a, b)
+    if ta is Duration:
+        return a.add(b)  # type: ignore[attr-defined]
     if ta is int:
         return check_int(a + b)  # type: ignore[operator]
     if ta is CelUint:
@@ -295,6 +316,10 @@ def subtract(a: object, b: object) -> object:
             return check_uint(a - b)  # type: ignore[operator]
         if ta is float:
             return a - b  # type: ignore[operator]
+        if ta is Timestamp or ta is Duration:
+            return a.subtract(b)  # type: ignore[attr-defined]
+    if ta is Timestamp and isinstance(b, Duration):
+        return a.add(b.negate())  # type: ignore[attr-defined]
     raise no_overload("_-_", a, b)
 
 
@@ -350,6 +375,8 @@ def negate(a: object) -> object:
         return check_int(-a)
     if isinstance(a, float):
         return -a
+    if isinstance(a, Duration):  # declared for int and double only: reached through dyn()
+        return a.negate()
     raise no_overload("-_", a)
 
 
