@@ -7,7 +7,7 @@ data files. Nothing the simulator returns is real hardware: the inventory source
 
 from __future__ import annotations
 
-from gpudra_nvml.adapter import Discovery, NvmlAdapter, sysfs_pcie_root
+from gpudra_nvml.adapter import Discovery, NvmlAdapter, sysfs_numa_node, sysfs_pcie_root
 from gpudra_nvml.errors import (
     DeviceLostError,
     NvmlCallError,
@@ -49,5 +49,6 @@ __all__ = [
     "parse_faults",
     "profile_names",
     "snapshot",
+    "sysfs_numa_node",
     "sysfs_pcie_root",
 ]

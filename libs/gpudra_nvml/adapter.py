@@ -9,6 +9,9 @@ about which one it holds. Promises:
 - Devices come out in GPU index order, each GPU followed by its MIG devices; names are stable.
 - A GPU in MIG mode carries its free placements (dynamic MIG) and is itself marked `mig_enabled`;
   whole GPUs are MIG-disabled ones.
+- `numa_node` is the NUMA node the kernel gives the GPU's PCI function (its CPU and host-memory
+  affinity, as `nvidia-smi topo -m` shows it), not `nvmlDeviceGetNumaNodeId`: that one answers
+  only where the GPU's memory is a NUMA node itself (Grace), and then names that node.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from gpudra_nvml.nvcall import Nvml, text
 from gpudrapb.v1 import inventory_pb2 as pb
 
 PcieRootResolver = Callable[[str], str]
+NumaResolver = Callable[[str], "int | None"]
 
 _BRANDS = {
     "NVIDIA": "Nvidia",
@@ -59,6 +63,18 @@ def sysfs_pcie_root(bus_id: str, sysfs: str = "/sys") -> str:
     return ""
 
 
+def sysfs_numa_node(bus_id: str, sysfs: str = "/sys") -> int | None:
+    """The NUMA node of a PCI device from sysfs; None when the platform does not tell (-1) or
+    the device is unknown."""
+    path = os.path.join(sysfs, "bus", "pci", "devices", bus_id, "numa_node")
+    try:
+        with open(path, encoding="ascii") as f:
+            node = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
 @dataclass
 class Discovery:
     versions: pb.Versions
@@ -73,9 +89,15 @@ class Discovery:
 class NvmlAdapter:
     """Discovery and sampling over one NVML library object. Not thread-safe: one caller at a time."""
 
-    def __init__(self, lib: Any, pcie_root: PcieRootResolver = sysfs_pcie_root) -> None:
+    def __init__(
+        self,
+        lib: Any,
+        pcie_root: PcieRootResolver = sysfs_pcie_root,
+        numa_node: NumaResolver = sysfs_numa_node,
+    ) -> None:
         self.nvml = Nvml(lib)
         self._pcie_root = pcie_root
+        self._numa_node = numa_node
         self._started = False
 
     def start(self) -> None:
@@ -181,9 +203,9 @@ class NvmlAdapter:
             memory_bytes=int(call("nvmlDeviceGetMemoryInfo", handle).total),
             vbios_version=text(optional("nvmlDeviceGetVbiosVersion", handle) or ""),
         )
-        numa = optional("nvmlDeviceGetNumaNodeId", handle)
-        if numa is not None and int(numa) >= 0:
-            device.numa_node = int(numa)
+        numa = self._numa_node(bus_id)
+        if numa is not None:
+            device.numa_node = numa
         mode = optional("nvmlDeviceGetMigMode", handle)
         device.mig_capable = mode is not None
         device.mig_enabled = mode is not None and mode[0] == self.nvml.const(

@@ -7,7 +7,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpudra_nvml.adapter import sysfs_pcie_root
+from gpudra_nvml.adapter import sysfs_numa_node, sysfs_pcie_root
 from gpudra_nvml.inventory import snapshot
 from gpudra_nvml.loader import open_simulator
 from gpudrapb.v1 import inventory_pb2 as pb
@@ -464,3 +464,57 @@ def test_a_gpu_whose_handle_is_refused_does_not_fail_the_node(code: int, lost: b
     assert [d.name for d in after.devices] == [d.name for d in before.devices]
     sampled = [s.device_name for s in opened.adapter.utilization()]
     assert sampled == [f"gpu-{i}" for i in range(8) if i != 5]
+
+
+class _NumaNodeId:
+    """nvmlDeviceGetNumaNodeId as real NVML answers it: NOT_SUPPORTED where GPUs are not NUMA
+    nodes themselves (every x86 server), else the NUMA node of the GPU's own memory (Grace)."""
+
+    def __init__(self, lib: Any, answer: int | None) -> None:
+        self._lib, self._answer = lib, answer
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if name != "nvmlDeviceGetNumaNodeId":
+            return real
+
+        def numa(handle: Any) -> int:
+            if self._answer is None:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return self._answer
+
+        return numa
+
+
+@pytest.mark.parametrize(
+    ("profile", "answer"),
+    [
+        pytest.param("dgx-h100", None, id="x86-not-a-numa-node"),
+        # GB200: the GPU's HBM is its own NUMA node; the CPU (Grace) node is what jobs pin to.
+        pytest.param("gb200-nvl72-tray", 12, id="grace-gpu-memory-node"),
+    ],
+)
+def test_numa_node_is_the_cpu_affinity_not_nvml_numa_id(profile: str, answer: int | None) -> None:
+    opened = open_simulator(profile)
+    assert opened.fake is not None
+    want = [g.numa_node for g in opened.fake.profile.gpus]
+    opened.adapter.nvml.lib = _NumaNodeId(opened.fake, answer)
+    gpus = [d for d in opened.adapter.discover().devices if d.type == pb.Device.TYPE_GPU]
+    assert [g.numa_node if g.HasField("numa_node") else None for g in gpus] == want
+
+
+@pytest.mark.parametrize(
+    ("content", "want"),
+    [
+        pytest.param("1\n", 1, id="node-1"),
+        pytest.param("-1\n", None, id="unknown"),
+        pytest.param(None, None, id="no-such-device"),
+        pytest.param("garbage", None, id="unreadable"),
+    ],
+)
+def test_sysfs_numa_node(tmp_path: Path, content: str | None, want: int | None) -> None:
+    device = tmp_path / "bus" / "pci" / "devices" / "0000:1b:00.0"
+    device.mkdir(parents=True)
+    if content is not None:
+        (device / "numa_node").write_text(content)
+    assert sysfs_numa_node("0000:1b:00.0", str(tmp_path)) == want

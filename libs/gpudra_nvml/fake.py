@@ -112,10 +112,11 @@ class FakeNvml(FakeTopology):
         return self.profile.model.vbios
 
     def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
-        numa = self._gpu(handle).spec.numa_node
-        if numa is None:
-            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return int(numa)
+        # NVML answers only where the GPU's memory is a NUMA node of its own (Grace platforms),
+        # and then with that node, which no profile models. A profile's `numaNode` is the CPU
+        # affinity the kernel reports in sysfs; the loader serves it in sysfs' place.
+        self._gpu(handle)
+        _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
         state = self._gpu(handle)

@@ -38,10 +38,11 @@ def open_simulator(
     the fault script in `faults_file` scheduled on top of the profile's own."""
     spec = load_profile(profile)
     roots = {g.bus_id.lower(): g.pcie_root for g in spec.gpus}
+    numas = {g.bus_id.lower(): g.numa_node for g in spec.gpus}
     fake = FakeNvml(spec, clock=clock)
     if faults_file:
         fake.apply(load_faults(faults_file, len(spec.gpus)))
-    adapter = NvmlAdapter(fake, pcie_root=lambda bus_id: roots.get(bus_id, ""))
+    adapter = NvmlAdapter(fake, pcie_root=lambda bus_id: roots.get(bus_id, ""), numa_node=numas.get)
     adapter.start()
     source = pb.InventorySource(kind=pb.InventorySource.KIND_SIMULATOR, profile=profile)
     return Opened(adapter, source, fake)
