@@ -12,7 +12,9 @@ itself and gives the library one merged kubeconfig, as client-go's loading rules
 - relative paths are resolved against the folder of the file that holds them:
   `certificate-authority`, `client-certificate`, `client-key`, `tokenFile`, and an exec
   `command` that contains a slash (a bare name is looked up on `PATH`);
-- a file that cannot be read or parsed is an error (client-go's), never skipped.
+- a file that cannot be read or parsed is an error (client-go's), never skipped;
+- an `exec` plugin runs as client-go runs it (`gpudra_kube.exec_plugin`), at load and whenever
+  `gpudra_kube.credentials` renews its credential.
 Limit: an auth-provider's refreshed token (oidc) is not written back to the file it came from
 (kubernetes-asyncio wrote it into every loaded file; client-go writes it to its own file).
 """
@@ -28,7 +30,10 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.config.config_exception import ConfigException
-from kubernetes_asyncio.config.kube_config import KubeConfigLoader
+from kubernetes_asyncio.config.dateutil import parse_rfc3339
+from kubernetes_asyncio.config.kube_config import FileOrData, KubeConfigLoader
+
+from gpudra_kube.exec_plugin import ExecPlugin
 
 _SECTIONS = ("clusters", "users", "contexts")
 # The fields holding a file name, per section entry (client-go's Get*FileReferences).
@@ -119,6 +124,44 @@ async def load_kubeconfig(
     if context is None and not merged.get("current-context"):
         raise ConfigException(f"kubeconfig {os.pathsep.join(map(str, files))} sets no context")
     # config_base_path "": every path is absolute already, none is re-resolved by the library.
-    loader = KubeConfigLoader(config_dict=merged, active_context=context, config_base_path="")
+    loader = _Loader(config_dict=merged, active_context=context, config_base_path="")
     await loader.load_and_set(configuration)
     return loader
+
+
+class _Loader(KubeConfigLoader):
+    """The library's loader with client-go's exec plugin runner."""
+
+    async def load_from_exec_plugin(self) -> bool:
+        """Run the plugin now (callers decide when: at load, or to renew) and take its
+        credential: a token, with its expiry if it has one, or a client certificate and key."""
+        user, cluster = getattr(self, "_user", None), getattr(self, "_cluster", None)
+        if user is None or cluster is None:
+            return False
+        plugin = ExecPlugin.from_kubeconfig(user["exec"].value, cluster.value)
+        status = await plugin.run()
+        if status.get("token"):
+            self.token = f"Bearer {status['token']}"
+            if status.get("expirationTimestamp"):
+                self.exec_plugin_expiry = parse_rfc3339(status["expirationTimestamp"])
+            elif hasattr(self, "exec_plugin_expiry"):
+                del self.exec_plugin_expiry  # this credential lasts until a 401
+            return True
+        # A certificate and key (the runner checked there are both), as the library takes them:
+        # files the TLS context is built from once, when the client is made.
+        for attribute, key in (
+            ("cert_file", "clientCertificateData"),
+            ("key_file", "clientKeyData"),
+        ):
+            setattr(
+                self,
+                attribute,
+                FileOrData(
+                    status,
+                    None,
+                    data_key_name=key,
+                    base64_file_content=False,
+                    temp_file_path=getattr(self, "_temp_file_path", None),
+                ).as_file(),
+            )
+        return True

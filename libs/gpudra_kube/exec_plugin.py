@@ -1,0 +1,154 @@
+"""A kubeconfig `exec` credential plugin, run as client-go runs it (`plugin/pkg/client/auth/exec`).
+
+kubernetes-asyncio's runner differs from client-go's where a service notices: it swallows the
+plugin's stderr unless the plugin fails, ignores `installHint`, and reports a missing
+executable as a bare `FileNotFoundError`. Here, as in client-go:
+- `apiVersion` is client.authentication.k8s.io/v1 or v1beta1, and the plugin must answer in it;
+- `KUBERNETES_EXEC_INFO` holds the ExecCredential request (`spec.interactive`); `env` entries
+  are added to our environment;
+- the plugin's stderr passes through to ours as it comes (it is where plugins warn and prompt);
+  its last line is also kept for the error when the plugin fails;
+- a missing executable names it and adds the `installHint`; a failed run names the executable
+  and its exit code; the answer must be an ExecCredential with a token or a certificate and
+  key (both, or neither).
+The command is run as given: a relative path with a slash was made absolute against the
+kubeconfig's folder when the file was read (`gpudra_kube.kubeconfig`). Not supported: plugin
+policies (client-go's allowlist), which fail loudly rather than being ignored, and
+`provideClusterInfo` and `interactiveMode` (known gaps: the plugin gets no `spec.cluster`, and
+`spec.interactive` is whether our stdout is a terminal, as kubernetes-asyncio sets it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
+CLUSTER_EXTENSION = "client.authentication.k8s.io/exec"
+INTERACTIVE_MODES = ("Never", "IfAvailable", "Always")
+INSTALL_HELP = (
+    "It looks like you are trying to use a client-go credential plugin that is not installed; see "
+    "https://kubernetes.io/docs/reference/access-authn-authz/authentication/"
+    "#client-go-credential-plugins"
+)
+
+
+class ExecPluginError(ConfigException):
+    """The plugin is misconfigured, could not run, or answered something unusable."""
+
+
+@dataclass(frozen=True)
+class ExecPlugin:
+    """One user's `exec` stanza, checked."""
+
+    api_version: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    install_hint: str = ""
+
+    @classmethod
+    def from_kubeconfig(cls, stanza: Mapping[str, Any], cluster: Mapping[str, Any]) -> ExecPlugin:
+        api_version = stanza.get("apiVersion")
+        if api_version not in API_VERSIONS:
+            raise ExecPluginError(f"exec plugin: invalid apiVersion {api_version!r}")
+        command = stanza.get("command")
+        if not isinstance(command, str) or not command:
+            raise ExecPluginError("exec plugin: command must be specified")
+        if stanza.get("pluginPolicy"):
+            raise ExecPluginError("exec plugin: pluginPolicy is not supported by this client")
+        args = stanza.get("args") or []
+        if not isinstance(args, list):
+            raise ExecPluginError(f"exec plugin: args must be a list, not {args!r}")
+        env: list[tuple[str, str]] = []
+        for item in stanza.get("env") or []:
+            if not isinstance(item, Mapping) or not item.get("name"):
+                raise ExecPluginError("exec plugin: every env entry needs a name")
+            env.append((str(item["name"]), str(item.get("value", ""))))
+        return cls(
+            api_version=api_version,
+            command=command,
+            args=tuple(str(a) for a in args),
+            env=tuple(env),
+            install_hint=str(stanza.get("installHint") or ""),
+        )
+
+    def request(self, interactive: bool) -> dict[str, Any]:
+        """The ExecCredential the plugin reads from `KUBERNETES_EXEC_INFO`."""
+        spec: dict[str, Any] = {"interactive": interactive}
+        return {"apiVersion": self.api_version, "kind": "ExecCredential", "spec": spec}
+
+    async def run(self) -> Mapping[str, Any]:
+        """Run the plugin once; its ExecCredential's `status`."""
+        interactive = sys.stdout.isatty()
+        env = dict(os.environ)
+        env.update(self.env)
+        env["KUBERNETES_EXEC_INFO"] = json.dumps(self.request(interactive))
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self.command,
+                *self.args,
+                env=env,
+                stdin=None,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except FileNotFoundError as exc:
+            hint = f"; {self.install_hint.strip()}" if self.install_hint.strip() else ""
+            raise ExecPluginError(
+                f"exec: executable {self.command} not found{hint} ({INSTALL_HELP})"
+            ) from exc
+        except OSError as exc:  # not executable, ...
+            raise ExecPluginError(f"exec: {self.command}: {exc}") from exc
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        stdout, last_error = await asyncio.gather(proc.stdout.read(), _pass_through(proc.stderr))
+        code = await proc.wait()
+        if code != 0:
+            why = f": {last_error}" if last_error else ""
+            raise ExecPluginError(
+                f"exec: executable {self.command} failed with exit code {code}{why}"
+            )
+        return self._status(stdout)
+
+    def _status(self, stdout: bytes) -> Mapping[str, Any]:
+        try:
+            answer = json.loads(stdout)
+        except ValueError as exc:
+            raise ExecPluginError(f"exec: decoding the plugin's output: {exc}") from exc
+        if not isinstance(answer, Mapping) or answer.get("kind") != "ExecCredential":
+            raise ExecPluginError("exec: the plugin's output is not an ExecCredential")
+        if answer.get("apiVersion") != self.api_version:
+            raise ExecPluginError(
+                f"exec plugin is configured to use API version {self.api_version}, plugin "
+                f"returned version {answer.get('apiVersion')}"
+            )
+        status = answer.get("status")
+        if not isinstance(status, Mapping):
+            raise ExecPluginError("exec plugin didn't return a status field")
+        token = status.get("token")
+        cert, key = status.get("clientCertificateData"), status.get("clientKeyData")
+        if not token and not cert and not key:
+            raise ExecPluginError("exec plugin didn't return a token or cert/key pair")
+        if bool(cert) != bool(key):
+            raise ExecPluginError("exec plugin returned only certificate or key, not both")
+        return status
+
+
+async def _pass_through(stream: asyncio.StreamReader) -> str:
+    """Copy the plugin's stderr to ours as it comes; its last non-empty line."""
+    last = ""
+    while chunk := await stream.read(4096):
+        sys.stderr.write(chunk.decode(errors="replace"))
+        sys.stderr.flush()
+        lines = [line for line in chunk.decode(errors="replace").splitlines() if line.strip()]
+        if lines:
+            last = lines[-1].strip()
+    return last

@@ -1,0 +1,149 @@
+"""Exec credential plugins run as client-go runs them: what the plugin is given (environment,
+`KUBERNETES_EXEC_INFO`, stdin), where its stderr goes, and the errors a service logs when it
+cannot run. Each test loads a kubeconfig through `load_api_client`, as the services do."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.errors import InvalidObjectError
+from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_testing.kubeapi import FakeKubeApi
+
+# The plugin: records what it was given, says something on stderr, answers with the token in
+# `token` (or exits with the code in `exit-code`).
+PLUGIN = f"""#!{sys.executable}
+import json, os, pathlib, sys
+folder = pathlib.Path(__file__).parent
+(folder / "seen.json").write_text(json.dumps({{
+    "env": dict(os.environ), "args": sys.argv[1:], "stdin_is_null": os.path.samefile("/dev/null", "/proc/self/fd/0") if os.path.exists("/proc/self/fd/0") else None,
+}}))
+print("plugin: fetching a token", file=sys.stderr)
+code = folder / "exit-code"
+if code.exists():
+    print("plugin: no session, run login first", file=sys.stderr)
+    sys.exit(int(code.read_text()))
+print(json.dumps({{
+    "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+    "status": {{"token": (folder / "token").read_text()}},
+}}))
+"""
+
+
+def install_plugin(folder: Path, token: str = "exec-token") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    plugin = folder / "plugin"
+    plugin.write_text(PLUGIN, encoding="utf-8")
+    plugin.chmod(0o755)
+    (folder / "token").write_text(token, encoding="utf-8")
+    return plugin
+
+
+def seen(folder: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((folder / "seen.json").read_text(encoding="utf-8"))
+    return data
+
+
+def write_kubeconfig(
+    path: Path, server: str, exec_: dict[str, Any], cluster: dict[str, Any] | None = None
+) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server, **(cluster or {})}}],
+        "users": [{"name": "u", "user": {"exec": exec_}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+def exec_stanza(command: str, **more: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": command,
+        "interactiveMode": "Never",
+        **more,
+    }
+
+
+async def can_list(kubeconfig: Path) -> None:
+    store = ApiStore(await load_api_client(str(kubeconfig)))
+    try:
+        await store.list(RESOURCE_CLAIMS)
+    finally:
+        await store.close()
+
+
+async def test_a_relative_command_with_a_slash_is_found_beside_the_kubeconfig(
+    kube_api: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_plugin(tmp_path / "bin")
+    kubeconfig = write_kubeconfig(
+        tmp_path / "kubeconfig", kube_api.url, exec_stanza("./bin/plugin")
+    )
+    monkeypatch.chdir("/")  # not the kubeconfig's folder
+    kube_api.accept_tokens("exec-token")
+    await can_list(kubeconfig)
+
+
+async def test_args_and_env_reach_the_plugin(kube_api: FakeKubeApi, tmp_path: Path) -> None:
+    plugin = install_plugin(tmp_path)
+    stanza = exec_stanza(
+        str(plugin), args=["get-token", "--cluster", "c"], env=[{"name": "REGION", "value": "x"}]
+    )
+    kube_api.accept_tokens("exec-token")
+    await can_list(write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, stanza))
+    assert seen(tmp_path)["args"] == ["get-token", "--cluster", "c"]
+    assert seen(tmp_path)["env"]["REGION"] == "x"
+
+
+async def test_the_plugins_stderr_passes_through(
+    kube_api: FakeKubeApi, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """client-go hands the plugin its own stderr: warnings and prompts reach the log."""
+    plugin = install_plugin(tmp_path)
+    kube_api.accept_tokens("exec-token")
+    await can_list(
+        write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, exec_stanza(str(plugin)))
+    )
+    assert "plugin: fetching a token" in capfd.readouterr().err
+
+
+async def test_a_missing_executable_is_named_with_its_install_hint(tmp_path: Path) -> None:
+    stanza = exec_stanza("no-such-auth-plugin", installHint="install it with: brew install x")
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1", stanza)
+    with pytest.raises(InvalidObjectError) as info:
+        await load_api_client(str(kubeconfig))
+    message = str(info.value)
+    assert "exec: executable no-such-auth-plugin not found" in message
+    assert "install it with: brew install x" in message
+
+
+async def test_a_failing_plugin_names_the_executable_and_its_exit_code(tmp_path: Path) -> None:
+    plugin = install_plugin(tmp_path)
+    (tmp_path / "exit-code").write_text("3", encoding="utf-8")
+    kubeconfig = write_kubeconfig(
+        tmp_path / "kubeconfig", "http://127.0.0.1:1", exec_stanza(str(plugin))
+    )
+    with pytest.raises(InvalidObjectError) as info:
+        await load_api_client(str(kubeconfig))
+    message = str(info.value)
+    assert f"exec: executable {plugin} failed with exit code 3" in message
+    assert "run login first" in message
+
+
+async def test_an_unknown_exec_api_version_is_refused(tmp_path: Path) -> None:
+    plugin = install_plugin(tmp_path)
+    stanza = exec_stanza(str(plugin), apiVersion="client.authentication.k8s.io/v1alpha1")
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1", stanza)
+    with pytest.raises(InvalidObjectError, match="invalid apiVersion"):
+        await load_api_client(str(kubeconfig))
+    assert not (tmp_path / "seen.json").exists()  # refused before the plugin ran
