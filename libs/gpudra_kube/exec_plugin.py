@@ -1,9 +1,13 @@
 """A kubeconfig `exec` credential plugin, run as client-go runs it (`plugin/pkg/client/auth/exec`).
 
 kubernetes-asyncio's runner differs from client-go's where a service notices: it swallows the
-plugin's stderr unless the plugin fails, ignores `installHint`, and reports a missing
+plugin's stderr unless the plugin fails, hands the plugin our stdin, derives `interactive` from
+stdout, ignores `interactiveMode` and `installHint`, and reports a missing
 executable as a bare `FileNotFoundError`. Here, as in client-go:
 - `apiVersion` is client.authentication.k8s.io/v1 or v1beta1, and the plugin must answer in it;
+  v1 requires `interactiveMode` (v1beta1 defaults to IfAvailable). `Never`: not interactive;
+  `IfAvailable`: interactive when our stdin is a terminal; `Always`: refused, with a clear error,
+  unless stdin is a terminal. Only an interactive plugin gets our stdin (else /dev/null);
 - `KUBERNETES_EXEC_INFO` holds the ExecCredential request (`spec.interactive`); `env` entries
   are added to our environment;
 - the plugin's stderr passes through to ours as it comes (it is where plugins warn and prompt);
@@ -14,8 +18,7 @@ executable as a bare `FileNotFoundError`. Here, as in client-go:
 The command is run as given: a relative path with a slash was made absolute against the
 kubeconfig's folder when the file was read (`gpudra_kube.kubeconfig`). Not supported: plugin
 policies (client-go's allowlist), which fail loudly rather than being ignored, and
-`provideClusterInfo` and `interactiveMode` (known gaps: the plugin gets no `spec.cluster`, and
-`spec.interactive` is whether our stdout is a terminal, as kubernetes-asyncio sets it).
+`provideClusterInfo` (a known gap: the plugin gets no `spec.cluster`).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class ExecPlugin:
     command: str
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    interactive_mode: str = "IfAvailable"
     install_hint: str = ""
 
     @classmethod
@@ -62,6 +66,13 @@ class ExecPlugin:
         command = stanza.get("command")
         if not isinstance(command, str) or not command:
             raise ExecPluginError("exec plugin: command must be specified")
+        mode = stanza.get("interactiveMode") or ""
+        if not mode:
+            if api_version.endswith("/v1"):
+                raise ExecPluginError("exec plugin: interactiveMode must be specified for v1")
+            mode = "IfAvailable"
+        if mode not in INTERACTIVE_MODES:
+            raise ExecPluginError(f"exec plugin: invalid interactiveMode {mode!r}")
         if stanza.get("pluginPolicy"):
             raise ExecPluginError("exec plugin: pluginPolicy is not supported by this client")
         args = stanza.get("args") or []
@@ -77,8 +88,19 @@ class ExecPlugin:
             command=command,
             args=tuple(str(a) for a in args),
             env=tuple(env),
+            interactive_mode=mode,
             install_hint=str(stanza.get("installHint") or ""),
         )
+
+    def interactive(self) -> bool:
+        """Whether this run may talk to the user (client-go's `isInteractive`)."""
+        # File descriptor 0, the stdin an interactive plugin inherits (client-go: os.Stdin).
+        terminal = os.isatty(0)
+        if self.interactive_mode == "Always" and not terminal:
+            raise ExecPluginError(
+                "exec plugin cannot support interactive mode: standard input is not a terminal"
+            )
+        return self.interactive_mode != "Never" and terminal
 
     def request(self, interactive: bool) -> dict[str, Any]:
         """The ExecCredential the plugin reads from `KUBERNETES_EXEC_INFO`."""
@@ -87,7 +109,7 @@ class ExecPlugin:
 
     async def run(self) -> Mapping[str, Any]:
         """Run the plugin once; its ExecCredential's `status`."""
-        interactive = sys.stdout.isatty()
+        interactive = self.interactive()
         env = dict(os.environ)
         env.update(self.env)
         env["KUBERNETES_EXEC_INFO"] = json.dumps(self.request(interactive))
@@ -96,7 +118,7 @@ class ExecPlugin:
                 self.command,
                 *self.args,
                 env=env,
-                stdin=None,
+                stdin=None if interactive else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
             )

@@ -5,7 +5,10 @@ cannot run. Each test loads a kubeconfig through `load_api_client`, as the servi
 from __future__ import annotations
 
 import json
+import os
+import pty
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,10 +143,87 @@ async def test_a_failing_plugin_names_the_executable_and_its_exit_code(tmp_path:
     assert "run login first" in message
 
 
-async def test_an_unknown_exec_api_version_is_refused(tmp_path: Path) -> None:
+@pytest.fixture
+def _terminal_stdin() -> Iterator[None]:
+    """Our stdin (file descriptor 0, which a plugin inherits) is a terminal, as under kubectl in
+    a shell: a pseudo-terminal put in its place for the test."""
+    leader, follower = pty.openpty()
+    saved = os.dup(0)
+    os.dup2(follower, 0)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, leader, follower):
+            os.close(fd)
+
+
+def exec_info(folder: Path) -> dict[str, Any]:
+    info: dict[str, Any] = json.loads(seen(folder)["env"]["KUBERNETES_EXEC_INFO"])
+    return info
+
+
+@pytest.mark.parametrize(
+    ("mode", "interactive"),
+    [
+        pytest.param("Never", False, id="never"),
+        pytest.param("IfAvailable", True, id="if-available"),
+    ],
+)
+@pytest.mark.usefixtures("_terminal_stdin")
+async def test_interactive_mode_with_a_terminal(
+    kube_api: FakeKubeApi, tmp_path: Path, mode: str, interactive: bool
+) -> None:
     plugin = install_plugin(tmp_path)
-    stanza = exec_stanza(str(plugin), apiVersion="client.authentication.k8s.io/v1alpha1")
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1", stanza)
-    with pytest.raises(InvalidObjectError, match="invalid apiVersion"):
+    stanza = exec_stanza(str(plugin), interactiveMode=mode)
+    kube_api.accept_tokens("exec-token")
+    await can_list(write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, stanza))
+    assert exec_info(tmp_path)["spec"]["interactive"] is interactive
+
+
+@pytest.mark.usefixtures("_terminal_stdin")
+async def test_a_plugin_that_is_not_interactive_gets_no_stdin(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    plugin = install_plugin(tmp_path)
+    kube_api.accept_tokens("exec-token")
+    await can_list(
+        write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, exec_stanza(str(plugin)))
+    )
+    assert seen(tmp_path)["stdin_is_null"] is True
+
+
+@pytest.mark.parametrize(
+    ("stanza", "error"),
+    [
+        pytest.param(
+            {"interactiveMode": "Always"},
+            "exec plugin cannot support interactive mode: standard input is not a terminal",
+            id="always-without-a-terminal",
+        ),
+        pytest.param(
+            {"interactiveMode": None},
+            "interactiveMode must be specified",
+            id="v1-without-interactive-mode",
+        ),
+        pytest.param(
+            {"interactiveMode": "Sometimes"},
+            "invalid interactiveMode 'Sometimes'",
+            id="unknown-mode",
+        ),
+        pytest.param(
+            {"apiVersion": "client.authentication.k8s.io/v1alpha1"},
+            "invalid apiVersion 'client.authentication.k8s.io/v1alpha1'",
+            id="unknown-api-version",
+        ),
+    ],
+)
+async def test_exec_stanzas_client_go_refuses(
+    tmp_path: Path, stanza: dict[str, Any], error: str
+) -> None:
+    plugin = install_plugin(tmp_path)
+    fields = {k: v for k, v in {**exec_stanza(str(plugin)), **stanza}.items() if v is not None}
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1", fields)
+    with pytest.raises(InvalidObjectError, match=error):
         await load_api_client(str(kubeconfig))
     assert not (tmp_path / "seen.json").exists()  # refused before the plugin ran
