@@ -15,6 +15,9 @@ conditions per GPU index. Policy:
   for events once it answers.
 - An event wait that fails (any NVML error but TIMEOUT) delivers no XIDs this poll; the per-GPU
   checks still run, and the events queued meanwhile come with the next wait that answers.
+- An event set NVML will not create (NOT_SUPPORTED on some platforms, a driver error) leaves XIDs
+  unwatched, not the monitor failed: ECC and lost-GPU checks go on, and creating it is tried again
+  at every poll.
 Blocking: `poll()` may wait up to `timeout_ms` in NVML's event wait; run it off the event loop.
 """
 
@@ -75,10 +78,24 @@ class HealthMonitor:
         self._xid_seen: dict[int, float] = {}
         self._registered: set[int] = set()  # GPU indexes registered with the event set
         self._wait_failing = False  # the last event wait failed (logged once per streak)
+        self._open = False  # between open() and close(): an event set is wanted
+        self._set_failing = False  # the last event set creation failed (logged once per streak)
 
     def open(self, handles: dict[int, Any]) -> None:
         """Create the event set and register every GPU for the event types it supports."""
-        self._event_set = self._nvml.call("nvmlEventSetCreate")
+        self._open = True
+        self._create_event_set(handles)
+
+    def _create_event_set(self, handles: dict[int, Any]) -> None:
+        try:
+            self._event_set = self._nvml.call("nvmlEventSetCreate")
+        except NvmlCallError as exc:
+            if not self._set_failing:
+                log.warning("no NVML event set (%s): XIDs not watched until there is one", exc)
+            self._set_failing = True
+            return
+        self._set_failing = False
+        self._registered.clear()  # registrations belong to an event set
         for index, handle in handles.items():
             # One GPU that cannot be registered now is registered by a later `_check`.
             with contextlib.suppress(DeviceLostError, NvmlCallError):
@@ -97,6 +114,7 @@ class HealthMonitor:
         self._registered.add(index)
 
     def close(self) -> None:
+        self._open = False
         if self._event_set is not None:
             event_set, self._event_set = self._event_set, None
             self._nvml.optional("nvmlEventSetFree", event_set)
@@ -120,6 +138,8 @@ class HealthMonitor:
     def poll(self, gpu_count: int, timeout_ms: int = 0) -> list[Transition]:
         """Drain XID events (waiting up to `timeout_ms` for the first) and check every GPU."""
         out: list[Transition | None] = []
+        if self._open and self._event_set is None:
+            self._create_event_set({})  # the GPUs are registered by their checks below
         out.extend(self._drain_events(timeout_ms))
         now = self._clock()
         for index in range(gpu_count):

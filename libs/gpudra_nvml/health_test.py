@@ -304,3 +304,49 @@ def test_a_gpu_nvml_refuses_as_unusable_is_unhealthy_until_it_answers(code: int,
     assert why in monitor.conditions(6)[0].message
     lib.fixed = True
     assert _kinds(monitor.poll(8)) == [(6, LOST, 0, True)]
+
+
+class _NoEventSets:
+    """NVML refusing to create event sets (with `code`) until `fixed` is set."""
+
+    def __init__(self, lib: FakeNvml, code: int) -> None:
+        self._lib, self._code, self.fixed = lib, code, False
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if name != "nvmlEventSetCreate":
+            return real
+
+        def create() -> Any:
+            if not self.fixed:
+                raise pynvml.NVMLError(self._code)
+            return real()
+
+        return create
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param(pynvml.NVML_ERROR_NOT_SUPPORTED, id="not-supported"),
+        pytest.param(pynvml.NVML_ERROR_UNKNOWN, id="unknown"),
+    ],
+)
+def test_without_an_event_set_the_gpus_are_still_checked(code: int) -> None:
+    clock = Clock()
+    opened = open_simulator("dgx-h100", clock=clock)
+    assert opened.fake is not None
+    fake = opened.fake
+    lib = _NoEventSets(fake, code)
+    opened.adapter.nvml.lib = lib
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
+    monitor.open(opened.adapter.handles()[0])  # no XIDs for now, but no failure either
+    fake.add_ecc_errors(2, 1)
+    fake.lose_device(4)
+    assert sorted(_kinds(monitor.poll(8))) == [(2, ECC, 1, False), (4, LOST, 0, False)]
+    # Once NVML creates event sets, XIDs are watched again.
+    lib.fixed = True
+    assert monitor.poll(8) == []
+    fake.inject_xid(6, 48)
+    assert _kinds(monitor.poll(8)) == [(6, XID, 48, False)]
+    monitor.close()
