@@ -2,14 +2,16 @@
 
 kubernetes-asyncio's runner differs from client-go's where a service notices: it swallows the
 plugin's stderr unless the plugin fails, hands the plugin our stdin, derives `interactive` from
-stdout, ignores `interactiveMode` and `installHint`, and reports a missing
+stdout, ignores `interactiveMode`, `provideClusterInfo` and `installHint`, and reports a missing
 executable as a bare `FileNotFoundError`. Here, as in client-go:
 - `apiVersion` is client.authentication.k8s.io/v1 or v1beta1, and the plugin must answer in it;
   v1 requires `interactiveMode` (v1beta1 defaults to IfAvailable). `Never`: not interactive;
   `IfAvailable`: interactive when our stdin is a terminal; `Always`: refused, with a clear error,
   unless stdin is a terminal. Only an interactive plugin gets our stdin (else /dev/null);
-- `KUBERNETES_EXEC_INFO` holds the ExecCredential request (`spec.interactive`); `env` entries
-  are added to our environment;
+- `KUBERNETES_EXEC_INFO` holds the ExecCredential request (`spec.interactive`, and with
+  `provideClusterInfo` the cluster: server, tls-server-name, insecure-skip-tls-verify, the CA
+  bundle, proxy-url, disable-compression and the cluster's `client.authentication.k8s.io/exec`
+  extension as `config`); `env` entries are added to our environment;
 - the plugin's stderr passes through to ours as it comes (it is where plugins warn and prompt);
   its last line is also kept for the error when the plugin fails;
 - a missing executable names it and adds the `installHint`; a failed run names the executable
@@ -17,18 +19,18 @@ executable as a bare `FileNotFoundError`. Here, as in client-go:
   key (both, or neither).
 The command is run as given: a relative path with a slash was made absolute against the
 kubeconfig's folder when the file was read (`gpudra_kube.kubeconfig`). Not supported: plugin
-policies (client-go's allowlist), which fail loudly rather than being ignored, and
-`provideClusterInfo` (a known gap: the plugin gets no `spec.cluster`).
+policies (client-go's allowlist), which fail loudly rather than being ignored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes_asyncio.config.config_exception import ConfigException
@@ -49,7 +51,8 @@ class ExecPluginError(ConfigException):
 
 @dataclass(frozen=True)
 class ExecPlugin:
-    """One user's `exec` stanza, checked."""
+    """One user's `exec` stanza, checked; `cluster`: the ExecCredential's `spec.cluster` when
+    the stanza asks for `provideClusterInfo`, else None."""
 
     api_version: str
     command: str
@@ -57,6 +60,7 @@ class ExecPlugin:
     env: tuple[tuple[str, str], ...] = ()
     interactive_mode: str = "IfAvailable"
     install_hint: str = ""
+    cluster: Mapping[str, Any] | None = field(default=None)
 
     @classmethod
     def from_kubeconfig(cls, stanza: Mapping[str, Any], cluster: Mapping[str, Any]) -> ExecPlugin:
@@ -90,6 +94,7 @@ class ExecPlugin:
             env=tuple(env),
             interactive_mode=mode,
             install_hint=str(stanza.get("installHint") or ""),
+            cluster=_cluster_info(cluster) if stanza.get("provideClusterInfo") else None,
         )
 
     def interactive(self) -> bool:
@@ -105,6 +110,8 @@ class ExecPlugin:
     def request(self, interactive: bool) -> dict[str, Any]:
         """The ExecCredential the plugin reads from `KUBERNETES_EXEC_INFO`."""
         spec: dict[str, Any] = {"interactive": interactive}
+        if self.cluster is not None:
+            spec["cluster"] = dict(self.cluster)
         return {"apiVersion": self.api_version, "kind": "ExecCredential", "spec": spec}
 
     async def run(self) -> Mapping[str, Any]:
@@ -174,3 +181,29 @@ async def _pass_through(stream: asyncio.StreamReader) -> str:
         if lines:
             last = lines[-1].strip()
     return last
+
+
+def _cluster_info(cluster: Mapping[str, Any]) -> dict[str, Any]:
+    """client-go's `ConfigToExecCluster` from a kubeconfig cluster stanza."""
+    info: dict[str, Any] = {"server": str(cluster.get("server", ""))}
+    for key in ("tls-server-name", "proxy-url"):
+        if cluster.get(key):
+            info[key] = str(cluster[key])
+    for key in ("insecure-skip-tls-verify", "disable-compression"):
+        if cluster.get(key):
+            info[key] = True
+    ca = cluster.get("certificate-authority-data")
+    if not ca and cluster.get("certificate-authority"):
+        try:
+            with open(str(cluster["certificate-authority"]), "rb") as f:
+                ca = base64.standard_b64encode(f.read()).decode("ascii")
+        except OSError as exc:
+            raise ExecPluginError(
+                f"exec plugin: cannot read the cluster's CA bundle: {exc}"
+            ) from exc
+    if ca:
+        info["certificate-authority-data"] = str(ca)
+    for extension in cluster.get("extensions") or []:
+        if isinstance(extension, Mapping) and extension.get("name") == CLUSTER_EXTENSION:
+            info["config"] = extension.get("extension")
+    return info

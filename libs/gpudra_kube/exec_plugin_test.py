@@ -4,6 +4,7 @@ cannot run. Each test loads a kubeconfig through `load_api_client`, as the servi
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pty
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.credentials_test import CA_PEM
 from gpudra_kube.errors import InvalidObjectError
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -227,3 +229,39 @@ async def test_exec_stanzas_client_go_refuses(
     with pytest.raises(InvalidObjectError, match=error):
         await load_api_client(str(kubeconfig))
     assert not (tmp_path / "seen.json").exists()  # refused before the plugin ran
+
+
+async def test_provide_cluster_info_hands_the_plugin_the_cluster(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """With `provideClusterInfo`, KUBERNETES_EXEC_INFO carries the cluster (client-go's
+    ConfigToExecCluster), its CA bundle and its exec extension included."""
+    plugin = install_plugin(tmp_path)
+    (tmp_path / "ca.crt").write_text(CA_PEM, encoding="ascii")
+    cluster = {
+        "certificate-authority": "ca.crt",
+        "tls-server-name": "api.example",
+        "extensions": [
+            {"name": "client.authentication.k8s.io/exec", "extension": {"audience": "gpudra"}}
+        ],
+    }
+    stanza = exec_stanza(str(plugin), provideClusterInfo=True)
+    kube_api.accept_tokens("exec-token")
+    await can_list(write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, stanza, cluster))
+    assert exec_info(tmp_path)["spec"]["cluster"] == {
+        "server": kube_api.url,
+        "tls-server-name": "api.example",
+        "certificate-authority-data": base64.b64encode(CA_PEM.encode()).decode(),
+        "config": {"audience": "gpudra"},
+    }
+
+
+async def test_without_provide_cluster_info_the_plugin_gets_no_cluster(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    plugin = install_plugin(tmp_path)
+    kube_api.accept_tokens("exec-token")
+    await can_list(
+        write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, exec_stanza(str(plugin)))
+    )
+    assert "cluster" not in exec_info(tmp_path)["spec"]
