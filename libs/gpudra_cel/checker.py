@@ -1,6 +1,7 @@
 """Static type check of a parsed selector against the DRA environment.
 
-Promises: every identifier resolves (`device` or a macro/`cel.bind` variable), every function
+Promises: every identifier resolves (`device`, a macro/`cel.bind` variable, or one of cel-go's
+type identifiers such as `int` or `google.protobuf.Timestamp`, typed `type(T)`), every function
 has at least one overload that the argument types could match, field selection happens only on
 `device` and maps, and the whole expression can yield a bool. Attribute values are `dyn`, so
 mistakes involving them surface at run time, exactly as in Kubernetes. Optionals are typed as
@@ -44,6 +45,7 @@ from gpudra_cel.types import (
     NUMERIC,
     STRING,
     TIMESTAMP,
+    TYPE_IDENTIFIERS,
     UINT,
     CelType,
     assignable,
@@ -130,6 +132,8 @@ class _Checker:
                 return scope[node.name]
             if node.name == "device":
                 return DEVICE
+            if node.name in TYPE_IDENTIFIERS:
+                return TYPE_IDENTIFIERS[node.name]
             raise self.error(f"undeclared reference to '{node.name}'", node)
         if isinstance(node, Select):
             return self.select(self.visit(node.operand, scope), node.field, node)

@@ -63,9 +63,10 @@ from gpudra_cel.syntax import (
     OptSelect,
     Select,
 )
-from gpudra_cel.types import DEVICE, DYN
+from gpudra_cel.types import DEVICE, DYN, TYPE_IDENTIFIERS
 from gpudra_cel.values import (
     CelOptional,
+    CelTypeValue,
     CelUint,
     Failed,
     equal_operator,
@@ -132,6 +133,8 @@ class _Compiler:
                 if slot in self.bind_slots:
                     return _bound_variable(slot)
                 return lambda act: act[slot]
+            if node.name in TYPE_IDENTIFIERS:  # `int`, `google.protobuf.Timestamp`: a constant
+                return Const(CelTypeValue(node.name))
             return lambda act: act[0]
         if isinstance(node, Select | Index):
             fused = self.device_path(node)

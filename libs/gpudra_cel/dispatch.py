@@ -18,7 +18,7 @@ from gpudra_cel.netaddr import IPAddr, IPPrefix
 from gpudra_cel.neturl import ParsedURL
 from gpudra_cel.operators import Fn
 from gpudra_cel.types import CelType, value_has_type
-from gpudra_cel.values import CelOptional, CelUint, no_overload
+from gpudra_cel.values import CelOptional, CelTypeValue, CelUint, no_overload
 
 __all__ = ["INTERNAL_ERRORS", "Constant", "dispatch", "receiver_dispatch"]
 
@@ -48,6 +48,7 @@ _CLASSES: dict[str, tuple[type, ...]] = {
     "kubernetes.NamedFormat": (NamedFormat,),
     "google.protobuf.Timestamp": (Timestamp,),
     "google.protobuf.Duration": (Duration,),
+    "type": (CelTypeValue,),
 }
 
 

@@ -141,6 +141,10 @@ _TOKENS = st.sampled_from(
         ".getDayOfWeek",
         ".getMilliseconds",
         "253402300799",
+        "type",
+        "null_type",
+        "list",
+        "google.protobuf.Duration",
     ]
 )
 

@@ -35,6 +35,7 @@ from gpudra_cel.types import (
     list_of,
     map_of,
     optional_of,
+    type_of,
 )
 from gpudra_cel.values import (
     UINT64_MAX,
@@ -45,6 +46,7 @@ from gpudra_cel.values import (
     compare,
     equal,
 )
+from gpudra_cel.values import type_of as runtime_type
 
 __all__ = ["CORE_OVERLOADS"]
 
@@ -257,6 +259,7 @@ CORE_OVERLOADS: tuple[Overload, ...] = (
     *(overload("bool", None, (t,), BOOL, _to_bool) for t in (BOOL, STRING)),
     *(overload("bytes", None, (t,), BYTES, _to_bytes) for t in (BYTES, STRING)),
     overload("dyn", None, (A,), DYN, lambda v: v),
+    overload("type", None, (A,), type_of(A), runtime_type),
     overload("optional.of", None, (A,), optional_of(A), CelOptional),
     overload("optional.none", None, (), optional_of(DYN), lambda: CelOptional.NONE),
     overload(

@@ -31,7 +31,7 @@ from gpudra_cel.lib_core import go_format_double
 from gpudra_cel.syntax import Call, ListLit, Literal, MapLit, Node
 from gpudra_cel.tree import walk
 from gpudra_cel.types import CelType
-from gpudra_cel.values import type_name
+from gpudra_cel.values import CelTypeValue, type_name
 
 if TYPE_CHECKING:  # the checker imports the function table, which imports this module
     from gpudra_cel.checker import Checked
@@ -84,6 +84,8 @@ def _as_string(v: object) -> str:
         return "null"
     if isinstance(v, Timestamp | Duration):  # `string(v)`: RFC 3339 / seconds
         return str(v)
+    if isinstance(v, CelTypeValue):  # its name
+        return v.name
     if isinstance(v, tuple | list):
         return _format_list(v)
     if isinstance(v, Mapping):
@@ -332,6 +334,7 @@ _STATIC_KINDS = {
             "null_type",
             "google.protobuf.Timestamp",
             "google.protobuf.Duration",
+            "type",
         }
     ),
     "d": frozenset({"int", "uint"}),

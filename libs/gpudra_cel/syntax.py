@@ -59,6 +59,7 @@ _TWO_VAR = {
 }
 # ip.isCanonical; format.named and format.dns1123Label() etc. (Kubernetes' format library)
 _NAMESPACES = frozenset({"optional", "cel", "sets", "strings", "lists", "ip", "format"})
+_QUALIFIED_TYPES = frozenset({"Timestamp", "Duration"})  # google.protobuf.<name>
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _UINT64_MAX = (1 << 64) - 1
 
@@ -269,6 +270,9 @@ class _Builder:
             operand = self.build(operand_tree, d)
             if self.marked(field_token):
                 return OptSelect(line, column, operand, str(field_token))
+            qualified = self.qualified_type(operand, str(field_token))
+            if qualified is not None:
+                return Ident(operand.line, operand.column, qualified)
             return Select(line, column, operand, str(field_token))
         if data == "member_index":
             operand_tree, index_tree = kids
@@ -381,6 +385,20 @@ class _Builder:
             predicate = rest[0] if len(rest) == 2 else None
             return Comprehension(line, column, name_token, target, var, predicate, rest[-1])
         return Call(line, column, name_token, target, self.exprs(args_tree, depth))
+
+    def qualified_type(self, operand: Node, name: str) -> str | None:
+        """`google.protobuf.Timestamp` / `.Duration`: one identifier (a type), as cel-go resolves
+        a qualified name, unless `google` is a variable in scope."""
+        if (
+            name in _QUALIFIED_TYPES
+            and isinstance(operand, Select)
+            and operand.field == "protobuf"
+            and isinstance(operand.operand, Ident)
+            and operand.operand.name == "google"
+            and "google" not in self.bound
+        ):
+            return f"google.protobuf.{name}"
+        return None
 
     def is_variable(self, tree: lark.Tree[lark.Token] | lark.Token) -> bool:
         try:

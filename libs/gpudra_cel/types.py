@@ -8,6 +8,9 @@ from everything (attribute values are `dyn`, as in Kubernetes), and a single-let
 `net.CIDR` and `kubernetes.URL` (`lib_net`) are plain named types: `==` between two of the same
 type, no ordering, no conversion from strings except by `ip()` / `cidr()` / `url()`; so is
 `kubernetes.NamedFormat` (`lib_format_k8s`), made only by `format.<name>()` / `format.named()`.
+A type used as a value (`int`, `type(x)`) is `type(T)`; as in cel-go any two such types may meet
+in `==`, and at run time they are equal when they name the same type (`list(int)` and
+`list(string)` are both `list`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from gpudra_cel.celtime import Duration, Timestamp
 from gpudra_cel.k8s_formats import NamedFormat
 from gpudra_cel.netaddr import IPAddr, IPPrefix
 from gpudra_cel.neturl import ParsedURL
-from gpudra_cel.values import CelOptional, CelUint
+from gpudra_cel.values import CelOptional, CelTypeValue, CelUint
 
 __all__ = [
     "BOOL",
@@ -39,6 +42,8 @@ __all__ = [
     "SEMVER",
     "STRING",
     "TIMESTAMP",
+    "TYPE",
+    "TYPE_IDENTIFIERS",
     "UINT",
     "URL",
     "CelType",
@@ -47,6 +52,7 @@ __all__ = [
     "list_of",
     "map_of",
     "optional_of",
+    "type_of",
     "value_has_type",
 ]
 
@@ -83,6 +89,7 @@ URL = CelType("kubernetes.URL")
 FORMAT = CelType("kubernetes.NamedFormat")  # Kubernetes' format library (`lib_format_k8s`)
 TIMESTAMP = CelType("google.protobuf.Timestamp")  # CEL's standard time types (`lib_time`)
 DURATION = CelType("google.protobuf.Duration")
+TYPE = CelType("type")  # a type as a value: `type(x)`, `int`; `type(T)` when T is known
 _NET_CLASSES: dict[str, type] = {
     "net.IP": IPAddr,
     "net.CIDR": IPPrefix,
@@ -103,6 +110,33 @@ def map_of(key: CelType, value: CelType) -> CelType:
 
 def optional_of(elem: CelType) -> CelType:
     return CelType("optional_type", (elem,))
+
+
+def type_of(t: CelType) -> CelType:
+    """The static type of a type value whose type is `t` (`type(int)` for `int`)."""
+    return CelType("type", (t,))
+
+
+# cel-go's standard type identifiers (and its optional library's `optional_type`): each names
+# a type value; `list` and `map` are the kinds, whatever their elements
+TYPE_IDENTIFIERS: dict[str, CelType] = {
+    name: type_of(CelType(name))
+    for name in (
+        "int",
+        "uint",
+        "double",
+        "bool",
+        "string",
+        "bytes",
+        "list",
+        "map",
+        "null_type",
+        "type",
+        "optional_type",
+        TIMESTAMP.name,
+        DURATION.name,
+    )
+}
 
 
 DEVICE_FIELDS: dict[str, CelType] = {
@@ -128,6 +162,8 @@ def assignable(param: CelType, arg: CelType, bindings: dict[str, CelType] | None
             return True
         return assignable(bound, arg, bindings)
     if param == DYN or arg == DYN:
+        return True
+    if param.name == "type" and arg.name == "type":  # as cel-go: any type value fits any
         return True
     if param.name != arg.name or len(param.params) != len(arg.params):
         return False
@@ -183,4 +219,6 @@ def value_has_type(value: object, t: CelType) -> bool:
         return kind is _NET_CLASSES[name]
     if name == "null_type":
         return value is None
+    if name == "type":
+        return kind is CelTypeValue
     return False

@@ -68,6 +68,26 @@ class CelOptional:
         return f"optional.of({self.value!r})" if self.has_value else "optional.none()"
 
 
+class CelTypeValue:
+    """A CEL type as a value (`int`, `type(x)`): equal to another exactly when the names are."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CelTypeValue):
+            return NotImplemented
+        return self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
 class Failed:
     """A `cel.bind` variable whose value is an error: raised only where the variable is used, so
     `cel.bind(v, <error>, false && v)` is false, as in cel-go."""
@@ -146,7 +166,19 @@ def type_name(value: object) -> str:
         return "optional_type"
     if isinstance(value, IPAddr | IPPrefix | ParsedURL | NamedFormat | Timestamp | Duration):
         return _NET_TYPE_NAMES[type(value)]
+    if isinstance(value, CelTypeValue):
+        return "type"
     return type(value).__name__
+
+
+_RUNTIME_TYPE_NAMES: Final = {"Quantity": "kubernetes.Quantity", "Semver": "kubernetes.Semver"}
+
+
+def type_of(value: object) -> CelTypeValue:
+    """CEL's `type(value)`: the type of a run-time value, named as cel-go and Kubernetes name it
+    (`int`, `list`, `google.protobuf.Timestamp`, `kubernetes.Quantity`, `net.IP`)."""
+    name = type_name(value)
+    return CelTypeValue(_RUNTIME_TYPE_NAMES.get(name, name))
 
 
 def no_overload(function: str, *args: object) -> CelEvaluationError:
@@ -202,6 +234,7 @@ _SAME_TYPE_EQUAL: Final = (
     IPPrefix,
     Timestamp,
     Duration,
+    CelTypeValue,
 )
 _OPAQUE: Final = (Quantity, Semver, IPAddr, IPPrefix, ParsedURL, NamedFormat)
 
