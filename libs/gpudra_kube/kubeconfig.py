@@ -13,6 +13,9 @@ itself and gives the library one merged kubeconfig, as client-go's loading rules
   `certificate-authority`, `client-certificate`, `client-key`, `tokenFile`, and an exec
   `command` that contains a slash (a bare name is looked up on `PATH`);
 - a file that cannot be read or parsed is an error (client-go's), never skipped;
+- what the client cannot honour is refused at load, in one line, rather than ignored: a CA
+  together with `insecure-skip-tls-verify` (client-go refuses it too). `tls-server-name` and
+  `proxy-url` are honoured by kubernetes-asyncio;
 - an `exec` plugin runs as client-go runs it (`gpudra_kube.exec_plugin`), at load and whenever
   `gpudra_kube.credentials` renews its credential.
 Limit: an auth-provider's refreshed token (oidc) is not written back to the file it came from
@@ -123,10 +126,28 @@ async def load_kubeconfig(
     merged = merge_kubeconfigs(files)
     if context is None and not merged.get("current-context"):
         raise ConfigException(f"kubeconfig {os.pathsep.join(map(str, files))} sets no context")
+    _check_cluster(merged, context)
     # config_base_path "": every path is absolute already, none is re-resolved by the library.
     loader = _Loader(config_dict=merged, active_context=context, config_base_path="")
     await loader.load_and_set(configuration)
     return loader
+
+
+def _check_cluster(merged: Mapping[str, Any], context: str | None) -> None:
+    """Refuse the current cluster's settings that this client cannot honour."""
+    name = context or merged.get("current-context")
+    contexts = [c for c in merged["contexts"] if c.get("name") == name]
+    cluster_name = (contexts[0].get("context") or {}).get("cluster") if contexts else None
+    clusters = [c for c in merged["clusters"] if c.get("name") == cluster_name]
+    if not clusters or not isinstance(clusters[0].get("cluster"), Mapping):
+        return  # the library names what is missing
+    cluster = clusters[0]["cluster"]
+    has_ca = cluster.get("certificate-authority") or cluster.get("certificate-authority-data")
+    if cluster.get("insecure-skip-tls-verify") and has_ca:
+        raise ConfigException(
+            f"cluster {cluster_name}: a certificate authority with insecure-skip-tls-verify is "
+            "not allowed (client-go refuses it too): drop one of them"
+        )
 
 
 class _Loader(KubeConfigLoader):

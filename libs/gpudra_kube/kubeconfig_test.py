@@ -4,6 +4,7 @@ made; elsewhere only the loaded configuration is looked at (nothing is dialled).
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
 from gpudra_kube.api_backend_test import claim
+from gpudra_kube.credentials_test import CA_PEM
 from gpudra_kube.errors import InvalidObjectError
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -132,3 +134,58 @@ async def test_a_user_from_another_file_resolves_its_paths_against_its_own_file(
 async def test_a_missing_explicit_kubeconfig_is_named(tmp_path: Path) -> None:
     with pytest.raises(InvalidObjectError, match=r"kubeconfig .*nowhere.* does not exist"):
         await load_api_client(str(tmp_path / "nowhere"))
+
+
+async def test_proxy_url_sends_requests_through_the_proxy(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """An HTTP proxy: the fake API stands in for it (it serves a proxied, absolute-form
+    request like any other), the cluster's own address is one that does not answer."""
+    path = kubeconfig(
+        tmp_path / "config",
+        clusters={"c": {"server": "http://127.0.0.1:1", "proxy-url": kube_api.url}},
+        users={"me": {"token": "t"}},
+        contexts={"x": ("c", "me")},
+        current="x",
+    )
+    store = ApiStore(await load_api_client(str(path)))
+    try:
+        await store.list(RESOURCE_CLAIMS)
+    finally:
+        await store.close()
+    assert kube_api.requests[-1][1] == "/apis/resource.k8s.io/v1/resourceclaims"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "error"),
+    [
+        pytest.param(
+            {"insecure-skip-tls-verify": True, "certificate-authority": "ca.crt"},
+            "certificate authority with insecure-skip-tls-verify is not allowed",
+            id="insecure-with-a-ca-file",
+        ),
+        pytest.param(
+            {
+                "insecure-skip-tls-verify": True,
+                "certificate-authority-data": base64.b64encode(CA_PEM.encode()).decode(),
+            },
+            "certificate authority with insecure-skip-tls-verify is not allowed",
+            id="insecure-with-ca-data",
+        ),
+    ],
+)
+async def test_cluster_settings_the_client_cannot_honour_are_refused(
+    tmp_path: Path, cluster: dict[str, Any], error: str
+) -> None:
+    """client-go refuses a CA with insecure-skip-tls-verify: which of the two was meant? Silently
+    ignoring either would connect in a way the kubeconfig did not ask for."""
+    (tmp_path / "ca.crt").write_text(CA_PEM, encoding="ascii")
+    path = kubeconfig(
+        tmp_path / "config",
+        clusters={"c": {"server": "https://127.0.0.1:1", **cluster}},
+        users={"me": {"token": "t"}},
+        contexts={"x": ("c", "me")},
+        current="x",
+    )
+    with pytest.raises(InvalidObjectError, match=error):
+        await load_api_client(str(path))
