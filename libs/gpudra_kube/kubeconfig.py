@@ -14,8 +14,9 @@ itself and gives the library one merged kubeconfig, as client-go's loading rules
   `command` that contains a slash (a bare name is looked up on `PATH`);
 - a file that cannot be read or parsed is an error (client-go's), never skipped;
 - what the client cannot honour is refused at load, in one line, rather than ignored: a CA
-  together with `insecure-skip-tls-verify` (client-go refuses it too). `tls-server-name` and
-  `proxy-url` are honoured by kubernetes-asyncio;
+  together with `insecure-skip-tls-verify` (client-go refuses it too), and a `proxy-url` other
+  than http or https (client-go also speaks socks5; aiohttp does not). `tls-server-name` and
+  http(s) proxies are honoured by kubernetes-asyncio;
 - an `exec` plugin runs as client-go runs it (`gpudra_kube.exec_plugin`), at load and whenever
   `gpudra_kube.credentials` renews its credential.
 Limit: an auth-provider's refreshed token (oidc) is not written back to the file it came from
@@ -29,6 +30,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from kubernetes_asyncio import client as k8s
@@ -147,6 +149,12 @@ def _check_cluster(merged: Mapping[str, Any], context: str | None) -> None:
         raise ConfigException(
             f"cluster {cluster_name}: a certificate authority with insecure-skip-tls-verify is "
             "not allowed (client-go refuses it too): drop one of them"
+        )
+    proxy = cluster.get("proxy-url")
+    if proxy and urlsplit(str(proxy)).scheme not in ("http", "https"):
+        raise ConfigException(
+            f"cluster {cluster_name}: proxy-url {proxy} is not supported: this client speaks to "
+            "http and https proxies only"
         )
 
 

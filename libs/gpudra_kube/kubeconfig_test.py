@@ -160,6 +160,16 @@ async def test_proxy_url_sends_requests_through_the_proxy(
     ("cluster", "error"),
     [
         pytest.param(
+            {"proxy-url": "socks5://127.0.0.1:1080"},
+            "proxy-url socks5://127.0.0.1:1080 is not supported",
+            id="socks5-proxy",
+        ),
+        pytest.param(
+            {"proxy-url": "ftp://127.0.0.1:21"},
+            "proxy-url ftp://127.0.0.1:21 is not supported",
+            id="unknown-proxy-scheme",
+        ),
+        pytest.param(
             {"insecure-skip-tls-verify": True, "certificate-authority": "ca.crt"},
             "certificate authority with insecure-skip-tls-verify is not allowed",
             id="insecure-with-a-ca-file",
@@ -177,8 +187,9 @@ async def test_proxy_url_sends_requests_through_the_proxy(
 async def test_cluster_settings_the_client_cannot_honour_are_refused(
     tmp_path: Path, cluster: dict[str, Any], error: str
 ) -> None:
-    """client-go refuses a CA with insecure-skip-tls-verify: which of the two was meant? Silently
-    ignoring either would connect in a way the kubeconfig did not ask for."""
+    """client-go refuses a CA with insecure-skip-tls-verify and proxies other than http, https
+    and socks5; this client cannot speak socks5 either. Silently ignoring any of them would
+    connect where the kubeconfig said not to."""
     (tmp_path / "ca.crt").write_text(CA_PEM, encoding="ascii")
     path = kubeconfig(
         tmp_path / "config",
