@@ -51,7 +51,8 @@ from kubernetes_asyncio.config.kube_config import KubeConfigLoader
 log = logging.getLogger(__name__)
 
 TOKEN_FILE_PERIOD = 60.0  # seconds: re-read a token file at least this often (client-go: 1 min)
-# An exec credential is renewed this long before it expires (client-go keeps the same skew).
+# An exec credential is renewed this long before it expires (kubernetes-asyncio's margin;
+# client-go waits for the expiry itself and then relies on the renewal after a 401).
 EXPIRY_SKEW = datetime.timedelta(minutes=5)
 
 Hook = Callable[[k8s.Configuration], Awaitable[None]]
