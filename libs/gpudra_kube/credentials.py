@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 TOKEN_FILE_PERIOD = 60.0  # seconds: re-read a token file at least this often (client-go: 1 min)
 # An exec credential is renewed this long before it expires (kubernetes-asyncio's margin;
-# client-go waits for the expiry itself and then relies on the renewal after a 401).
+# client-go renews only once the expiry has passed).
 EXPIRY_SKEW = datetime.timedelta(minutes=5)
 
 Hook = Callable[[k8s.Configuration], Awaitable[None]]
