@@ -15,8 +15,10 @@ itself and gives the library one merged kubeconfig, as client-go's loading rules
 - a file that cannot be read or parsed is an error (client-go's), never skipped;
 - what the client cannot honour is refused at load, in one line, rather than ignored: a CA
   together with `insecure-skip-tls-verify` (client-go refuses it too), and a `proxy-url` other
-  than http or https (client-go also speaks socks5; aiohttp does not). `tls-server-name` and
-  http(s) proxies are honoured by kubernetes-asyncio;
+  than http or https (client-go also speaks socks5; aiohttp does not), and impersonation
+  (`as`, `as-groups`, `as-uid`, `as-user-extra`: kubernetes-asyncio would drop the headers, and
+  requests would run as the user itself). `tls-server-name` and http(s) proxies are honoured
+  by kubernetes-asyncio;
 - an `exec` plugin runs as client-go runs it (`gpudra_kube.exec_plugin`), at load and whenever
   `gpudra_kube.credentials` renews its credential.
 Limit: an auth-provider's refreshed token (oidc) is not written back to the file it came from
@@ -44,6 +46,8 @@ _SECTIONS = ("clusters", "users", "contexts")
 # The fields holding a file name, per section entry (client-go's Get*FileReferences).
 _CLUSTER_FILES = ("certificate-authority",)
 _USER_FILES = ("client-certificate", "client-key", "tokenFile")
+# A user's impersonation fields: kubectl sends them as Impersonate-* headers.
+_IMPERSONATION = ("as", "as-groups", "as-uid", "as-user-extra")
 
 
 def kubeconfig_files(explicit: str | None) -> list[Path]:
@@ -128,22 +132,33 @@ async def load_kubeconfig(
     merged = merge_kubeconfigs(files)
     if context is None and not merged.get("current-context"):
         raise ConfigException(f"kubeconfig {os.pathsep.join(map(str, files))} sets no context")
-    _check_cluster(merged, context)
+    _check_current(merged, context)
     # config_base_path "": every path is absolute already, none is re-resolved by the library.
     loader = _Loader(config_dict=merged, active_context=context, config_base_path="")
     await loader.load_and_set(configuration)
     return loader
 
 
-def _check_cluster(merged: Mapping[str, Any], context: str | None) -> None:
-    """Refuse the current cluster's settings that this client cannot honour."""
-    name = context or merged.get("current-context")
-    contexts = [c for c in merged["contexts"] if c.get("name") == name]
-    cluster_name = (contexts[0].get("context") or {}).get("cluster") if contexts else None
-    clusters = [c for c in merged["clusters"] if c.get("name") == cluster_name]
-    if not clusters or not isinstance(clusters[0].get("cluster"), Mapping):
-        return  # the library names what is missing
-    cluster = clusters[0]["cluster"]
+def _entry(merged: Mapping[str, Any], section: str, name: Any, field: str) -> Mapping[str, Any]:
+    for entry in merged[section]:
+        if entry.get("name") == name and isinstance(entry.get(field), Mapping):
+            return dict(entry[field])
+    return {}
+
+
+def _check_current(merged: Mapping[str, Any], context: str | None) -> None:
+    """Refuse the current context's settings that this client cannot honour; what is missing
+    is left to the library to name."""
+    current = _entry(merged, "contexts", context or merged.get("current-context"), "context")
+    user = _entry(merged, "users", current.get("user"), "user")
+    asked = [key for key in _IMPERSONATION if user.get(key)]
+    if asked:
+        raise ConfigException(
+            f"user {current.get('user')}: impersonation ({', '.join(asked)}) is not supported "
+            "by this client; give the impersonated identity its own credentials"
+        )
+    cluster_name = current.get("cluster")
+    cluster = _entry(merged, "clusters", cluster_name, "cluster")
     has_ca = cluster.get("certificate-authority") or cluster.get("certificate-authority-data")
     if cluster.get("insecure-skip-tls-verify") and has_ca:
         raise ConfigException(

@@ -200,3 +200,28 @@ async def test_cluster_settings_the_client_cannot_honour_are_refused(
     )
     with pytest.raises(InvalidObjectError, match=error):
         await load_api_client(str(path))
+
+
+@pytest.mark.parametrize(
+    "impersonation",
+    [
+        pytest.param({"as": "jane"}, id="as"),
+        pytest.param({"as": "jane", "as-groups": ["admins"]}, id="as-groups"),
+        pytest.param({"as": "jane", "as-uid": "1234"}, id="as-uid"),
+        pytest.param({"as": "jane", "as-user-extra": {"scopes": ["view"]}}, id="as-user-extra"),
+    ],
+)
+async def test_impersonation_is_refused_not_ignored(
+    tmp_path: Path, impersonation: dict[str, Any]
+) -> None:
+    """kubectl sends Impersonate-* headers for `as`; kubernetes-asyncio drops them, so requests
+    would run as the (often more privileged) user itself."""
+    path = kubeconfig(
+        tmp_path / "config",
+        clusters={"c": {"server": "http://127.0.0.1:1"}},
+        users={"me": {"token": "t", **impersonation}},
+        contexts={"x": ("c", "me")},
+        current="x",
+    )
+    with pytest.raises(InvalidObjectError, match="impersonation .* is not supported"):
+        await load_api_client(str(path))
