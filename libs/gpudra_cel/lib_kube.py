@@ -3,7 +3,9 @@
 Semantics follow `k8s.io/apiserver/pkg/cel/library` (quantity.go, semver.go) and
 `k8s.io/dynamic-resource-allocation/cel` (`includes`): `quantity("1Gi")` parses Kubernetes
 quantity syntax, `asInteger()` fails when the value is fractional or beyond int64,
-`semver(s, true)` normalizes (`v` prefix, missing minor/patch, leading zeros) before parsing.
+`semver(s, true)` normalizes (`v` prefix, missing minor/patch, leading zeros) before parsing;
+version components are uint64 (a larger one does not parse) and `major()` / `minor()` /
+`patch()` wrap one past int64 to a negative int, as Go's conversion in Kubernetes does.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from gpudra_api.semver import Semver
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.functions import Overload, overload
 from gpudra_cel.types import BOOL, DOUBLE, DYN, INT, QUANTITY, SEMVER, STRING
-from gpudra_cel.values import INT64_MAX, INT64_MIN, equal
+from gpudra_cel.values import INT64_MAX, equal
 
 __all__ = ["KUBE_OVERLOADS", "MAX_LIST_ATTRIBUTE_VALUES"]
 
@@ -97,9 +99,9 @@ def _is_semver(text: str, normalize: bool = False) -> bool:
 
 
 def _int_part(value: int) -> int:
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise CelEvaluationError("integer overflow")
-    return value
+    """Kubernetes' `types.Int(v.Major)`: Go's uint64 -> int64 conversion, which wraps (a
+    component past int64 reads as negative, as in Kubernetes, instead of failing)."""
+    return value - (1 << 64) if value > INT64_MAX else value
 
 
 def _includes(target: object, item: object) -> bool:
