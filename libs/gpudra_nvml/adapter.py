@@ -218,7 +218,8 @@ class NvmlAdapter:
         possible = [p for prof in profiles for p in mig.placements(self.nvml, handle, prof)]
         gpu.memory_slices = max((p.start + p.size for p in possible), default=0)
         devices = mig.mig_devices(self.nvml, handle, gpu, profiles)
-        gpu.free_placements.extend(mig.free_placements(possible, devices))
+        held = mig.gpu_instance_slices(self.nvml, handle, profiles) or set()
+        gpu.free_placements.extend(mig.free_placements(possible, devices, held))
         return devices
 
     def _brand(self, value: int) -> str:

@@ -518,3 +518,18 @@ def test_sysfs_numa_node(tmp_path: Path, content: str | None, want: int | None) 
     if content is not None:
         (device / "numa_node").write_text(content)
     assert sysfs_numa_node("0000:1b:00.0", str(tmp_path)) == want
+
+
+def test_a_gpu_instance_without_compute_instance_holds_its_slices() -> None:
+    # Left by `nvidia-smi mig -cgi` without -C, or a destroy whose GPU-instance step failed: no
+    # MIG device, but its slices are taken; offering them makes every create there fail.
+    opened = open_simulator("a100-mig")
+    assert opened.fake is not None
+    opened.fake.create_gpu_instance(2, "3g.40gb", 4)
+    devices = {d.name: d for d in opened.adapter.discover().devices}
+    gpu2 = devices["gpu-2"]
+    assert not [d for d in devices.values() if d.parent_uuid == gpu2.uuid]
+    free = {(p.profile, p.start) for p in gpu2.free_placements}
+    assert all(p.start + p.size <= 4 for p in gpu2.free_placements)
+    assert ("3g.40gb", 0) in free
+    assert ("3g.40gb", 4) not in free

@@ -171,6 +171,8 @@ class FakeBase:
             if mig_index >= len(instances):
                 _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             mig = instances[mig_index]
+            if not mig.compute:  # a GPU instance alone is no MIG device
+                _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         else:
             _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if state.lost:

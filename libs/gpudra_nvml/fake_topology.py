@@ -39,15 +39,26 @@ class FakeTopology(FakeBase):
         state = self._gpu(handle)
         if state.spec.mig is None:
             _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        if not 0 <= index < len(state.spec.mig or ()):
+        # MIG devices are the GPU instances that have a compute instance, numbered densely.
+        devices = [i for i, m in enumerate(state.spec.mig) if m.compute]
+        if not 0 <= index < len(devices):
             _raise(pynvml.NVML_ERROR_NOT_FOUND)
-        return _handle(pynvml.c_nvmlDevice_t, _MIG_BASE + state.spec.index * 0x100 + index)
+        return _handle(pynvml.c_nvmlDevice_t, _MIG_BASE + state.spec.index * 0x100 + devices[index])
 
     def create_mig_device(self, index: int, profile: str, start: int) -> None:
         """What `nvidia-smi mig -cgi <profile> -C` does on GPU `index` at memory slice `start`: one
         GPU instance with one compute instance spanning it, numbered after the existing ones. For
         tests of readers that must see a layout changed after they started (an operator, another
         process). Refused as NVML refuses: MIG off, unknown profile or placement, overlap."""
+        self._create_gpu_instance(index, profile, start, compute=True)
+
+    def create_gpu_instance(self, index: int, profile: str, start: int) -> None:
+        """What `nvidia-smi mig -cgi <profile>` (without `-C`) does: a GPU instance holding its
+        memory slices but no compute instance, so no MIG device. Refused like `create_mig_device`.
+        """
+        self._create_gpu_instance(index, profile, start, compute=False)
+
+    def _create_gpu_instance(self, index: int, profile: str, start: int, compute: bool) -> None:
         state = self._gpu_state(index)
         instances = state.spec.mig
         if instances is None:
@@ -58,7 +69,8 @@ class FakeTopology(FakeBase):
         taken = {k for m in instances for k in range(m.start, m.start + m.profile.size)}
         if taken & set(range(start, start + spec.size)) or len(instances) >= 7:
             _raise(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
-        state.spec = dataclasses.replace(state.spec, mig=(*instances, MigInstanceSpec(spec, start)))
+        made = MigInstanceSpec(spec, start, compute)
+        state.spec = dataclasses.replace(state.spec, mig=(*instances, made))
 
     def _gi_id(self, state: _GpuState, mig_index: int) -> int:
         # NVML numbers GPU instances from 1 in creation order on real GPUs; the profile's order.
@@ -114,6 +126,23 @@ class FakeTopology(FakeBase):
         info.id, info.profileId = gi_id, mig.profile.profile_id
         info.placement.start, info.placement.size = mig.start, mig.profile.size
         return info
+
+    def nvmlDeviceGetGpuInstances(
+        self, handle: Any, profile_id: int, instances_ref: Any, count_ref: Any
+    ) -> int:
+        """The GPU instances of one profile, with or without compute instances."""
+        state = self._gpu(handle)
+        if state.spec.mig is None:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not any(p.profile_id == profile_id for p in self.profile.model.mig_profiles):
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        array, count = _target(instances_ref), _target(count_ref)
+        found = [i + 1 for i, m in enumerate(state.spec.mig) if m.profile.profile_id == profile_id]
+        for k, gi_id in enumerate(found):
+            address = _GI_BASE + state.spec.index * 0x100 + gi_id
+            array[k] = _handle(pynvml.c_nvmlGpuInstance_t, address)
+        count.value = len(found)
+        return int(pynvml.NVML_SUCCESS)
 
     def nvmlDeviceGetGpuInstanceProfileInfo(
         self, handle: Any, profile: int, version: int = 2

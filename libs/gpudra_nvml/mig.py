@@ -1,8 +1,9 @@
 """MIG as NVML reports it: the GPU-instance profiles of a GPU, its existing MIG devices, and the
 placements still free for dynamic partitioning.
 
-Promises: a placement is "free" only when its memory slices overlap no existing GPU instance; MIG
-devices are named `gpu-<parent>-mig-<gi>-<ci>` (stable while the instance exists); the profile name
+Promises: a placement is "free" only when its memory slices overlap no existing GPU instance — a
+MIG device's, or one without a compute instance (hence no MIG device) where NVML lets us list GPU
+instances (it needs privileges; unprivileged, only MIG devices are seen); MIG devices are named `gpu-<parent>-mig-<gi>-<ci>` (stable while the instance exists); the profile name
 of a MIG device is its GPU instance profile ("3g.40gb"), prefixed "<n>c." when its compute instance
 uses fewer slices than the GPU instance, as NVIDIA names such devices.
 """
@@ -71,6 +72,28 @@ def placements(nvml: Nvml, gpu: Any, profile: GiProfile) -> list[pb.MigPlacement
         )
         for i in range(min(count.value, capacity))
     ]
+
+
+def gpu_instance_slices(nvml: Nvml, gpu: Any, profiles: list[GiProfile]) -> set[int] | None:
+    """Memory slices held by the GPU's GPU instances, with or without a compute instance; None
+    when NVML will not list them (unprivileged)."""
+    held: set[int] = set()
+    capacity = 32  # more than the most GPU instances a profile allows (7)
+    for profile in profiles:
+        array = (nvml.const("c_nvmlGpuInstance_t") * capacity)()
+        count = ctypes.c_uint(capacity)
+        listed = nvml.optional(
+            "nvmlDeviceGetGpuInstances", gpu, profile.profile_id, array, ctypes.byref(count)
+        )
+        if listed is None:
+            return None
+        for i in range(min(count.value, capacity)):
+            info = nvml.optional("nvmlGpuInstanceGetInfo", array[i])
+            if info is None:
+                return None
+            start = int(info.placement.start)
+            held |= set(range(start, start + int(info.placement.size)))
+    return held
 
 
 def mig_devices(
@@ -156,9 +179,13 @@ def _by_resources(profiles: list[GiProfile], attrs: Any) -> GiProfile | None:
 
 
 def free_placements(
-    all_placements: list[pb.MigPlacement], existing: list[pb.Device]
+    all_placements: list[pb.MigPlacement],
+    existing: list[pb.Device],
+    held: set[int] | frozenset[int] = frozenset(),
 ) -> list[pb.MigPlacement]:
-    used: set[int] = set()
+    """The placements overlapping no existing MIG device and no slice in `held` (GPU instances
+    without a MIG device)."""
+    used: set[int] = set(held)
     for d in existing:
         if d.placement.size == 0:  # placement unknown: it may cover any slice
             return []

@@ -61,6 +61,8 @@ class GpuModel:
 class MigInstanceSpec:
     profile: MigProfileSpec
     start: int
+    #: False: a GPU instance with no compute instance yet (no MIG device, its slices still held).
+    compute: bool = True
 
 
 @dataclass(frozen=True)
