@@ -48,6 +48,8 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.config.kube_config import KubeConfigLoader
 
+from gpudra_kube.exec_plugin import uses_exec
+
 log = logging.getLogger(__name__)
 
 TOKEN_FILE_PERIOD = 60.0  # seconds: re-read a token file at least this often (client-go: 1 min)
@@ -73,7 +75,7 @@ def follow_credentials(
     user = _user(loader)
     if user is None or loader.provider is not None:
         return None  # no user, or an auth-provider (gcp, oidc): left to the library, as before
-    if "exec" in user:
+    if uses_exec(user.value):
         credential = ExecCredential(loader, configuration)
         configuration.refresh_api_key_hook = credential.refresh_if_due
         return credential

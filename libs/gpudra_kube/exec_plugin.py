@@ -16,7 +16,9 @@ executable as a bare `FileNotFoundError`. Here, as in client-go:
   its last line is also kept for the error when the plugin fails;
 - a missing executable names it and adds the `installHint`; a failed run names the executable
   and its exit code; the answer must be an ExecCredential with a token or a certificate and
-  key (both, or neither).
+  key (both, or neither);
+- a user that also has a token, `tokenFile`, basic auth or a client certificate uses that and
+  never runs the plugin (`uses_exec`).
 The command is run as given: a relative path with a slash was made absolute against the
 kubeconfig's folder when the file was read (`gpudra_kube.kubeconfig`). Not supported: plugin
 policies (client-go's allowlist), which fail loudly rather than being ignored.
@@ -38,11 +40,26 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 CLUSTER_EXTENSION = "client.authentication.k8s.io/exec"
 INTERACTIVE_MODES = ("Never", "IfAvailable", "Always")
+# A user with any of these does not use its exec plugin (client-go's exec authenticator stands
+# aside for a token, basic auth or a client certificate).
+STATIC_CREDENTIALS = (
+    "token",
+    "tokenFile",
+    "username",
+    "password",
+    "client-certificate",
+    "client-certificate-data",
+)
 INSTALL_HELP = (
     "It looks like you are trying to use a client-go credential plugin that is not installed; see "
     "https://kubernetes.io/docs/reference/access-authn-authz/authentication/"
     "#client-go-credential-plugins"
 )
+
+
+def uses_exec(user: Mapping[str, Any]) -> bool:
+    """Whether a kubeconfig user authenticates with its exec plugin."""
+    return "exec" in user and not any(user.get(key) for key in STATIC_CREDENTIALS)
 
 
 class ExecPluginError(ConfigException):

@@ -265,3 +265,26 @@ async def test_without_provide_cluster_info_the_plugin_gets_no_cluster(
         write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, exec_stanza(str(plugin)))
     )
     assert "cluster" not in exec_info(tmp_path)["spec"]
+
+
+@pytest.mark.parametrize(
+    "static",
+    [
+        pytest.param({"token": "static"}, id="token"),
+        pytest.param({"tokenFile": "static-token"}, id="token-file"),
+    ],
+)
+async def test_a_static_credential_beside_exec_wins(
+    kube_api: FakeKubeApi, tmp_path: Path, static: dict[str, Any]
+) -> None:
+    """client-go's exec authenticator stands aside when the user also has a token, basic auth
+    or a client certificate: the plugin never runs, and the static credential is sent."""
+    plugin = install_plugin(tmp_path)
+    (tmp_path / "static-token").write_text("static", encoding="utf-8")
+    path = write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, exec_stanza(str(plugin)))
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["users"][0]["user"].update(static)
+    path.write_text(json.dumps(config), encoding="utf-8")
+    kube_api.accept_tokens("static")
+    await can_list(path)
+    assert not (tmp_path / "seen.json").exists()

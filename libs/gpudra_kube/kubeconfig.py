@@ -40,7 +40,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.dateutil import parse_rfc3339
 from kubernetes_asyncio.config.kube_config import FileOrData, KubeConfigLoader
 
-from gpudra_kube.exec_plugin import ExecPlugin
+from gpudra_kube.exec_plugin import ExecPlugin, uses_exec
 
 _SECTIONS = ("clusters", "users", "contexts")
 # The fields holding a file name, per section entry (client-go's Get*FileReferences).
@@ -180,8 +180,8 @@ class _Loader(KubeConfigLoader):
         """Run the plugin now (callers decide when: at load, or to renew) and take its
         credential: a token, with its expiry if it has one, or a client certificate and key."""
         user, cluster = getattr(self, "_user", None), getattr(self, "_cluster", None)
-        if user is None or cluster is None:
-            return False
+        if user is None or cluster is None or not uses_exec(user.value):
+            return False  # the library goes on to the token, basic auth or certificate
         plugin = ExecPlugin.from_kubeconfig(user["exec"].value, cluster.value)
         status = await plugin.run()
         if status.get("token"):
