@@ -7,6 +7,9 @@ Promises:
   so consumers keeping "only the highest generation" accept the new agent at once: while the
   stored one cannot be read (a timeout, JetStream unavailable), nothing is published; only "none
   stored" starts generations at 1.
+- A GPU that is lost (or cannot be described) when the agent starts keeps the description the
+  previous agent stored in the same boot (same boot ID and inventory source), marked by its
+  health conditions: a restart does not turn a lost GPU into a vanished, untainted one.
 - Health transitions go to `gpudra.health.<node>` as HealthEvents and also change the inventory
   (the device's conditions), which the inventory service turns into device taints.
 - Utilisation samples go to `gpudra.utilization.<node>`.
@@ -89,6 +92,9 @@ class NodeAgent:
         self._health = HealthMonitor(opened.adapter.nvml, xid_hold_s=settings.xid_hold)
         self._boot_id = boot_id()
         self.inventory: pb.NodeInventory | None = None
+        # What the previous agent stored in this boot: the last description of GPUs that do not
+        # answer at start. Indexes and UUIDs hold within a boot, not across a reboot.
+        self._stored: pb.NodeInventory | None = None
         self.generation = 0
         self._generation_known = False  # the stored generation has been read (or none exists)
         self._published_content = b""
@@ -151,12 +157,19 @@ class NodeAgent:
             )
             return None
         try:
-            return NODE_INVENTORY.decode(msg.data or b"", msg.headers).generation
+            stored = NODE_INVENTORY.decode(msg.data or b"", msg.headers)
         except BusError as exc:
             log.warning(
                 "stored inventory for %s unreadable (%s); generations start at 1", self.node, exc
             )
             return 0
+        if (
+            stored.boot_id
+            and stored.boot_id == self._boot_id
+            and stored.source == self.opened.source
+        ):
+            self._stored = stored
+        return stored.generation
 
     def _observe(self, now: float) -> _Tick:
         """NVML work for one turn (runs in a worker thread)."""
@@ -172,9 +185,8 @@ class NodeAgent:
             found = adapter.discover()
             for index, why in sorted(found.failed.items()):
                 log.warning("GPU %d not described this time, last description kept: %s", index, why)
-            inventory = snapshot(
-                found, self.node, self.opened.source, self.inventory, self._boot_id
-            )
+            previous = self.inventory if self.inventory is not None else self._stored
+            inventory = snapshot(found, self.node, self.opened.source, previous, self._boot_id)
         else:
             assert self.inventory is not None
             inventory = pb.NodeInventory()

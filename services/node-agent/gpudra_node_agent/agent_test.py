@@ -237,3 +237,26 @@ async def test_generation_continues_when_the_stored_one_is_read_late(
         # until the agent had made up the difference.
         assert first.generation == 8
         assert flaky.failures == 0
+
+
+async def test_a_gpu_lost_across_an_agent_restart_stays_described_and_lost(
+    nats_url: str, tracer: Tracer
+) -> None:
+    # A GPU falling off the bus can hang NVML long enough for the liveness probe to restart the
+    # agent: the new agent must still describe it (from the inventory it stored in this boot),
+    # marked lost, or its devices vanish untainted while pods still hold them.
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    settings = _settings(nats_url, node)
+    async with _client(nats_url) as nc:
+        async with _running(settings, open_simulator("dgx-h100"), tracer):
+            before, _ = await _inventory(nc, node, lambda inv: inv.generation >= 1)
+        opened = open_simulator("dgx-h100")
+        assert opened.fake is not None
+        opened.fake.lose_device(3)
+        async with _running(settings, opened, tracer):
+            after, _ = await _inventory(nc, node, lambda inv: inv.generation > before.generation)
+    assert [d.name for d in after.devices] == [d.name for d in before.devices]
+    lost = [d for d in after.devices if d.health]
+    assert [d.name for d in lost] == ["gpu-3"]
+    assert pb.HealthCondition.KIND_LOST in {c.kind for c in lost[0].health}
+    assert after.devices[3].uuid == before.devices[3].uuid
