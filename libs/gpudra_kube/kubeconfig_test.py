@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
+from kubernetes_asyncio.config import incluster_config
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
 from gpudra_kube.api_backend_test import claim
 from gpudra_kube.credentials_test import CA_PEM
-from gpudra_kube.errors import InvalidObjectError
+from gpudra_kube.errors import InvalidObjectError, UnavailableError
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
 
@@ -225,3 +229,118 @@ async def test_impersonation_is_refused_not_ignored(
     )
     with pytest.raises(InvalidObjectError, match="impersonation .* is not supported"):
         await load_api_client(str(path))
+
+
+# A serving certificate for the name api.example (not 127.0.0.1) and the CA that signed it, for
+# the TLS tests below. Made with `openssl req`/`openssl x509 -req` (EC P-256, subjectAltName
+# DNS:api.example); hold no secret.
+API_CA = """\
+-----BEGIN CERTIFICATE-----
+MIIBkTCCATegAwIBAgIUbzNAqJexHrSfqq6LljGMVweDknowCgYIKoZIzj0EAwIw
+HTEbMBkGA1UEAwwSZ3B1ZHJhLXRlc3QtYXBpLWNhMCAXDTI2MTEyOTIzNDc1MVoY
+DzIxMjYxMTA1MjM0NzUxWjAdMRswGQYDVQQDDBJncHVkcmEtdGVzdC1hcGktY2Ew
+WTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAAQtkRd+MsZUgHzvToSuD3f+06fvxi5B
+zNSUjH4wn5jWJz2KtKrh3iSwNNsurevVi5VWaUGqiZ47IQPytvtYnN3po1MwUTAd
+BgNVHQ4EFgQUq9KAYZB8SYwgTlzrZFPKRmMEYOkwHwYDVR0jBBgwFoAUq9KAYZB8
+SYwgTlzrZFPKRmMEYOkwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBF
+AiBAksX/o5F+8xwzotedwfOfXwmCYfwq4aXg5pqm0dMPMgIhAJ9M5znwgVkoKPHv
+60XEJVfF6xwrPlrB0vYFdy9r85wb
+-----END CERTIFICATE-----
+"""
+API_CERT = """\
+-----BEGIN CERTIFICATE-----
+MIIBvzCCAWagAwIBAgIUTvguWaQ5opei4mhOGWhqQPycH9gwCgYIKoZIzj0EAwIw
+HTEbMBkGA1UEAwwSZ3B1ZHJhLXRlc3QtYXBpLWNhMCAXDTI2MTEyOTIzNDc1MVoY
+DzIxMjYxMTA1MjM0NzUxWjAWMRQwEgYDVQQDDAthcGkuZXhhbXBsZTBZMBMGByqG
+SM49AgEGCCqGSM49AwEHA0IABDpLby5jsCGiuFRp0D04e+6r1Tho/j/FdI34CHlb
+8oijlIXAs/8tRT4lLAW2Iq8p8UdgLx+Vf40BA4fWY8cYm2ijgYgwgYUwFgYDVR0R
+BA8wDYILYXBpLmV4YW1wbGUwCQYDVR0TBAIwADALBgNVHQ8EBAMCB4AwEwYDVR0l
+BAwwCgYIKwYBBQUHAwEwHQYDVR0OBBYEFBB84qbeSGV6UvBOehea4+YS7QNcMB8G
+A1UdIwQYMBaAFKvSgGGQfEmMIE5c62RTykZjBGDpMAoGCCqGSM49BAMCA0cAMEQC
+IDFppVoQqUMRfuBxtPtqiDe+k2kuPS7+Wy6XZQ86pTXYAiAEuJHrZoiPYk4oWVm0
+cuW/NcfCt9IrRDyUf8iLBZBHTA==
+-----END CERTIFICATE-----
+"""
+API_KEY = """\
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg5P6N0jIo/9DwH3+h
+p9Sl4eOT0ksWAKixWa69DoY8tW2hRANCAAQ6S28uY7AhorhUadA9OHvuq9U4aP4/
+xXSN+Ah5W/KIo5SFwLP/LUU+JSwFtiKvKfFHYC8flX+NAQOH1mPHGJto
+-----END PRIVATE KEY-----
+"""
+
+
+@pytest_asyncio.fixture
+async def tls_api(tmp_path: Path) -> AsyncIterator[FakeKubeApi]:
+    """The fake API over TLS, with a certificate for api.example."""
+    (tmp_path / "server.crt").write_text(API_CERT, encoding="ascii")
+    (tmp_path / "server.key").write_text(API_KEY, encoding="ascii")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
+    async with FakeKubeApi(ssl_context=context) as api:
+        yield api
+
+
+def tls_kubeconfig(folder: Path, server: str, **cluster: Any) -> Path:
+    (folder / "ca.crt").write_text(API_CA, encoding="ascii")
+    return kubeconfig(
+        folder / "config",
+        clusters={"c": {"server": server, **cluster}},
+        users={"me": {"token": "t"}},
+        contexts={"x": ("c", "me")},
+        current="x",
+    )
+
+
+async def list_claims(path: Path) -> None:
+    store = ApiStore(await load_api_client(str(path)))
+    try:
+        await store.list(RESOURCE_CLAIMS)
+    finally:
+        await store.close()
+
+
+async def test_tls_server_name_verifies_the_server_under_that_name(
+    tls_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """The server is dialled at 127.0.0.1 and verified as api.example (a relative CA path)."""
+    await list_claims(
+        tls_kubeconfig(
+            tmp_path,
+            tls_api.url,
+            **{"certificate-authority": "ca.crt", "tls-server-name": "api.example"},
+        )
+    )
+
+
+async def test_without_tls_server_name_the_address_must_match_the_certificate(
+    tls_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    path = tls_kubeconfig(tmp_path, tls_api.url, **{"certificate-authority": "ca.crt"})
+    with pytest.raises(UnavailableError, match="(?i)certificate"):
+        await list_claims(path)
+
+
+async def test_insecure_skip_tls_verify_accepts_any_certificate(
+    tls_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    await list_claims(tls_kubeconfig(tmp_path, tls_api.url, **{"insecure-skip-tls-verify": True}))
+
+
+async def test_in_cluster_an_ipv6_service_host_is_bracketed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a pod of an IPv6 (or dual-stack, IPv6-first) cluster KUBERNETES_SERVICE_HOST is a
+    bare IPv6 address; the URL needs it in brackets (client-go: net.JoinHostPort)."""
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("t", encoding="utf-8")
+    ca.write_text(API_CA, encoding="ascii")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00:10:96::1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    client = await load_api_client()
+    try:
+        assert client.configuration.host == "https://[fd00:10:96::1]:443"
+    finally:
+        await client.close()

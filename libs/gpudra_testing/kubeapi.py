@@ -1,7 +1,7 @@
 """An HTTP-level fake of the Kubernetes API server, for tests of code that talks to it.
 
-It serves, on 127.0.0.1 and a kernel-chosen port, the REST paths of `resource.k8s.io/v1`
-resourceclaims (namespaced, status subresource), resourceclaimtemplates, resourceslices and
+It serves, on 127.0.0.1 and a kernel-chosen port (plain HTTP, or TLS with `ssl_context`), the
+REST paths of `resource.k8s.io/v1` resourceclaims (namespaced, status subresource), resourceclaimtemplates, resourceslices and
 deviceclasses (cluster-scoped), core `v1` pods and `events.k8s.io/v1` events — with the API server's rules that client code
 depends on:
 - list returns a collection `resourceVersion` and pages with `limit`/`continue` (a token expires
@@ -35,6 +35,7 @@ import contextlib
 import copy
 import json
 import secrets
+import ssl
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,8 +78,10 @@ class FakeKubeApi:
         validate_version: str | None = "1.34",
         bookmark_interval: float = 0.2,
         resources: tuple[Resource, ...] = ALL_RESOURCES,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.validate_version = validate_version
+        self._ssl_context = ssl_context  # None: plain HTTP
         self.bookmark_interval = bookmark_interval
         self._resources = resources
         self._objects: dict[Resource, dict[Key, KubeObject]] = {r: {} for r in resources}
@@ -100,11 +103,12 @@ class FakeKubeApi:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._ssl_context)
         await site.start()
         server = getattr(site, "_server", None)
         port = server.sockets[0].getsockname()[1] if server and server.sockets else 0
-        self.url = f"http://127.0.0.1:{port}"
+        scheme = "http" if self._ssl_context is None else "https"
+        self.url = f"{scheme}://127.0.0.1:{port}"
         return self
 
     async def stop(self) -> None:
