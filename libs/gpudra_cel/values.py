@@ -9,8 +9,9 @@ ordering and equality as cel-go defines them between the two), and Kubernetes' `
 
 Promises: no implicit conversions (`1 == true` is false, `"a" < 1` is an error); equality is
 CEL's heterogeneous equality (numbers compare by value across int/uint/double, an int or uint
-against a double as a double, as cel-go does; other kinds of different type are unequal); int64/uint64 overflow, division by zero and modulus by zero are
-errors, as in cel-go.
+against a double as a double, as cel-go does; other kinds of different type are unequal; inside
+lists and maps with cel-go's quirk, see `_element_equal`); int64/uint64 overflow, division by
+zero and modulus by zero are errors, as in cel-go.
 """
 
 from __future__ import annotations
@@ -206,13 +207,13 @@ def equal(a: object, b: object) -> bool:
     if ta is bool or tb is bool:
         return False
     if isinstance(a, tuple | list) and isinstance(b, tuple | list):
-        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(_element_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         if len(a) != len(b):
             return False
         for key, value in a.items():
             found, other = map_lookup(b, key)
-            if not found or not equal(value, other):
+            if not found or not _element_equal(value, other):
                 return False
         return True
     if ta is tb and ta in _SAME_TYPE_EQUAL:
@@ -237,6 +238,16 @@ _SAME_TYPE_EQUAL: Final = (
     CelTypeValue,
 )
 _OPAQUE: Final = (Quantity, Semver, IPAddr, IPPrefix, ParsedURL, NamedFormat)
+
+
+def _element_equal(a: object, b: object) -> bool:
+    """Two elements (or map values) inside cel-go's list / map `Equal`, which stops only at an
+    element comparison answering false: a Kubernetes value on the left refuses a value of
+    another type (not null) with an error, which counts as equal there
+    (`[dyn(semver("1.0.0"))] == [dyn("x")]` is true, the reverse false)."""
+    if a.__class__ in _OPAQUE and b.__class__ is not a.__class__ and b is not None:
+        return True
+    return equal(a, b)
 
 
 def equal_operator(a: object, b: object) -> bool:

@@ -8,6 +8,7 @@ import pytest
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
+from gpudra_cel import DeviceView, compile_selector
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.values import (
     CelOptional,
@@ -136,3 +137,34 @@ def test_negate_contains_and_names() -> None:
     samples: list[object] = [None, True, 1, CelUint(1), 1.0, "", b"", (), {}]
     names = [type_name(v) for v in samples]
     assert names == ["null_type", "bool", "int", "uint", "double", "string", "bytes", "list", "map"]
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # cel-go's list and map Equal stop only at an element comparison that answers false; a
+        # Kubernetes value on the left refuses another type with an error, which they pass over
+        pytest.param('[dyn(semver("1.0.0"))] == [dyn("1.0.0")]', True, id="list-semver-string"),
+        pytest.param('[dyn("1.0.0")] == [dyn(semver("1.0.0"))]', False, id="list-string-semver"),
+        pytest.param('[dyn(quantity("1"))] == [dyn(1)]', True, id="list-quantity-int"),
+        pytest.param('[dyn(semver("1.0.0"))] != [dyn("x")]', False, id="list-not-equal"),
+        pytest.param('[dyn(semver("1.0.0"))] == [dyn(null)]', False, id="list-null-is-false"),
+        pytest.param(
+            '[dyn(semver("1.0.0")), dyn(1)] == [dyn("x"), dyn(2)]', False, id="list-other-false"
+        ),
+        pytest.param('{"a": dyn(ip("1.2.3.4"))} == {"a": dyn("x")}', True, id="map-ip-string"),
+        pytest.param('[[dyn(semver("1.0.0"))]] == [[dyn(1)]]', True, id="nested"),
+        pytest.param(
+            '[dyn(semver("1.0.0"))] in [[dyn("x")]]', True, id="in-compares-item-on-the-left"
+        ),
+        pytest.param('[dyn("x")] in [[dyn(semver("1.0.0"))]]', False, id="in-string-left"),
+        pytest.param('semver("1.0.0") in [dyn("x")]', False, id="in-top-level-refusal"),
+        # heterogeneous numbers inside lists and maps, built without mixed literals
+        pytest.param("[dyn(1), dyn(2.0)] == [1, 2]", True, id="list-int-double"),
+        pytest.param("dyn([1]) == [1u]", True, id="list-int-uint"),
+        pytest.param("dyn({1: 'a'}) == {1u: 'a'}", True, id="map-int-uint-keys"),
+        pytest.param("[dyn(0.0/0.0)] == [dyn(0.0/0.0)]", False, id="list-nan"),
+    ],
+)
+def test_container_equality(expression: str, expected: bool) -> None:
+    assert compile_selector(expression).matches(DeviceView("d", {}, {})) is expected
