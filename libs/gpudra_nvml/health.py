@@ -18,6 +18,9 @@ conditions per GPU index. Policy:
 - An event set NVML will not create (NOT_SUPPORTED on some platforms, a driver error) leaves XIDs
   unwatched, not the monitor failed: ECC and lost-GPU checks go on, and creating it is tried again
   at every poll.
+- A registration failing with NVML_ERROR_UNKNOWN leaves the event set "in an undefined state"
+  that "should be freed" (NVML's API reference): it is freed and the other GPUs are registered
+  with a new one at once; the failing GPU is tried again at its next check.
 Blocking: `poll()` may wait up to `timeout_ms` in NVML's event wait; run it off the event loop.
 """
 
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 #: Application-caused XIDs: not a sign of a bad GPU.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 _TIMEOUT = 10  # NVML_ERROR_TIMEOUT
+_UNKNOWN = 999  # NVML_ERROR_UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -76,10 +80,11 @@ class HealthMonitor:
         self._by_address: dict[int, int] = {}
         self._conditions: dict[int, dict[int, pb.HealthCondition]] = {}
         self._xid_seen: dict[int, float] = {}
-        self._registered: set[int] = set()  # GPU indexes registered with the event set
+        self._registered: dict[int, Any] = {}  # GPU index -> handle registered with the set
         self._wait_failing = False  # the last event wait failed (logged once per streak)
         self._open = False  # between open() and close(): an event set is wanted
         self._set_failing = False  # the last event set creation failed (logged once per streak)
+        self._breaking: set[int] = set()  # GPUs whose registration broke a set (logged once)
 
     def open(self, handles: dict[int, Any]) -> None:
         """Create the event set and register every GPU for the event types it supports."""
@@ -87,19 +92,49 @@ class HealthMonitor:
         self._create_event_set(handles)
 
     def _create_event_set(self, handles: dict[int, Any]) -> None:
-        try:
-            self._event_set = self._nvml.call("nvmlEventSetCreate")
-        except NvmlCallError as exc:
-            if not self._set_failing:
-                log.warning("no NVML event set (%s): XIDs not watched until there is one", exc)
-            self._set_failing = True
-            return
-        self._set_failing = False
-        self._registered.clear()  # registrations belong to an event set
-        for index, handle in handles.items():
-            # One GPU that cannot be registered now is registered by a later `_check`.
+        pending = dict(handles)
+        while True:
+            try:
+                self._event_set = self._nvml.call("nvmlEventSetCreate")
+            except NvmlCallError as exc:
+                if not self._set_failing:
+                    log.warning("no NVML event set (%s): XIDs not watched until there is one", exc)
+                self._set_failing = True
+                return
+            self._set_failing = False
+            self._registered.clear()  # registrations belong to an event set
+            broken: int | None = None
+            for index, handle in pending.items():
+                # One GPU that cannot be registered now is registered by a later `_check`.
+                try:
+                    self._register(index, handle)
+                except DeviceLostError:
+                    continue
+                except NvmlCallError as exc:
+                    if exc.code == _UNKNOWN and exc.function == "nvmlDeviceRegisterEvents":
+                        broken = index
+                        break
+            if broken is None:
+                return
+            if broken not in self._breaking:
+                log.warning("registering GPU %d for events broke the event set: replaced", broken)
+                self._breaking.add(broken)
+            self._free_event_set()
+            del pending[broken]
+
+    def _replace_event_set(self, without: int) -> None:
+        """A new event set for the GPUs registered now, except `without` (whose registration
+        left the current one undefined)."""
+        handles = {i: h for i, h in self._registered.items() if i != without}
+        self._free_event_set()
+        self._create_event_set(handles)
+
+    def _free_event_set(self) -> None:
+        event_set, self._event_set = self._event_set, None
+        self._registered.clear()
+        if event_set is not None:
             with contextlib.suppress(DeviceLostError, NvmlCallError):
-                self._register(index, handle)
+                self._nvml.optional("nvmlEventSetFree", event_set)
 
     def _register(self, index: int, handle: Any) -> None:
         wanted = int(
@@ -111,7 +146,8 @@ class HealthMonitor:
         if mask:
             self._nvml.optional("nvmlDeviceRegisterEvents", handle, mask, self._event_set)
         self._by_address[int(ctypes.cast(handle, ctypes.c_void_p).value or 0)] = index
-        self._registered.add(index)
+        self._registered[index] = handle
+        self._breaking.discard(index)
 
     def close(self) -> None:
         self._open = False
@@ -187,8 +223,14 @@ class HealthMonitor:
             if self._event_set is not None and index not in self._registered:
                 # Lost (or refused) when the set was opened: else its XIDs would never be seen.
                 # Failing again, it is tried at the next check; its checks go on meanwhile.
-                with contextlib.suppress(NvmlCallError):
+                try:
                     self._register(index, handle)
+                except NvmlCallError as exc:
+                    if exc.code == _UNKNOWN and exc.function == "nvmlDeviceRegisterEvents":
+                        if index not in self._breaking:
+                            log.warning("registering GPU %d for events broke the event set", index)
+                            self._breaking.add(index)
+                        self._replace_event_set(without=index)
             count = self._nvml.optional(
                 "nvmlDeviceGetTotalEccErrors",
                 handle,

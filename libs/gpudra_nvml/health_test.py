@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import pynvml
@@ -349,4 +350,56 @@ def test_without_an_event_set_the_gpus_are_still_checked(code: int) -> None:
     assert monitor.poll(8) == []
     fake.inject_xid(6, 48)
     assert _kinds(monitor.poll(8)) == [(6, XID, 48, False)]
+    monitor.close()
+
+
+def _address(handle: Any) -> int:
+    return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
+
+
+class _RegistrationBreaksTheSet:
+    """NVML's documented behaviour: when nvmlDeviceRegisterEvents fails with UNKNOWN, the event
+    set is in an undefined state and must be freed. Here such a set answers every wait with
+    UNKNOWN. Registering GPU `index` fails that way."""
+
+    def __init__(self, lib: FakeNvml, index: int) -> None:
+        self._lib, self._index = lib, index
+        self.broken: set[int] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if name == "nvmlDeviceRegisterEvents":
+
+            def register(handle: Any, types: int, event_set: Any) -> Any:
+                if self._lib.nvmlDeviceGetIndex(handle) == self._index:
+                    self.broken.add(_address(event_set))
+                    raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+                return real(handle, types, event_set)
+
+            return register
+        if name == "nvmlEventSetWait_v2":
+
+            def wait(event_set: Any, timeout_ms: int) -> Any:
+                if _address(event_set) in self.broken:
+                    raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+                return real(event_set, timeout_ms)
+
+            return wait
+        return real
+
+
+def test_an_event_set_left_undefined_by_a_registration_is_replaced() -> None:
+    clock = Clock()
+    opened = open_simulator("dgx-h100", clock=clock)
+    assert opened.fake is not None
+    fake = opened.fake
+    lib = _RegistrationBreaksTheSet(fake, 4)
+    opened.adapter.nvml.lib = lib
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
+    monitor.open(opened.adapter.handles()[0])
+    fake.inject_xid(1, 48)
+    fake.inject_xid(7, 94)
+    assert sorted(_kinds(monitor.poll(8))) == [(1, XID, 48, False), (7, XID, 94, False)]
+    fake.inject_xid(2, 48)  # still watched after GPU 4's registration failed again in that poll
+    assert _kinds(monitor.poll(8)) == [(2, XID, 48, False)]
     monitor.close()
