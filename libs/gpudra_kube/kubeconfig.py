@@ -21,13 +21,14 @@ itself and gives the library one merged kubeconfig, as client-go's loading rules
   by kubernetes-asyncio;
 - an `exec` plugin runs as client-go runs it (`gpudra_kube.exec_plugin`), at load and whenever
   `gpudra_kube.credentials` renews its credential.
-Limit: an auth-provider's refreshed token (oidc) is not written back to the file it came from
-(kubernetes-asyncio wrote it into every loaded file; client-go writes it to its own file).
+An auth-provider's refreshed token (oidc) is written back to the file its user came from, as
+client-go does (kubernetes-asyncio's persister failed with a TypeError instead).
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -41,6 +42,8 @@ from kubernetes_asyncio.config.dateutil import parse_rfc3339
 from kubernetes_asyncio.config.kube_config import FileOrData, KubeConfigLoader
 
 from gpudra_kube.exec_plugin import ExecPlugin, uses_exec
+
+log = logging.getLogger(__name__)
 
 _SECTIONS = ("clusters", "users", "contexts")
 # The fields holding a file name, per section entry (client-go's Get*FileReferences).
@@ -65,12 +68,14 @@ def kubeconfig_files(explicit: str | None) -> list[Path]:
     return [default] if default.exists() else []
 
 
-def merge_kubeconfigs(paths: Iterable[Path]) -> dict[str, Any]:
-    """One kubeconfig from `paths` (first wins), every relative path made absolute."""
+def merge_kubeconfigs(paths: Iterable[Path]) -> tuple[dict[str, Any], dict[str, Path]]:
+    """One kubeconfig from `paths` (first wins), every relative path made absolute; and the file
+    each user came from (where a refreshed auth-provider token is saved)."""
     merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config"}
     for section in _SECTIONS:
         merged[section] = []
     names: dict[str, set[str]] = {section: set() for section in _SECTIONS}
+    user_files: dict[str, Path] = {}
     for path in paths:
         config = _read(path)
         base = path.resolve().parent
@@ -82,9 +87,11 @@ def merge_kubeconfigs(paths: Iterable[Path]) -> dict[str, Any]:
                     continue
                 names[section].add(entry["name"])
                 merged[section].append(_resolved(section, copy.deepcopy(dict(entry)), base))
+                if section == "users":
+                    user_files[entry["name"]] = path
         if not merged.get("current-context") and config.get("current-context"):
             merged["current-context"] = config["current-context"]
-    return merged
+    return merged, user_files
 
 
 def _read(path: Path) -> Mapping[str, Any]:
@@ -129,14 +136,54 @@ async def load_kubeconfig(
             f"no kubeconfig found ($KUBECONFIG={os.environ.get('KUBECONFIG', '')!r}, "
             "~/.kube/config)"
         )
-    merged = merge_kubeconfigs(files)
+    merged, user_files = merge_kubeconfigs(files)
     if context is None and not merged.get("current-context"):
         raise ConfigException(f"kubeconfig {os.pathsep.join(map(str, files))} sets no context")
     _check_current(merged, context)
     # config_base_path "": every path is absolute already, none is re-resolved by the library.
-    loader = _Loader(config_dict=merged, active_context=context, config_base_path="")
+    user = _entry(merged, "contexts", context or merged.get("current-context"), "context").get(
+        "user"
+    )
+    loader = _Loader(
+        config_dict=merged,
+        active_context=context,
+        config_base_path="",
+        config_persister=lambda _: _save_auth_provider(merged, user, user_files.get(str(user))),
+    )
     await loader.load_and_set(configuration)
     return loader
+
+
+def _save_auth_provider(merged: Mapping[str, Any], user: Any, path: Path | None) -> None:
+    """Write `user`'s auth-provider config (a refreshed oidc token, with its rotated refresh
+    token) back into the file the user came from, as client-go's persister does; the rest of
+    the file is kept. A file that cannot be written (a read-only Secret mount) is logged: the
+    running client has the new token either way."""
+    provider = _entry(merged, "users", user, "user").get("auth-provider")
+    if path is None or not isinstance(provider, Mapping):
+        return
+    try:
+        config = dict(_read(path))
+        for entry in config.get("users") or []:
+            stanza = entry.get("user") if isinstance(entry, dict) else None
+            if entry.get("name") == user and isinstance(stanza, dict):
+                stanza.setdefault("auth-provider", {})["config"] = copy.deepcopy(
+                    provider.get("config")
+                )
+                break
+        else:
+            return
+        temp = path.with_name(f".{path.name}.gpudra-tmp")
+        with open(temp, "w", encoding="utf-8") as f:
+            yaml.safe_dump(config, f, default_flow_style=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(temp, path.stat().st_mode & 0o777)  # kubeconfigs are often 0600
+        os.replace(temp, path)
+    except (OSError, ConfigException) as exc:
+        log.warning(
+            "could not save the refreshed %s token in %s: %s", provider.get("name"), path, exc
+        )
 
 
 def _entry(merged: Mapping[str, Any], section: str, name: Any, field: str) -> Mapping[str, Any]:
