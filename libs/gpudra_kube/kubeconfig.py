@@ -20,7 +20,8 @@ itself and gives the library one merged kubeconfig, as client-go's loading rules
   requests would run as the user itself). `tls-server-name` and http(s) proxies are honoured
   by kubernetes-asyncio;
 - an `exec` plugin runs as client-go runs it (`gpudra_kube.exec_plugin`), at load and whenever
-  `gpudra_kube.credentials` renews its credential.
+  `gpudra_kube.credentials` renews its credential; an `oidc` auth-provider refreshes its token
+  as client-go's does (`gpudra_kube.oidc`: the issuer's TLS is verified).
 An auth-provider's refreshed token (oidc) is written back to the file its user came from, as
 client-go does (kubernetes-asyncio's persister failed with a TypeError instead).
 """
@@ -41,6 +42,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.dateutil import parse_rfc3339
 from kubernetes_asyncio.config.kube_config import FileOrData, KubeConfigLoader
 
+from gpudra_kube import oidc
 from gpudra_kube.exec_plugin import ExecPlugin, uses_exec
 
 log = logging.getLogger(__name__)
@@ -221,7 +223,19 @@ def _check_current(merged: Mapping[str, Any], context: str | None) -> None:
 
 
 class _Loader(KubeConfigLoader):
-    """The library's loader with client-go's exec plugin runner."""
+    """The library's loader with client-go's exec plugin runner and oidc refresh."""
+
+    async def _refresh_oidc(self, provider: Any) -> None:
+        # Replaces the library's refresh (see gpudra_kube.oidc); called by its
+        # `_load_oid_token` when the id-token is missing or expires within 5 minutes.
+        config = provider["config"].value
+        id_token, rotated = await oidc.refresh(config)
+        config["id-token"] = id_token
+        if rotated:
+            config["refresh-token"] = rotated
+        persist = getattr(self, "_config_persister", None)
+        if persist is not None:
+            persist(None)
 
     async def load_from_exec_plugin(self) -> bool:
         """Run the plugin now (callers decide when: at load, or to renew) and take its

@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import yaml
-from aiohttp import web
 from kubernetes_asyncio.config import incluster_config
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
@@ -346,74 +344,3 @@ async def test_in_cluster_an_ipv6_service_host_is_bracketed(
         assert client.configuration.host == "https://[fd00:10:96::1]:443"
     finally:
         await client.close()
-
-
-def jwt(claims: dict[str, Any]) -> str:
-    """An unsigned JWT (the client only reads its expiry; the fake API compares strings)."""
-
-    def part(data: dict[str, Any]) -> str:
-        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
-
-    return f"{part({'alg': 'none'})}.{part(claims)}.sig"
-
-
-@pytest_asyncio.fixture
-async def identity_provider() -> AsyncIterator[tuple[str, list[str]]]:
-    """An OIDC issuer that answers a refresh: its URL and the refresh tokens it was sent."""
-    refreshed: list[str] = []
-    app = web.Application()
-
-    async def discovery(request: web.Request) -> web.Response:
-        return web.json_response({"token_endpoint": f"{url}/token"})
-
-    async def token(request: web.Request) -> web.Response:
-        form = await request.post()
-        refreshed.append(str(form["refresh_token"]))
-        return web.json_response(
-            {"id_token": jwt({"exp": 4102444800}), "refresh_token": f"refresh-{len(refreshed)}"}
-        )
-
-    app.router.add_get("/.well-known/openid-configuration", discovery)
-    app.router.add_post("/token", token)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = getattr(site, "_server", None)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}" if server else ""
-    try:
-        yield url, refreshed
-    finally:
-        await runner.cleanup()
-
-
-async def test_a_refreshed_oidc_token_is_written_back_to_its_kubeconfig(
-    kube_api: FakeKubeApi, tmp_path: Path, identity_provider: tuple[str, list[str]]
-) -> None:
-    """An oidc auth-provider's refresh rotates its refresh token; the new one must be saved in
-    the file the user came from, or the next start presents a spent refresh token."""
-    issuer, refreshed = identity_provider
-    oidc = {
-        "name": "oidc",
-        "config": {
-            "client-id": "gpudra",
-            "client-secret": "s",
-            "idp-issuer-url": issuer,
-            "refresh-token": "refresh-0",
-        },
-    }
-    path = kubeconfig(
-        tmp_path / "config",
-        clusters={"c": {"server": kube_api.url}},
-        users={"me": {"auth-provider": oidc}},
-        contexts={"x": ("c", "me")},
-        current="x",
-    )
-    kube_api.accept_tokens(jwt({"exp": 4102444800}))
-    await list_claims(path)
-    assert refreshed == ["refresh-0"]
-    saved = yaml.safe_load(path.read_text(encoding="utf-8"))
-    config = saved["users"][0]["user"]["auth-provider"]["config"]
-    assert config["refresh-token"] == "refresh-1"
-    assert config["id-token"] == jwt({"exp": 4102444800})
-    assert saved["clusters"][0]["cluster"]["server"] == kube_api.url  # the rest kept
