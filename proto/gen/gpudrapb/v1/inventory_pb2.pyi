@@ -304,7 +304,7 @@ class Device(google.protobuf.message.Message):
     clique_id: builtins.str
     """"<clusterUUID>.<cliqueId>" on NVLink fabrics (GB200 NVL72); empty when none."""
     numa_node: builtins.int
-    """Absent when NVML cannot tell."""
+    """NUMA node of the GPU's PCI function, from sysfs; absent when the platform does not tell."""
     memory_bytes: builtins.int
     vbios_version: builtins.str
     mig_capable: builtins.bool
