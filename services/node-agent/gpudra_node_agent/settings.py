@@ -74,5 +74,10 @@ class Settings(CommonSettings):
         for name in ("poll_interval", "discovery_interval", "heartbeat_interval"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name.replace('_', '-')} must be > 0 seconds")
+        if self.simulator_faults and not (self.simulator_profile or self.fallback_profile):
+            # On NVML a fault script does nothing: say so rather than run without the faults.
+            raise SettingsError(
+                "simulator-faults needs a simulator (simulator-profile or fallback-profile)"
+            )
         if self.utilization_interval < 0 or self.xid_hold < 0:
             raise SettingsError("utilization-interval and xid-hold must not be negative")

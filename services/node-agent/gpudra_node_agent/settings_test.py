@@ -58,6 +58,9 @@ def test_precedence(argv: list[str], env: dict[str, str], field: str, want: obje
         pytest.param(["--log-level", "loud"], "logging level", id="bad-level"),
         pytest.param(["--node-name", "GPU_Node"], "node name", id="bad-node-name"),
         pytest.param(["--node-name", "a" * 254], "node name", id="node-name-too-long"),
+        pytest.param(
+            ["--simulator-faults", "faults.yaml"], "needs a simulator", id="faults-without-profile"
+        ),
     ],
 )
 def test_bad_settings(argv: list[str], message: str) -> None:
