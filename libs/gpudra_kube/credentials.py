@@ -28,7 +28,10 @@ kubernetes-asyncio before every request, watches included) so that:
 - an inline `token` (which kubectl prefers over `tokenFile`), client certificates named in the
   kubeconfig and basic auth need nothing; client certificates an exec plugin hands out are
   loaded once, when the client is built (a known limit: the TLS context is not rebuilt);
-  auth-providers (gcp, oidc) are left to the library.
+  an oidc auth-provider's id-token is refreshed before a request once it is within the
+  library's 5 minutes of its expiry (client-go refreshes it once expired), one refresh at a
+  time, through `gpudra_kube.oidc`; a failed refresh keeps the token there was (logged). The
+  gcp auth-provider (removed from client-go) is left to the library.
 In-cluster configuration (no kubeconfig) needs none of this: kubernetes-asyncio's in-cluster
 loader installs its own hook that re-reads the mounted service-account token every minute, and
 the kubelet rotates it at 80% of its life, long before the old one expires.
@@ -73,8 +76,14 @@ def follow_credentials(
     credentials that do not change. For an exec plugin, returns its `ExecCredential`, to be
     renewed after a 401 (give it to `CredentialRenewingClient`)."""
     user = _user(loader)
-    if user is None or loader.provider is not None:
-        return None  # no user, or an auth-provider (gcp, oidc): left to the library, as before
+    provider: Any = loader.provider  # the library declares it None; the loader sets a name
+    if user is None:
+        return None
+    if provider == "oidc":
+        configuration.refresh_api_key_hook = _oidc_hook(loader)
+        return None
+    if provider is not None:
+        return None  # gcp: left to the library, as before
     if uses_exec(user.value):
         credential = ExecCredential(loader, configuration)
         configuration.refresh_api_key_hook = credential.refresh_if_due
@@ -195,6 +204,23 @@ class CredentialRenewingClient(k8s.ApiClient):
             "BearerToken"
         )
         return await send(retry_headers)
+
+
+def _oidc_hook(loader: KubeConfigLoader) -> Hook:
+    lock = asyncio.Lock()
+
+    async def refresh(configuration: k8s.Configuration) -> None:
+        async with lock:  # concurrent requests near expiry refresh once
+            try:
+                # The library's check (the JWT's `exp`, 5 minutes of margin), refreshing through
+                # gpudra_kube.kubeconfig's loader when due; a no-op otherwise.
+                token = await loader._load_oid_token()
+            except Exception as exc:  # any refresh failure (the library raises bare ones)
+                log.warning("refreshing the Kubernetes oidc token failed: %s", exc)
+                return
+        configuration.api_key["BearerToken"] = token
+
+    return refresh
 
 
 def _token_file_hook(path: str) -> Hook:

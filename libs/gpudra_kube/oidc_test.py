@@ -6,8 +6,10 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,12 @@ import pytest
 import pytest_asyncio
 import yaml
 from aiohttp import web
+from kubernetes_asyncio.config import kube_config
 
+from gpudra_kube.api_backend import ApiStore, load_api_client
 from gpudra_kube.errors import InvalidObjectError
 from gpudra_kube.kubeconfig_test import API_CA, kubeconfig, list_claims
+from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
 
 # A serving certificate for IP 127.0.0.1, signed by kubeconfig_test's API_CA (openssl, EC
@@ -177,3 +182,27 @@ async def test_an_issuer_verified_by_its_certificate_authority_refreshes(
     kube_api.accept_tokens(jwt({"exp": FAR_FUTURE, "n": 0}))
     await list_claims(path)
     assert tls_issuer.refreshed == ["refresh-0"]
+
+
+async def test_an_expiring_oidc_token_is_refreshed_while_the_client_runs(
+    kube_api: FakeKubeApi, tmp_path: Path, issuer: Issuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An id-token lives about an hour; client-go refreshes it when it expires, on the request
+    that finds it expired. kubernetes-asyncio refreshed only when the client was built, then
+    sent the expired token (401) for good. The 5 minutes of margin are stretched to an hour
+    here so that the token, fresh at start, is due for the second request."""
+    first = jwt({"exp": int(time.time()) + 1800})
+    path = oidc_kubeconfig(tmp_path / "config", kube_api.url, issuer.url, **{"id-token": first})
+    kube_api.accept_tokens(first)
+    store = ApiStore(await load_api_client(str(path)))
+    try:
+        await store.list(RESOURCE_CLAIMS)
+        assert issuer.refreshed == []
+        monkeypatch.setattr(kube_config, "EXPIRY_SKEW_PREVENTION_DELAY", timedelta(hours=1))
+        kube_api.accept_tokens(jwt({"exp": FAR_FUTURE, "n": 0}))
+        await store.list(RESOURCE_CLAIMS)
+        assert issuer.refreshed == ["refresh-0"]
+        await store.list(RESOURCE_CLAIMS)  # the new token lasts: no second refresh
+        assert issuer.refreshed == ["refresh-0"]
+    finally:
+        await store.close()
