@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -97,8 +98,16 @@ async def load_api_client(
                 client_configuration=configuration
             )
             return k8s.ApiClient(configuration)
-        except k8s_config.ConfigException:
-            return await _client_from_kubeconfig(None, context)
+        except k8s_config.ConfigException as exc:
+            if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+                return await _client_from_kubeconfig(None, context)  # not in a pod
+            # In a pod whose in-cluster configuration is broken (no token mounted): fall back
+            # to a kubeconfig as client-go does, saying why, and name both causes if that fails.
+            log.warning("in-cluster Kubernetes configuration failed, trying a kubeconfig: %s", exc)
+            try:
+                return await _client_from_kubeconfig(None, context)
+            except (k8s_config.ConfigException, OSError, ValueError, KeyError) as fallback:
+                raise k8s_config.ConfigException(f"in-cluster: {exc}; {fallback}") from fallback
     except (k8s_config.ConfigException, OSError, ValueError, KeyError) as exc:
         raise InvalidObjectError(f"cannot load Kubernetes configuration: {exc}") from exc
 

@@ -344,3 +344,17 @@ async def test_in_cluster_an_ipv6_service_host_is_bracketed(
         assert client.configuration.host == "https://[fd00:10:96::1]:443"
     finally:
         await client.close()
+
+
+async def test_a_pod_without_its_token_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In a pod (KUBERNETES_SERVICE_HOST set) whose service-account token is not mounted, and
+    with no kubeconfig to fall back to, the error names the in-cluster cause, not only the
+    missing kubeconfig (client-go logs it as it falls back)."""
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(tmp_path / "no-token"))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    with pytest.raises(InvalidObjectError, match="in-cluster: Service token file does not exist"):
+        await load_api_client()
