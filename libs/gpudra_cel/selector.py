@@ -15,7 +15,11 @@ per-evaluation state, so one instance may be used from several threads.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
+import threading
+from collections.abc import Iterator
 
 from gpudra_cel.checker import check
 from gpudra_cel.compiler import compile_tree
@@ -34,6 +38,34 @@ from gpudra_cel.values import type_name
 __all__ = ["DEFAULT_COST_LIMIT", "CompiledSelector", "CountingSelector", "compile_selector"]
 
 DEFAULT_COST_LIMIT = 1_000_000  # resourceapi.CELSelectorExpressionMaxCost
+# Frames added to Python's recursion limit while a deeply nested expression is compiled or
+# evaluated again after a RecursionError: the deepest expression cel-go's limits accept needs
+# about 1,500 frames to compile and 500 to evaluate (`depth_test`), so twice that is room.
+RECURSION_ROOM = 3000
+_ROOM_LOCK = threading.Lock()
+_room_users = 0
+_room_saved = 0
+
+
+@contextlib.contextmanager
+def recursion_room() -> Iterator[None]:
+    """Python's recursion limit raised by `RECURSION_ROOM` while inside. The limit is one per
+    process: it is raised when the first thread enters and put back when the last one leaves,
+    so no thread loses room another still needs. Used only after a RecursionError, so ordinary
+    (shallow) selectors never touch it."""
+    global _room_users, _room_saved
+    with _ROOM_LOCK:
+        if _room_users == 0:
+            _room_saved = sys.getrecursionlimit()
+            sys.setrecursionlimit(_room_saved + RECURSION_ROOM)
+        _room_users += 1
+    try:
+        yield
+    finally:
+        with _ROOM_LOCK:
+            _room_users -= 1
+            if _room_users == 0:
+                sys.setrecursionlimit(_room_saved)
 
 
 class CompiledSelector:
@@ -51,10 +83,12 @@ class CompiledSelector:
     def matches(self, device: DeviceView) -> bool:
         try:
             result = self._fn([device, *self._pad] if self._pad else [device])
-        except CelError:
-            raise
-        except RecursionError as exc:
-            raise CelEvaluationError("expression is nested too deeply to evaluate") from exc
+        except RecursionError:  # a deep expression called from a deep stack: once more
+            with recursion_room():
+                try:
+                    result = self._fn([device, *self._pad] if self._pad else [device])
+                except RecursionError as exc:
+                    raise CelEvaluationError("expression is nested too deeply to evaluate") from exc
         if result is True or result is False:
             return result
         raise CelEvaluationError(
@@ -77,16 +111,14 @@ class CountingSelector(CompiledSelector):
         self._pad = self._pad[1:]  # slot 1 is the meter, filled per evaluation
 
     def matches(self, device: DeviceView) -> bool:
-        meter = [0]
         try:
-            result = self._fn([device, meter, *self._pad])
-        except CelError as exc:
-            # a comprehension may have absorbed the limit error and failed on something else
-            if meter[0] > self.cost_limit:
-                raise cost_exceeded(meter[0], self.cost_limit) from exc
-            raise
-        except RecursionError as exc:
-            raise CelEvaluationError("expression is nested too deeply to evaluate") from exc
+            meter, result = self._metered(device)
+        except RecursionError:  # a deep expression called from a deep stack: once more
+            with recursion_room():
+                try:
+                    meter, result = self._metered(device)
+                except RecursionError as exc:
+                    raise CelEvaluationError("expression is nested too deeply to evaluate") from exc
         if meter[0] > self.cost_limit:  # `error || true` is true in CEL, but not past the limit
             raise cost_exceeded(meter[0], self.cost_limit)
         if result is True or result is False:
@@ -94,6 +126,16 @@ class CountingSelector(CompiledSelector):
         raise CelEvaluationError(
             f"selector must evaluate to bool, got {type_name(result)}: {self.expression!r}"
         )
+
+    def _metered(self, device: DeviceView) -> tuple[list[int], object]:
+        meter = [0]
+        try:
+            return meter, self._fn([device, meter, *self._pad])
+        except CelError as exc:
+            # a comprehension may have absorbed the limit error and failed on something else
+            if meter[0] > self.cost_limit:
+                raise cost_exceeded(meter[0], self.cost_limit) from exc
+            raise
 
     def actual_cost(self, device: DeviceView) -> int:
         """The cost of evaluating on `device` (cel-go's `ActualCost`); errors as `matches`."""
@@ -127,24 +169,31 @@ def compile_selector(
 @functools.lru_cache(maxsize=4096)
 def _compile(expression: str, cost_limit: int, options: CelOptions) -> CompiledSelector:
     try:
-        tree = parse(expression)
-        checked = check(tree, expression)
-        check_environment(tree, options, expression)
-        check_format_literals(tree, checked, expression)
-        check_time_literals(tree, expression)
-        check_homogeneous_literals(tree, checked, expression)
-        cost = estimate_cost(tree, checked)
-        if cost <= cost_limit:
-            fn, slots = compile_tree(tree, checked, expression)
-            return CompiledSelector(expression, fn, slots, cost)
-        if options.reject_costly:
-            raise CelCompileError(
-                f"estimated cost {cost} exceeds the limit of {cost_limit}; "
-                "reduce the work done per device (nested iteration, long strings)"
-            )
-        fn, slots = compile_counting(tree, checked, expression, cost_limit)
-        return CountingSelector(expression, fn, slots, cost, cost_limit)
-    except CelCompileError:
-        raise
-    except RecursionError as exc:
-        raise CelCompileError("expression is nested too deeply") from exc
+        return _build(expression, cost_limit, options)
+    except RecursionError:  # deeply nested (within cel-go's limits): once more, with room
+        pass
+    with recursion_room():
+        try:
+            return _build(expression, cost_limit, options)
+        except RecursionError as exc:
+            raise CelCompileError("expression is nested too deeply") from exc
+
+
+def _build(expression: str, cost_limit: int, options: CelOptions) -> CompiledSelector:
+    tree = parse(expression)
+    checked = check(tree, expression)
+    check_environment(tree, options, expression)
+    check_format_literals(tree, checked, expression)
+    check_time_literals(tree, expression)
+    check_homogeneous_literals(tree, checked, expression)
+    cost = estimate_cost(tree, checked)
+    if cost <= cost_limit:
+        fn, slots = compile_tree(tree, checked, expression)
+        return CompiledSelector(expression, fn, slots, cost)
+    if options.reject_costly:
+        raise CelCompileError(
+            f"estimated cost {cost} exceeds the limit of {cost_limit}; "
+            "reduce the work done per device (nested iteration, long strings)"
+        )
+    fn, slots = compile_counting(tree, checked, expression, cost_limit)
+    return CountingSelector(expression, fn, slots, cost, cost_limit)

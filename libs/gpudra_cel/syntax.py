@@ -6,7 +6,8 @@ and the compiler never touch Lark. Macros (`has`, `all`, `exists`, `exists_one`,
 (`optional.of`, `sets.contains`) become plain calls of their full name; `&&`/`||` chains are
 balanced (they are associative), so a long chain of conditions is not deep nesting. Anything the
 grammar accepts but CEL does not give a meaning to (messages, `.ident` roots) is a
-`CelCompileError` with its position; so is nesting deeper than a selector needs. CEL's optional
+`CelCompileError` with its position; so is nesting deeper than cel-go's parser allows
+(`MAX_RECURSION_DEPTH`, counted as cel-go counts it). CEL's optional
 syntax, which cel-python's grammar lacks, is read with the help of `optional_syntax`: `a.?b` is
 `OptSelect`, `m[?k]` is `OptIndex`, `[?x]` and `{?k: v}` are list/map literals whose `optional`
 entries are dropped when their value is `optional.none()`; the `optMap`/`optFlatMap` macros are
@@ -45,7 +46,14 @@ __all__ = [
 ]
 
 MAX_EXPRESSION_LENGTH = 10 * 1024
-_MAX_DEPTH = 64  # nesting beyond this is not a selector; it would only exhaust the stack
+# cel-go's parser limit, as Kubernetes leaves it (the default), on each of its two counts: the
+# nesting of the grammar's `expr` rule (parentheses, list / map literals, call arguments, index
+# expressions, the `:` branch of a conditional) and the nesting of selections, receiver calls,
+# indexing, conditionals and binary operators (`&&` / `||` chains and runs of `!` / `-` are flat)
+MAX_RECURSION_DEPTH = 250
+_VISITED = frozenset({"expr", "relation", "addition", "multiplication"})
+_MEMBERS = frozenset({"member_dot", "member_dot_arg", "member_index"})
+_VISITED |= _MEMBERS
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 _OPTIONAL_MACROS = frozenset({"optMap", "optFlatMap", "sortBy"})  # (v, expr) on a target
 # cel-go's two-variable comprehensions: name -> (kind, argument counts)
@@ -189,12 +197,9 @@ def parse(expression: str) -> Node:
         raise CelCompileError(
             exc.reason, expression=expression, line=exc.line, column=exc.column
         ) from exc
-    except RecursionError as exc:
-        raise CelCompileError("syntax error: expression is nested too deeply") from exc
-    try:
-        root = _Builder(expression, marks).build(tree, 0)
-    except RecursionError as exc:
-        raise CelCompileError("expression is nested too deeply") from exc
+    # Within the limits the builder needs a few Python frames per level; a RecursionError
+    # passes to the caller (`selector` retries with more room, see `recursion_room`).
+    root = _Builder(expression, marks).build(tree)
     marks.check_all_taken(expression)
     return root
 
@@ -204,6 +209,8 @@ class _Builder:
         self.expression = expression
         self.marks = marks or Marks()
         self.bound: list[str] = []  # macro / cel.bind variables in scope where building
+        self.expr_depth = 0  # cel-go's two nesting counts where building (MAX_RECURSION_DEPTH)
+        self.visit_depth = 0
 
     @contextlib.contextmanager
     def binding(self, *names: str | None) -> Iterator[None]:
@@ -225,40 +232,57 @@ class _Builder:
         line, column = _pos(tree)
         return CelCompileError(message, expression=self.expression, line=line, column=column)
 
-    def build(self, tree: lark.Tree[lark.Token] | lark.Token, depth: int) -> Node:
-        if depth > _MAX_DEPTH * 12:  # each CEL level is up to ~12 grammar levels deep
-            raise self.error("expression is nested too deeply", tree)
-        if isinstance(tree, lark.Token):
-            raise self.error(f"unexpected token {tree.value!r}", tree)
-        data = str(tree.data)
+    def build(self, tree: lark.Tree[lark.Token] | lark.Token) -> Node:
+        """Our node for `tree`, keeping cel-go's two nesting counts (see `MAX_RECURSION_DEPTH`);
+        the grammar's single-child levels are walked in a loop, so a CEL level costs one or two
+        Python frames here, not a dozen."""
+        entered = 0  # `expr` rules passed on the way down
+        try:
+            while isinstance(tree, lark.Tree):
+                data = str(tree.data)
+                if data == "expr":
+                    entered += 1
+                    self.expr_depth += 1
+                    if self.expr_depth > MAX_RECURSION_DEPTH:
+                        raise self.error(
+                            f"expression recursion limit exceeded: {MAX_RECURSION_DEPTH}", tree
+                        )
+                if data not in _PASS_THROUGH or len(tree.children) != 1:
+                    break
+                tree = tree.children[0]
+            if isinstance(tree, lark.Token):
+                raise self.error(f"unexpected token {tree.value!r}", tree)
+            counted = data in _VISITED and (data in _MEMBERS or len(tree.children) > 1)
+            if counted:
+                self.visit_depth += 1
+                if self.visit_depth > MAX_RECURSION_DEPTH:
+                    raise self.error("max recursion depth exceeded", tree)
+            try:
+                return self.build_node(tree, data)
+            finally:
+                self.visit_depth -= counted
+        finally:
+            self.expr_depth -= entered
+
+    def build_node(self, tree: lark.Tree[lark.Token], data: str) -> Node:
         kids = tree.children
         line, column = _pos(tree)
-        d = depth + 1
-        if data in _PASS_THROUGH and len(kids) == 1:
-            return self.build(kids[0], d)
         if data == "expr":
-            cond, yes, no = (self.build(k, d) for k in kids)
+            cond, yes, no = (self.build(k) for k in kids)
             return Call(line, column, "_?_:_", None, (cond, yes, no))
         if data in ("conditionalor", "conditionaland"):
-            return self.logical_chain(tree, d)
+            return self.logical_chain(tree)
         if data in ("relation", "addition", "multiplication") and len(kids) == 2:
             op_tree, right_tree = kids
             assert isinstance(op_tree, lark.Tree)
             op = _OPERATORS[str(op_tree.data)]
-            left = self.build(op_tree.children[0], d)
-            right = self.build(right_tree, d)
+            left = self.build(op_tree.children[0])
+            right = self.build(right_tree)
             if op == "@in":
                 return Call(line, column, "@in", None, (left, right))
             return Call(line, column, op, None, (left, right))
         if data == "unary" and len(kids) == 2:
-            op_tree, operand_tree = kids
-            assert isinstance(op_tree, lark.Tree)
-            operand = self.build(operand_tree, d)
-            if str(op_tree.data) == "unary_not":
-                return Call(line, column, "!_", None, (operand,))
-            if isinstance(operand, Literal) and type(operand.value) in (int, float):
-                return _negate_literal(operand, self, tree)
-            return Call(line, column, "-_", None, (operand,))
+            return self.unary(tree)
         if data == "ident":
             return Ident(line, column, str(kids[0]))
         if data == "literal":
@@ -267,7 +291,7 @@ class _Builder:
             return Literal(line, column, self.literal(token))
         if data == "member_dot":
             operand_tree, field_token = kids
-            operand = self.build(operand_tree, d)
+            operand = self.build(operand_tree)
             if self.marked(field_token):
                 return OptSelect(line, column, operand, str(field_token))
             qualified = self.qualified_type(operand, str(field_token))
@@ -276,38 +300,61 @@ class _Builder:
             return Select(line, column, operand, str(field_token))
         if data == "member_index":
             operand_tree, index_tree = kids
-            operand = self.build(operand_tree, d)
+            operand = self.build(operand_tree)
             if self.marked(index_tree):
-                return OptIndex(line, column, operand, self.build(index_tree, d))
-            return Index(line, column, operand, self.build(index_tree, d))
+                return OptIndex(line, column, operand, self.build(index_tree))
+            return Index(line, column, operand, self.build(index_tree))
         if data == "list_lit":
             item_trees = _children(kids[0] if kids else None)
             optional = tuple(i for i, k in enumerate(item_trees) if self.marked(k))
-            items = tuple(self.build(k, d) for k in item_trees)
+            items = tuple(self.build(k) for k in item_trees)
             return ListLit(line, column, items, optional)
         if data == "map_lit":
             part_trees = _children(kids[0] if kids else None)
             optional = tuple(
                 i // 2 for i, k in enumerate(part_trees) if i % 2 == 0 and self.marked(k)
             )
-            parts = tuple(self.build(k, d) for k in part_trees)
+            parts = tuple(self.build(k) for k in part_trees)
             pairs = tuple(zip(parts[::2], parts[1::2], strict=True))
             return MapLit(line, column, pairs, optional)
         if data == "ident_arg":
             name = str(kids[0])
             args_tree = kids[1] if len(kids) > 1 else None
             if name == "has":
-                return self.has(args_tree, tree, d)
-            return Call(line, column, name, None, self.exprs(args_tree, d))
+                return self.has(args_tree, tree)
+            return Call(line, column, name, None, self.exprs(args_tree))
         if data == "member_dot_arg":
-            return self.member_call(tree, d)
+            return self.member_call(tree)
         if data in ("dot_ident", "dot_ident_arg"):
             raise self.error("leading '.' names are not supported in DRA selectors", tree)
         if data == "member_object":
             raise self.error("message construction is not supported in DRA selectors", tree)
         raise self.error(f"unsupported construct {data!r}", tree)
 
-    def logical_chain(self, tree: lark.Tree[lark.Token], depth: int) -> Node:
+    def unary(self, tree: lark.Tree[lark.Token]) -> Node:
+        """`!!!x`, `--x`: cel-go reads a run of the same operator as a flat list and applies it
+        once when the count is odd, not at all when it is even (`!!x` is `x`)."""
+        ops: list[str] = []
+        current: lark.Tree[lark.Token] | lark.Token = tree
+        while (
+            isinstance(current, lark.Tree)
+            and current.data == "unary"
+            and len(current.children) == 2
+            and (not ops or str(current.children[0].data) == ops[0])  # type: ignore[union-attr]
+        ):
+            ops.append(str(current.children[0].data))  # type: ignore[union-attr]
+            current = current.children[1]
+        operand = self.build(current)
+        if len(ops) % 2 == 0:
+            return operand
+        line, column = _pos(tree)
+        if ops[0] == "unary_not":
+            return Call(line, column, "!_", None, (operand,))
+        if isinstance(operand, Literal) and type(operand.value) in (int, float):
+            return _negate_literal(operand, self, tree)
+        return Call(line, column, "-_", None, (operand,))
+
+    def logical_chain(self, tree: lark.Tree[lark.Token]) -> Node:
         """`a && b && ... && z` arrives as a left-leaning spine as deep as the chain is long;
         walk it iteratively and build a balanced tree (`&&`/`||` are associative in CEL, errors
         included), so long chains of conditions are not mistaken for deep nesting."""
@@ -321,37 +368,35 @@ class _Builder:
             current = current.children[0]
         operands.append(current)
         operands.reverse()
-        nodes = [self.build(o, depth) for o in operands]
+        nodes = [self.build(o) for o in operands]
         line, column = _pos(tree)
         return _balanced("_||_" if data == "conditionalor" else "_&&_", nodes, line, column)
 
-    def exprs(
-        self, tree: lark.Tree[lark.Token] | lark.Token | None, depth: int
-    ) -> tuple[Node, ...]:
+    def exprs(self, tree: lark.Tree[lark.Token] | lark.Token | None) -> tuple[Node, ...]:
         if tree is None:
             return ()
         assert isinstance(tree, lark.Tree)
-        return tuple(self.build(k, depth) for k in tree.children)
+        return tuple(self.build(k) for k in tree.children)
 
-    def member_call(self, tree: lark.Tree[lark.Token], depth: int) -> Node:
+    def member_call(self, tree: lark.Tree[lark.Token]) -> Node:
         line, column = _pos(tree)
         target_tree, name_token = tree.children[0], str(tree.children[1])
         args_tree = tree.children[2] if len(tree.children) > 2 else None
         arg_trees: list[lark.Tree[lark.Token] | lark.Token] = (
             list(args_tree.children) if isinstance(args_tree, lark.Tree) else []
         )
-        target = self.build(target_tree, depth)
+        target = self.build(target_tree)
         qualified = f"{target.name}.{name_token}" if isinstance(target, Ident) else ""
         if qualified == "cel.bind":  # a macro: expanded whatever variables are in scope
             if len(arg_trees) != 3:
                 raise self.error("cel.bind() takes a variable, a value and an expression", tree)
             var = self.variable(arg_trees[0])
-            init = self.build(arg_trees[1], depth)
+            init = self.build(arg_trees[1])
             with self.binding(var):
-                return Bind(line, column, var, init, self.build(arg_trees[2], depth))
+                return Bind(line, column, var, init, self.build(arg_trees[2]))
         namespace = isinstance(target, Ident) and target.name in _NAMESPACES
         if namespace and qualified.partition(".")[0] not in self.bound:
-            return Call(line, column, qualified, None, self.exprs(args_tree, depth))
+            return Call(line, column, qualified, None, self.exprs(args_tree))
         two_var = _TWO_VAR.get(name_token)
         if (
             two_var is not None
@@ -361,7 +406,7 @@ class _Builder:
         ):
             var, var2 = self.variable(arg_trees[0]), self.variable(arg_trees[1])
             with self.binding(var, var2):
-                rest = [self.build(a, depth) for a in arg_trees[2:]]
+                rest = [self.build(a) for a in arg_trees[2:]]
             predicate = rest[0] if len(rest) == 2 else None
             kind = two_var[0]
             return Comprehension(line, column, kind, target, var, predicate, rest[-1], var2)
@@ -374,17 +419,17 @@ class _Builder:
                 )
             var = self.variable(arg_trees[0])
             with self.binding(var):
-                body = self.build(arg_trees[1], depth)
+                body = self.build(arg_trees[1])
             return Comprehension(line, column, name_token, target, var, None, body)
         if name_token in _MACROS and len(arg_trees) in (2, 3):
             if len(arg_trees) == 3 and name_token != "map":
                 raise self.error(f"{name_token}() takes a variable and one expression", tree)
             var = self.variable(arg_trees[0])
             with self.binding(var):
-                rest = [self.build(a, depth) for a in arg_trees[1:]]
+                rest = [self.build(a) for a in arg_trees[1:]]
             predicate = rest[0] if len(rest) == 2 else None
             return Comprehension(line, column, name_token, target, var, predicate, rest[-1])
-        return Call(line, column, name_token, target, self.exprs(args_tree, depth))
+        return Call(line, column, name_token, target, self.exprs(args_tree))
 
     def qualified_type(self, operand: Node, name: str) -> str | None:
         """`google.protobuf.Timestamp` / `.Duration`: one identifier (a type), as cel-go resolves
@@ -402,12 +447,12 @@ class _Builder:
 
     def is_variable(self, tree: lark.Tree[lark.Token] | lark.Token) -> bool:
         try:
-            return isinstance(self.build(tree, 0), Ident)
+            return isinstance(self.build(tree), Ident)
         except CelCompileError:
             return False
 
     def variable(self, tree: lark.Tree[lark.Token] | lark.Token) -> str:
-        node = self.build(tree, 0)
+        node = self.build(tree)
         if not isinstance(node, Ident):
             raise self.error("expected a variable name", tree)
         return node.name
@@ -416,9 +461,8 @@ class _Builder:
         self,
         args_tree: lark.Tree[lark.Token] | lark.Token | None,
         tree: lark.Tree[lark.Token],
-        depth: int,
     ) -> Node:
-        args = self.exprs(args_tree, depth)
+        args = self.exprs(args_tree)
         if len(args) != 1 or not isinstance(args[0], Select):
             raise self.error("has() takes one field selection, e.g. has(m.field)", tree)
         line, column = _pos(tree)
