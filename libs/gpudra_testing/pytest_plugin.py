@@ -6,11 +6,19 @@
   which gpudra's streams and buckets exist, as the services create them at start.
 - `_no_leaked_tasks` (autouse): fails a test that leaves asyncio tasks running, as kopf does; a
   leaked task is a bug (work silently lost at shutdown), not noise.
+- `_hung_test_fails` (autouse): a test whose event loop is still running it `HANG_AFTER` seconds
+  after it started (`GPUDRA_TEST_HANG_AFTER` overrides) is cancelled, after every task's stack is
+  written to stderr: a wait with no time bound fails that test and says where it waited, instead
+  of hanging the whole file until Pants' 600 s timeout with nothing to show. A test blocked
+  outside the event loop (a synchronous wait) is not caught.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
+import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -19,6 +27,9 @@ from nats.aio.client import Client
 
 from gpudra_bus import connect, ensure_buckets, ensure_streams
 from gpudra_standalone.nats_server import NatsServer
+
+HANG_AFTER = 240.0  # seconds: well over any test's own waits, well under Pants' 600 s per file
+HANG_AFTER_ENV = "GPUDRA_TEST_HANG_AFTER"
 
 
 @pytest.fixture(scope="session")
@@ -65,3 +76,27 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
         await asyncio.sleep(0)
     names = sorted(t.get_name() + ": " + repr(t.get_coro()) for t in leaked if not t.done())
     pytest.fail(f"test left {len(names)} asyncio task(s) running: {names}")
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def _hung_test_fails() -> AsyncIterator[None]:
+    loop = asyncio.get_running_loop()
+    after = float(os.environ.get(HANG_AFTER_ENV) or HANG_AFTER)
+
+    def expire() -> None:
+        running = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        stacks = io.StringIO()
+        for task in running:
+            task.print_stack(file=stacks)
+        sys.stderr.write(
+            f"test still running after {after:g} s ({HANG_AFTER_ENV}); cancelling its "
+            f"{len(running)} task(s), which wait here:\n{stacks.getvalue()}"
+        )
+        for task in running:
+            task.cancel()
+
+    timer = loop.call_later(after, expire)
+    try:
+        yield
+    finally:
+        timer.cancel()
