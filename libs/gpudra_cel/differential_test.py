@@ -16,6 +16,7 @@ those (documented differences, each written from the CEL spec / Kubernetes docs)
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,7 @@ from hypothesis import strategies as st
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
 from gpudra_cel import CelEvaluationError, CompiledSelector, DeviceView, compile_selector
+from gpudra_cel.celtime import Duration, Timestamp
 from gpudra_cel.values import CelUint, equal
 
 D = 'device.attributes["gpu.nvidia.com"]'
@@ -151,7 +153,18 @@ def _from_celpy(value: object) -> object:
         return tuple(_from_celpy(v) for v in value)
     if isinstance(value, celtypes.MapType):
         return {_from_celpy(k): _from_celpy(v) for k, v in value.items()}
+    if isinstance(value, celtypes.TimestampType):  # microseconds, as cel-python keeps them
+        since = value - _EPOCH
+        seconds = since.days * 86400 + since.seconds
+        return Timestamp(seconds, since.microseconds * 1000)
+    if isinstance(value, celtypes.DurationType):
+        return Duration(
+            (value.days * 86400 + value.seconds) * 1_000_000_000 + value.microseconds * 1000
+        )
     return value
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def _activation(device: DeviceView) -> dict[str, Any]:
@@ -374,7 +387,9 @@ def test_closures_agree_with_cel_python(device: DeviceView) -> None:
 # Known cel-python deviations left out on purpose: `int("0x10")` (it accepts hex; cel-go does
 # not), `string(true)` (it prints "True"), `[1, 2][-1]` (Python negative indexing), cross-type
 # ordering `2 < 1.5` (it has no overload; Kubernetes enables cross-type numeric comparisons),
-# and the three-argument `map` macro (unsupported).
+# and the three-argument `map` macro (unsupported); for timestamps and durations, `timestamp(int)`
+# and `int(duration)` (it has neither), invalid literals (Kubernetes refuses them when
+# compiling, see `lib_time_test`) and `type()` (its type values do not compare as cel-go's).
 CORE_EXPRESSIONS = [
     "[3, 0].all(i, 10 / i > 0)",
     "[0, 3].exists(i, 10 / i == 3)",
@@ -419,6 +434,29 @@ CORE_EXPRESSIONS = [
     "[1, 2, 3].filter(x, x % 2 == 1).size() == 2",
     'int("-12") == -12 && uint("12") == 12u',
     '"x" in ["a", "x"] && !(3 in [1, 2])',
+    'timestamp("2024-01-01T00:00:00Z") < timestamp("2024-01-02T00:00:00Z")',
+    'timestamp("2024-01-01T00:00:00Z") + duration("1h") == timestamp("2024-01-01T01:00:00Z")',
+    'timestamp("2024-01-02T00:00:00Z") - timestamp("2024-01-01T00:00:00Z") == duration("24h")',
+    'timestamp("2024-01-01T10:00:00+05:30") == timestamp("2024-01-01T04:30:00Z")',
+    'duration("1h30m") == duration("90m") && duration("1.5h") == duration("5400s")',
+    'duration("-1m") < duration("1ns")',
+    'timestamp("2024-03-01T12:30:45.250Z").getHours() == 12'
+    ' && timestamp("2024-03-01T12:30:45.250Z").getMinutes() == 30'
+    ' && timestamp("2024-03-01T12:30:45.250Z").getSeconds() == 45'
+    ' && timestamp("2024-03-01T12:30:45.250Z").getMilliseconds() == 250',
+    'timestamp("2024-03-01T12:30:45Z").getDayOfWeek() == 5'
+    ' && timestamp("2024-03-01T12:30:45Z").getDayOfYear() == 60',
+    'timestamp("2024-03-01T12:30:45Z").getMonth() == 2'
+    ' && timestamp("2024-03-01T12:30:45Z").getDate() == 1'
+    ' && timestamp("2024-03-01T12:30:45Z").getDayOfMonth() == 0',
+    'timestamp("2024-01-01T02:00:00Z").getFullYear("America/New_York") == 2023',
+    'timestamp("2024-07-01T12:00:00Z").getHours("Europe/Berlin") == 14',
+    'timestamp("2024-01-01T00:00:00Z").getHours("+05:30") == 5',
+    'int(timestamp("1970-01-01T00:01:00Z")) == 60',
+    'duration("3723s").getMinutes() == 62 && duration("3723s").getHours() == 1',
+    'string(duration("1m")) == "60s"',
+    'string(timestamp("2024-01-01T00:00:00Z")) == "2024-01-01T00:00:00Z"',
+    'timestamp("9999-12-31T23:59:59Z") + duration("1s") > timestamp("1970-01-01T00:00:00Z")',
 ]
 
 _CORE_DEVICE = DeviceView("gpu.nvidia.com", {}, {})
