@@ -25,9 +25,11 @@ kubernetes-asyncio before every request, watches included) so that:
   fails, or hands out the token that was refused, the 401 stands (`ForbiddenError`) and nothing
   is sent again; the next 401 runs the plugin again. Only `CredentialRenewingClient` (which
   `load_api_client` builds for an exec user) does this;
+- a client certificate an exec plugin hands out is renewed the same ways (expiry, 401); a new
+  one gets the client a new TLS context, and the connections made with the old one are closed,
+  as client-go closes them;
 - an inline `token` (which kubectl prefers over `tokenFile`), client certificates named in the
-  kubeconfig and basic auth need nothing; client certificates an exec plugin hands out are
-  loaded once, when the client is built (a known limit: the TLS context is not rebuilt);
+  kubeconfig and basic auth need nothing;
   an oidc auth-provider's id-token is refreshed before a request once it is within the
   library's 5 minutes of its expiry (client-go refreshes it once expired), one refresh at a
   time, through `gpudra_kube.oidc`; a failed refresh keeps the token there was (logged). The
@@ -49,6 +51,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client import rest
 from kubernetes_asyncio.config.kube_config import KubeConfigLoader
 
 from gpudra_kube.exec_plugin import uses_exec
@@ -96,17 +99,27 @@ def follow_credentials(
 
 
 class ExecCredential:
-    """The token an exec plugin handed out, renewed before it expires and after a 401.
+    """The token or client certificate an exec plugin handed out, renewed before it expires and
+    after a 401.
 
     `generation` counts the credentials the plugin handed out; a request notes it when it is
     sent, so that a 401 renews only the credential that was refused (client-go compares its
-    cached credential the same way)."""
+    cached credential the same way). A new client certificate is announced to the listeners
+    (`on_new_certificate`): the client builds a new TLS context for it."""
 
     def __init__(self, loader: KubeConfigLoader, configuration: k8s.Configuration) -> None:
         self._loader = loader
         self._configuration = configuration
         self._lock = asyncio.Lock()  # one plugin run at a time
+        self._certificate_listeners: list[Callable[[], Awaitable[None]]] = []
         self.generation = 0
+
+    def on_new_certificate(self, listener: Callable[[], Awaitable[None]]) -> None:
+        self._certificate_listeners.append(listener)
+
+    def _current(self) -> tuple[Any, Any, Any]:
+        c = self._configuration
+        return c.api_key.get("BearerToken"), c.cert_file, c.key_file
 
     def _due(self) -> bool:
         expiry = getattr(self._loader, "exec_plugin_expiry", None)
@@ -129,10 +142,10 @@ class ExecCredential:
         async with self._lock:
             if sent != self.generation:
                 return True  # another request's 401 renewed it already
-            refused = self._configuration.api_key.get("BearerToken")
+            refused = self._current()
             if not await self._run():
                 return False
-            return bool(self._configuration.api_key.get("BearerToken") != refused)
+            return self._current() != refused
 
     async def _run(self) -> bool:
         # The library runs the plugin only when the credential it holds has expired; forget
@@ -145,10 +158,18 @@ class ExecCredential:
             log.warning("renewing the Kubernetes exec credential failed: %s", exc)
             return False
         token = getattr(self._loader, "token", None)
-        if not isinstance(token, str):
-            log.warning("the Kubernetes exec plugin handed out no token; keeping the previous one")
+        pair = getattr(self._loader, "cert_file", None), getattr(self._loader, "key_file", None)
+        if isinstance(token, str):
+            self._configuration.api_key["BearerToken"] = token
+        elif all(pair):
+            configuration = self._configuration
+            if pair != (configuration.cert_file, configuration.key_file):
+                configuration.cert_file, configuration.key_file = pair
+                for listener in self._certificate_listeners:
+                    await listener()
+        else:
+            log.warning("the Kubernetes exec plugin handed out no credential; keeping the old one")
             return False
-        self._configuration.api_key["BearerToken"] = token
         self.generation += 1
         return True
 
@@ -160,6 +181,15 @@ class CredentialRenewingClient(k8s.ApiClient):
     def __init__(self, configuration: k8s.Configuration, credential: ExecCredential) -> None:
         super().__init__(configuration)
         self._credential = credential
+        credential.on_new_certificate(self._new_tls_context)
+
+    async def _new_tls_context(self) -> None:
+        # The exec plugin handed out a new client certificate: new connections present it, the
+        # old ones are closed (client-go closes every connection when its certificate rotates;
+        # a watch on one ends and is started again by its informer).
+        old = self.rest_client
+        self.rest_client = rest.RESTClientObject(self.configuration)
+        await old.close()
 
     async def request(
         self,
@@ -172,8 +202,12 @@ class CredentialRenewingClient(k8s.ApiClient):
         _preload_content: bool = True,
         _request_timeout: Any = None,
     ) -> Any:
-        # The header was computed just before this call, with no await in between: the
-        # generation read here is the one of the credential the request carries.
+        if "BearerToken" not in self.configuration.api_key:
+            # A client certificate: the library calls the refresh hook only for a token.
+            await self._credential.refresh_if_due(self.configuration)
+        # A token's header was computed just before this call, with no await in between (a
+        # certificate's TLS context is picked below): the generation read here is the one of
+        # the credential the request carries.
         sent = self._credential.generation
 
         def send(with_headers: dict[str, Any] | None) -> Any:

@@ -7,18 +7,22 @@ import asyncio
 import datetime
 import json
 import os
+import ssl
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.config import incluster_config
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
 from gpudra_kube.api_backend_test import claim
 from gpudra_kube.errors import ForbiddenError
+from gpudra_kube.kubeconfig_test import API_CA, API_CERT, API_KEY
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
 
@@ -295,3 +299,128 @@ async def test_a_typed_call_answered_401_is_sent_again_with_the_renewed_credenti
         assert plugin_runs(tmp_path) == 2
     finally:
         await client.close()
+
+
+# Client certificates client-a and client-b, signed by kubeconfig_test's API_CA (openssl, EC
+# P-256, extendedKeyUsage clientAuth), and their keys; hold no secret.
+CLIENT_CERTS = {
+    "a": (
+        """\
+-----BEGIN CERTIFICATE-----
+MIIBozCCAUmgAwIBAgIUTvguWaQ5opei4mhOGWhqQPycH9owCgYIKoZIzj0EAwIw
+HTEbMBkGA1UEAwwSZ3B1ZHJhLXRlc3QtYXBpLWNhMCAXDTI2MTEyOTIzNTQxNVoY
+DzIxMjYxMTA1MjM1NDE1WjATMREwDwYDVQQDDAhjbGllbnQtYTBZMBMGByqGSM49
+AgEGCCqGSM49AwEHA0IABFBn0L0VGBH2BrFB/yEAAslkNQ5azdMzNXw7a9AwoXFY
+FK6ir8tpXDrCUMFk1jzO8f7S6kbci1u01g7F49n671+jbzBtMAkGA1UdEwQCMAAw
+CwYDVR0PBAQDAgeAMBMGA1UdJQQMMAoGCCsGAQUFBwMCMB0GA1UdDgQWBBRxo/Sr
+rad/Zp8e6mAah2VxNjsWczAfBgNVHSMEGDAWgBSr0oBhkHxJjCBOXOtkU8pGYwRg
+6TAKBggqhkjOPQQDAgNIADBFAiAWkuyX463y1R/dtB2sVA0WB4AFzvDbQpLKDVCk
+HgZzwQIhAMIYD/IzZcjs1gmD8ctgq0EFn4CkmM2Tijs7vnD8pSfH
+-----END CERTIFICATE-----
+""",
+        """\
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgjtS1AI26UoziBepq
+4iQv1TIlsQUAaay1EhS7UET0J+KhRANCAARQZ9C9FRgR9gaxQf8hAALJZDUOWs3T
+MzV8O2vQMKFxWBSuoq/LaVw6wlDBZNY8zvH+0upG3ItbtNYOxePZ+u9f
+-----END PRIVATE KEY-----
+""",
+    ),
+    "b": (
+        """\
+-----BEGIN CERTIFICATE-----
+MIIBozCCAUmgAwIBAgIUTvguWaQ5opei4mhOGWhqQPycH9swCgYIKoZIzj0EAwIw
+HTEbMBkGA1UEAwwSZ3B1ZHJhLXRlc3QtYXBpLWNhMCAXDTI2MTEyOTIzNTQxNVoY
+DzIxMjYxMTA1MjM1NDE1WjATMREwDwYDVQQDDAhjbGllbnQtYjBZMBMGByqGSM49
+AgEGCCqGSM49AwEHA0IABEJ1t1Dm5Us7NEgv5moxEIYCHMn4pX4T9dS4Tb75gQbj
++SKZ8tkuMEHeR6BvkPuZRcmX6cFcyaHdsAmIp00CP1yjbzBtMAkGA1UdEwQCMAAw
+CwYDVR0PBAQDAgeAMBMGA1UdJQQMMAoGCCsGAQUFBwMCMB0GA1UdDgQWBBQN7ETa
+hIwkF1lBWJX96ZTsRkm+/zAfBgNVHSMEGDAWgBSr0oBhkHxJjCBOXOtkU8pGYwRg
+6TAKBggqhkjOPQQDAgNIADBFAiBcsS3Xm46ZUmqJZdHX+D4XDNcGTMQL9Aq4PDhN
+uMMhHwIhAKNmIcUCY5bxoXrVKuqgF9P/zIiTyOlln21DCGkGM3iS
+-----END CERTIFICATE-----
+""",
+        """\
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgwVfj6IiuRlYl7zQK
+VUbRf0utl39ywqUfp5RDqtDr/mehRANCAARCdbdQ5uVLOzRIL+ZqMRCGAhzJ+KV+
+E/XUuE2++YEG4/kimfLZLjBB3kegb5D7mUXJl+nBXMmh3bAJiKdNAj9c
+-----END PRIVATE KEY-----
+""",
+    ),
+}
+
+CERT_PLUGIN = """
+import datetime, json, pathlib, sys
+folder = pathlib.Path(sys.argv[1])
+which = (folder / "which").read_text()
+expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=60)  # due at once
+print(json.dumps({
+    "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+    "status": {
+        "clientCertificateData": (folder / f"{which}.crt").read_text(),
+        "clientKeyData": (folder / f"{which}.key").read_text(),
+        "expirationTimestamp": expiry.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    },
+}))
+"""
+
+
+@pytest_asyncio.fixture
+async def mtls_api(tmp_path: Path) -> AsyncIterator[FakeKubeApi]:
+    """The fake API over TLS (as api.example), requiring a client certificate from API_CA."""
+    (tmp_path / "server.crt").write_text(API_CERT, encoding="ascii")
+    (tmp_path / "server.key").write_text(API_KEY, encoding="ascii")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=API_CA)
+    context.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
+    context.verify_mode = ssl.CERT_REQUIRED
+    async with FakeKubeApi(ssl_context=context) as api:
+        yield api
+
+
+async def test_an_exec_client_certificate_is_rotated_when_it_expires(
+    mtls_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """An exec plugin that hands out client certificates (with an expiry): when it is renewed,
+    the new certificate must be the one presented (client-go rebuilds its TLS connections);
+    kubernetes-asyncio built its TLS context once and kept presenting the expired one."""
+    for name, (cert, key) in CLIENT_CERTS.items():
+        (tmp_path / f"{name}.crt").write_text(cert, encoding="ascii")
+        (tmp_path / f"{name}.key").write_text(key, encoding="ascii")
+    (tmp_path / "which").write_text("a", encoding="utf-8")
+    (tmp_path / "plugin.py").write_text(CERT_PLUGIN, encoding="utf-8")
+    (tmp_path / "ca.crt").write_text(API_CA, encoding="ascii")
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(tmp_path / "plugin.py"), str(tmp_path)],
+            "interactiveMode": "Never",
+        }
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {
+                    "server": mtls_api.url,
+                    "certificate-authority": "ca.crt",
+                    "tls-server-name": "api.example",
+                },
+            }
+        ],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    (tmp_path / "kubeconfig").write_text(json.dumps(config), encoding="utf-8")
+    store = await ApiStore.from_kubeconfig(str(tmp_path / "kubeconfig"))
+    try:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        (tmp_path / "which").write_text("b", encoding="utf-8")
+        assert await names(store) == ["a"]
+    finally:
+        await store.close()
+    assert mtls_api.client_certificates == ["client-a", "client-b"]

@@ -245,15 +245,16 @@ class _Loader(KubeConfigLoader):
             return False  # the library goes on to the token, basic auth or certificate
         plugin = ExecPlugin.from_kubeconfig(user["exec"].value, cluster.value)
         status = await plugin.run()
+        if status.get("expirationTimestamp"):
+            self.exec_plugin_expiry = parse_rfc3339(status["expirationTimestamp"])
+        elif hasattr(self, "exec_plugin_expiry"):
+            del self.exec_plugin_expiry  # this credential lasts until a 401
         if status.get("token"):
             self.token = f"Bearer {status['token']}"
-            if status.get("expirationTimestamp"):
-                self.exec_plugin_expiry = parse_rfc3339(status["expirationTimestamp"])
-            elif hasattr(self, "exec_plugin_expiry"):
-                del self.exec_plugin_expiry  # this credential lasts until a 401
             return True
         # A certificate and key (the runner checked there are both), as the library takes them:
-        # files the TLS context is built from once, when the client is made.
+        # files (one per content) the TLS context is built from; a renewal that brings a new
+        # pair has the client build a new one (gpudra_kube.credentials).
         for attribute, key in (
             ("cert_file", "clientCertificateData"),
             ("key_file", "clientKeyData"),

@@ -17,7 +17,6 @@ from kubernetes_asyncio.config import incluster_config
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
 from gpudra_kube.api_backend_test import claim
-from gpudra_kube.credentials_test import CA_PEM
 from gpudra_kube.errors import InvalidObjectError, UnavailableError
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -42,6 +41,45 @@ CLIENT_KEY = """\
 MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg/rBt75ZNaMqVmq+A
 yPBQqGStj1Bg2w1Z/6O5tMs+czahRANCAARTVX62PgxdouyFzwaG1n8XWA2trJNC
 eaJw0gTE2seSQY2zY+ZflQx7Cf3XJt4exUYJBG/nlAi3bbHGJevBD4qs
+-----END PRIVATE KEY-----
+"""
+
+
+# A serving certificate for the name api.example (not 127.0.0.1) and the CA that signed it, for
+# the TLS tests below. Made with `openssl req`/`openssl x509 -req` (EC P-256, subjectAltName
+# DNS:api.example); hold no secret.
+API_CA = """\
+-----BEGIN CERTIFICATE-----
+MIIBkTCCATegAwIBAgIUbzNAqJexHrSfqq6LljGMVweDknowCgYIKoZIzj0EAwIw
+HTEbMBkGA1UEAwwSZ3B1ZHJhLXRlc3QtYXBpLWNhMCAXDTI2MTEyOTIzNDc1MVoY
+DzIxMjYxMTA1MjM0NzUxWjAdMRswGQYDVQQDDBJncHVkcmEtdGVzdC1hcGktY2Ew
+WTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAAQtkRd+MsZUgHzvToSuD3f+06fvxi5B
+zNSUjH4wn5jWJz2KtKrh3iSwNNsurevVi5VWaUGqiZ47IQPytvtYnN3po1MwUTAd
+BgNVHQ4EFgQUq9KAYZB8SYwgTlzrZFPKRmMEYOkwHwYDVR0jBBgwFoAUq9KAYZB8
+SYwgTlzrZFPKRmMEYOkwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBF
+AiBAksX/o5F+8xwzotedwfOfXwmCYfwq4aXg5pqm0dMPMgIhAJ9M5znwgVkoKPHv
+60XEJVfF6xwrPlrB0vYFdy9r85wb
+-----END CERTIFICATE-----
+"""
+API_CERT = """\
+-----BEGIN CERTIFICATE-----
+MIIBvzCCAWagAwIBAgIUTvguWaQ5opei4mhOGWhqQPycH9gwCgYIKoZIzj0EAwIw
+HTEbMBkGA1UEAwwSZ3B1ZHJhLXRlc3QtYXBpLWNhMCAXDTI2MTEyOTIzNDc1MVoY
+DzIxMjYxMTA1MjM0NzUxWjAWMRQwEgYDVQQDDAthcGkuZXhhbXBsZTBZMBMGByqG
+SM49AgEGCCqGSM49AwEHA0IABDpLby5jsCGiuFRp0D04e+6r1Tho/j/FdI34CHlb
+8oijlIXAs/8tRT4lLAW2Iq8p8UdgLx+Vf40BA4fWY8cYm2ijgYgwgYUwFgYDVR0R
+BA8wDYILYXBpLmV4YW1wbGUwCQYDVR0TBAIwADALBgNVHQ8EBAMCB4AwEwYDVR0l
+BAwwCgYIKwYBBQUHAwEwHQYDVR0OBBYEFBB84qbeSGV6UvBOehea4+YS7QNcMB8G
+A1UdIwQYMBaAFKvSgGGQfEmMIE5c62RTykZjBGDpMAoGCCqGSM49BAMCA0cAMEQC
+IDFppVoQqUMRfuBxtPtqiDe+k2kuPS7+Wy6XZQ86pTXYAiAEuJHrZoiPYk4oWVm0
+cuW/NcfCt9IrRDyUf8iLBZBHTA==
+-----END CERTIFICATE-----
+"""
+API_KEY = """\
+-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg5P6N0jIo/9DwH3+h
+p9Sl4eOT0ksWAKixWa69DoY8tW2hRANCAAQ6S28uY7AhorhUadA9OHvuq9U4aP4/
+xXSN+Ah5W/KIo5SFwLP/LUU+JSwFtiKvKfFHYC8flX+NAQOH1mPHGJto
 -----END PRIVATE KEY-----
 """
 
@@ -181,7 +219,7 @@ async def test_proxy_url_sends_requests_through_the_proxy(
         pytest.param(
             {
                 "insecure-skip-tls-verify": True,
-                "certificate-authority-data": base64.b64encode(CA_PEM.encode()).decode(),
+                "certificate-authority-data": base64.b64encode(API_CA.encode()).decode(),
             },
             "certificate authority with insecure-skip-tls-verify is not allowed",
             id="insecure-with-ca-data",
@@ -194,7 +232,7 @@ async def test_cluster_settings_the_client_cannot_honour_are_refused(
     """client-go refuses a CA with insecure-skip-tls-verify and proxies other than http, https
     and socks5; this client cannot speak socks5 either. Silently ignoring any of them would
     connect where the kubeconfig said not to."""
-    (tmp_path / "ca.crt").write_text(CA_PEM, encoding="ascii")
+    (tmp_path / "ca.crt").write_text(API_CA, encoding="ascii")
     path = kubeconfig(
         tmp_path / "config",
         clusters={"c": {"server": "https://127.0.0.1:1", **cluster}},
@@ -229,45 +267,6 @@ async def test_impersonation_is_refused_not_ignored(
     )
     with pytest.raises(InvalidObjectError, match="impersonation .* is not supported"):
         await load_api_client(str(path))
-
-
-# A serving certificate for the name api.example (not 127.0.0.1) and the CA that signed it, for
-# the TLS tests below. Made with `openssl req`/`openssl x509 -req` (EC P-256, subjectAltName
-# DNS:api.example); hold no secret.
-API_CA = """\
------BEGIN CERTIFICATE-----
-MIIBkTCCATegAwIBAgIUbzNAqJexHrSfqq6LljGMVweDknowCgYIKoZIzj0EAwIw
-HTEbMBkGA1UEAwwSZ3B1ZHJhLXRlc3QtYXBpLWNhMCAXDTI2MTEyOTIzNDc1MVoY
-DzIxMjYxMTA1MjM0NzUxWjAdMRswGQYDVQQDDBJncHVkcmEtdGVzdC1hcGktY2Ew
-WTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAAQtkRd+MsZUgHzvToSuD3f+06fvxi5B
-zNSUjH4wn5jWJz2KtKrh3iSwNNsurevVi5VWaUGqiZ47IQPytvtYnN3po1MwUTAd
-BgNVHQ4EFgQUq9KAYZB8SYwgTlzrZFPKRmMEYOkwHwYDVR0jBBgwFoAUq9KAYZB8
-SYwgTlzrZFPKRmMEYOkwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBF
-AiBAksX/o5F+8xwzotedwfOfXwmCYfwq4aXg5pqm0dMPMgIhAJ9M5znwgVkoKPHv
-60XEJVfF6xwrPlrB0vYFdy9r85wb
------END CERTIFICATE-----
-"""
-API_CERT = """\
------BEGIN CERTIFICATE-----
-MIIBvzCCAWagAwIBAgIUTvguWaQ5opei4mhOGWhqQPycH9gwCgYIKoZIzj0EAwIw
-HTEbMBkGA1UEAwwSZ3B1ZHJhLXRlc3QtYXBpLWNhMCAXDTI2MTEyOTIzNDc1MVoY
-DzIxMjYxMTA1MjM0NzUxWjAWMRQwEgYDVQQDDAthcGkuZXhhbXBsZTBZMBMGByqG
-SM49AgEGCCqGSM49AwEHA0IABDpLby5jsCGiuFRp0D04e+6r1Tho/j/FdI34CHlb
-8oijlIXAs/8tRT4lLAW2Iq8p8UdgLx+Vf40BA4fWY8cYm2ijgYgwgYUwFgYDVR0R
-BA8wDYILYXBpLmV4YW1wbGUwCQYDVR0TBAIwADALBgNVHQ8EBAMCB4AwEwYDVR0l
-BAwwCgYIKwYBBQUHAwEwHQYDVR0OBBYEFBB84qbeSGV6UvBOehea4+YS7QNcMB8G
-A1UdIwQYMBaAFKvSgGGQfEmMIE5c62RTykZjBGDpMAoGCCqGSM49BAMCA0cAMEQC
-IDFppVoQqUMRfuBxtPtqiDe+k2kuPS7+Wy6XZQ86pTXYAiAEuJHrZoiPYk4oWVm0
-cuW/NcfCt9IrRDyUf8iLBZBHTA==
------END CERTIFICATE-----
-"""
-API_KEY = """\
------BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg5P6N0jIo/9DwH3+h
-p9Sl4eOT0ksWAKixWa69DoY8tW2hRANCAAQ6S28uY7AhorhUadA9OHvuq9U4aP4/
-xXSN+Ah5W/KIo5SFwLP/LUU+JSwFtiKvKfFHYC8flX+NAQOH1mPHGJto
------END PRIVATE KEY-----
-"""
 
 
 @pytest_asyncio.fixture

@@ -22,7 +22,8 @@ depends on:
   answers before anything else. An open watch is not cut: the server authenticates a request
   once, when it starts.
 Test hooks: `inject_error`, `clear_faults`, `compact`, `close_watches`, `put` (a write by "someone else", e.g.
-kube-scheduler), `accept_tokens`, and `requests` (what was called).
+kube-scheduler), `accept_tokens`, `requests` (what was called) and `client_certificates` (the
+client certificates presented, where `ssl_context` asks for them).
 
 It is not an API server: no selectors, patches, admission, RBAC or defaulting beyond the above.
 """
@@ -92,6 +93,8 @@ class FakeKubeApi:
         self._faults: list[_Fault] = []
         self._closing = 0
         self.requests: list[tuple[str, str]] = []
+        # Per request over TLS with a verified client certificate: its subject's common name.
+        self.client_certificates: list[str] = []
         self._tokens: frozenset[str] | None = None  # None: every request is authenticated
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -198,6 +201,10 @@ class FakeKubeApi:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.method, request.path))
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        if peer:
+            names = [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
+            self.client_certificates.extend(names[:1])
         if self._tokens is not None:
             scheme, _, token = request.headers.get("Authorization", "").partition(" ")
             if scheme.lower() != "bearer" or token not in self._tokens:
