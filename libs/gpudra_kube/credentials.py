@@ -28,12 +28,12 @@ kubernetes-asyncio before every request, watches included) so that:
 - a client certificate an exec plugin hands out is renewed the same ways (expiry, 401); a new
   one gets the client a new TLS context, and the connections made with the old one are closed,
   as client-go closes them;
-- an inline `token` (which kubectl prefers over `tokenFile`), client certificates named in the
-  kubeconfig and basic auth need nothing;
-  an oidc auth-provider's id-token is refreshed before a request once it is within the
+- an oidc auth-provider's id-token is refreshed before a request once it is within the
   library's 5 minutes of its expiry (client-go refreshes it once expired), one refresh at a
   time, through `gpudra_kube.oidc`; a failed refresh keeps the token there was (logged). The
-  gcp auth-provider (removed from client-go) is left to the library.
+  gcp auth-provider (removed from client-go) is left to the library;
+- an inline `token` (which kubectl prefers over `tokenFile`), client certificates named in the
+  kubeconfig and basic auth need nothing.
 In-cluster configuration (no kubeconfig) needs none of this: kubernetes-asyncio's in-cluster
 loader installs its own hook that re-reads the mounted service-account token every minute, and
 the kubelet rotates it at 80% of its life, long before the old one expires.
