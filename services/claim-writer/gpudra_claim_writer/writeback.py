@@ -13,7 +13,10 @@ Promises:
   holds the ones the claim got. A claim that is gone (also when it goes between the read and a
   write: a 404 there is no malformed decision to dead-letter), or was re-created under the same
   name with another UID, gets a DELETED event instead, so the allocator frees the devices it
-  reserved for it.
+  reserved for it. So does a claim being deleted, unless a consumer (`reservedFor`) still holds
+  it: a pod may run on its devices, and the intake releases them once the last consumer is off
+  ("deleting-in-use"); such a claim is left as it is (an allocation other than the decision's
+  on it is sent for adoption, as above).
 - The allocation carries the claim's trace on: the metadata write before it (the finalizer) also
   sets the annotations `gpudra.io/traceparent` / `gpudra.io/tracestate` to the context of the
   `write claim status` span, so the kubelet plugin's prepare span, which reads them, joins the
@@ -95,6 +98,7 @@ from gpudra_claim_writer.claims import (
 )
 from gpudra_claim_writer.consumers import (
     cleared_since,
+    had_consumers,
     needs_pod,
     pod_waiting_for,
     with_allocation_id,
@@ -327,7 +331,16 @@ class Writeback:
             epoch = decision_id(decision)
             for attempt in range(_MAX_TRIES):
                 claim = await self._current(ref, seen=attempt == 0)
-                if claim is None or state_of(claim) is ClaimState.DELETING:
+                if claim is not None and state_of(claim) is ClaimState.DELETING:
+                    if had_consumers(claim):
+                        # A pod still holds it: its devices stay held until the intake sees the
+                        # last consumer off. Only an allocation in place of this decision's is
+                        # news (the allocator must hold the devices in use, not the decision's).
+                        if allocation_of(claim) not in (None, allocation):
+                            await self._written_instead(claim, decision)
+                        return
+                    claim = None
+                if claim is None:
                     await self._release_stale(ref)
                     return
                 existing = allocation_of(claim)
