@@ -13,6 +13,9 @@ What comes out, for one node:
   slice, ≤ 1024 counter consumptions per slice.
 - The pool is named after the node; `generation` is the inventory's and `resourceSliceCount` is the
   number of slices actually returned, so a consumer can tell a complete pool from a partial one.
+  A node without devices still gets one slice (no `devices`), so its stale devices vanish.
+- No empty list or map anywhere: the API server leaves those out when it returns a slice,
+  and a slice must read back exactly as it was written (the inventory's mirror compares them).
 Slices are deterministic: the same inventory gives byte-identical output.
 """
 
@@ -219,7 +222,9 @@ def build_slices(
     ]
     specs += [{"devices": chunk} for chunk in _pack_devices(devices, options)]
     if not specs:
-        specs = [{"devices": []}]  # an empty pool is still published, so stale devices vanish
+        # An empty pool is still published, so stale devices vanish; without a `devices` key,
+        # as the API server (omitempty) returns it, or the mirror would see it differ forever.
+        specs = [{}]
     generation = inventory.generation if options.generation is None else options.generation
     pool = {"name": node, "generation": generation, "resourceSliceCount": len(specs)}
     return [
