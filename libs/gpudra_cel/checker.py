@@ -265,7 +265,7 @@ class _Checker:
             raise self.error(f"sortBy() needs a list, found {range_t}", node)
         elem = range_t.params[0] if range_t.params else DYN
         key = self.visit(node.body, {**scope, node.var: elem})
-        if key not in (INT, UINT, DOUBLE, BOOL, STRING, BYTES, DYN):
+        if key not in (INT, UINT, DOUBLE, BOOL, STRING, BYTES, DURATION, TIMESTAMP, DYN):
             raise self.error(
                 f"found no matching overload for '@sortByAssociatedKeys' applied to "
                 f"'{list_of(elem)}.({list_of(key)})'",

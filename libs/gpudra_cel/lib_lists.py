@@ -22,15 +22,18 @@ import functools
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
+from gpudra_cel.celtime import Duration, Timestamp
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.functions import Overload, overload
 from gpudra_cel.types import (
     BOOL,
     BYTES,
     DOUBLE,
+    DURATION,
     DYN,
     INT,
     STRING,
+    TIMESTAMP,
     UINT,
     CelType,
     list_of,
@@ -43,8 +46,9 @@ __all__ = ["LIST_OVERLOADS", "MAX_CALL_COST", "self_compare_cost", "sort_by_keys
 MAX_CALL_COST = 1_000_000  # Kubernetes' per-evaluation limit: no single call may cost more
 LIST_CREATE_COST = 10
 A = CelType("A")
-_COMPARABLE = (INT, UINT, DOUBLE, BOOL, STRING, BYTES)
-_ORDERED_CLASSES = frozenset({int, CelUint, float, bool, str, bytes})
+# cel-go's comparable types, as its lists extension declares them
+_COMPARABLE = (INT, UINT, DOUBLE, BOOL, DURATION, TIMESTAMP, STRING, BYTES)
+_ORDERED_CLASSES = frozenset({int, CelUint, float, bool, Duration, Timestamp, str, bytes})
 
 
 def _too_costly(cost: int, what: str) -> CelEvaluationError:

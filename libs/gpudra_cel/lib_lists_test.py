@@ -63,6 +63,16 @@ DEVICE = DeviceView(
         pytest.param("[true, false].sort() == [false, true]", id="sort-bools"),
         pytest.param("[2.5, -1.0].sort() == [-1.0, 2.5]", id="sort-doubles"),
         pytest.param("[b'b', b'a'].sort() == [b'a', b'b']", id="sort-bytes"),
+        # cel-go's comparable types include durations and timestamps
+        pytest.param(
+            "[duration('2s'), duration('-1s')].sort() == [duration('-1s'), duration('2s')]",
+            id="sort-durations",
+        ),
+        pytest.param(
+            "[timestamp(5), timestamp(1)].sort() == [timestamp(1), timestamp(5)]",
+            id="sort-timestamps",
+        ),
+        pytest.param("[3, 1, 2].sortBy(x, timestamp(-x)) == [3, 2, 1]", id="sortBy-timestamp-keys"),
         pytest.param(f"{A}.names.sort() == ['a', 'b', 'c']", id="sort-attribute"),
         pytest.param("[].sort() == []", id="sort-empty"),
         pytest.param("[1, 2, 3].first() == optional.of(1)", id="first"),
