@@ -207,7 +207,7 @@ def _sum(items: tuple[object, ...], zero: object = 0) -> object:
     if not items:
         return zero  # Kubernetes: the zero of the overload's element type
     total = items[0]
-    if type(total) not in (int, CelUint, float):
+    if type(total) not in (int, CelUint, float, Duration):
         raise CelEvaluationError(f"sum: cannot add {type(total).__name__}")
     for item in items[1:]:
         total = add(total, item)
@@ -291,10 +291,10 @@ CORE_OVERLOADS: tuple[Overload, ...] = (
     overload("sets.intersects", None, (_ANY_LIST, _ANY_LIST), BOOL, _sets_intersects, "linear"),
     overload("isSorted", _ANY_LIST, (), BOOL, _is_sorted, cost="linear"),
     # one overload per summable type, int first, as Kubernetes declares them: an empty list sums
-    # to its element type's zero (0, 0u, 0.0)
+    # to its element type's zero (0, 0u, 0.0, duration("0s"))
     *(
         overload("sum", list_of(t), (), t, functools.partial(_sum, zero=zero), cost="linear")
-        for t, zero in ((INT, 0), (UINT, CelUint(0)), (DOUBLE, 0.0))
+        for t, zero in ((INT, 0), (UINT, CelUint(0)), (DOUBLE, 0.0), (DURATION, Duration(0)))
     ),
     overload("min", _ANY_LIST, (), A, lambda xs: _extreme(xs, -1, "min"), cost="linear"),
     overload("max", _ANY_LIST, (), A, lambda xs: _extreme(xs, 1, "max"), cost="linear"),

@@ -386,3 +386,23 @@ def test_parsers_fail_only_with_cel_errors(text: str) -> None:
 )
 def test_go_duration_syntax(text: str, nanos: int) -> None:
     assert parse_duration(text) == Duration(nanos)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        pytest.param("[duration('1s'), duration('2m')].sum() == duration('121s')", True, id="sum"),
+        pytest.param("[timestamp(3), timestamp(1)].min() == timestamp(1)", True, id="min"),
+        pytest.param("[duration('1s'), duration('2s')].max() == duration('2s')", True, id="max"),
+        pytest.param("[timestamp(1), timestamp(3)].isSorted()", True, id="isSorted"),
+        pytest.param(
+            "[duration('2562047h'), duration('2562047h')].sum() > duration('0')",
+            "integer overflow",
+            id="sum-overflow",
+        ),
+    ],
+)
+def test_kubernetes_list_library(expression: str, expected: bool | str, matches: Matches) -> None:
+    """Kubernetes' list library declares `sum()` for durations too, and `min()` / `max()` /
+    `isSorted()` for timestamps and durations among its comparable types."""
+    matches(compile_selector(expression), _DEVICE, expected)
