@@ -27,7 +27,8 @@ goes straight through (the write-back keeps the bare store: it asks it for what 
   written in their place, sent back to the allocator to adopt), `waiting`, `cleared` (decisions delivered
   again after their allocation was written and cleared since: not written again), `forbidden`
   (writes the API refused to the claim-writer itself, 401/403, tried again with a backoff: fix its
-  RBAC or credentials);
+  RBAC or credentials), `refused` (allocations the API refused for good, 422: the reason is in the
+  claim, the decision dead-lettered);
 - `events`: Kubernetes Events `created`, `updated`, `dropped`, `failed` (null without a recorder);
 - `classes`: DeviceClasses mirrored: `written`, `deleted`, `rejected` (null without the mirror);
 - `gates`: `lifted` (scheduling gates removed; null without `gate-pods`);
@@ -56,6 +57,7 @@ WRITEBACK_COUNTS = (
     "waiting",
     "cleared",
     "forbidden",
+    "refused",
 )
 INTAKE_COUNTS = (
     "pending",

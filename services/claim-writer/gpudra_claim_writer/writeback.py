@@ -41,7 +41,11 @@ Promises:
   yet but `consumers.left_unreported`: `consumers.needs_pod`): then only with a pod that may run
   and names it, never alone (it waits for a pod, as in Kubernetes; counted "waiting").
 - The message is acknowledged after the write; a decision that cannot be written now (API away) is
-  redelivered. Malformed messages are dead-lettered. A write the API refuses to the claim-writer
+  redelivered. Malformed messages are dead-lettered. So is an allocation the API server refuses
+  for good (422: its validation, or an admission policy), after the refusal is written into the
+  claim as its unschedulable reason (annotation and Warning Event; counted "refused"): the claim
+  says why it is not allocated. The decision's devices stay held until the claim is deleted (a
+  claim's spec cannot change): offered again, it would be refused again, in a loop. A write the API refuses to the claim-writer
   itself (401/403: its RBAC or credentials, which an operator fixes, not the decision) is
   redelivered too, after 5 s doubling up to a minute (counted "forbidden"): dead-lettered, the
   decision's devices stayed held for a claim that never got them.
@@ -108,6 +112,7 @@ from gpudra_claim_writer.kube_events import ClaimEvents
 from gpudra_kube.errors import (
     ConflictError,
     ForbiddenError,
+    InvalidObjectError,
     KubePermanentError,
     KubeRetryableError,
     NotFoundError,
@@ -378,6 +383,11 @@ class Writeback:
                     # decision to dead-letter).
                     await self._release_stale(ref)
                     return
+                except InvalidObjectError as exc:
+                    # Refused for good (422): every delivery would fail the same way. The claim
+                    # says why, then the decision is dead-lettered (`_guarded`).
+                    await self._refused(ref, decision, exc)
+                    raise
                 self.counts["allocated"] += 1
                 if existing is None:  # not a repeated decision: say so once
                     self._events.allocated(claim, allocation)
@@ -402,22 +412,53 @@ class Writeback:
         return await self._store.replace(RESOURCE_CLAIMS, updated)
 
     async def _unschedulable(self, decision: claims_pb2.AllocationDecision) -> None:
-        ref = decision.claim
+        if await self._reason(decision.claim, decision.reason):
+            self.counts["unschedulable"] += 1
+
+    async def _reason(self, ref: claims_pb2.ClaimRef, reason: str) -> bool:
+        """Write `reason` into the pending claim (conflicts re-read) and record its Event; False
+        when the claim is gone or no longer pending."""
         for _ in range(_MAX_TRIES):
             claim = await self._current(ref)
             if claim is None or state_of(claim) is not ClaimState.PENDING:
-                return
+                return False
             try:
-                await self._write(claim, lambda c: with_reason(c, decision.reason), status=False)
-                self.counts["unschedulable"] += 1
-                self._events.unschedulable(claim, decision.reason)
-                return
+                await self._write(claim, lambda c: with_reason(c, reason), status=False)
+                self._events.unschedulable(claim, reason)
+                return True
             except ConflictError:
                 self.counts["conflicts"] += 1
                 continue
             except NotFoundError:
-                return  # gone since it was read: nothing to say any more
+                return False  # gone since it was read: nothing to say any more
         raise KubeRetryableError(f"claim {ref.namespace}/{ref.name} keeps changing")
+
+    async def _refused(
+        self,
+        ref: claims_pb2.ClaimRef,
+        decision: claims_pb2.AllocationDecision,
+        refusal: InvalidObjectError,
+    ) -> None:
+        """The API server refused to store the decision's allocation (422): say so in the claim,
+        where users look, as an unschedulable reason (counted "refused"). The decision's devices
+        stay held until the claim goes (its spec cannot change): offered again, it would be
+        decided and refused the same way, over and over."""
+        self.counts["refused"] += 1
+        log.error(
+            "claim %s/%s: the API server refused allocation %s: %s",
+            ref.namespace,
+            ref.name,
+            decision_id(decision),
+            refusal,
+        )
+        node = f" on node {decision.node_name}" if decision.node_name else ""
+        reason = f"the API server refused gpudra's allocation{node}: {refusal}"
+        try:
+            await self._reason(ref, reason)
+        except KubePermanentError as exc:
+            # Refused too: the log has it. (A retryable error is raised: the decision is
+            # delivered again, meets the same refusal, and the reason is written then.)
+            log.error("claim %s/%s: refusal not written: %s", ref.namespace, ref.name, exc)
 
     async def _released(self, released: claims_pb2.Released) -> None:
         self.counts["released"] += 1
