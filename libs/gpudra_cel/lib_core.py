@@ -225,6 +225,14 @@ def _extreme(items: tuple[object, ...], sign: int, name: str) -> object:
     return best
 
 
+def _min(items: tuple[object, ...]) -> object:
+    return _extreme(items, -1, "min")
+
+
+def _max(items: tuple[object, ...]) -> object:
+    return _extreme(items, 1, "max")
+
+
 def _list_index_of(items: tuple[object, ...], item: object) -> int:
     return next((i for i, x in enumerate(items) if equal(x, item)), -1)
 
@@ -242,6 +250,8 @@ def _sets_intersects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
 
 
 _ANY_LIST, _ANY_MAP = list_of(A), map_of(A, CelType("B"))
+# Kubernetes' list library's comparable types (isSorted, min, max)
+_COMPARABLE = (INT, UINT, DOUBLE, BOOL, DURATION, TIMESTAMP, STRING, BYTES)
 
 CORE_OVERLOADS: tuple[Overload, ...] = (
     *(overload("size", None, (t,), INT, _size) for t in (STRING, BYTES, _ANY_LIST, _ANY_MAP)),
@@ -289,15 +299,16 @@ CORE_OVERLOADS: tuple[Overload, ...] = (
         "linear",
     ),
     overload("sets.intersects", None, (_ANY_LIST, _ANY_LIST), BOOL, _sets_intersects, "linear"),
-    overload("isSorted", _ANY_LIST, (), BOOL, _is_sorted, cost="linear"),
+    # isSorted / min / max: one overload per comparable type, as Kubernetes declares them
+    *(overload("isSorted", list_of(t), (), BOOL, _is_sorted, cost="linear") for t in _COMPARABLE),
     # one overload per summable type, int first, as Kubernetes declares them: an empty list sums
     # to its element type's zero (0, 0u, 0.0, duration("0s"))
     *(
         overload("sum", list_of(t), (), t, functools.partial(_sum, zero=zero), cost="linear")
         for t, zero in ((INT, 0), (UINT, CelUint(0)), (DOUBLE, 0.0), (DURATION, Duration(0)))
     ),
-    overload("min", _ANY_LIST, (), A, lambda xs: _extreme(xs, -1, "min"), cost="linear"),
-    overload("max", _ANY_LIST, (), A, lambda xs: _extreme(xs, 1, "max"), cost="linear"),
+    *(overload("min", list_of(t), (), t, _min, cost="linear") for t in _COMPARABLE),
+    *(overload("max", list_of(t), (), t, _max, cost="linear") for t in _COMPARABLE),
     overload("indexOf", _ANY_LIST, (A,), INT, _list_index_of, cost="linear"),
     overload("lastIndexOf", _ANY_LIST, (A,), INT, _list_last_index_of, cost="linear"),
 )

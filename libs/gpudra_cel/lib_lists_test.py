@@ -170,6 +170,16 @@ def test_list_function_errors(expression: str, message: str) -> None:
         pytest.param("[1].sortBy(x.y, x) == []", "variable", id="sortBy-variable"),
         pytest.param("lists.nope(1)", "undeclared reference to 'lists.nope'", id="namespace"),
         pytest.param("[1, 2].slice(1) == [2]", "no matching overload", id="slice-one-arg"),
+        # Kubernetes' list library declares min / max / isSorted for its comparable types only
+        pytest.param(
+            "[quantity('1')].min() == quantity('1')",
+            "no matching overload for 'min'",
+            id="min-quantities",
+        ),
+        pytest.param("[[1]].max() == [1]", "no matching overload for 'max'", id="max-lists"),
+        pytest.param(
+            "[{'a': 1}].isSorted()", "no matching overload for 'isSorted'", id="isSorted-maps"
+        ),
     ],
 )
 def test_undeclared_forms_are_compile_errors(expression: str, message: str) -> None:
