@@ -8,6 +8,12 @@ Promises of `PoolBook`:
 - A node marked unreachable keeps its devices, each tainted `<driver>/unhealthy` NoSchedule (the
   node-agent's health taints stay as they are); marking it reachable again removes that taint.
 - A heartbeat is a NodeInventory equal to the last one except for `observed_at`.
+- Node-agents number their inventories (`generation`, growing across their restarts). One with a
+  lower generation than the pool's inventory (an old agent still running beside its successor
+  during a rolling update) is ignored, and is no heartbeat either, as long as the pool is not
+  marked unreachable: once the newer publisher has been silent for the timeout, a lower
+  generation is taken (an agent that lost its stored generation starts again at 1). Generation 0
+  means unnumbered and is always taken.
 - An inventory that cannot be sliced raises `SliceError` and leaves the pool as it was.
 - `adopt` (a new leader taking over) rebuilds every pool it has an inventory for with a generation
   strictly above the one the bucket holds.
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,6 +31,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpudra_slices import SliceError, SliceOptions, build_slices
 from gpudrapb.v1 import inventory_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 UNREACHABLE_MESSAGE = "node-agent heartbeat missed"
 
@@ -70,6 +79,16 @@ def node_of(s: dict[str, Any]) -> str | None:
 def _generation(named: dict[str, dict[str, Any]]) -> int:
     return max(
         (int(s["spec"].get("pool", {}).get("generation", 0)) for s in named.values()), default=0
+    )
+
+
+def _superseded(state: PoolState, inventory: pb.NodeInventory) -> bool:
+    """Whether `inventory` is older than the pool's, whose publisher is still heard."""
+    current = state.inventory
+    return (
+        current is not None
+        and not state.unreachable
+        and 0 < inventory.generation < current.generation
     )
 
 
@@ -138,6 +157,14 @@ class PoolBook:
     def observe(self, inventory: pb.NodeInventory, seen_at: float) -> Change | None:
         """A snapshot or heartbeat arrived (published at `seen_at`, epoch seconds)."""
         state = self.pools.setdefault(inventory.node, PoolState(inventory.node))
+        if _superseded(state, inventory):
+            log.info(
+                "node %s: inventory generation %d ignored, generation %d is newer",
+                inventory.node,
+                inventory.generation,
+                state.inventory.generation if state.inventory is not None else 0,
+            )
+            return None
         heartbeat = self.is_heartbeat(inventory)
         if heartbeat and not state.unreachable:
             state.last_seen = max(state.last_seen, seen_at)
