@@ -14,7 +14,8 @@ Promises of `PoolBook`:
   marked unreachable: once the newer publisher has been silent for the timeout, a lower
   generation is taken (an agent that lost its stored generation starts again at 1). Generation 0
   means unnumbered and is always taken.
-- An inventory that cannot be sliced raises `SliceError` and leaves the pool as it was.
+- An inventory that cannot be sliced raises `SliceError` and leaves the pool as it was (no pool
+  at all when there was none: a bad node name does not become a pool).
 - `adopt` (a new leader taking over) rebuilds every pool it has an inventory for with a generation
   strictly above the one the bucket holds.
 """
@@ -156,6 +157,7 @@ class PoolBook:
 
     def observe(self, inventory: pb.NodeInventory, seen_at: float) -> Change | None:
         """A snapshot or heartbeat arrived (published at `seen_at`, epoch seconds)."""
+        known = inventory.node in self.pools
         state = self.pools.setdefault(inventory.node, PoolState(inventory.node))
         if _superseded(state, inventory):
             log.info(
@@ -177,6 +179,8 @@ class PoolBook:
             change = self._rebuild(state)
         except SliceError:
             state.inventory, state.unreachable = before
+            if not known:
+                del self.pools[inventory.node]  # never published: no pool (bad names pile up)
             raise
         state.last_seen = max(state.last_seen, seen_at)
         return change
