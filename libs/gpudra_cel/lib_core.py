@@ -18,7 +18,7 @@ from decimal import Decimal
 
 from gpudra_api.quantity import Quantity
 from gpudra_api.semver import Semver
-from gpudra_cel.celtime import Duration, Timestamp
+from gpudra_cel.celtime import MIN_UNIX_SECONDS, Duration, Timestamp
 from gpudra_cel.errors import CelEvaluationError
 from gpudra_cel.functions import Overload, overload
 from gpudra_cel.types import (
@@ -189,6 +189,10 @@ def _is_zero(value: object) -> bool:
         return value == 0
     if isinstance(value, str | bytes | tuple | list | Mapping):
         return len(value) == 0
+    if isinstance(value, Duration):
+        return value.nanos == 0
+    if isinstance(value, Timestamp):  # Go's Time.IsZero: 0001-01-01T00:00:00Z
+        return value.seconds == MIN_UNIX_SECONDS and value.nanos == 0
     return False
 
 

@@ -406,3 +406,21 @@ def test_kubernetes_list_library(expression: str, expected: bool | str, matches:
     """Kubernetes' list library declares `sum()` for durations too, and `min()` / `max()` /
     `isSorted()` for timestamps and durations among its comparable types."""
     matches(compile_selector(expression), _DEVICE, expected)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        pytest.param("!optional.ofNonZeroValue(duration('0s')).hasValue()", True, id="zero-dur"),
+        pytest.param("optional.ofNonZeroValue(duration('1ns')).hasValue()", True, id="dur"),
+        # Go's Time.IsZero: January 1, year 1, 00:00:00 UTC (not the Unix epoch)
+        pytest.param(
+            "!optional.ofNonZeroValue(timestamp('0001-01-01T00:00:00Z')).hasValue()",
+            True,
+            id="zero-ts",
+        ),
+        pytest.param("optional.ofNonZeroValue(timestamp(0)).hasValue()", True, id="epoch"),
+    ],
+)
+def test_zero_values(expression: str, expected: bool) -> None:
+    assert compile_selector(expression).matches(_DEVICE) is expected
