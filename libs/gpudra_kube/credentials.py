@@ -150,12 +150,15 @@ class ExecCredential:
     async def _run(self) -> bool:
         # The library runs the plugin only when the credential it holds has expired; forget
         # the expiry so that it runs now (a new credential brings its own, or none).
+        expiry = getattr(self._loader, "exec_plugin_expiry", None)
         with contextlib.suppress(AttributeError):
             del self._loader.exec_plugin_expiry
         try:
             await self._loader.load_from_exec_plugin()
         except Exception as exc:  # any plugin failure (it raises bare Exceptions): keep the token
             log.warning("renewing the Kubernetes exec credential failed: %s", exc)
+            if expiry is not None:  # and its expiry: the next request tries again
+                self._loader.exec_plugin_expiry = expiry
             return False
         token = getattr(self._loader, "token", None)
         pair = getattr(self._loader, "cert_file", None), getattr(self._loader, "key_file", None)

@@ -79,6 +79,8 @@ import datetime, json, pathlib, sys
 folder, mode = pathlib.Path(sys.argv[1]), sys.argv[2]
 with open(folder / "runs", "a", encoding="utf-8") as runs:
     runs.write("run\\n")
+if (folder / "fail").exists():
+    sys.exit("plugin: the identity service is down")
 status = {"token": (folder / "exec-token").read_text(encoding="utf-8")}
 if mode == "expiring":
     # Within the 5 minutes of skew clients keep: due for renewal at once.
@@ -424,3 +426,27 @@ async def test_an_exec_client_certificate_is_rotated_when_it_expires(
     finally:
         await store.close()
     assert mtls_api.client_certificates == ["client-a", "client-b"]
+
+
+async def test_a_failed_renewal_is_tried_again_before_the_credential_expires(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """A renewal that fails (the plugin's backend is down a moment) keeps the token and the
+    expiry it had: the next request tries again, rather than waiting for a 401."""
+    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
+    kubeconfig = kube_api.write_kubeconfig(
+        tmp_path / "kubeconfig", user=exec_user(tmp_path, "expiring")
+    )
+    kube_api.accept_tokens("one")
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))
+    try:
+        (tmp_path / "fail").touch()
+        assert await names(store) == []  # renewal failed; "one" still works
+        (tmp_path / "fail").unlink()
+        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
+        kube_api.accept_tokens("two")
+        before = len(kube_api.requests)
+        assert await names(store) == []
+        assert len(kube_api.requests) == before + 1  # renewed before sending: no 401 first
+    finally:
+        await store.close()
