@@ -7,6 +7,8 @@ Promises of `PoolBook`:
   backwards across restarts (`load` starts from what the bucket holds).
 - A node marked unreachable keeps its devices, each tainted `<driver>/unhealthy` NoSchedule (the
   node-agent's health taints stay as they are); marking it reachable again removes that taint.
+  The taint's timeAdded is when the heartbeats became overdue (last inventory + timeout, on the
+  server's clock), so every replica, and one restarted later, publishes the same taint.
 - A heartbeat is a NodeInventory equal to the last one except for `observed_at`.
 - Node-agents number their inventories (`generation`, growing across their restarts). One with a
   lower generation than the pool's inventory (an old agent still running beside its successor
@@ -194,7 +196,9 @@ class PoolBook:
             if state.inventory is None or state.unreachable or now - silent_since <= timeout:
                 continue
             state.unreachable = True
-            state.unreachable_since = now
+            # Dated when the heartbeats became overdue, not when this replica noticed: every
+            # replica (and one restarted later) then publishes the same taint timeAdded.
+            state.unreachable_since = silent_since + timeout
             change = self._rebuild(state)
             if change is not None:
                 changes.append(change)
