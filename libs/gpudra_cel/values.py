@@ -340,14 +340,14 @@ def add(a: object, b: object) -> object:
         if isinstance(a, Duration) and isinstance(b, Timestamp):
             return b.add(a)
         raise no_overload("_+_", a, b)
-    if ta is Duration:
-        return a.add(b)  # type: ignore[attr-defined]
     if ta is int:
         return check_int(a + b)  # type: ignore[operator]
     if ta is CelUint:
         return check_uint(a + b)  # type: ignore[operator]
     if ta in (float, str, bytes, tuple, list):
         return a + b  # type: ignore[operator]
+    if ta is Duration:
+        return a.add(b)  # type: ignore[attr-defined]
     raise no_overload("_+_", a, b)
 
 
