@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import pty
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,29 +23,35 @@ from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
 
 # The plugin: records what it was given, says something on stderr, answers with the token in
-# `token` (or exits with the code in `exit-code`).
-PLUGIN = f"""#!{sys.executable}
+# `token` (or exits with the code in `exit-code`). `plugin` is a shell script that runs it with
+# this interpreter (a shebang naming the interpreter could pass the kernel's length limit).
+PLUGIN = """
 import json, os, pathlib, sys
 folder = pathlib.Path(__file__).parent
-(folder / "seen.json").write_text(json.dumps({{
-    "env": dict(os.environ), "args": sys.argv[1:], "stdin_is_null": os.path.samefile("/dev/null", "/proc/self/fd/0") if os.path.exists("/proc/self/fd/0") else None,
-}}))
+stdin = "/proc/self/fd/0"
+(folder / "seen.json").write_text(json.dumps({
+    "env": dict(os.environ),
+    "args": sys.argv[1:],
+    "stdin_is_null": os.path.samefile("/dev/null", stdin) if os.path.exists(stdin) else None,
+}))
 print("plugin: fetching a token", file=sys.stderr)
 code = folder / "exit-code"
 if code.exists():
     print("plugin: no session, run login first", file=sys.stderr)
     sys.exit(int(code.read_text()))
-print(json.dumps({{
+print(json.dumps({
     "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
-    "status": {{"token": (folder / "token").read_text()}},
-}}))
+    "status": {"token": (folder / "token").read_text()},
+}))
 """
+LAUNCHER = f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$(dirname "$0")/plugin.py" "$@"\n'
 
 
 def install_plugin(folder: Path, token: str = "exec-token") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / "plugin.py").write_text(PLUGIN, encoding="utf-8")
     plugin = folder / "plugin"
-    plugin.write_text(PLUGIN, encoding="utf-8")
+    plugin.write_text(LAUNCHER, encoding="utf-8")
     plugin.chmod(0o755)
     (folder / "token").write_text(token, encoding="utf-8")
     return plugin
