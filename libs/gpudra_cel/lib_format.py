@@ -112,6 +112,8 @@ def _element(v: object) -> str:
         return f"timestamp({go_quote(str(v))})"
     if isinstance(v, Duration):
         return f"duration({go_quote(str(v))})"
+    if isinstance(v, CelTypeValue):  # its name, unquoted
+        return v.name
     raise _FormatError(f"no formatting function for {_type_name(v)}")
 
 

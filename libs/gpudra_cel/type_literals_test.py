@@ -66,6 +66,7 @@ EVALUATIONS = [
     pytest.param("[1, 2].all(int, int > 0)", True, id="variable-shadows-type-name"),
     pytest.param("cel.bind(string, 'a', string == 'a')", True, id="bind-shadows-type-name"),
     pytest.param("'%s'.format([int]) == 'int'", True, id="format-type"),
+    pytest.param("'%s'.format([[int, type(1)]]) == '[int, int]'", True, id="format-list-of-types"),
     pytest.param(
         "'%s'.format([google.protobuf.Duration]) == 'google.protobuf.Duration'",
         True,
