@@ -3,7 +3,8 @@
 Every `with_*` / `without_*` function returns a changed deep copy, or None when the object already
 is as wanted — so the caller never writes (and never triggers a watch event) for nothing.
 - A claim is DELETING once it has a `deletionTimestamp`, ALLOCATED with a `status.allocation`,
-  else PENDING.
+  else PENDING. A field of the wrong shape (the standalone store checks no schema; an API server
+  does) reads as absent: one such claim must never end a loop that reads every claim.
 - The allocation is written as kube-scheduler writes it: the `resource.kubernetes.io/delete-
   protection` finalizer on the object first, then `status.allocation`.
 - An unschedulable reason is kept in the annotation `gpudra.io/unschedulable` (resource.k8s.io/v1
@@ -49,21 +50,27 @@ class ClaimState(enum.Enum):
     DELETING = "deleting"
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    """`value` when it is a JSON object, else empty: a claim of the wrong shape (the standalone
+    store checks no schema) is read as lacking the field, never as an error that would end the
+    loop reading it, for every claim."""
+    return value if isinstance(value, dict) else {}
+
+
 def _meta(obj: KubeObject) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
+    return _mapping(obj.get("metadata"))
 
 
 def state_of(claim: KubeObject) -> ClaimState:
     if _meta(claim).get("deletionTimestamp"):
         return ClaimState.DELETING
-    if (claim.get("status") or {}).get("allocation"):
+    if allocation_of(claim):
         return ClaimState.ALLOCATED
     return ClaimState.PENDING
 
 
 def allocation_of(claim: KubeObject) -> dict[str, Any] | None:
-    allocation = (claim.get("status") or {}).get("allocation")
+    allocation = _mapping(claim.get("status")).get("allocation")
     return allocation if isinstance(allocation, dict) else None
 
 
@@ -122,7 +129,9 @@ def without_finalizer(claim: KubeObject) -> KubeObject | None:
 
 def with_allocation(claim: KubeObject, allocation: Mapping[str, Any]) -> KubeObject | None:
     def write(c: KubeObject) -> None:
-        c.setdefault("status", {})["allocation"] = json_copy(dict(allocation))
+        if not isinstance(c.get("status"), dict):
+            c["status"] = {}  # of the wrong shape (`_mapping`): nothing in it to keep
+        c["status"]["allocation"] = json_copy(dict(allocation))
 
     return _changed(claim, write)
 
@@ -174,12 +183,13 @@ def chained(
 
 def class_names(claim: KubeObject) -> set[str]:
     """Every DeviceClass a claim's requests name (`exactly` and each `firstAvailable` entry)."""
-    devices = (claim.get("spec") or {}).get("devices") or {}
+    requests = _mapping(_mapping(claim.get("spec")).get("devices")).get("requests")
     names: set[str] = set()
-    for request in devices.get("requests") or []:
+    for request in requests if isinstance(requests, list) else []:
         if not isinstance(request, dict):
             continue
-        subs = [request.get("exactly"), *(request.get("firstAvailable") or [])]
+        alternatives = request.get("firstAvailable")
+        subs = [request.get("exactly"), *(alternatives if isinstance(alternatives, list) else [])]
         for sub in subs:
             if isinstance(sub, dict) and isinstance(sub.get("deviceClassName"), str):
                 names.add(sub["deviceClassName"])
