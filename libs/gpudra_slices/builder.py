@@ -7,10 +7,13 @@ What comes out, for one node:
   (`gpu-<i>-mig-<gi>-<ci>`) and, with dynamic MIG on, every free placement
   (`gpu-<i>-mig-<profile>-<start>`) consumes the slices it covers, so the allocator can never hand out
   two that overlap — including a profile that does not exist yet.
-- Counter sets travel in slices of their own (Kubernetes 1.35 forbids devices and sharedCounters in
-  one slice; 1.34 accepts that too). Limits honoured for both versions: ≤ 128 devices per slice (≤ 64
-  when any device consumes counters or has taints), ≤ 8 counter sets and ≤ 32 counters per counter
-  slice, ≤ 1024 counter consumptions per slice.
+- Counter sets travel in slices of their own, the layout of Kubernetes 1.35, which forbids devices
+  and sharedCounters in one slice. Kubernetes 1.34's alpha DRAPartitionableDevices wanted the
+  opposite (a device may only consume a counter set of its own slice) and rejects these slices
+  when the gate is on; with it off (its default) it drops the counters. Partitionable MIG needs
+  1.35. Limits honoured for both versions: ≤ 128 devices per slice (≤ 64 when any device
+  consumes counters or has taints), ≤ 8 counter sets and ≤ 32 counters per counter slice, ≤ 1024
+  counter consumptions per slice.
 - The pool is named after the node; `generation` is the inventory's and `resourceSliceCount` is the
   number of slices actually returned, so a consumer can tell a complete pool from a partial one.
   A node without devices still gets one slice (no `devices`), so its stale devices vanish.
