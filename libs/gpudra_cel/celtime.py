@@ -244,6 +244,10 @@ def parse_duration(text: str) -> Duration:
             raise _conversion_error("google.protobuf.Duration")
         digits = _leading_digits(rest)
         whole_text, rest = rest[:digits], rest[digits:]
+        # Go's leadingInt fails past 2^63 (checked on the digits first: Python's int() of
+        # thousands of digits is refused)
+        if len(whole_text.lstrip("0")) > 19:
+            raise _conversion_error("google.protobuf.Duration")
         whole = int(whole_text) if whole_text else 0
         if whole > 1 << 63:
             raise _conversion_error("google.protobuf.Duration")

@@ -55,7 +55,7 @@ _ZONE_LOOKUP_MAX = MAX_UNIX_SECONDS - 2 * 86400
 def _go_atoi(text: str) -> int:
     if not _GO_INT.fullmatch(text):
         raise CelEvaluationError(f'strconv.Atoi: parsing "{text}": invalid syntax')
-    value = int(text)
+    value = int(text) if len(text.lstrip("+-").lstrip("0")) <= 19 else 1 << 63
     if not -(1 << 63) <= value < 1 << 63:
         raise CelEvaluationError(f'strconv.Atoi: parsing "{text}": value out of range')
     return value

@@ -166,6 +166,9 @@ EVALUATIONS = [
     pytest.param(f"{X}.getHours('Am/Ph') == 2", "unknown time zone Am/Ph", id="bad-zone"),
     pytest.param(f"{X}.getHours(':xx') == 2", "invalid syntax", id="bad-offset"),
     pytest.param(
+        f"{X}.getHours('" + "1" * 5000 + ":00') == 2", "value out of range", id="huge-offset"
+    ),
+    pytest.param(
         'duration("2h0m35s").getHours() == 2 && duration("2h0m35s").getMinutes() == 120 && '
         'duration("2h0m35s").getSeconds() == 7235 && '
         'duration("2h0m35s").getMilliseconds() == 7235000',
@@ -289,6 +292,11 @@ REJECTED = [
         "timestamp('10000-01-01T00:00:00Z') > timestamp(0)",
         "invalid timestamp argument",
         id="ts-five-digit-year",
+    ),
+    pytest.param(
+        "duration('" + "9" * 5000 + "s') > duration('0')",
+        "invalid duration argument",
+        id="dur-huge-number",
     ),
     # types: what cel-go's checker refuses
     pytest.param(
