@@ -61,6 +61,16 @@ def _meta(obj: KubeObject) -> dict[str, Any]:
     return _mapping(obj.get("metadata"))
 
 
+def spec_of(obj: KubeObject) -> dict[str, Any]:
+    """The object's `spec` (empty when absent or of the wrong shape, see `_mapping`)."""
+    return _mapping(obj.get("spec"))
+
+
+def status_of(obj: KubeObject) -> dict[str, Any]:
+    """The object's `status` (empty when absent or of the wrong shape, see `_mapping`)."""
+    return _mapping(obj.get("status"))
+
+
 def state_of(claim: KubeObject) -> ClaimState:
     if _meta(claim).get("deletionTimestamp"):
         return ClaimState.DELETING
@@ -70,7 +80,7 @@ def state_of(claim: KubeObject) -> ClaimState:
 
 
 def allocation_of(claim: KubeObject) -> dict[str, Any] | None:
-    allocation = _mapping(claim.get("status")).get("allocation")
+    allocation = status_of(claim).get("allocation")
     return allocation if isinstance(allocation, dict) else None
 
 
@@ -183,7 +193,7 @@ def chained(
 
 def class_names(claim: KubeObject) -> set[str]:
     """Every DeviceClass a claim's requests name (`exactly` and each `firstAvailable` entry)."""
-    requests = _mapping(_mapping(claim.get("spec")).get("devices")).get("requests")
+    requests = _mapping(spec_of(claim).get("devices")).get("requests")
     names: set[str] = set()
     for request in requests if isinstance(requests, list) else []:
         if not isinstance(request, dict):
@@ -230,11 +240,11 @@ def pod_claim_names(pod: KubeObject) -> list[str] | None:
     status yet is still waiting for its claim."""
     generated = {
         s.get("name"): s.get("resourceClaimName")
-        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        for s in status_of(pod).get("resourceClaimStatuses") or []
         if isinstance(s, dict)
     }
     names = []
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+    for entry in spec_of(pod).get("resourceClaims") or []:
         if not isinstance(entry, dict):
             return None
         if entry.get("resourceClaimName"):
@@ -249,7 +259,7 @@ def pod_claim_names(pod: KubeObject) -> list[str] | None:
 
 
 def is_gated(pod: KubeObject) -> bool:
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    gates = spec_of(pod).get("schedulingGates") or []
     return any(isinstance(g, dict) and g.get("name") == SCHEDULING_GATE for g in gates)
 
 

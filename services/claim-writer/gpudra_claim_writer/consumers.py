@@ -112,7 +112,7 @@ from collections import Counter
 from typing import Any
 
 from gpudra_api import ALLOCATION_ID_ANNOTATION
-from gpudra_claim_writer.claims import FINALIZER, pod_claim_names
+from gpudra_claim_writer.claims import FINALIZER, pod_claim_names, status_of
 from gpudra_claim_writer.retrying import beside
 from gpudra_kube.claims import ClaimStore
 from gpudra_kube.consumers import Outcome, consumers_of, pod_consumer_uids, reserve, unreserve
@@ -217,7 +217,7 @@ def cleared_since(claim: dict[str, Any], allocation: str) -> bool:
         bool(allocation)
         and allocation_id(claim) == allocation
         and not meta.get("deletionTimestamp")
-        and not (claim.get("status") or {}).get("allocation")
+        and not status_of(claim).get("allocation")
         and FINALIZER not in (meta.get("finalizers") or [])
     )
 
@@ -255,7 +255,7 @@ def is_active(pod: dict[str, Any]) -> bool:
     """The pod may still use its claims: not being deleted and not finished."""
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
-    return (pod.get("status") or {}).get("phase") not in _DONE_PHASES
+    return status_of(pod).get("phase") not in _DONE_PHASES
 
 
 class Consumers:

@@ -68,6 +68,7 @@ from gpudra_claim_writer.claims import (
     gang_of,
     pod_claim_names,
     ref_of,
+    spec_of,
     state_of,
 )
 from gpudra_claim_writer.consumers import is_active, left_unreported, needs_pod
@@ -182,7 +183,7 @@ class PodEntry:
     def of(pod: KubeObject) -> PodEntry | None:
         """The entry of a pod that uses claims (None for one that uses none)."""
         meta = pod.get("metadata") or {}
-        if not (pod.get("spec") or {}).get("resourceClaims") or not is_active(pod):
+        if not spec_of(pod).get("resourceClaims") or not is_active(pod):
             return None  # uses no claim, or never will again (finished, being deleted)
         names = pod_claim_names(pod)
         return PodEntry(
