@@ -85,7 +85,7 @@ def test_deepest_expression_from_a_deep_call_stack() -> None:
         return selector.matches(_DEVICE) and selector.matches(_DEVICE)
 
     limit = sys.getrecursionlimit()
-    assert nested(max(0, limit - len(_frames()) - 100)) is True
+    assert nested(max(0, limit - _frames() - 100)) is True
     assert sys.getrecursionlimit() == limit  # the room is given back
 
 
@@ -100,9 +100,9 @@ def _metered(expression: str) -> CountingSelector:
     return CountingSelector(expression, fn, slots, estimate, estimate)
 
 
-def _frames() -> list[object]:
-    frames, frame = [], sys._getframe()
-    while frame is not None:
-        frames.append(frame)
-        frame = frame.f_back  # type: ignore[assignment]
-    return frames
+def _frames() -> int:
+    """How many frames the calling thread's stack holds."""
+    count, frame = 0, sys._getframe()
+    while frame.f_back is not None:
+        count, frame = count + 1, frame.f_back
+    return count + 1

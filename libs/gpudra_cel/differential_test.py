@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import celpy
 import pytest
@@ -154,7 +154,7 @@ def _from_celpy(value: object) -> object:
     if isinstance(value, celtypes.MapType):
         return {_from_celpy(k): _from_celpy(v) for k, v in value.items()}
     if isinstance(value, celtypes.TimestampType):  # microseconds, as cel-python keeps them
-        since = value - _EPOCH
+        since = cast(datetime.datetime, value) - _EPOCH
         seconds = since.days * 86400 + since.seconds
         return Timestamp(seconds, since.microseconds * 1000)
     if isinstance(value, celtypes.DurationType):

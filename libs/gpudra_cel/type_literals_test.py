@@ -18,7 +18,6 @@ _DEVICE = DeviceView(
         "gpu.nvidia.com": {
             "index": 3,
             "model": "H100",
-            "ratio": 0.5,
             "flag": True,
             "tags": ("a", "b"),
             "version": Semver.parse("1.2.3"),
@@ -50,7 +49,6 @@ EVALUATIONS = [
     pytest.param("type(dyn(1)) == int", True, id="dyn-keeps-runtime-type"),
     pytest.param(f"type({D}.index) == int", True, id="attr-int"),
     pytest.param(f"type({D}.model) == string", True, id="attr-string"),
-    pytest.param(f"type({D}.ratio) == double", True, id="attr-double"),
     pytest.param(f"type({D}.flag) == bool", True, id="attr-bool"),
     pytest.param(f"type({D}.tags) == list", True, id="attr-list"),
     pytest.param(f"type({D}.version) == type(semver('1.0.0'))", True, id="attr-semver"),
