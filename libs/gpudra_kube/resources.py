@@ -64,6 +64,10 @@ DEVICE_CLASSES = Resource(
 PODS = Resource(
     "Pod", "v1", "pods", "pod", "CoreV1Api", namespaced=True, has_status=True,
 )  # fmt: skip
+# Read only, in kubernetes mode: the inventory makes each Node the owner of its pool's slices.
+NODES = Resource(
+    "Node", "v1", "nodes", "node", "CoreV1Api", namespaced=False, has_status=True,
+)  # fmt: skip
 # Written only in kubernetes mode (see `recorder`); standalone mode has no events bucket.
 EVENTS = Resource(
     "Event", "events.k8s.io/v1", "events", "event", "EventsV1Api", namespaced=True,
@@ -76,6 +80,7 @@ ALL_RESOURCES: tuple[Resource, ...] = (
     RESOURCE_SLICES,
     DEVICE_CLASSES,
     PODS,
+    NODES,
     EVENTS,
 )
 

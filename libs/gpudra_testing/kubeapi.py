@@ -2,7 +2,7 @@
 
 It serves, on 127.0.0.1 and a kernel-chosen port (plain HTTP, or TLS with `ssl_context`), the
 REST paths of `resource.k8s.io/v1` resourceclaims (namespaced, status subresource), resourceclaimtemplates, resourceslices and
-deviceclasses (cluster-scoped), core `v1` pods and `events.k8s.io/v1` events — with the API server's rules that client code
+deviceclasses (cluster-scoped), core `v1` pods and nodes (cluster-scoped) and `events.k8s.io/v1` events — with the API server's rules that client code
 depends on:
 - list returns a collection `resourceVersion` and pages with `limit`/`continue` (a token expires
   with 410 as soon as anything changed: the fake keeps no snapshots); watch streams ADDED/MODIFIED/DELETED after a given

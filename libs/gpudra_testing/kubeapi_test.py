@@ -249,3 +249,19 @@ async def test_throttling_says_when_to_retry(api: FakeKubeApi) -> None:
         assert resp.headers["Retry-After"] == "3"
         assert (await resp.json())["details"] == {"retryAfterSeconds": 3}
     assert (await call(api, "GET", CLAIMS))[0] == 200
+
+
+async def test_core_v1_nodes_are_served(api: FakeKubeApi) -> None:
+    """Nodes (cluster-scoped core v1): what the inventory follows to own its slices."""
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
+    status, created = await call(api, "POST", "/api/v1/nodes", node)
+    assert status == 201
+    assert created["metadata"]["uid"]
+    status, got = await call(api, "GET", "/api/v1/nodes/n1")
+    assert (status, got["metadata"]["uid"]) == (200, created["metadata"]["uid"])
+    status, listed = await call(api, "GET", "/api/v1/nodes")
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["n1"]
+    status, _ = await call(api, "DELETE", "/api/v1/nodes/n1")
+    assert status == 200
+    status, _ = await call(api, "GET", "/api/v1/nodes/n1")
+    assert status == 404
