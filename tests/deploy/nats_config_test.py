@@ -34,8 +34,9 @@ from gpudra_allocator.holdings import CLAIM_PREFIX, ClaimRecord
 from gpudra_allocator.index import class_index
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.tombstones import TombstoneCollector
-from gpudra_bus import flush_subscriptions, streams
+from gpudra_bus import Publisher, flush_subscriptions, streams
 from gpudra_claim_writer.classes import ClassMirror
+from gpudra_claim_writer.vanished import Vanished
 from gpudra_inventory.lease import Lease, ensure_lease_bucket
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import DEVICE_CLASSES
@@ -522,6 +523,36 @@ async def test_allocator_reservations_and_tombstones_with_its_user(
     with pytest.raises(nats.js.errors.KeyNotFoundError):
         await reservations_kv.get(tombstone)
     assert _refusals(allocator.server) == violations
+
+
+async def test_claim_writer_reads_the_allocators_claim_records_with_its_user(
+    sessions: dict[str, Session], tmp_path: Path
+) -> None:
+    """Through the claim-writer's own code (kubernetes mode): the look for claims deleted while
+    it was down lists and reads the allocator's claim records (read only: it may not write
+    them), and publishes the release of one whose claim is gone."""
+    writer, allocator = sessions["claim-writer"], sessions["allocator"]
+    violations = _refusals(writer.server)
+    await streams.ensure_streams(writer.js)
+    await streams.ensure_buckets(allocator.js)
+    record = ClaimRecord(
+        "allocated", claim="ns/gone", generation=1, token="t", node="n1", allocation={}
+    )
+    allocator_kv = await allocator.js.key_value(streams.RESERVATIONS_BUCKET)
+    await _within(
+        "write a claim record", allocator_kv.put(f"{CLAIM_PREFIX}uid-gone", record.encode())
+    )
+    async with FakeKubeApi(validate_version=None) as kube_api:
+        store = await ApiStore.from_kubeconfig(str(kube_api.write_kubeconfig(tmp_path / "kc")))
+        try:
+            reservations = await writer.js.key_value(streams.RESERVATIONS_BUCKET)
+            vanished = Vanished(store, Publisher(writer.nc), reservations)
+            await _within("look for vanished claims", vanished.reconcile(set()))
+        finally:
+            await store.close()
+    assert vanished.done
+    assert vanished.released == 1
+    assert _refusals(writer.server) == violations
 
 
 @pytest.mark.parametrize(

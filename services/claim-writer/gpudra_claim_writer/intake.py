@@ -51,6 +51,8 @@ Promises:
 - A pending gpudra claim too large for any ClaimEvent (`events.oversized`) is not offered: the
   reason goes into its `gpudra.io/unschedulable` annotation (counted "oversized"), and nothing is
   raised (that would stop the intake for every claim, after every restart too).
+- `live` is the set of the UIDs of the claims that exist, as the watch tells (what `vanished`
+  compares the allocator's records with, once `synced` is set).
 - Every claim seen (not deleted) is passed to `on_claim` (namespace, name): a gated pod waiting
   for it may be ready now (see `gates`).
 - With `PodUnits`, a pending claim that a known pod uses goes out with its pod, once the pod's
@@ -67,7 +69,7 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from opentelemetry import trace
@@ -124,6 +126,7 @@ class Intake:
         retry_interval: float = 5.0,
     ) -> None:
         self._store = store
+        self._live: set[str] = set()  # UIDs of the claims that exist, as the watch tells
         self._retry_interval = retry_interval
         # claim uid -> (namespace, name) of deleted claims whose finalizer an API error kept on
         self._finalizers: dict[str, tuple[str, str]] = {}
@@ -147,6 +150,11 @@ class Intake:
         self.synced = asyncio.Event()
         self.published: Counter[str] = Counter()
         self.conflicts = 0  # metadata writes refused by a changed resourceVersion, re-read
+
+    @property
+    def live(self) -> Collection[str]:
+        """UIDs of the claims that exist, as far as the watch told (kept up to date)."""
+        return self._live
 
     @property
     def retrying(self) -> int:
@@ -191,6 +199,10 @@ class Intake:
         if not ref.uid or not ref.name:
             log.error("ignoring a claim without name or UID: %s", claim.get("metadata"))
             return
+        if event.type is EventType.DELETED:
+            self._live.discard(ref.uid)
+        else:
+            self._live.add(ref.uid)
         with tracer.start_as_current_span(
             "intake claim",
             context=Context(),

@@ -6,7 +6,8 @@ streams and buckets (idempotent, created with `stream-replicas` replicas), the c
 so both modes run the same code), the health server, then the loops: intake (claims → events),
 write-back (decisions → claim status), pod gates (and `PodUnits.run`, which retries what a failed
 read left) and, in kubernetes mode, the DeviceClass mirror (cluster classes → the allocator's KV
-bucket) and the Events writer, in standalone mode the
+bucket), the Events writer and the release of claims deleted while no claim-writer ran
+(`vanished`), in standalone mode the
 consumers (pods → claims' `reservedFor`, the last one leaving releases). `/statusz` says what
 each loop did (`status`: the mode, each watch's last resourceVersion and resync, the counters). SIGTERM/SIGINT cancel the
 loops; the exit stack closes the store and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for
@@ -24,6 +25,7 @@ from typing import Any
 
 from gpudra_bus import (
     DEVICE_CLASSES_BUCKET,
+    RESERVATIONS_BUCKET,
     BusError,
     Publisher,
     connect,
@@ -39,6 +41,7 @@ from gpudra_claim_writer.kube_events import CONTROLLER, ClaimEvents
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_claim_writer.settings import Settings
 from gpudra_claim_writer.status import ClaimWriterStatus, WatchBook
+from gpudra_claim_writer.vanished import Vanished
 from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.errors import KubeError
@@ -101,6 +104,13 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             ownership,
             pods,
             wait_for_consumers=settings.mode == "kubernetes",
+        )
+        # A claim deleted while no claim-writer ran leaves no trace a watch could show (see
+        # `vanished`); in standalone mode the claim-writer itself lets deleted claims go.
+        vanished = (
+            Vanished(store, publisher, buckets[RESERVATIONS_BUCKET], settings.namespace)
+            if settings.mode == "kubernetes"
+            else None
         )
 
         # Standalone mode has no kube-scheduler/kube-controller-manager to keep reservedFor.
@@ -180,6 +190,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             loops.append(consumers.run())
         if mirror is not None:
             loops.append(mirror.run())
+        if vanished is not None:
+            loops.append(vanished.run(intake.synced, intake.live))
         if isinstance(store, KvStore):
             # Standalone: this process owns the buckets; deleted claims and pods leave them after
             # a grace period (`KvStore.collect_deleted`), or every list would read them for ever.
