@@ -1,6 +1,7 @@
 """gpudra's NATS layer: subjects, protobuf codecs with schema versions, streams and KV buckets,
-connections that reconnect forever, publishing that survives outages, dead letters, and W3C trace
-propagation in message headers.
+connections that reconnect forever, publishing that survives outages, dead letters, W3C trace
+propagation in message headers, and KV key listings and watches that survive cancellation and
+server restarts.
 
 Typical use in a service::
 
@@ -38,6 +39,14 @@ from gpudra_bus.errors import (
     OversizedMessageError,
     SchemaMismatchError,
     StreamConfigError,
+)
+from gpudra_bus.kvlist import live_keys
+from gpudra_bus.kvwatch import (
+    WATCH_HEARTBEAT,
+    ResumingBucket,
+    resume_quickly,
+    resuming_bucket,
+    watch_kv,
 )
 from gpudra_bus.publisher import DeadLetters, Publisher, receive
 from gpudra_bus.streams import (
@@ -93,6 +102,7 @@ __all__ = [
     "Publisher",
     "RELEASED",
     "RESERVATIONS_BUCKET",
+    "ResumingBucket",
     "SCHEMA_HEADER",
     "SLICES_BUCKET",
     "STREAMS",
@@ -100,6 +110,7 @@ __all__ = [
     "SchemaMismatchError",
     "StreamConfigError",
     "StreamSpec",
+    "WATCH_HEARTBEAT",
     "connect",
     "disconnect",
     "flush_subscriptions",
@@ -108,10 +119,14 @@ __all__ = [
     "ensure_stream",
     "ensure_streams",
     "fetch_ready",
+    "live_keys",
     "receive",
+    "resume_quickly",
+    "resuming_bucket",
     "schema_of",
     "subjects",
     "tracing",
     "translate",
+    "watch_kv",
     "wrong_revision",
 ]

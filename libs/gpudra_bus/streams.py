@@ -41,6 +41,7 @@ from nats.js.kv import KeyValue
 from gpudra_bus import subjects
 from gpudra_bus.connection import Backoff, translate
 from gpudra_bus.errors import BusRetryableError, StreamConfigError
+from gpudra_bus.kvwatch import resuming_bucket
 from gpudra_bus.subjects import Kind
 
 log = logging.getLogger(__name__)
@@ -179,9 +180,10 @@ async def ensure_stream(js: JetStreamContext, spec: StreamSpec, *, replicas: int
 
 
 async def ensure_bucket(js: JetStreamContext, spec: BucketSpec, *, replicas: int = 1) -> KeyValue:
-    """Create `spec`'s KV bucket (or accept an identical one) and return a handle to it."""
+    """Create `spec`'s KV bucket (or accept an identical one) and return a handle to it, whose
+    watches resume within seconds of a server restart (`kvwatch.resuming_bucket`)."""
     try:
-        return await js.create_key_value(spec.config(replicas))
+        return resuming_bucket(await js.create_key_value(spec.config(replicas)))
     except nats.js.errors.BadRequestError as exc:
         if not _name_in_use(exc):
             raise StreamConfigError(f"creating bucket {spec.name}: {exc}") from exc
@@ -207,7 +209,7 @@ async def ensure_bucket(js: JetStreamContext, spec: BucketSpec, *, replicas: int
                 storage=wanted.storage,
             )
         )
-        return await js.key_value(spec.name)
+        return resuming_bucket(await js.key_value(spec.name))
     except nats.js.errors.APIError as exc:
         raise StreamConfigError(f"bucket {spec.name} cannot be reconciled: {exc}") from exc
     except (nats.errors.Error, OSError) as exc:

@@ -58,6 +58,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, Header, PubAck
 
 from gpudra_bus.connection import wrong_revision
 from gpudra_bus.errors import InvalidSubjectError
+from gpudra_bus.kvwatch import WATCH_HEARTBEAT, resume_quickly
 from gpudra_bus.streams import (
     CLAIM_TEMPLATES_BUCKET,
     CLAIMS_BUCKET,
@@ -259,12 +260,16 @@ class KvStore:
             sub = await self._js.subscribe(
                 self._subject(resource, pattern),
                 ordered_consumer=True,
+                # nats-py's 5 s default (and its check) left a watch quiet for up to 20 s after
+                # a NATS restart; see gpudra_bus.kvwatch.
+                idle_heartbeat=WATCH_HEARTBEAT,
                 deliver_policy=policy,
                 config=config,
                 stream=self._stream(resource),
             )
         except (nats.errors.Error, OSError, TimeoutError) as exc:
             raise UnavailableError(f"watch {resource.plural}: {exc}") from exc
+        resume_quickly(sub, WATCH_HEARTBEAT)
         try:
             if fence is not None:
                 await fence()

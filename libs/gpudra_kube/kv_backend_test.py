@@ -10,6 +10,7 @@ from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from gpudra_bus.connection import Backoff, connect, disconnect
+from gpudra_bus.kvwatch import WATCH_HEARTBEAT
 from gpudra_bus.streams import BucketSpec, ensure_bucket, ensure_buckets
 from gpudra_kube.api_backend_test import ALLOCATION, claim
 from gpudra_kube.errors import (
@@ -423,3 +424,21 @@ def pod(name: str, namespace: str = "default") -> dict[str, object]:
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"containers": [{"name": "c", "image": "x"}]},
     }
+
+
+async def test_watch_asks_for_heartbeats_that_resume_it_soon_after_a_restart(
+    nats_url: str,
+) -> None:
+    # A restarted server has lost the watch's consumer; nats-py resets it after two heartbeat
+    # intervals without one (its 5 s default: up to 20 s quiet; bench/kv_watch_resume.py).
+    bucket = "t-kv-watch-heartbeat"
+    async with claims_store(nats_url, bucket) as (nc, kv, store):
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        events = store.watch(RESOURCE_CLAIMS, None, resource_version="0", timeout=10)
+        try:
+            first = await asyncio.wait_for(anext(events), 10)
+            assert first.object["metadata"]["name"] == "a"
+            consumers = await nc.jetstream().consumers_info(f"KV_{bucket}")
+            assert [c.config.idle_heartbeat for c in consumers] == [WATCH_HEARTBEAT]
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]

@@ -1,0 +1,191 @@
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import nats
+import pytest
+from nats.js.api import KeyValueConfig
+from nats.js.kv import KV_DEL, KeyValue
+
+from gpudra_bus.connection import Backoff, connect, disconnect
+from gpudra_bus.kvwatch import WATCH_HEARTBEAT, watch_kv
+from gpudra_bus.streams import BucketSpec, ensure_bucket
+from gpudra_testing import NatsServer
+
+WAIT = 10.0
+
+
+async def _next(watcher: KeyValue.KeyWatcher, timeout: float = WAIT) -> KeyValue.Entry | None:
+    return await asyncio.wait_for(watcher.__anext__(), timeout)  # type: ignore[no-untyped-call]
+
+
+def _seen(entry: KeyValue.Entry | None) -> tuple[str, bytes | None, str | None] | None:
+    return None if entry is None else (entry.key, entry.value, entry.operation)
+
+
+@pytest.mark.parametrize(
+    ("options", "replay"),
+    [
+        pytest.param({}, [("p.a", b"2", None), ("p.gone", b"", KV_DEL), None], id="last-per-key"),
+        pytest.param(
+            {"include_history": True},
+            [
+                ("p.a", b"1", None),
+                ("p.a", b"2", None),
+                ("p.gone", b"x", None),
+                ("p.gone", b"", KV_DEL),
+                None,
+            ],
+            id="history",
+        ),
+        pytest.param({"ignore_deletes": True}, [("p.a", b"2", None), None], id="no-deletes"),
+        pytest.param(
+            {"meta_only": True}, [("p.a", b"", None), ("p.gone", b"", KV_DEL), None], id="meta-only"
+        ),
+    ],
+)
+async def test_watch_replays_then_follows_as_nats_py_does(
+    nats_url: str, options: dict[str, bool], replay: list[object]
+) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        kv = await nc.jetstream().create_key_value(
+            KeyValueConfig(bucket=f"t{uuid.uuid4().hex[:8]}", history=5)
+        )
+        await kv.put("p.a", b"1")
+        await kv.put("p.a", b"2")
+        await kv.put("p.gone", b"x")
+        await kv.delete("p.gone")
+        await kv.put("other", b"x")
+        ours = await watch_kv(kv, "p.>", **options)
+        theirs = await kv.watch("p.>", **options)
+        try:
+            for watcher in (ours, theirs):
+                assert [_seen(await _next(watcher)) for _ in replay] == replay
+            await kv.put("p.b", b"3")
+            value = b"" if options.get("meta_only") else b"3"
+            for watcher in (ours, theirs):
+                assert _seen(await _next(watcher)) == ("p.b", value, None)
+        finally:
+            await ours.stop()  # type: ignore[no-untyped-call]
+            await theirs.stop()  # type: ignore[no-untyped-call]
+        assert [e async for e in ours] == []  # a stopped watch ends
+    finally:
+        await nc.drain()
+
+
+async def test_watch_of_an_empty_bucket_says_so(nats_url: str) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        kv = await nc.jetstream().create_key_value(
+            KeyValueConfig(bucket=f"t{uuid.uuid4().hex[:8]}")
+        )
+        watcher = await watch_kv(kv)
+        try:
+            assert await _next(watcher) is None
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+    finally:
+        await nc.drain()
+
+
+async def _ours(kv: KeyValue) -> KeyValue.KeyWatcher:
+    return await watch_kv(kv, "p.>")
+
+
+async def _ensured(kv: KeyValue) -> KeyValue.KeyWatcher:
+    # What the services do: their buckets come from ensure_bucket(s); they call kv.watch.
+    bucket = await ensure_bucket(kv._js, BucketSpec(kv._name))
+    return await bucket.watch("p.>")
+
+
+async def _ensured_all(kv: KeyValue) -> KeyValue.KeyWatcher:
+    bucket = await ensure_bucket(kv._js, BucketSpec(kv._name))
+    return await bucket.watchall()
+
+
+WATCHES = [
+    pytest.param(_ours, id="watch_kv"),
+    pytest.param(_ensured, id="ensured-bucket.watch"),
+    pytest.param(_ensured_all, id="ensured-bucket.watchall"),
+]
+
+
+@pytest.mark.parametrize("open_watch", WATCHES)
+async def test_watch_asks_the_server_for_short_heartbeats(nats_url: str, open_watch: Any) -> None:
+    # What makes a watch resume within seconds of a restart (nats-py's watch asks for 5 s).
+    nc = await nats.connect(nats_url)
+    try:
+        kv = await nc.jetstream().create_key_value(
+            KeyValueConfig(bucket=f"t{uuid.uuid4().hex[:8]}")
+        )
+        watcher = await open_watch(kv)
+        try:
+            info = await watcher._sub.consumer_info()
+            assert info.config.idle_heartbeat == WATCH_HEARTBEAT
+        finally:
+            await watcher.stop()
+    finally:
+        await nc.drain()
+
+
+@pytest.mark.parametrize("open_watch", WATCHES)
+async def test_watch_delivers_again_after_the_server_restarts(
+    fresh_nats_server: NatsServer, open_watch: Any
+) -> None:
+    server = fresh_nats_server
+    nc = await connect(server.url, name="t", backoff=Backoff(0.01, 0.2), deadline=10)
+    try:
+        kv = await nc.jetstream().create_key_value(KeyValueConfig(bucket="resume"))
+        await kv.put("p.before", b"1")
+        watcher = await open_watch(kv)
+        try:
+            assert _seen(await _next(watcher)) == ("p.before", b"1", None)
+            assert await _next(watcher) is None
+            await asyncio.to_thread(server.kill)
+            await asyncio.to_thread(server.restart)
+            for _ in range(200):  # the put waits for the reconnection (and for JetStream)
+                try:
+                    await kv.put("p.after", b"2")
+                    break
+                except (nats.errors.Error, OSError, TimeoutError):
+                    await asyncio.sleep(0.05)
+            # Generous: the point is that it comes at all (seconds, see bench/kv_watch_resume.py).
+            entry = await _next(watcher, timeout=60)
+            while entry is not None and entry.key == "p.before":  # a reset may replay it
+                entry = await _next(watcher, timeout=60)
+            assert _seen(entry) == ("p.after", b"2", None)
+        finally:
+            await watcher.stop()
+    finally:
+        await disconnect(nc, drain=False)
+
+
+async def test_no_reset_is_queued_while_the_server_is_away(fresh_nats_server: NatsServer) -> None:
+    # Each reset tried while disconnected would be carried out at the reconnection: a consumer
+    # made for nobody. Only the watch's own consumer may be there once it follows again.
+    server = fresh_nats_server
+    nc = await connect(server.url, name="t", backoff=Backoff(0.01, 0.2), deadline=10)
+    try:
+        kv = await nc.jetstream().create_key_value(KeyValueConfig(bucket="away"))
+        watcher = await watch_kv(kv, "p.>")
+        try:
+            assert await _next(watcher) is None
+            await asyncio.to_thread(server.kill)
+            await asyncio.sleep(8 * WATCH_HEARTBEAT)  # nats-py's check would try 2 or 3 resets
+            await asyncio.to_thread(server.restart)
+            for _ in range(200):
+                try:
+                    await kv.put("p.after", b"2")
+                    break
+                except (nats.errors.Error, OSError, TimeoutError):
+                    await asyncio.sleep(0.05)
+            assert _seen(await _next(watcher, timeout=60)) == ("p.after", b"2", None)
+            consumers = await nc.jetstream().consumers_info("KV_away")
+            assert [c.push_bound for c in consumers] == [True]
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+    finally:
+        await disconnect(nc, drain=False)
