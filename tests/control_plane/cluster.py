@@ -45,6 +45,8 @@ SOURCE_ROOTS = [
 ]
 NODE_INVENTORY: Codec[pb.NodeInventory] = Codec(pb.NodeInventory)
 UNSCHEDULABLE = "gpudra.io/unschedulable"
+# What a service logs right before its loops start (an allocator logs when it consumes claims).
+SERVING = "health server on port"
 
 
 def claim_manifest(
@@ -80,6 +82,7 @@ class Service:
     name: str
     proc: subprocess.Popen[bytes]
     log: Path
+    started: str = SERVING  # the log line that says it is at work
 
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -98,7 +101,7 @@ class Cluster:
         env["PYTHONWARNINGS"] = "ignore"
         return env
 
-    def start(self, name: str, module: str, *args: str) -> Service:
+    def start(self, name: str, module: str, *args: str, started: str = SERVING) -> Service:
         log = self.tmp / f"{name}.log"
         argv = [
             sys.executable,
@@ -114,7 +117,7 @@ class Cluster:
         ]
         with log.open("ab") as out:
             proc = subprocess.Popen(argv, env=self.env(), stdout=out, stderr=subprocess.STDOUT)
-        service = Service(name, proc, log)
+        service = Service(name, proc, log, started)
         self.services[name] = service
         return service
 
@@ -132,6 +135,7 @@ class Cluster:
             "--retry-interval",
             "1",
             *args,
+            started=f"allocator {name} consuming claim events",
         )
 
     def start_claim_writer(self, *args: str) -> Service:
@@ -215,13 +219,24 @@ async def logged(cluster: Cluster, name: str, text: str, timeout: float = 60) ->
 
 
 async def slices_ready(nc: Client, cluster: Cluster, count: int, what: str = "") -> None:
-    """Wait until the inventory has stored at least `count` slices."""
+    """Wait until the inventory has stored at least `count` slices and every service started
+    is at work (`all_started`)."""
     kv = await nc.jetstream().key_value(SLICES_BUCKET)
 
     async def enough() -> bool:
         return len(await bucket_keys(kv)) >= count
 
     await wait_for(enough, 60, what or f"{count} slices in the bucket", cluster)
+    await all_started(cluster)
+
+
+async def all_started(cluster: Cluster, timeout: float = 120) -> None:
+    """Wait until every running service has logged its `started` line. A process can take tens
+    of seconds to import and connect on a loaded machine without a bytecode cache (a fresh
+    Pants sandbox); the tests' shorter waits for decisions must not absorb that."""
+    for name, service in cluster.services.items():
+        if service.proc.poll() is None:
+            await logged(cluster, name, service.started, timeout)
 
 
 async def kubernetes_mode(nc: Client, cluster: Cluster, api: FakeKubeApi, tmp: Path) -> KeyValue:
