@@ -47,6 +47,7 @@ NODE_INVENTORY: Codec[pb.NodeInventory] = Codec(pb.NodeInventory)
 UNSCHEDULABLE = "gpudra.io/unschedulable"
 # What a service logs right before its loops start (an allocator logs when it consumes claims).
 SERVING = "health server on port"
+STARTUP = 120.0  # seconds a service process may take to start (import, connect, first work)
 
 
 def claim_manifest(
@@ -226,11 +227,12 @@ async def slices_ready(nc: Client, cluster: Cluster, count: int, what: str = "")
     async def enough() -> bool:
         return len(await bucket_keys(kv)) >= count
 
-    await wait_for(enough, 60, what or f"{count} slices in the bucket", cluster)
+    # The inventory's start-up is in this wait too: as long as `all_started` gives one.
+    await wait_for(enough, STARTUP, what or f"{count} slices in the bucket", cluster)
     await all_started(cluster)
 
 
-async def all_started(cluster: Cluster, timeout: float = 120) -> None:
+async def all_started(cluster: Cluster, timeout: float = STARTUP) -> None:
     """Wait until every running service has logged its `started` line. A process can take tens
     of seconds to import and connect on a loaded machine without a bytecode cache (a fresh
     Pants sandbox); the tests' shorter waits for decisions must not absorb that."""
