@@ -35,7 +35,13 @@ from gpudra_bus import (
 )
 from gpudra_kube.errors import KubeRetryableError
 from gpudra_kube.kv_backend import KvStore
-from gpudra_kube.resources import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra_kube.resources import (
+    DEVICE_CLASSES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
 from gpudra_testing.kvkeys import bucket_keys
@@ -260,6 +266,7 @@ async def test_kubernetes_mode_adopts_foreign_allocations_and_lifts_the_pod_gate
     nc: Client, cluster: Cluster, tmp_path: Path
 ) -> None:
     async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
+        await api.put(NODES, {"metadata": {"name": "node-k"}})  # the slices' owner
         kv = await kubernetes_mode(nc, cluster, api, tmp_path)
 
         async def mirrored() -> list[dict[str, Any]]:

@@ -37,7 +37,7 @@ from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.claims import ClaimStore
 from gpudra_kube.consumers import Outcome, unreserve
 from gpudra_kube.kv_backend import KvStore
-from gpudra_kube.resources import EVENTS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gpudra_kube.resources import EVENTS, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra_testing.kubeapi import FakeKubeApi
 
 pytestmark = pytest.mark.slow
@@ -328,6 +328,7 @@ async def test_kubernetes_mode_a_claim_kube_scheduler_allocated_is_released_afte
     async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as api:
         kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
         kube = ("--mode", "kubernetes", "--kubeconfig", kubeconfig)
+        await api.put(NODES, {"metadata": {"name": "node-k"}})  # the slices' owner
         await publish_nodes(nc, ["node-k"])
         cluster.start_inventory(*kube)
         cluster.start_allocator()

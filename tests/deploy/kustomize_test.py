@@ -393,6 +393,7 @@ EXPECTED_GRANTS = {
         ("gpudra-inventory", "resource.k8s.io", "resourceslices", verb)
         for verb in ("get", "list", "create", "update", "delete")
     ),
+    *(("gpudra-inventory", "", "nodes", verb) for verb in ("get", "list", "watch")),
     *(
         ("gpudra-claim-writer", "resource.k8s.io", "resourceclaims", verb)
         for verb in ("get", "list", "watch")

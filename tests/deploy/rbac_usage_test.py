@@ -10,6 +10,8 @@ elsewhere are checked by `kustomize_test.test_rbac_grants_exactly_the_documented
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,11 @@ from aiohttp import web
 from deploy import manifests
 from deploy.manifests import by_kind
 from gpudra_inventory.mirror import SliceMirror
+from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.pools import Change, PoolBook
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.recorder import WARNING, EventRecorder, reference
-from gpudra_kube.resources import EVENTS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeObject
+from gpudra_kube.resources import EVENTS, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeObject
 from gpudra_kubelet_plugin.claimsource import StoreClaimSource
 from gpudra_kubelet_plugin.errors import ClaimNotFoundError
 from gpudra_slices import SliceOptions
@@ -246,13 +249,32 @@ async def test_inventory_grants_are_exactly_its_slice_mirror(
     """In a cluster the inventory's only API use is `SliceMirror` (main.py, mode 'kubernetes'):
     it creates, reads and replaces a node's slices, deletes the ones a change drops, and at start
     lists them to prune what no pool owns. It never watches them (the slices' source of truth is
-    the NATS bucket the inventory writes, not the API)."""
-    mirror = SliceMirror(store, manifests.DRIVER)
+    the NATS bucket the inventory writes, not the API). Its `ClusterNodes` lists and watches the
+    Nodes that own the slices, and gets a Node the watch does not know before removing that
+    node's slices."""
+    for node in ("n1", "n2"):
+        await kube_api.put(NODES, {"metadata": {"name": node}})
+    nodes = ClusterNodes(store, watch_timeout=1.0)
+    following = asyncio.create_task(nodes.run())  # list, watch
+    try:
+        for _ in range(200):
+            if nodes.synced:
+                break
+            await asyncio.sleep(0.05)
+        assert nodes.uid("n1") is not None
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+    mirror = SliceMirror(store, manifests.DRIVER, nodes=nodes)
     await mirror.apply(Change("n1", 1, write=[_slice("n1", 1)], delete=[]))  # get 404, create
     await mirror.apply(Change("n1", 2, write=[_slice("n1", 2)], delete=[]))  # get, update
     await mirror.apply(Change("n2", 1, write=[_slice("n2", 1)], delete=[]))
     await mirror.apply(Change("n2", 2, write=[], delete=[_slice("n2", 1)["metadata"]["name"]]))
     await kube_api.put(RESOURCE_SLICES, _slice("n3", 1))  # left over from a vanished node
     assert await mirror.prune(PoolBook(SliceOptions())) == 2  # list, delete
+    await kube_api.put(RESOURCE_SLICES, _slice("n4", 1))
+    # A pool of a Node the watch has not seen: get the Node (404), delete the pool's slices.
+    await mirror.apply(Change("n4", 2, write=[_slice("n4", 2)], delete=[]))
     assert kube_api.objects(RESOURCE_SLICES) == []
     assert kube_api.grants_used() == _grants(overlay, "gpudra-inventory")

@@ -2,7 +2,8 @@
 
 Start-up: tracing, NATS (waits for a server; credentials and TLS from the shared settings),
 streams and buckets (idempotent, created with `stream-replicas` replicas) and the lease bucket,
-the bucket's slices (generations continue), in Kubernetes mode the API client, the health server
+the bucket's slices (generations continue), in Kubernetes mode the API client and the follower of
+the cluster's Nodes (which own the slices), the health server
 (`/healthz`, `/readyz`, and `/statusz`: the replica's role, leader or standby, as JSON),
 then the loop: this replica's inventory consumer and its lease (the leader writes; on taking
 over it republishes and, in Kubernetes mode, prunes stale API slices). SIGTERM/SIGINT stop the
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from gpudra_bus import SLICES_BUCKET, BusError, connect, ensure_buckets, ensure_streams
 from gpudra_inventory.lease import Lease, ensure_lease_bucket
 from gpudra_inventory.mirror import SliceMirror
+from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.service import InventoryService
 from gpudra_inventory.settings import Settings
 from gpudra_kube.errors import KubeError
@@ -59,7 +61,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
             store = await ApiStore.from_kubeconfig(settings.kubeconfig or None)
             stack.push_async_callback(store.close)
-            mirror = SliceMirror(store, settings.driver)
+            mirror = SliceMirror(store, settings.driver, nodes=ClusterNodes(store))
         service = InventoryService(nc, buckets[SLICES_BUCKET], settings, mirror, lease=lease)
         await service.load()
         health = await HealthServer(

@@ -32,6 +32,18 @@ Promises:
   `api_resync` seconds the leader compares the API's slices with its pools and mirrors again what
   differs: the kubelet deletes a driver's slices of its node when the driver's kubelet plugin
   unregisters, and nothing else would bring them back until the node's inventory changed.
+- Kubernetes mode, slice lifetime: every replica follows the cluster's Nodes (`ClusterNodes`: one
+  list, then a watch). Each pool's slices in the API carry an ownerReference to their Node (`v1`
+  Node, name, the Node's current UID, `controller: true`), so the garbage collector removes them
+  with the Node; slices written without it (by an older inventory) are updated to carry it. A
+  pool whose Node the API does not have is not written there, and its slices are removed (a GET
+  first confirms a Node the watch does not know is gone): when a Node is deleted the leader
+  removes its pool's slices itself (the GC may be slow, or absent), and resyncs do not bring
+  them back while the node-agent still publishes. A Node created again (a new UID) gets its
+  pool written again, owned by the new UID. Nothing is mirrored, pruned or compared until the
+  Nodes have been listed once (before that no Node is known to be absent), and a leader is not
+  ready until then. The bucket is not affected: pools there live as before, by inventory.
+  Standalone mode has no Node objects and none of this (no owner, nothing removed for it).
 - `ready` (readiness): the replica has caught up with the inventories and, when it holds the
   lease, has taken over and written every pool; a warm standby is ready too. `alive` (liveness) fails once the lease task
   has died, since such a replica could never lead again. `role` says leader or standby;
@@ -229,6 +241,10 @@ class InventoryService:
         if self._lease is not None:
             lease_task = asyncio.create_task(self._lease.run(lease_stop), name="inventory-lease")
         self._lease_task = lease_task
+        nodes = self._mirror.nodes if self._mirror is not None else None
+        nodes_task = None
+        if nodes is not None:
+            nodes_task = asyncio.create_task(nodes.run(), name="inventory-nodes")
         interval = min(1.0, self._settings.heartbeat_timeout / 4)
         failures = 0
         try:
@@ -259,6 +275,10 @@ class InventoryService:
                 await self._lead()
         finally:
             self._subscribed = False
+            if nodes_task is not None:
+                nodes_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await nodes_task
             if lease_task is not None:
                 lease_stop.set()
                 if not lease_task.done():
@@ -301,9 +321,10 @@ class InventoryService:
             if not await self._takeover():
                 return
         await self._flush()
+        self._note_nodes()
         await self._mirror_flush()
         waiting = any(node not in self._refused for node in self._unmirrored)
-        if not self._dirty and not waiting and self.leading():
+        if not self._dirty and not waiting and self.leading() and self._nodes_known():
             self._republished = True
             if self._prune_pending:
                 await self._mirror_prune()
@@ -403,11 +424,28 @@ class InventoryService:
                 return
         await self._publish_drift()
 
+    def _nodes_known(self) -> bool:
+        """Whether the mirror may act on the API's Nodes: it follows none, or has listed them
+        (before that, a Node not seen yet is not known to be absent)."""
+        nodes = self._mirror.nodes if self._mirror is not None else None
+        return nodes is None or nodes.synced
+
+    def _note_nodes(self) -> None:
+        """Pools whose Node was added, deleted or re-created are mirrored again: written with
+        the Node's new UID as owner, or removed from the API."""
+        nodes = self._mirror.nodes if self._mirror is not None else None
+        if nodes is None:
+            return
+        for node in sorted(nodes.take_changed()):
+            if node in self.book.pools:
+                self._unmirrored.setdefault(node, set())
+                self._refused.pop(node, None)
+
     async def _mirror_flush(self) -> None:
         """Kubernetes mode: bring the API up to the bucket; failures stay for the next turn. A
         pool the API refuses for good (403, 422) waits, with a growing delay, and the others go
         on: in node order, one bad pool held back every node after it."""
-        if self._mirror is None or not self.leading():
+        if self._mirror is None or not self.leading() or not self._nodes_known():
             return
         now = self._clock()
         for node in sorted(self._unmirrored):

@@ -1,0 +1,218 @@
+"""Kubernetes mode: each node's slices are owned by its Node, and go away with it.
+
+Against the HTTP-level fake API (which validates every object written against the
+`resource.k8s.io/v1` schema, and has no garbage collector: what goes away here, the inventory
+removed) and a real nats-server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest_asyncio
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from gpudra_bus import SLICES_BUCKET, Publisher, connect, ensure_buckets, ensure_streams, subjects
+from gpudra_inventory.mirror import SliceMirror
+from gpudra_inventory.nodes import ClusterNodes
+from gpudra_inventory.pools_test import inventory
+from gpudra_inventory.service import NODE_INVENTORY, InventoryService
+from gpudra_inventory.settings import Settings
+from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.resources import NODES, RESOURCE_SLICES, KubeObject
+from gpudra_slices import SliceOptions, build_slices
+from gpudra_standalone.nats_server import NatsServer
+from gpudra_testing.kubeapi import FakeKubeApi
+
+Api = tuple[FakeKubeApi, ApiStore]
+
+
+@pytest_asyncio.fixture
+async def api(tmp_path: Any) -> AsyncIterator[Api]:
+    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
+        client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
+        store = ApiStore(client)
+        try:
+            yield fake, store
+        finally:
+            await store.close()
+
+
+@contextlib.asynccontextmanager
+async def inventory_service(
+    server: NatsServer, store: ApiStore, api_resync: float = 60.0
+) -> AsyncIterator[tuple[Client, InventoryService, asyncio.Task[None]]]:
+    """A kubernetes-mode inventory (no lease: it leads) following the API's Nodes, running; its
+    nodes are never silent long enough to be tainted."""
+    nc = await connect(server.url, name="node-owner-test", deadline=10)
+    try:
+        await ensure_streams(nc.jetstream())
+        kv: KeyValue = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
+        service = InventoryService(
+            nc,
+            kv,
+            Settings(mode="kubernetes", heartbeat_timeout=600.0, api_resync=api_resync),
+            SliceMirror(store, "gpu.nvidia.com", nodes=ClusterNodes(store)),
+        )
+        await service.load()
+        stop = asyncio.Event()
+        task = asyncio.create_task(service.run(stop))
+        try:
+            yield nc, service, task
+        finally:
+            stop.set()
+            if not task.done():
+                await task
+    finally:
+        await nc.drain()
+
+
+async def publish(nc: Client, node: str) -> None:
+    await Publisher(nc).publish(subjects.inventory(node), inventory(node), NODE_INVENTORY)
+
+
+async def add_node(fake: FakeKubeApi, name: str) -> str:
+    """Create the Node `name` (as the kubelet registers it); its UID."""
+    node = await fake.put(NODES, {"metadata": {"name": name}})
+    uid: str = node["metadata"]["uid"]
+    return uid
+
+
+def slices(fake: FakeKubeApi) -> dict[str, KubeObject]:
+    return {o["metadata"]["name"]: o for o in fake.objects(RESOURCE_SLICES)}
+
+
+def owned_by(node: str, uid: str) -> list[dict[str, Any]]:
+    return [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid, "controller": True}]
+
+
+async def until(
+    fake: FakeKubeApi, task: asyncio.Task[None], ok: Callable[[dict[str, KubeObject]], bool]
+) -> dict[str, KubeObject]:
+    """Wait (up to 10 s) until the API's slices satisfy `ok`; the service must still run."""
+    for _ in range(200):
+        if ok(slices(fake)) or task.done():
+            break
+        await asyncio.sleep(0.05)
+    assert not task.done(), task.exception()
+    current = slices(fake)
+    assert ok(current), sorted(current)
+    return current
+
+
+def resyncs(fake: FakeKubeApi) -> int:
+    """Lists of the API's slices so far (one per resync)."""
+    return sum(1 for m, p in fake.requests if m == "GET" and p.endswith("/resourceslices"))
+
+
+X = "node-x-gpu.nvidia.com-0"
+GHOST = "node-ghost-gpu.nvidia.com-0"
+
+
+async def test_each_slice_is_owned_by_its_node(api: Api, fresh_nats_server: NatsServer) -> None:
+    fake, store = api
+    uid = await add_node(fake, "node-x")
+    async with inventory_service(fresh_nats_server, store) as (nc, _, task):
+        await publish(nc, "node-x")
+        mirrored = await until(fake, task, lambda s: X in s)
+        assert mirrored[X]["metadata"]["ownerReferences"] == owned_by("node-x", uid)
+
+
+async def test_a_deleted_nodes_slices_go_and_no_resync_brings_them_back(
+    api: Api, fresh_nats_server: NatsServer
+) -> None:
+    """Its node-agent may even still publish (heartbeats): a Node the API does not have gets no
+    slices."""
+    fake, store = api
+    await add_node(fake, "node-x")
+    async with inventory_service(fresh_nats_server, store, api_resync=0.3) as (nc, _, task):
+        await publish(nc, "node-x")
+        await until(fake, task, lambda s: X in s)
+        await store.delete(NODES, "node-x")
+        await until(fake, task, lambda s: s == {})
+        before = resyncs(fake)
+        for _ in range(200):  # two resyncs at least, heartbeats meanwhile
+            await publish(nc, "node-x")
+            await asyncio.sleep(0.1)
+            if resyncs(fake) >= before + 2:
+                break
+        assert resyncs(fake) >= before + 2
+        await asyncio.sleep(0.3)
+        assert slices(fake) == {}
+        assert not task.done()
+
+
+async def test_a_recreated_node_gets_its_slices_back_with_its_new_uid(
+    api: Api, fresh_nats_server: NatsServer
+) -> None:
+    fake, store = api
+    old = await add_node(fake, "node-x")
+    async with inventory_service(fresh_nats_server, store) as (nc, _, task):
+        await publish(nc, "node-x")
+        await until(fake, task, lambda s: X in s)
+        await store.delete(NODES, "node-x")
+        await until(fake, task, lambda s: s == {})
+        new = await add_node(fake, "node-x")
+        assert new != old
+        back = await until(fake, task, lambda s: X in s)
+        assert back[X]["metadata"]["ownerReferences"] == owned_by("node-x", new)
+
+
+async def test_a_pool_of_an_unknown_node_is_not_written(
+    api: Api, fresh_nats_server: NatsServer
+) -> None:
+    """Also one left in the API by an earlier inventory (the Node went while it was down)."""
+    fake, store = api
+    await fake.put(RESOURCE_SLICES, build_slices(inventory("node-ghost"), SliceOptions())[0])
+    await add_node(fake, "node-x")
+    async with inventory_service(fresh_nats_server, store, api_resync=0.3) as (nc, _, task):
+        await publish(nc, "node-ghost")
+        await publish(nc, "node-x")
+        await until(fake, task, lambda s: sorted(s) == [X])
+        before = resyncs(fake)
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if resyncs(fake) >= before + 2:
+                break
+        assert sorted(slices(fake)) == [X]
+        created = [p for m, p in fake.requests if m in ("POST", "PUT") and "node-ghost" in p]
+        assert created == []
+
+
+async def test_slices_an_older_inventory_wrote_are_given_their_owner(
+    api: Api, fresh_nats_server: NatsServer
+) -> None:
+    """Slices written without an ownerReference (before this version) are updated to carry it,
+    at start as at a resync."""
+    fake, store = api
+    uid = await add_node(fake, "node-x")
+    old = build_slices(inventory("node-x"), SliceOptions())[0]
+    await fake.put(RESOURCE_SLICES, old)
+    async with inventory_service(fresh_nats_server, store, api_resync=0.3) as (nc, _, task):
+        await publish(nc, "node-x")
+        owner = owned_by("node-x", uid)
+        await until(fake, task, lambda s: s[X]["metadata"].get("ownerReferences") == owner)
+        # As if an older replica had written it again meanwhile.
+        stripped = slices(fake)[X]
+        del stripped["metadata"]["ownerReferences"]
+        await fake.put(RESOURCE_SLICES, stripped)
+        await until(fake, task, lambda s: s[X]["metadata"].get("ownerReferences") == owner)
+
+
+async def test_nothing_is_deleted_while_the_nodes_cannot_be_listed(
+    api: Api, fresh_nats_server: NatsServer
+) -> None:
+    """Until the first list of Nodes, every Node is unknown, not absent: no slice is deleted."""
+    fake, store = api
+    uid = await add_node(fake, "node-x")
+    await fake.put(RESOURCE_SLICES, build_slices(inventory("node-x"), SliceOptions())[0])
+    fake.inject_error(503, method="GET", path_contains="/api/v1/nodes", times=5)
+    async with inventory_service(fresh_nats_server, store) as (nc, _, task):
+        await publish(nc, "node-x")
+        owner = owned_by("node-x", uid)
+        await until(fake, task, lambda s: s[X]["metadata"].get("ownerReferences") == owner)
+    assert [p for m, p in fake.requests if m == "DELETE"] == []
