@@ -3,8 +3,9 @@
 Objects stay raw JSON: every call uses `_preload_content=False` and parses the response body
 itself, so no typed model can drop a field the client library does not know yet (DRA's v1 API
 still grows). HTTP failures become `gpudra_kube` errors by status code (see `translate_status`):
-409 Conflict → `ConflictError` (retryable), 409 AlreadyExists → `AlreadyExistsError`, 410 →
-`GoneError`, 5xx/429/I-O → `UnavailableError` (with the server's `Retry-After`, if any).
+409 Conflict → `ConflictError` (retryable), 409 AlreadyExists → `AlreadyExistsError`, 410 and
+504 "Too large resource version" → `GoneError`, 5xx/429/I-O → `UnavailableError` (with the
+server's `Retry-After`, if any).
 """
 
 from __future__ import annotations
@@ -58,6 +59,15 @@ def retry_after_of(headers: Mapping[str, str] | None, body: Any) -> float | None
     return seconds if 0 < seconds < float("inf") else None
 
 
+def _too_large_version(status: int, body: Any) -> bool:
+    """The API server's "Too large resource version" (504, cause ResourceVersionTooLarge)."""
+    details = body.get("details") if isinstance(body, dict) else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return status == 504 and any(
+        isinstance(c, dict) and c.get("reason") == "ResourceVersionTooLarge" for c in causes or ()
+    )
+
+
 def translate_status(
     status: int, body: Any, what: str, headers: Mapping[str, str] | None = None
 ) -> KubeError:
@@ -72,7 +82,9 @@ def translate_status(
         if reason == "AlreadyExists":
             return AlreadyExistsError(detail, status=status)
         return ConflictError(detail, status=status)
-    if status == 410:
+    if status == 410 or _too_large_version(status, body):
+        # A watch from a version the server has not reached (after an etcd restore) never
+        # succeeds as asked: relist, as client-go's reflector does.
         return GoneError(detail, status=status)
     if status in (400, 422):
         return InvalidObjectError(detail, status=status)

@@ -271,6 +271,17 @@ async def test_watch_from_compacted_version_is_gone(store: ApiStore, kube_api: F
         await _collect(store, start, 1)
 
 
+async def test_watch_from_a_version_the_server_has_not_reached_is_gone(
+    store: ApiStore, kube_api: FakeKubeApi
+) -> None:
+    """After an etcd restore the server's versions are behind the informer's: the API server
+    answers "Too large resource version" (504, cause ResourceVersionTooLarge) and client-go's
+    reflector relists. Retrying the same watch would never succeed."""
+    ahead = str(int((await store.list(RESOURCE_CLAIMS)).resource_version) + 100)
+    with pytest.raises(GoneError, match="Too large resource version"):
+        await _collect(store, ahead, 1)
+
+
 async def test_pod_scheduling_gate_removal(store: ApiStore) -> None:
     pod = {
         "apiVersion": "v1",

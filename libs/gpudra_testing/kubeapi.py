@@ -8,7 +8,8 @@ depends on:
   with 410 as soon as anything changed: the fake keeps no snapshots); watch streams ADDED/MODIFIED/DELETED after a given
   version, BOOKMARK events when asked (`allowWatchBookmarks`), ends after `timeoutSeconds`, and
   answers an ERROR event with a 410 `Expired` Status for a version older than the last
-  `compact()` — exactly what an informer must handle by relisting;
+  `compact()` — exactly what an informer must handle by relisting — and with the watch cache's
+  504 "Too large resource version" for a version beyond the current one;
 - create assigns uid, resourceVersion, generation and creationTimestamp, and clears status where a
   status subresource exists; `generateName` is honoured; a taken name is 409 AlreadyExists;
 - update (PUT) with a stale `metadata.resourceVersion` is 409 Conflict; the main resource ignores
@@ -460,6 +461,25 @@ class FakeKubeApi:
                 await send(
                     "ERROR", _status_body(410, "Expired", f"too old resource version: {start}")
                 )
+                return resp
+            if start > self._rv:
+                # The watch cache's answer (after its short wait) to a version it has not
+                # reached, e.g. after an etcd restore: a 504 whose cause names the version.
+                body = _status_body(
+                    504,
+                    "Timeout",
+                    f"Too large resource version: {start}, current: {self._rv}",
+                )
+                body["details"] = {
+                    "causes": [
+                        {
+                            "reason": "ResourceVersionTooLarge",
+                            "message": "Too large resource version",
+                        }
+                    ],
+                    "retryAfterSeconds": 1,
+                }
+                await send("ERROR", body)
                 return resp
         with contextlib.suppress(ConnectionResetError):
             while loop.time() < deadline and closing == self._closing:
