@@ -216,3 +216,37 @@ async def test_nothing_is_deleted_while_the_nodes_cannot_be_listed(
         owner = owned_by("node-x", uid)
         await until(fake, task, lambda s: s[X]["metadata"].get("ownerReferences") == owner)
     assert [p for m, p in fake.requests if m == "DELETE"] == []
+
+
+async def test_nodes_deleted_while_the_watch_was_refused_are_seen_gone(api: Api) -> None:
+    """A permanent error (403: RBAC) ends the informer; the next one lists afresh, and a Node
+    that list lacks was deleted meanwhile, though no watch said so."""
+    fake, store = api
+    await add_node(fake, "node-a")
+    await add_node(fake, "node-b")
+    nodes = ClusterNodes(store, watch_timeout=5.0, retry_permanent=0.5)
+    following = asyncio.create_task(nodes.run())
+    try:
+        for _ in range(200):
+            if nodes.synced:
+                break
+            await asyncio.sleep(0.05)
+        assert nodes.take_changed() == {"node-a", "node-b"}
+        fake.inject_error(403, reason="Forbidden", method="GET", path_contains="watch=")
+        watches = sum(1 for _, p in fake.requests if p == "/api/v1/nodes")
+        await fake.close_watches()
+        for _ in range(200):  # the refused watch
+            if sum(1 for _, p in fake.requests if p == "/api/v1/nodes") >= watches + 1:
+                break
+            await asyncio.sleep(0.02)
+        await store.delete(NODES, "node-b")
+        for _ in range(200):
+            if nodes.uid("node-b") is None:
+                break
+            await asyncio.sleep(0.05)
+        assert (nodes.uid("node-a") is not None, nodes.uid("node-b")) == (True, None)
+        assert nodes.take_changed() == {"node-b"}
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
