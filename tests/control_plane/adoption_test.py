@@ -22,6 +22,7 @@ from nats.js.kv import KeyValue
 
 from control_plane.cluster import (
     Cluster,
+    all_started,
     claim_manifest,
     devices_of,
     kubernetes_mode,
@@ -223,6 +224,7 @@ async def test_an_allocation_cleared_and_made_again_while_the_claim_writer_was_d
         cluster.start_claim_writer(
             "--mode", "kubernetes", "--kubeconfig", str(tmp_path / "kubeconfig")
         )
+        await all_started(cluster)
 
         async def swapped() -> list[str]:
             record = (await records(kv)).get(uid)

@@ -84,9 +84,16 @@ class Service:
     proc: subprocess.Popen[bytes]
     log: Path
     started: str = SERVING  # the log line that says it is at work
+    since: int = 0  # where this process's lines begin in `log` (a restart appends to it)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def at_work(self) -> bool:
+        """Whether this process (not an earlier one of the name) has logged its `started` line."""
+        with self.log.open("rb") as f:
+            f.seek(self.since)
+            return self.started in f.read().decode(errors="replace")
 
 
 @dataclass
@@ -116,9 +123,10 @@ class Cluster:
             str(self.tmp / f"{name}.spans"),
             *args,
         ]
+        since = log.stat().st_size if log.exists() else 0
         with log.open("ab") as out:
             proc = subprocess.Popen(argv, env=self.env(), stdout=out, stderr=subprocess.STDOUT)
-        service = Service(name, proc, log, started)
+        service = Service(name, proc, log, started, since)
         self.services[name] = service
         return service
 
@@ -233,12 +241,17 @@ async def slices_ready(nc: Client, cluster: Cluster, count: int, what: str = "")
 
 
 async def all_started(cluster: Cluster, timeout: float = STARTUP) -> None:
-    """Wait until every running service has logged its `started` line. A process can take tens
-    of seconds to import and connect on a loaded machine without a bytecode cache (a fresh
-    Pants sandbox); the tests' shorter waits for decisions must not absorb that."""
+    """Wait until every running service has logged its `started` line (a restarted one: since
+    its restart). A process can take tens of seconds to import and connect on a loaded machine
+    without a bytecode cache (a fresh Pants sandbox); the tests' shorter waits for decisions must
+    not absorb that, so a test that starts a service late calls this too."""
     for name, service in cluster.services.items():
         if service.proc.poll() is None:
-            await logged(cluster, name, service.started, timeout)
+
+            async def at_work(service: Service = service) -> bool:
+                return service.at_work()
+
+            await wait_for(at_work, timeout, f"{name} to log {service.started!r}", cluster)
 
 
 async def kubernetes_mode(nc: Client, cluster: Cluster, api: FakeKubeApi, tmp: Path) -> KeyValue:

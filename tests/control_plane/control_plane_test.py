@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from control_plane.cluster import (
     UNSCHEDULABLE,
     Cluster,
+    all_started,
     claim_manifest,
     claim_or_none,
     claims,
@@ -253,6 +254,7 @@ async def test_allocator_killed_mid_run_loses_nothing(nc: Client, cluster: Clust
     for i in range(8):
         await store.create(RESOURCE_CLAIMS, claim_manifest(f"second-{i}"))
     cluster.start_allocator("allocator-2")
+    await all_started(cluster)
 
     async def all_allocated() -> dict[str, dict[str, Any]] | None:
         objs = await claims(store)

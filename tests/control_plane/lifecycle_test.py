@@ -25,6 +25,7 @@ from nats.aio.client import Client
 from control_plane.cluster import (
     UNSCHEDULABLE,
     Cluster,
+    all_started,
     claim_manifest,
     claim_or_none,
     devices_of,
@@ -314,6 +315,7 @@ async def test_kubernetes_mode_a_claim_cleared_while_the_claim_writer_was_down_i
 
         await _job_1_leaves_while_the_claim_writer_is_down(api, nc, cluster, kubeconfig)
         cluster.start_claim_writer(*kube)
+        await all_started(cluster)
         await _released_then_given_to_job_2(api, nc, cluster, "after the restart")
 
 
@@ -372,6 +374,7 @@ async def test_kubernetes_mode_a_claim_kube_scheduler_allocated_is_released_afte
 
         await _job_1_leaves_while_the_claim_writer_is_down(api, nc, cluster, kubeconfig)
         cluster.start_claim_writer(*kube)
+        await all_started(cluster)
         await _released_then_given_to_job_2(api, nc, cluster, "after the restart")
         marked = _find(api, RESOURCE_CLAIMS, "data") or {}
         assert marked["metadata"]["annotations"][CONSUMERS_LEFT] == witness, "marked for it"
@@ -405,6 +408,7 @@ async def test_a_claim_whose_pod_left_while_the_claim_writer_was_down_is_release
     )
     assert await held(nc) == {"default/data"}, "nobody told the allocator yet"
     cluster.start_claim_writer()
+    await all_started(cluster)
 
     async def released() -> dict[str, Any] | None:
         claim = await claim_or_none(store, "data")
