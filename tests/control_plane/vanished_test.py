@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from control_plane.cluster import Cluster, wait_for
+from control_plane.cluster import Cluster, all_started, wait_for
 from control_plane.gang_test import holders as held
 from control_plane.lifecycle_test import _find, _reserved_for_job_1
 from gpudra_kube.api_backend import ApiStore
@@ -45,6 +45,7 @@ async def test_kubernetes_mode_a_claim_deleted_while_the_claim_writer_was_down_i
         assert await held(nc) == {"default/data"}, "nobody told the allocator yet"
 
         cluster.start_claim_writer(*kube)
+        await all_started(cluster)
 
         async def freed() -> bool:
             return not await held(nc)
