@@ -26,7 +26,7 @@ from typing import Any
 
 from gpudra_kube.claims import ClaimStore, without_delete_protection
 from gpudra_kube.errors import NotFoundError
-from gpudra_kube.resources import RESOURCE_CLAIMS, KubeObject
+from gpudra_kube.resources import RESOURCE_CLAIMS, KubeObject, status_of
 
 MAX_CONSUMERS = 256
 
@@ -53,8 +53,8 @@ def pod_reference(pod: Mapping[str, Any]) -> dict[str, str]:
 
 
 def consumers_of(claim: Mapping[str, Any]) -> list[dict[str, Any]]:
-    reserved = (claim.get("status") or {}).get("reservedFor") or []
-    return [c for c in reserved if isinstance(c, dict)]
+    reserved = status_of(claim).get("reservedFor")
+    return [c for c in reserved if isinstance(c, dict)] if isinstance(reserved, list) else []
 
 
 def pod_consumer_uids(claim: Mapping[str, Any]) -> set[str]:
@@ -68,7 +68,7 @@ def pod_consumer_uids(claim: Mapping[str, Any]) -> set[str]:
 
 def with_consumer(claim: KubeObject, ref: Mapping[str, str]) -> tuple[Outcome, KubeObject | None]:
     """(outcome, the claim to write or None) for reserving `ref` (see the module docstring)."""
-    status = claim.get("status") or {}
+    status = status_of(claim)
     if claim.get("metadata", {}).get("deletionTimestamp") or not status.get("allocation"):
         return Outcome.NOT_ALLOCATED, None
     consumers = consumers_of(claim)

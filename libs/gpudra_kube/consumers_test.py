@@ -117,3 +117,28 @@ def test_without_consumer(
         assert new is not None
         assert [r["uid"] for r in new["status"].get("reservedFor", [])] == left
         assert ("allocation" in new["status"]) == bool(left)
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        pytest.param([], id="status-a-list"),
+        pytest.param("allocated", id="status-a-string"),
+        pytest.param({"allocation": ALLOCATION, "reservedFor": 7}, id="reserved-for-a-number"),
+        pytest.param({"allocation": ALLOCATION, "reservedFor": {"a": 1}}, id="reserved-for-a-map"),
+    ],
+)
+def test_a_status_of_the_wrong_shape_reads_as_no_consumers(status: Any) -> None:
+    """The standalone store checks no schema: a claim whose status (or reservedFor) is not what
+    the API allows reads as having no consumers, never as an error that ends the loop reading
+    every claim."""
+    c: dict[str, Any] = {"metadata": {"name": "c", "uid": "u"}, "status": status}
+    assert pod_consumer_uids(c) == set()
+    assert without_consumer(c, "a") == (Outcome.ABSENT, None)
+    outcome, new = with_consumer(c, pod_reference(pod("p")))
+    if isinstance(status, dict):
+        assert outcome is Outcome.RESERVED
+        assert new is not None
+        assert new["status"]["reservedFor"] == [pod_reference(pod("p"))]
+    else:
+        assert (outcome, new) == (Outcome.NOT_ALLOCATED, None)

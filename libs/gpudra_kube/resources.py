@@ -6,6 +6,7 @@ JSON is the source of truth, and the typed layer above (gpudra_api) parses what 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +92,22 @@ def metadata(obj: KubeObject) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise InvalidObjectError("object has no metadata")
     return meta
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def spec_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """`obj.spec`, empty when absent or not a JSON object: the standalone store checks no schema,
+    and one object of the wrong shape must read as lacking the field, never as an error that
+    ends a loop reading every object."""
+    return _object(obj.get("spec"))
+
+
+def status_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """`obj.status`, empty when absent or not a JSON object (see `spec_of`)."""
+    return _object(obj.get("status"))
 
 
 def name_of(obj: KubeObject) -> str:

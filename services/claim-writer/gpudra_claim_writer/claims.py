@@ -32,6 +32,8 @@ from gpudra_api import TRACE_ANNOTATIONS as TRACE_ANNOTATIONS
 from gpudra_api import TRACEPARENT_ANNOTATION as TRACEPARENT_ANNOTATION
 from gpudra_api import TRACESTATE_ANNOTATION as TRACESTATE_ANNOTATION
 from gpudra_api import UNSCHEDULABLE_ANNOTATION as UNSCHEDULABLE_ANNOTATION
+from gpudra_kube.resources import spec_of as spec_of
+from gpudra_kube.resources import status_of as status_of
 from gpudrapb.v1 import claims_pb2
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
@@ -59,16 +61,6 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 def _meta(obj: KubeObject) -> dict[str, Any]:
     return _mapping(obj.get("metadata"))
-
-
-def spec_of(obj: KubeObject) -> dict[str, Any]:
-    """The object's `spec` (empty when absent or of the wrong shape, see `_mapping`)."""
-    return _mapping(obj.get("spec"))
-
-
-def status_of(obj: KubeObject) -> dict[str, Any]:
-    """The object's `status` (empty when absent or of the wrong shape, see `_mapping`)."""
-    return _mapping(obj.get("status"))
 
 
 def state_of(claim: KubeObject) -> ClaimState:
