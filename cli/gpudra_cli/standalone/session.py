@@ -73,7 +73,6 @@ def drift_path(run_dir: Path) -> Path:
 
 
 async def hold(system: System, path: Path, samples: Samples | None = None) -> None:
-    state.save(state_of(system), path)
     written: dict[str, Any] | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -84,6 +83,10 @@ async def hold(system: System, path: Path, samples: Samples | None = None) -> No
     for sig in handled:
         loop.add_signal_handler(sig, stop.set)
     try:
+        # Only now: whoever sees the state file may stop the system with a signal, which must
+        # end the hold (written before the handlers, a signal sent at once raised
+        # KeyboardInterrupt instead, and a second one during the stop killed it half way).
+        state.save(state_of(system), path)
         while not stop.is_set():
             if samples is not None and samples.drift is not None and samples.drift != written:
                 written = samples.drift
