@@ -112,6 +112,7 @@ DELETED_GRACE = 600.0  # seconds a deleted object's tombstone is kept (`collect_
 COLLECT_INTERVAL = 60.0  # seconds between two passes of `collect_deleted`
 
 log = logging.getLogger(__name__)
+_UNREADABLE_LOGGED: set[tuple[str, int]] = set()  # (where, revision) of values logged as unreadable
 
 
 def object_key(resource: Resource, name: str, namespace: str | None) -> str:
@@ -205,7 +206,7 @@ class KvStore:
             self._remember(resource, key, seq, None)
             return seq, None
         obj = _decode(msg.data, seq, resource, key)
-        self._remember(resource, key, seq, msg.data)
+        self._remember(resource, key, seq, msg.data if obj is not None else None)
         return seq, obj
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject:
@@ -226,14 +227,20 @@ class KvStore:
         items: list[KubeObject] = []
         compacted = self._subject(resource, _COMPACTED_KEY)
         if info.state.messages:
-            async for msg in self._scan(resource, namespace, DeliverPolicy.LAST_PER_SUBJECT, None):
-                seq = msg.metadata.sequence.stream
-                version = max(version, seq)
-                tombstone = (msg.headers or {}).get(_KV_OP) in _TOMBSTONES
-                if not tombstone and msg.subject != compacted:
-                    items.append(_decode(msg.data, seq, resource, msg.subject))
-                if msg.metadata.num_pending == 0:
-                    break
+            scan = self._scan(resource, namespace, DeliverPolicy.LAST_PER_SUBJECT, None)
+            # Closed here, not whenever the garbage collector gets to it: its subscription (and
+            # nats-py's tasks for it) must not outlive the list.
+            async with contextlib.aclosing(scan):  # type: ignore[type-var]
+                async for msg in scan:
+                    seq = msg.metadata.sequence.stream
+                    version = max(version, seq)
+                    tombstone = (msg.headers or {}).get(_KV_OP) in _TOMBSTONES
+                    if not tombstone and msg.subject != compacted:
+                        obj = _decode(msg.data, seq, resource, msg.subject)
+                        if obj is not None:
+                            items.append(obj)
+                    if msg.metadata.num_pending == 0:
+                        break
         return ObjectList(items, str(version))
 
     async def _scan(
@@ -334,19 +341,17 @@ class KvStore:
                 headers = msg.headers or {}
                 if msg.subject == compacted:
                     continue  # bookkeeping, no object
-                self._seen(
-                    resource,
-                    msg.subject,
-                    seq,
-                    None if headers.get(_KV_OP) in _TOMBSTONES else msg.data,
-                )
-                if headers.get(_KV_OP) in _TOMBSTONES:
-                    gone = _decode(msg.data, seq, resource, msg.subject) if msg.data else None
+                tombstone = headers.get(_KV_OP) in _TOMBSTONES
+                obj = None if tombstone else _decode(msg.data, seq, resource, msg.subject)
+                self._seen(resource, msg.subject, seq, msg.data if obj is not None else None)
+                if obj is None:
+                    gone = None
+                    if tombstone and msg.data:
+                        gone = _decode(msg.data, seq, resource, msg.subject)
                     if gone is None:
                         gone = _stub(resource, msg.subject, self._bucket(resource), seq)
                     yield WatchEvent(EventType.DELETED, gone, str(seq))
                 else:
-                    obj = _decode(msg.data, seq, resource, msg.subject)
                     kind = (
                         EventType.ADDED
                         if headers.get(_EVENT_HEADER) == "ADDED"
@@ -578,13 +583,28 @@ class KvStore:
         raise ConflictError(f"{resource.kind} {key} keeps changing; delete not applied", status=409)
 
 
-def _decode(data: bytes | None, seq: int, resource: Resource, where: str) -> KubeObject:
+def _decode(data: bytes | None, seq: int, resource: Resource, where: str) -> KubeObject | None:
+    """The object stored at revision `seq`, or None (logged once per revision) when the value is
+    not a JSON object with metadata: plain KV tools can write anything, and such a value reads as
+    a deletion (lists leave it out, get is 404, a watch says DELETED, create takes the name), not
+    as an error that would stall every list and watch of the bucket for good."""
     try:
         obj: Any = json.loads(data or b"")
-    except ValueError as exc:
-        raise UnavailableError(f"{resource.kind} at {where} is not JSON") from exc
+    except ValueError:
+        obj = None
     if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
-        raise UnavailableError(f"{resource.kind} at {where} is not an object with metadata")
+        if (where, seq) not in _UNREADABLE_LOGGED:
+            if len(_UNREADABLE_LOGGED) >= _RECENT:
+                _UNREADABLE_LOGGED.clear()
+            _UNREADABLE_LOGGED.add((where, seq))
+            log.error(
+                "%s at %s (revision %d) is not a JSON object with metadata; read as deleted "
+                "until a valid object is written there",
+                resource.kind,
+                where,
+                seq,
+            )
+        return None
     obj.setdefault("kind", resource.kind)
     obj.setdefault("apiVersion", resource.api_version)
     obj["metadata"]["resourceVersion"] = str(seq)

@@ -442,3 +442,28 @@ async def test_watch_asks_for_heartbeats_that_resume_it_soon_after_a_restart(
             assert [c.config.idle_heartbeat for c in consumers] == [WATCH_HEARTBEAT]
         finally:
             await events.aclose()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("garbage", [b"not json", b"[1, 2]", b'{"spec": {}}'], ids=str)
+async def test_a_value_that_is_no_object_reads_as_deleted(nats_url: str, garbage: bytes) -> None:
+    """A value written over a claim by plain KV tools that is not a JSON object with metadata
+    (the store checks no schema) reads as a deletion everywhere: lists leave it out, get says
+    404, a watch says DELETED, and create may take the name again. Before, every list and watch
+    of the bucket failed on it for good, stalling every loop that reads claims."""
+    bucket = f"t-kv-garbage-{len(garbage)}"
+    async with claims_store(nats_url, bucket) as (nc, kv, store):
+        await store.create(RESOURCE_CLAIMS, claim("good"))
+        bad = await store.create(RESOURCE_CLAIMS, claim("bad"))
+        version = (await store.list(RESOURCE_CLAIMS)).resource_version
+        await kv.put("default.bad", garbage)
+        listed = await store.list(RESOURCE_CLAIMS)
+        assert [c["metadata"]["name"] for c in listed.items] == ["good"]
+        with pytest.raises(NotFoundError):
+            await store.get(RESOURCE_CLAIMS, "bad", "default")
+        stream = store.watch(RESOURCE_CLAIMS, None, resource_version=version, timeout=1)
+        seen = [(e.type, e.object["metadata"]["name"]) async for e in stream]
+        assert seen == [(EventType.DELETED, "bad")]
+        again = await store.create(RESOURCE_CLAIMS, claim("bad"))
+        assert again["metadata"]["uid"] != bad["metadata"]["uid"]
+        listed = await store.list(RESOURCE_CLAIMS)
+        assert sorted(c["metadata"]["name"] for c in listed.items) == ["bad", "good"]
