@@ -9,8 +9,8 @@ subscription for good, the server the consumer for the watcher's 5 minutes of in
 `live_keys` lists with a consumer of its own instead (last entry per key, headers only, no acks)
 and promises:
 - one listing takes at most `timeout` seconds (`LIST_TIMEOUT`) of reading; one that times out is
-  asked again, up to `tries` listings, while the bucket's stream holds messages (after `tries`
-  timed-out listings the answer is empty, as it always was);
+  asked again, up to `tries` listings, while the bucket's stream holds messages; after `tries`
+  failed listings it raises `TimeoutError` (an empty answer would read as "no keys");
 - a listing that ends in any way — done, timed out, cancelled, failed — unsubscribes and deletes
   its consumer before it returns. A timeout or cancellation that comes while the consumer is being
   created first lets the creation finish (bounded by the JetStream request timeout), so the
@@ -57,17 +57,20 @@ async def live_keys(
     pause: float = PAUSE,
     timeout: float = LIST_TIMEOUT,
 ) -> list[str]:
-    """The bucket's live keys starting with `prefix`, sorted."""
-    keys: list[str] = []
+    """The bucket's live keys starting with `prefix`, sorted; `TimeoutError` when no listing
+    completed in `tries`."""
     for _ in range(max(1, tries)):
         try:
             keys = await _list(kv, timeout)
-            break
         except (TimeoutError, _Lost):
             if (await kv.status()).values == 0:
                 return []
             await asyncio.sleep(pause)
-    return sorted(k for k in keys if k.startswith(prefix))
+            continue
+        return sorted(k for k in keys if k.startswith(prefix))
+    # Not "no keys": a caller that reconciles against the answer would act on a bucket it
+    # never saw.
+    raise TimeoutError(f"listing the keys of {_bucket(kv)[2]}: no answer in {tries} tries")
 
 
 def _bucket(kv: KeyValue) -> tuple[JetStreamContext, Client, str, str]:

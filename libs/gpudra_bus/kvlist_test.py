@@ -87,7 +87,8 @@ async def test_timed_out_listing_leaves_no_subscription_or_consumer(
             await asyncio.sleep(1.0)
         finally:
             os.kill(pid, signal.SIGCONT)
-        await listing
+        with pytest.raises(TimeoutError, match="no answer in 1 tries"):
+            await listing  # not an empty answer: the bucket has keys
         assert await _leftovers(nc, stream, subs) == (0, 0)
     finally:
         await disconnect(nc, drain=False)
@@ -126,7 +127,8 @@ async def test_listing_cut_short_by_its_timeout_leaves_nothing(nats_url: str) ->
         kv, stream = await _bucket(nc, 2000)
         subs = len(nc._subs)
         for timeout in (0.001, 0.005, 0.02):
-            await live_keys(kv, tries=1, timeout=timeout)
+            with contextlib.suppress(TimeoutError):  # a fast machine may finish in time
+                await live_keys(kv, tries=1, timeout=timeout)
         assert await _leftovers(nc, stream, subs) == (0, 0)
     finally:
         await nc.drain()
