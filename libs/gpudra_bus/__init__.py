@@ -40,7 +40,7 @@ from gpudra_bus.errors import (
     SchemaMismatchError,
     StreamConfigError,
 )
-from gpudra_bus.kvlist import live_keys
+from gpudra_bus.kvlist import current_entries, live_keys
 from gpudra_bus.kvwatch import (
     WATCH_HEARTBEAT,
     ResumingBucket,
@@ -112,6 +112,7 @@ __all__ = [
     "StreamSpec",
     "WATCH_HEARTBEAT",
     "connect",
+    "current_entries",
     "disconnect",
     "flush_subscriptions",
     "ensure_bucket",

@@ -20,6 +20,12 @@ and promises:
   deletion or purge are left out, and a listing that lost a message (a slow consumer) is asked
   again rather than answered short.
 NATS errors other than timeouts are the caller's (translate or retry them).
+
+`current_entries` reads the last entry of every key (deletion markers included) through a KV
+watch, as nats-py's iteration of a watcher does, but bounded: nats-py's `async for` waits with no
+time limit for the marker that ends the initial values, so a watch that stalls (a consumer lost
+in a NATS restart) held the reader for ever. Here each entry must come within `idle` seconds
+(`READ_IDLE`), else `TimeoutError`; the watcher is stopped however the read ends.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
 
+READ_IDLE = 10.0  # seconds `current_entries` waits for the next entry
 TRIES = 50
 PAUSE = 0.02
 LIST_TIMEOUT = 5.0  # seconds one listing may take before it is asked again
@@ -71,6 +78,30 @@ async def live_keys(
     # Not "no keys": a caller that reconciles against the answer would act on a bucket it
     # never saw.
     raise TimeoutError(f"listing the keys of {_bucket(kv)[2]}: no answer in {tries} tries")
+
+
+async def current_entries(
+    kv: KeyValue, keys: str = ">", *, idle: float = READ_IDLE
+) -> list[KeyValue.Entry]:
+    """The last entry of every key matching `keys`, deletion markers included (see the module
+    docstring); `TimeoutError` when the watch delivers nothing for `idle` seconds first."""
+    watcher = await kv.watch(keys)
+    try:
+        entries: list[KeyValue.Entry] = []
+        while True:
+            try:
+                entry = await watcher.updates(timeout=idle)  # type: ignore[no-untyped-call]
+            except nats.errors.TimeoutError as exc:
+                raise TimeoutError(
+                    f"reading {keys} of {kv._stream}: nothing for {idle:g} s after "
+                    f"{len(entries)} entries"
+                ) from exc
+            if entry is None:
+                return entries
+            entries.append(entry)
+    finally:
+        with contextlib.suppress(*_CLEANUP_ERRORS):
+            await watcher.stop()  # type: ignore[no-untyped-call]
 
 
 def _bucket(kv: KeyValue) -> tuple[JetStreamContext, Client, str, str]:

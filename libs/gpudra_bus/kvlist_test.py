@@ -13,7 +13,7 @@ from nats.js.api import KeyValueConfig
 from nats.js.kv import KeyValue
 
 from gpudra_bus.connection import Backoff, connect, disconnect
-from gpudra_bus.kvlist import live_keys
+from gpudra_bus.kvlist import current_entries, live_keys
 from gpudra_testing import NatsServer
 
 
@@ -132,3 +132,55 @@ async def test_listing_cut_short_by_its_timeout_leaves_nothing(nats_url: str) ->
         assert await _leftovers(nc, stream, subs) == (0, 0)
     finally:
         await nc.drain()
+
+
+async def test_current_entries_reads_last_entries_and_stops_its_watch(nats_url: str) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        kv, _ = await _bucket(nc, 3)
+        await kv.put("k.0", b"2")
+        await kv.delete("k.2")
+        subs = len(nc._subs)
+        entries = await current_entries(kv)
+        assert [(e.key, e.value, e.operation) for e in entries] == [
+            ("k.1", b"1", None),
+            ("k.0", b"2", None),
+            ("k.2", b"", "DEL"),
+        ]
+        assert [e.key for e in await current_entries(kv, "k.1")] == ["k.1"]
+        # The watches were stopped (their ephemeral consumers go once nobody listens).
+        assert len(nc._subs) == subs
+    finally:
+        await nc.drain()
+
+
+class _StalledWatcher:
+    """A watch whose marker for the end of the initial values never comes."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    async def updates(self, timeout: float) -> object:
+        await asyncio.sleep(timeout)
+        raise nats.errors.TimeoutError
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+class _StalledBucket:
+    _stream = "KV_stalled"
+
+    def __init__(self) -> None:
+        self.watcher = _StalledWatcher()
+
+    async def watch(self, keys: str) -> _StalledWatcher:
+        return self.watcher
+
+
+async def test_current_entries_of_a_stalled_watch_times_out_and_stops_it() -> None:
+    """nats-py's `async for` over a watcher waits for ever for the end-of-values marker."""
+    bucket = _StalledBucket()
+    with pytest.raises(TimeoutError, match="nothing for 0.05 s after 0 entries"):
+        await current_entries(bucket, idle=0.05)  # type: ignore[arg-type]
+    assert bucket.watcher.stopped

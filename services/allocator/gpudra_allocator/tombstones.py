@@ -30,17 +30,18 @@ replicas may run passes at the same time. The purge leaves no delete marker behi
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
+from typing import cast
 
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from gpudra_allocator.holdings import CLAIM_PREFIX, BadReservationError, ClaimRecord
-from gpudra_bus import translate
+from gpudra_bus import current_entries, translate
 
 log = logging.getLogger(__name__)
 
@@ -95,25 +96,21 @@ class TombstoneCollector:
         now = self._clock()
         out: list[tuple[str, int]] = []
         try:
-            watcher = await self._kv.watch(f"{CLAIM_PREFIX}>")
+            entries = await current_entries(self._kv, f"{CLAIM_PREFIX}>")
         except _NATS_ERRORS as exc:
             raise translate(exc, "reading claim records") from exc
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
-                    continue
-                if entry.created is None or now - entry.created.timestamp() < self.grace:
-                    continue
-                try:
-                    record = ClaimRecord.decode(entry.value)
-                except BadReservationError as exc:
-                    log.error("claim record %s left alone: %s", entry.key, exc)
-                    continue
-                if (record.released or record.cleared) and entry.revision:
-                    out.append((entry.key, entry.revision))
-        finally:
-            with contextlib.suppress(*_NATS_ERRORS):
-                await watcher.stop()  # type: ignore[no-untyped-call]
+        for entry in entries:
+            if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
+                continue
+            # nats-py annotates `created` as int; a watch sets it to the message's datetime.
+            created = cast(datetime | None, entry.created)
+            if created is None or now - created.timestamp() < self.grace:
+                continue
+            try:
+                record = ClaimRecord.decode(entry.value)
+            except BadReservationError as exc:
+                log.error("claim record %s left alone: %s", entry.key, exc)
+                continue
+            if (record.released or record.cleared) and entry.revision:
+                out.append((entry.key, entry.revision))
         return out

@@ -23,7 +23,7 @@ from typing import Any
 
 from nats.js.kv import KeyValue
 
-from gpudra_bus import translate
+from gpudra_bus import current_entries, translate
 from gpudra_inventory.errors import NotLeaderError
 from gpudra_inventory.nats_errors import NATS_ERRORS, wrong_revision
 from gpudra_inventory.pools import node_of
@@ -68,26 +68,23 @@ class SliceWriter:
         nodes: dict[str, set[str]] = {}
         slices: list[dict[str, Any]] = []
         try:
-            watcher = await self._kv.watchall()
-            async for entry in watcher:
-                if entry is None:
-                    break
-                if entry.revision is not None:
-                    revisions[entry.key] = entry.revision
-                if not entry.value:
-                    continue  # a delete marker: nothing to adopt, but its revision counts
-                try:
-                    s = json.loads(entry.value)
-                except ValueError:
-                    log.error("slice %s in the bucket is not JSON; it will be replaced", entry.key)
-                    continue
-                node = node_of(s)
-                if node is not None:
-                    nodes.setdefault(node, set()).add(entry.key)
-                slices.append(s)
-            await watcher.stop()  # type: ignore[no-untyped-call]
+            entries = await current_entries(self._kv)
         except NATS_ERRORS as exc:
             raise translate(exc, "reading slices") from exc
+        for entry in entries:
+            if entry.revision is not None:
+                revisions[entry.key] = entry.revision
+            if not entry.value:
+                continue  # a delete marker: nothing to adopt, but its revision counts
+            try:
+                s = json.loads(entry.value)
+            except ValueError:
+                log.error("slice %s in the bucket is not JSON; it will be replaced", entry.key)
+                continue
+            node = node_of(s)
+            if node is not None:
+                nodes.setdefault(node, set()).add(entry.key)
+            slices.append(s)
         self.revisions, self.nodes = revisions, nodes
         return slices
 
