@@ -62,6 +62,7 @@ from nats.aio.msg import Msg  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
 from control_plane.cluster import (  # noqa: E402
+    SERVING,
     Cluster,
     Service,
     claim_manifest,
@@ -124,9 +125,11 @@ class ProfiledCluster(Cluster):
             env["GPUDRA_BENCH_PROFILE_DIR"] = str(self.profile_dir)
         return env
 
-    def start(self, name: str, module: str, *args: str) -> Service:
+    def start(self, name: str, module: str, *args: str, started: str = SERVING) -> Service:
         # The last `--trace-exporter` wins: the cluster's own (console) is overridden.
-        return super().start(name, module, *args, "--trace-exporter", self.trace_exporter)
+        return super().start(
+            name, module, *args, "--trace-exporter", self.trace_exporter, started=started
+        )
 
     def profile(self, on: bool) -> None:
         """Start (or stop and write) every service's profile: only the claims phase is measured."""
