@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, cast
@@ -30,6 +30,7 @@ from gpudra_allocator.settings import Settings
 from gpudra_allocator.tombstones import TombstoneCollector
 from gpudra_allocator.worker import Worker
 from gpudra_bus import ensure_streams, subjects
+from gpudra_testing.waiting import until
 from gpudrapb.v1 import claims_pb2
 
 UID = "uid-c"
@@ -178,15 +179,6 @@ async def gang_worker(nc: Client, kv: KeyValue) -> AsyncIterator[Worker]:
         yield Worker(nc, Settings(), Engine(load_classes(), "first-fit"), cast(Any, slices), res)
     finally:
         await res.stop()
-
-
-async def until(check: Callable[[], bool]) -> None:
-    """The reservation mirror follows the bucket by a watch: wait for it to catch up."""
-    for _ in range(1000):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the reservation mirror did not catch up")
 
 
 async def test_a_late_deallocation_keeps_a_gang_members_next_decision(gang_worker: Worker) -> None:

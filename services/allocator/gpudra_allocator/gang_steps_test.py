@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -35,6 +35,7 @@ from gpudra_allocator.holdings import ClaimRecord, holdings_for
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
 from gpudra_api import Node
+from gpudra_testing.waiting import until
 from gpudrapb.v1 import claims_pb2
 
 
@@ -490,15 +491,6 @@ class Decider(Planner):
             ),
         )
         await until(lambda: bool(self._res.holdings_of(uid)))
-
-
-async def until(check: Callable[[], bool]) -> None:
-    """The reservation mirror follows the bucket by a watch: wait for it to catch up."""
-    for _ in range(200):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the reservation mirror did not catch up")
 
 
 @pytest_asyncio.fixture

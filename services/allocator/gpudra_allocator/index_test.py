@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import nats.errors
@@ -15,15 +15,7 @@ from nats.js.kv import KeyValue
 from gpudra_allocator import index as index_module
 from gpudra_allocator.conftest import gpu_slice_doc
 from gpudra_allocator.index import KvIndex, slice_index
-
-
-async def until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+from gpudra_testing.waiting import until
 
 
 class Broken:

@@ -15,6 +15,7 @@ from gpudra_allocator.errors import ReservationConflict
 from gpudra_allocator.holdings import ClaimRecord, Holding, PoolHoldings, pool_key
 from gpudra_allocator.reservations import Reservations
 from gpudra_testing.kvkeys import bucket_reads
+from gpudra_testing.waiting import until
 
 DRIVER = "gpu.nvidia.com"
 
@@ -66,11 +67,11 @@ async def test_racing_replicas_never_hold_one_device_twice(replicas: list[Reserv
 
     await asyncio.gather(*(grab(r, f"claim-{i}") for i, r in enumerate(replicas)))
     assert sorted(winners) == devices
-    await asyncio.sleep(0.2)
+    wanted = {DeviceID(DRIVER, "node-a", d) for d in devices}
+    await until(lambda: all(r.state.devices == wanted for r in replicas), "every replica's mirror")
     for r in replicas:
         held = [h.device for h in r.pool(DRIVER, "node-a").holdings]
         assert sorted(held) == devices, "each device held exactly once, seen by every replica"
-        assert r.state.devices == {DeviceID(DRIVER, "node-a", d) for d in devices}
 
 
 @pytest.mark.parametrize(
@@ -212,7 +213,8 @@ async def test_holdings_of_follows_every_change(replicas: list[Reservations]) ->
     await a.reserve({(DRIVER, "n1"): [hold("gpu-0", "u1"), hold("gpu-1", "u2")]})
     await a.reserve({(DRIVER, "n2"): [hold("gpu-0", "u1")]})
     await a.drop("u2")
-    await asyncio.sleep(0.2)  # b learns it all from the watch
+    # b learns it all from the watch.
+    await until(lambda: len(b.holdings_of("u1")) == 2 and not b.holdings_of("u2"), "b's mirror")
     for r in (a, b):
         assert sorted((p.pool, h.device) for p, h in r.holdings_of("u1")) == [
             ("n1", "gpu-0"),
@@ -220,9 +222,8 @@ async def test_holdings_of_follows_every_change(replicas: list[Reservations]) ->
         ]
         assert r.holdings_of("u2") == []
     await b.release("u1", "default/u1")
-    await asyncio.sleep(0.2)
+    await until(lambda: not a.state.devices, "a's mirror to see the release")
     assert a.holdings_of("u1") == []
-    assert a.state.devices == set()
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -15,6 +14,7 @@ from gpudra_allocator.engine import Engine, load_classes
 from gpudra_allocator.index import slice_index
 from gpudra_allocator.warmup import Warmer
 from gpudra_api import ResourceSlice
+from gpudra_testing.waiting import until
 
 POLICIES = [pytest.param(p, id=p) for p in ("first-fit", "topology")]
 
@@ -35,13 +35,6 @@ class Fleet:
 
     def inputs(self) -> tuple[Iterable[ResourceSlice], int, AllocatedState]:
         return self.slices.values(), self.version, self.state
-
-
-async def until(check: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)
 
 
 def warmer_for(fleet: Fleet, engine: Engine, delay: float, **kwargs: Any) -> Warmer:
