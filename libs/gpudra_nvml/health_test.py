@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import pynvml
@@ -26,9 +27,15 @@ class Clock:
         return self.now
 
 
-def _monitor(clock: Clock, hold: float = 60.0) -> tuple[FakeNvml, HealthMonitor]:
+def _monitor(
+    clock: Clock, hold: float = 60.0, wrap: Callable[[FakeNvml], Any] | None = None
+) -> tuple[FakeNvml, HealthMonitor]:
+    """A monitor opened on every GPU of a simulated dgx-h100; with `wrap`, NVML is
+    `wrap(simulator)` from before the monitor opens."""
     opened = open_simulator("dgx-h100", clock=clock)
     assert opened.fake is not None
+    if wrap is not None:
+        opened.adapter.nvml.lib = wrap(opened.fake)
     handles, _ = opened.adapter.handles()
     monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=hold)
     monitor.open(handles)
@@ -120,34 +127,45 @@ def test_a_gpu_lost_when_the_monitor_opened_gets_its_xids_once_it_answers() -> N
     assert _kinds(monitor.poll(8)) == [(3, XID, 48, False)]
 
 
-class _FailsFor:
-    """The simulator with NVML call `call` failing for GPU `index` with NVML's unknown error,
-    until `fixed` is set."""
+class _Refusal:
+    """The simulator with NVML call `call` failing with `code` while `fixed` is unset, on the
+    calls whose arguments `when(simulator, *args)` picks (every call by default). `over` puts
+    it in front of a simulator."""
 
-    def __init__(self, lib: FakeNvml, call: str, index: int) -> None:
-        self._lib, self._call, self._index, self.fixed = lib, call, index, False
+    def __init__(
+        self,
+        call: str,
+        code: int = pynvml.NVML_ERROR_UNKNOWN,
+        when: Callable[..., bool] = lambda lib, *args: True,
+    ) -> None:
+        self._call, self._code, self._when, self.fixed = call, code, when, False
+        self._lib: Any = None
+
+    def over(self, lib: FakeNvml) -> _Refusal:
+        self._lib = lib
+        return self
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(self._lib, name)
         if name != self._call:
             return real
 
-        def failing(handle: Any, *args: Any) -> Any:
-            if not self.fixed and self._lib.nvmlDeviceGetIndex(handle) == self._index:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
-            return real(handle, *args)
+        def refused(*args: Any) -> Any:
+            if not self.fixed and self._when(self._lib, *args):
+                raise pynvml.NVMLError(self._code)
+            return real(*args)
 
-        return failing
+        return refused
+
+
+def _on_gpu(index: int) -> Callable[..., bool]:
+    """`_Refusal`'s `when` for a call on the handle of GPU `index`."""
+    return lambda lib, handle, *args: lib.nvmlDeviceGetIndex(handle) == index
 
 
 def test_one_gpu_whose_ecc_cannot_be_read_does_not_blind_the_others() -> None:
-    clock = Clock()
-    opened = open_simulator("dgx-h100", clock=clock)
-    assert opened.fake is not None
-    fake = opened.fake
-    opened.adapter.nvml.lib = _FailsFor(fake, "nvmlDeviceGetTotalEccErrors", 2)
-    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
-    monitor.open(opened.adapter.handles()[0])
+    lib = _Refusal("nvmlDeviceGetTotalEccErrors", when=_on_gpu(2))
+    fake, monitor = _monitor(Clock(), hold=3600.0, wrap=lib.over)
     fake.add_ecc_errors(0, 3)
     fake.lose_device(5)
     got = _kinds(monitor.poll(8))
@@ -164,34 +182,15 @@ def _is_lost(lib: FakeNvml, index: int) -> bool:
     return False
 
 
-class _WaitFailsWhileLost:
-    """NVML's event wait answering GPU_IS_LOST while a GPU of the set is lost (as its API
-    documents it may), instead of the next event."""
-
-    def __init__(self, lib: FakeNvml) -> None:
-        self._lib = lib
-
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(self._lib, name)
-        if name != "nvmlEventSetWait_v2":
-            return real
-
-        def wait(event_set: Any, timeout_ms: int) -> Any:
-            if any(_is_lost(self._lib, i) for i in range(self._lib.nvmlDeviceGetCount())):
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-            return real(event_set, timeout_ms)
-
-        return wait
+def _a_gpu_is_lost(lib: FakeNvml, *args: Any) -> bool:
+    """`_Refusal`'s `when` for NVML's event wait answering GPU_IS_LOST while a GPU of the set is
+    lost (as its API documents it may), instead of the next event."""
+    return any(_is_lost(lib, i) for i in range(lib.nvmlDeviceGetCount()))
 
 
 def test_an_event_wait_failing_on_a_lost_gpu_still_checks_every_gpu() -> None:
-    clock = Clock()
-    opened = open_simulator("dgx-h100", clock=clock)
-    assert opened.fake is not None
-    fake = opened.fake
-    opened.adapter.nvml.lib = _WaitFailsWhileLost(fake)
-    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
-    monitor.open(opened.adapter.handles()[0])
+    lost = _Refusal("nvmlEventSetWait_v2", pynvml.NVML_ERROR_GPU_IS_LOST, when=_a_gpu_is_lost)
+    fake, monitor = _monitor(Clock(), hold=3600.0, wrap=lost.over)
     fake.lose_device(5)
     fake.add_ecc_errors(1, 2)
     got = _kinds(monitor.poll(8))
@@ -203,14 +202,8 @@ def test_an_event_wait_failing_on_a_lost_gpu_still_checks_every_gpu() -> None:
 
 
 def test_a_gpu_whose_event_registration_fails_is_still_checked_and_registered_later() -> None:
-    clock = Clock()
-    opened = open_simulator("dgx-h100", clock=clock)
-    assert opened.fake is not None
-    fake = opened.fake
-    lib = _FailsFor(fake, "nvmlDeviceRegisterEvents", 4)
-    opened.adapter.nvml.lib = lib
-    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
-    monitor.open(opened.adapter.handles()[0])  # the other GPUs are registered
+    lib = _Refusal("nvmlDeviceRegisterEvents", when=_on_gpu(4))
+    fake, monitor = _monitor(Clock(), hold=3600.0, wrap=lib.over)  # the other GPUs are registered
     fake.add_ecc_errors(4, 1)
     fake.inject_xid(1, 48)
     assert sorted(_kinds(monitor.poll(8))) == [(1, XID, 48, False), (4, ECC, 1, False)]
@@ -218,25 +211,6 @@ def test_a_gpu_whose_event_registration_fails_is_still_checked_and_registered_la
     assert monitor.poll(8) == []
     fake.inject_xid(4, 48)
     assert _kinds(monitor.poll(8)) == [(4, XID, 48, False)]
-
-
-class _WaitFails:
-    """NVML's event wait failing with `code` (not TIMEOUT) until `fixed` is set."""
-
-    def __init__(self, lib: FakeNvml, code: int) -> None:
-        self._lib, self._code, self.fixed = lib, code, False
-
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(self._lib, name)
-        if name != "nvmlEventSetWait_v2":
-            return real
-
-        def wait(event_set: Any, timeout_ms: int) -> Any:
-            if not self.fixed:
-                raise pynvml.NVMLError(self._code)
-            return real(event_set, timeout_ms)
-
-        return wait
 
 
 @pytest.mark.parametrize(
@@ -247,14 +221,8 @@ class _WaitFails:
     ],
 )
 def test_a_failing_event_wait_does_not_stop_the_checks_of_every_gpu(code: int) -> None:
-    clock = Clock()
-    opened = open_simulator("dgx-h100", clock=clock)
-    assert opened.fake is not None
-    fake = opened.fake
-    lib = _WaitFails(fake, code)
-    opened.adapter.nvml.lib = lib
-    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
-    monitor.open(opened.adapter.handles()[0])
+    lib = _Refusal("nvmlEventSetWait_v2", code)
+    fake, monitor = _monitor(Clock(), hold=3600.0, wrap=lib.over)
     fake.lose_device(5)
     fake.add_ecc_errors(1, 2)
     got = _kinds(monitor.poll(8))
@@ -263,25 +231,6 @@ def test_a_failing_event_wait_does_not_stop_the_checks_of_every_gpu(code: int) -
     lib.fixed = True
     fake.recover_device(5)
     assert sorted(_kinds(monitor.poll(8))) == [(5, XID, 79, False), (5, LOST, 0, True)]
-
-
-class _HandleRefused:
-    """The simulator with GPU `index`'s handle refused with `code` until `fixed` is set."""
-
-    def __init__(self, lib: FakeNvml, index: int, code: int) -> None:
-        self._lib, self._index, self._code, self.fixed = lib, index, code, False
-
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(self._lib, name)
-        if name != "nvmlDeviceGetHandleByIndex":
-            return real
-
-        def handle(index: int) -> Any:
-            if not self.fixed and index == self._index:
-                raise pynvml.NVMLError(self._code)
-            return real(index)
-
-        return handle
 
 
 @pytest.mark.parametrize(
@@ -294,36 +243,14 @@ class _HandleRefused:
 def test_a_gpu_nvml_refuses_as_unusable_is_unhealthy_until_it_answers(code: int, why: str) -> None:
     # NVML refuses the handle of a GPU whose power cables are loose or whose interrupts fail: it
     # cannot run anything, so it must not stay schedulable on its last description.
-    clock = Clock()
-    opened = open_simulator("dgx-h100", clock=clock)
-    assert opened.fake is not None
-    lib = _HandleRefused(opened.fake, 6, code)
-    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
-    monitor.open(opened.adapter.handles()[0])
-    opened.adapter.nvml.lib = lib
+    lib = _Refusal("nvmlDeviceGetHandleByIndex", code, when=lambda _, index: index == 6)
+    lib.fixed = True  # NVML answers while the monitor opens
+    _, monitor = _monitor(Clock(), hold=3600.0, wrap=lib.over)
+    lib.fixed = False
     assert _kinds(monitor.poll(8)) == [(6, LOST, 0, False)]
     assert why in monitor.conditions(6)[0].message
     lib.fixed = True
     assert _kinds(monitor.poll(8)) == [(6, LOST, 0, True)]
-
-
-class _NoEventSets:
-    """NVML refusing to create event sets (with `code`) until `fixed` is set."""
-
-    def __init__(self, lib: FakeNvml, code: int) -> None:
-        self._lib, self._code, self.fixed = lib, code, False
-
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(self._lib, name)
-        if name != "nvmlEventSetCreate":
-            return real
-
-        def create() -> Any:
-            if not self.fixed:
-                raise pynvml.NVMLError(self._code)
-            return real()
-
-        return create
 
 
 @pytest.mark.parametrize(
@@ -334,14 +261,8 @@ class _NoEventSets:
     ],
 )
 def test_without_an_event_set_the_gpus_are_still_checked(code: int) -> None:
-    clock = Clock()
-    opened = open_simulator("dgx-h100", clock=clock)
-    assert opened.fake is not None
-    fake = opened.fake
-    lib = _NoEventSets(fake, code)
-    opened.adapter.nvml.lib = lib
-    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
-    monitor.open(opened.adapter.handles()[0])  # no XIDs for now, but no failure either
+    lib = _Refusal("nvmlEventSetCreate", code)
+    fake, monitor = _monitor(Clock(), hold=3600.0, wrap=lib.over)  # no XIDs now, no failure
     fake.add_ecc_errors(2, 1)
     fake.lose_device(4)
     assert sorted(_kinds(monitor.poll(8))) == [(2, ECC, 1, False), (4, LOST, 0, False)]
@@ -389,14 +310,9 @@ class _RegistrationBreaksTheSet:
 
 
 def test_an_event_set_left_undefined_by_a_registration_is_replaced() -> None:
-    clock = Clock()
-    opened = open_simulator("dgx-h100", clock=clock)
-    assert opened.fake is not None
-    fake = opened.fake
-    lib = _RegistrationBreaksTheSet(fake, 4)
-    opened.adapter.nvml.lib = lib
-    monitor = HealthMonitor(opened.adapter.nvml, clock=clock, xid_hold_s=3600.0)
-    monitor.open(opened.adapter.handles()[0])
+    fake, monitor = _monitor(
+        Clock(), hold=3600.0, wrap=lambda lib: _RegistrationBreaksTheSet(lib, 4)
+    )
     fake.inject_xid(1, 48)
     fake.inject_xid(7, 94)
     assert sorted(_kinds(monitor.poll(8))) == [(1, XID, 48, False), (7, XID, 94, False)]
