@@ -8,7 +8,6 @@ The retry interval is far longer than the tests: what allocates the claim is the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 
@@ -17,9 +16,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from gpudra_allocator.conftest import gpu_claim_doc, gpu_slice_doc
-from gpudra_allocator.main import serve
-from gpudra_allocator.settings import Settings
+from gpudra_allocator.conftest import gpu_claim_doc, gpu_slice_doc, pending_event, serving
 from gpudra_bus import (
     ALLOCATION_DECISION,
     CLAIM_EVENT,
@@ -31,7 +28,7 @@ from gpudra_bus import (
 )
 from gpudra_bus.subjects import Kind
 from gpudra_standalone.nats_server import NatsServer
-from gpudra_testing.statusz import free_port, until_status
+from gpudra_testing.statusz import until_status
 from gpudrapb.v1 import claims_pb2
 
 MODEL = 'device.attributes["gpu.nvidia.com"].model == "h100"'  # no has() guard
@@ -40,24 +37,9 @@ Outcome = claims_pb2.AllocationDecision
 
 @pytest.fixture
 async def allocator(fresh_nats_server: NatsServer) -> AsyncIterator[int]:
-    port = free_port()
-    settings = Settings(
-        nats_url=fresh_nats_server.url,
-        health_host="127.0.0.1",
-        health_port=port,
-        replica_id="alloc-a",
-        policy="first-fit",
-        retry_interval=600.0,  # only a change can retry a held claim within the test
-    )
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(settings, stop))
-    try:
-        await until_status(port, lambda s: bool(s["ready"]))
+    # only a change can retry a held claim within the test
+    async with serving(fresh_nats_server.url, retry_interval=600.0) as port:
         yield port
-    finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 15)
 
 
 class Bus:
@@ -141,11 +123,7 @@ def claim_event(
     exactly["deviceClassName"] = device_class
     if selector is not None:
         exactly["selectors"] = [{"cel": {"expression": selector}}]
-    event = claims_pb2.ClaimEvent(
-        kind=claims_pb2.ClaimEvent.KIND_PENDING,
-        claim=claims_pb2.ClaimRef(namespace="default", name=name, uid=f"uid-{name}", generation=1),
-        claim_json=json.dumps(doc).encode(),
-    )
+    event = pending_event(doc)
     if unit == "pod":
         event.pod_uid, event.pod_name = "p", "default/p"
         event.pod_claims.extend(f"uid-{n}" for n in names)

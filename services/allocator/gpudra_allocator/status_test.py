@@ -3,21 +3,17 @@ against a real nats-server: the shape, and counters that follow what the replica
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator
 
 import nats
 import pytest
 
-from gpudra_allocator.conftest import gpu_claim_doc, gpu_slice_doc
-from gpudra_allocator.main import serve
-from gpudra_allocator.settings import Settings
+from gpudra_allocator.conftest import gpu_claim_doc, gpu_slice_doc, pending_event, serving
 from gpudra_allocator.status import rfc3339
 from gpudra_bus import CLAIM_EVENT, SLICES_BUCKET, Publisher, subjects
 from gpudra_standalone.nats_server import NatsServer
-from gpudra_testing.statusz import free_port, until_status
+from gpudra_testing.statusz import until_status
 from gpudrapb.v1 import claims_pb2
 
 TOP = {"replica", "policy", "ready", "index", "reservations", "claims", "waiting"}
@@ -26,24 +22,8 @@ TOP |= {"deadLetters", "engine", "reserve", "lastDecisionAt"}
 
 @pytest.fixture
 async def allocator(fresh_nats_server: NatsServer) -> AsyncIterator[int]:
-    port = free_port()
-    settings = Settings(
-        nats_url=fresh_nats_server.url,
-        health_host="127.0.0.1",
-        health_port=port,
-        replica_id="alloc-a",
-        policy="first-fit",
-        retry_interval=0.5,
-    )
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(settings, stop))
-    try:
-        await until_status(port, lambda s: bool(s["ready"]))
+    async with serving(fresh_nats_server.url, retry_interval=0.5) as port:
         yield port
-    finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 15)
 
 
 def slice_doc(node: str, gpus: int) -> bytes:
@@ -51,12 +31,7 @@ def slice_doc(node: str, gpus: int) -> bytes:
 
 
 def claim_event(name: str, count: int) -> claims_pb2.ClaimEvent:
-    doc = gpu_claim_doc(name, count)
-    return claims_pb2.ClaimEvent(
-        kind=claims_pb2.ClaimEvent.KIND_PENDING,
-        claim=claims_pb2.ClaimRef(namespace="default", name=name, uid=f"uid-{name}", generation=1),
-        claim_json=json.dumps(doc).encode(),
-    )
+    return pending_event(gpu_claim_doc(name, count))
 
 
 async def test_a_fresh_replica_says_who_it_is(allocator: int) -> None:
