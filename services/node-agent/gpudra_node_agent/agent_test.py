@@ -55,10 +55,16 @@ async def _client(url: str) -> AsyncIterator[Client]:
 
 
 @asynccontextmanager
-async def _running(settings: Settings, opened: Opened, tracer: Tracer) -> AsyncIterator[NodeAgent]:
-    """An agent turning in the background on its own connection; stopped and closed on exit."""
+async def _running(
+    settings: Settings,
+    opened: Opened,
+    tracer: Tracer,
+    through: Callable[[Client], Any] = lambda nc: nc,
+) -> AsyncIterator[NodeAgent]:
+    """An agent turning in the background on its own connection (seen `through` a wrapper, if
+    given); stopped and closed on exit."""
     async with _client(settings.nats_url) as nc:
-        agent = NodeAgent(settings, opened, nc, tracer=tracer, publish_deadline=0.5)
+        agent = NodeAgent(settings, opened, through(nc), tracer=tracer, publish_deadline=0.5)
         await agent.start()
         stop = asyncio.Event()
         task = asyncio.create_task(agent.run(stop), name="node-agent")
@@ -185,10 +191,16 @@ async def test_survives_nats_outage(fresh_nats_server: NatsServer, tracer: Trace
 
 class _FlakyLastMsg:
     """A NATS client whose JetStream answers the first `failures` last-message reads with a
-    timeout (a JetStream leader election, a loaded server); everything else is the real client."""
+    timeout (a JetStream leader election, a loaded server); everything else is the real client
+    `over` puts it in front of."""
 
-    def __init__(self, nc: Client, failures: int) -> None:
-        self._nc, self.failures = nc, failures
+    def __init__(self, failures: int) -> None:
+        self._nc: Any = None
+        self.failures = failures
+
+    def over(self, nc: Client) -> _FlakyLastMsg:
+        self._nc = nc
+        return self
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._nc, name)
@@ -220,18 +232,9 @@ async def test_generation_continues_when_the_stored_one_is_read_late(
         data, headers = NODE_INVENTORY.encode(stored)
         await nc.jetstream().publish(subjects.inventory(node), data, headers=headers)
         sub = await nc.subscribe(subjects.inventory(node))
-        async with _client(nats_url) as agent_nc:
-            flaky = _FlakyLastMsg(agent_nc, failures=2)
-            agent = NodeAgent(settings, open_simulator("l4-pcie"), flaky, tracer=tracer)  # type: ignore[arg-type]
-            await agent.start()
-            stop = asyncio.Event()
-            task = asyncio.create_task(agent.run(stop), name="node-agent")
-            try:
-                msg = await sub.next_msg(timeout=10)
-            finally:
-                stop.set()
-                await task
-                await agent.close()
+        flaky = _FlakyLastMsg(failures=2)
+        async with _running(settings, open_simulator("l4-pcie"), tracer, through=flaky.over):
+            msg = await sub.next_msg(timeout=10)
         first = NODE_INVENTORY.decode(msg.data, msg.headers)
         # Not 1: a consumer that keeps the highest generation would ignore it (and what follows)
         # until the agent had made up the difference.
