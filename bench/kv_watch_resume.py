@@ -36,22 +36,10 @@ from gpudra_bus.streams import BucketSpec, ensure_bucket
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_standalone.nats_server import NatsServer
+from gpudra_testing.claims import claim
 
 KINDS = ("nats-py", "gpudra", "kvstore")
 BUCKET = "bench-watch"
-
-
-def claim(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
-            }
-        },
-    }
 
 
 async def one_run(kind: str, settle: float, down: float) -> tuple[float, float, float]:

@@ -21,32 +21,8 @@ from gpudra_kube.errors import (
 )
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra_kube.store import EventType, WatchEvent
+from gpudra_testing.claims import ALLOCATION, claim
 from gpudra_testing.kubeapi import FakeKubeApi
-
-
-def claim(name: str = "c1", namespace: str = "default") -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
-            }
-        },
-    }
-
-
-ALLOCATION: dict[str, Any] = {
-    "devices": {
-        "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
-    },
-    "nodeSelector": {
-        "nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
-        ]
-    },
-}
 
 
 def resource_slice(name: str = "n1-gpu.nvidia.com-0", generation: int = 1) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpudra_kube.api_backend_test import ALLOCATION, claim, resource_slice
+from gpudra_kube.api_backend_test import resource_slice
 from gpudra_kube.claims import (
     DELETE_PROTECTION_FINALIZER,
     SCHEDULING_GATE,
@@ -16,6 +16,7 @@ from gpudra_kube.claims import (
 from gpudra_kube.errors import AlreadyAllocatedError, ConflictError, NotFoundError
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS, KubeObject
 from gpudra_kube.store import Store
+from gpudra_testing.claims import ALLOCATION, claim
 from gpudra_testing.kubeapi import FakeKubeApi
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from gpudra_kube.api_backend_test import ALLOCATION, claim
 from gpudra_kube.claims import DELETE_PROTECTION_FINALIZER, ClaimStore
 from gpudra_kube.consumers import (
     MAX_CONSUMERS,
@@ -21,6 +20,7 @@ from gpudra_kube.consumers import (
 )
 from gpudra_kube.errors import NotFoundError
 from gpudra_kube.store import Store
+from gpudra_testing.claims import ALLOCATION, claim
 
 
 def pod(name: str, uid: str | None = None) -> dict[str, Any]:

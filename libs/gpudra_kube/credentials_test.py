@@ -20,10 +20,10 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.config import incluster_config
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
-from gpudra_kube.api_backend_test import claim
 from gpudra_kube.errors import ForbiddenError
 from gpudra_kube.kubeconfig_test import API_CA, API_CERT, API_KEY
 from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_testing.claims import claim
 from gpudra_testing.kubeapi import FakeKubeApi
 
 # The CA bundle a pod mounts beside its token; any parseable certificate will do here (the

@@ -10,11 +10,11 @@ import pytest
 from gpudra_bus.connection import connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket
 from gpudra_kube.api_backend import ApiStore
-from gpudra_kube.api_backend_test import claim
 from gpudra_kube.informer import informer
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_kube.store import EventType, WatchEvent
+from gpudra_testing.claims import claim
 from gpudra_testing.kubeapi import FakeKubeApi
 
 

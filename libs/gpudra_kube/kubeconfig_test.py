@@ -16,9 +16,9 @@ import pytest_asyncio
 from kubernetes_asyncio.config import incluster_config
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
-from gpudra_kube.api_backend_test import claim
 from gpudra_kube.errors import InvalidObjectError, UnavailableError
 from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_testing.claims import claim
 from gpudra_testing.kubeapi import FakeKubeApi
 
 # A client certificate and its key, for loading only (no server checks them). Self-signed, made

@@ -12,7 +12,6 @@ from nats.js.kv import KeyValue
 from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.kvwatch import WATCH_HEARTBEAT
 from gpudra_bus.streams import BucketSpec, ensure_bucket, ensure_buckets
-from gpudra_kube.api_backend_test import ALLOCATION, claim
 from gpudra_kube.errors import (
     AlreadyExistsError,
     ConflictError,
@@ -32,6 +31,7 @@ from gpudra_kube.resources import (
 )
 from gpudra_kube.store import EventType, WatchEvent
 from gpudra_testing import NatsServer
+from gpudra_testing.claims import ALLOCATION, claim
 from gpudra_testing.kvkeys import bucket_reads
 
 

@@ -7,10 +7,11 @@ import copy
 
 import pytest
 
-from gpudra_kube.api_backend_test import ALLOCATION, claim, resource_slice
+from gpudra_kube.api_backend_test import resource_slice
 from gpudra_kube.errors import AlreadyExistsError, ConflictError, InvalidObjectError, NotFoundError
 from gpudra_kube.resources import RESOURCE_CLAIMS, RESOURCE_SLICES
 from gpudra_kube.store import EventType, Store, WatchEvent
+from gpudra_testing.claims import ALLOCATION, claim
 
 
 async def test_create_get_list_delete(store: Store) -> None:

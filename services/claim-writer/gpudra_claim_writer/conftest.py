@@ -1,6 +1,6 @@
 """What the claim-writer's tests share: a client of a fresh nats-server with gpudra's streams and
 buckets (`nc`), the HTTP-level fake Kubernetes API with an `ApiStore` on it (`api`), and the plain
-claim and allocation most tests write (`new_claim`, `ALLOCATION`), and the allocator's decision
+claim and allocation most tests write (`new_claim`, `ALLOCATION`: `gpudra_testing.claims`), and the allocator's decision
 about such a claim (`decide`); `until` polls a plain condition."""
 
 from __future__ import annotations
@@ -26,36 +26,12 @@ from gpudra_bus import (
 from gpudra_claim_writer.main import serve
 from gpudra_claim_writer.settings import Settings
 from gpudra_kube.api_backend import ApiStore
+from gpudra_testing.claims import ALLOCATION
+from gpudra_testing.claims import claim as new_claim
 from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import claims_pb2
 
 __all__ = ["ALLOCATION", "api", "decide", "nc", "new_claim", "serving", "until"]
-
-# One GPU on node n1, with the node selector the write-back puts into every allocation.
-ALLOCATION: dict[str, Any] = {
-    "devices": {
-        "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]
-    },
-    "nodeSelector": {
-        "nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
-        ]
-    },
-}
-
-
-def new_claim(name: str) -> dict[str, Any]:
-    """A ResourceClaim in `default` asking for one `gpu.nvidia.com` device."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
-            }
-        },
-    }
 
 
 async def decide(publisher: Publisher, claim: dict[str, Any], *, reason: str = "") -> None:
