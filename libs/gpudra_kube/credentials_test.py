@@ -4,6 +4,7 @@ the API server stops accepting an expired one), and the client must follow the r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -105,24 +106,39 @@ def exec_user(tmp_path: Path, mode: str) -> dict[str, Any]:
     }
 
 
+def exec_kubeconfig(kube_api: FakeKubeApi, tmp_path: Path, mode: str) -> Path:
+    """A kubeconfig whose user runs the test plugin in `mode`; it hands out "one", accepted."""
+    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(tmp_path, mode))
+    kube_api.accept_tokens("one")
+    return kubeconfig
+
+
+@contextlib.asynccontextmanager
+async def exec_store(kube_api: FakeKubeApi, tmp_path: Path, mode: str) -> AsyncIterator[ApiStore]:
+    """A store on `exec_kubeconfig`, closed on the way out."""
+    store = await ApiStore.from_kubeconfig(str(exec_kubeconfig(kube_api, tmp_path, mode)))
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def hand_out(kube_api: FakeKubeApi, tmp_path: Path, token: str) -> None:
+    """The credential rotates: the plugin hands out `token` from now on, and only it is accepted."""
+    (tmp_path / "exec-token").write_text(token, encoding="utf-8")
+    kube_api.accept_tokens(token)
+
+
 async def test_an_expiring_exec_credential_is_renewed(
     kube_api: FakeKubeApi, tmp_path: Path
 ) -> None:
     """An exec plugin (EKS `aws eks get-token`, GKE's auth plugin) hands out tokens that expire
     (EKS: after 15 minutes); the client must run it again when the token is due, not once."""
-    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
-    kubeconfig = kube_api.write_kubeconfig(
-        tmp_path / "kubeconfig", user=exec_user(tmp_path, "expiring")
-    )
-    kube_api.accept_tokens("one")
-    store = await ApiStore.from_kubeconfig(str(kubeconfig))
-    try:
+    async with exec_store(kube_api, tmp_path, "expiring") as store:
         await store.create(RESOURCE_CLAIMS, claim("a"))
-        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
-        kube_api.accept_tokens("two")
+        hand_out(kube_api, tmp_path, "two")
         assert await names(store) == ["a"]
-    finally:
-        await store.close()
 
 
 async def test_an_exec_credential_without_expiry_is_kept(
@@ -130,18 +146,10 @@ async def test_an_exec_credential_without_expiry_is_kept(
 ) -> None:
     """A token without `expirationTimestamp` is kept (as client-go keeps it): the plugin is not
     started again for every request."""
-    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
-    kubeconfig = kube_api.write_kubeconfig(
-        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
-    )
-    kube_api.accept_tokens("one")
-    store = await ApiStore.from_kubeconfig(str(kubeconfig))
-    try:
+    async with exec_store(kube_api, tmp_path, "lasting") as store:
         await store.create(RESOURCE_CLAIMS, claim("a"))
         for _ in range(3):
             assert await names(store) == ["a"]
-    finally:
-        await store.close()
     assert (tmp_path / "runs").read_text(encoding="utf-8").splitlines() == ["run"]
 
 
@@ -196,57 +204,32 @@ async def test_an_exec_credential_without_expiry_is_renewed_after_401(
     """A token without `expirationTimestamp` is revoked or rotated (an IAM session ended): the
     server answers 401. As client-go does, the plugin runs again; the request that got the 401
     is sent again with the new token, and later ones use it without running the plugin."""
-    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
-    kubeconfig = kube_api.write_kubeconfig(
-        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
-    )
-    kube_api.accept_tokens("one")
-    store = await ApiStore.from_kubeconfig(str(kubeconfig))
-    try:
+    async with exec_store(kube_api, tmp_path, "lasting") as store:
         await store.create(RESOURCE_CLAIMS, claim("a"))
-        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
-        kube_api.accept_tokens("two")
+        hand_out(kube_api, tmp_path, "two")
         assert await names(store) == ["a"]
         assert plugin_runs(tmp_path) == 2
         # A write whose first attempt got 401 is written once (401 comes before admission).
         await store.create(RESOURCE_CLAIMS, claim("b"))
         assert await names(store) == ["a", "b"]
         assert plugin_runs(tmp_path) == 2
-    finally:
-        await store.close()
 
 
 async def test_concurrent_401s_share_one_plugin_run(kube_api: FakeKubeApi, tmp_path: Path) -> None:
-    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
-    kubeconfig = kube_api.write_kubeconfig(
-        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
-    )
-    kube_api.accept_tokens("one")
-    store = await ApiStore.from_kubeconfig(str(kubeconfig))
-    try:
+    async with exec_store(kube_api, tmp_path, "lasting") as store:
         await store.create(RESOURCE_CLAIMS, claim("a"))
-        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
-        kube_api.accept_tokens("two")
+        hand_out(kube_api, tmp_path, "two")
         results = await asyncio.gather(*(names(store) for _ in range(6)))
         assert results == [["a"]] * 6
         assert plugin_runs(tmp_path) == 2
-    finally:
-        await store.close()
 
 
 async def test_a_watch_answered_401_starts_with_the_renewed_credential(
     kube_api: FakeKubeApi, tmp_path: Path
 ) -> None:
-    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
-    kubeconfig = kube_api.write_kubeconfig(
-        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
-    )
-    kube_api.accept_tokens("one")
-    store = await ApiStore.from_kubeconfig(str(kubeconfig))
-    try:
+    async with exec_store(kube_api, tmp_path, "lasting") as store:
         await store.create(RESOURCE_CLAIMS, claim("a"))
-        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
-        kube_api.accept_tokens("two")
+        hand_out(kube_api, tmp_path, "two")
         # The fake ends the watch after its one second; the ADDED event comes first.
         seen = [
             ev.object["metadata"].get("name")
@@ -254,8 +237,6 @@ async def test_a_watch_answered_401_starts_with_the_renewed_credential(
         ]
         assert seen[0] == "a"
         assert plugin_runs(tmp_path) == 2
-    finally:
-        await store.close()
 
 
 async def test_a_revoked_credential_the_plugin_hands_out_again_is_not_retried(
@@ -263,13 +244,7 @@ async def test_a_revoked_credential_the_plugin_hands_out_again_is_not_retried(
 ) -> None:
     """The plugin returns the same (revoked) token: the 401 stands (`ForbiddenError`), the
     request is not sent again, and the plugin runs once per failed credential, not in a loop."""
-    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
-    kubeconfig = kube_api.write_kubeconfig(
-        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
-    )
-    kube_api.accept_tokens("one")
-    store = await ApiStore.from_kubeconfig(str(kubeconfig))
-    try:
+    async with exec_store(kube_api, tmp_path, "lasting") as store:
         await store.create(RESOURCE_CLAIMS, claim("a"))
         kube_api.accept_tokens("other")
         before = len(kube_api.requests)
@@ -277,25 +252,18 @@ async def test_a_revoked_credential_the_plugin_hands_out_again_is_not_retried(
             await names(store)
         assert len(kube_api.requests) == before + 1
         assert plugin_runs(tmp_path) == 2
-    finally:
-        await store.close()
 
 
 async def test_a_typed_call_answered_401_is_sent_again_with_the_renewed_credential(
     kube_api: FakeKubeApi, tmp_path: Path
 ) -> None:
     """The client's own (preloaded, typed) calls raise on a 401 instead of returning it."""
-    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
-    kubeconfig = kube_api.write_kubeconfig(
-        tmp_path / "kubeconfig", user=exec_user(tmp_path, "lasting")
-    )
-    kube_api.accept_tokens("one")
+    kubeconfig = exec_kubeconfig(kube_api, tmp_path, "lasting")
     client = await load_api_client(str(kubeconfig))
     try:
         api = k8s.ResourceV1Api(client)
         await api.list_device_class()
-        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
-        kube_api.accept_tokens("two")
+        hand_out(kube_api, tmp_path, "two")
         classes = await api.list_device_class()
         assert classes.items == []
         assert plugin_runs(tmp_path) == 2
@@ -433,20 +401,11 @@ async def test_a_failed_renewal_is_tried_again_before_the_credential_expires(
 ) -> None:
     """A renewal that fails (the plugin's backend is down a moment) keeps the token and the
     expiry it had: the next request tries again, rather than waiting for a 401."""
-    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
-    kubeconfig = kube_api.write_kubeconfig(
-        tmp_path / "kubeconfig", user=exec_user(tmp_path, "expiring")
-    )
-    kube_api.accept_tokens("one")
-    store = await ApiStore.from_kubeconfig(str(kubeconfig))
-    try:
+    async with exec_store(kube_api, tmp_path, "expiring") as store:
         (tmp_path / "fail").touch()
         assert await names(store) == []  # renewal failed; "one" still works
         (tmp_path / "fail").unlink()
-        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
-        kube_api.accept_tokens("two")
+        hand_out(kube_api, tmp_path, "two")
         before = len(kube_api.requests)
         assert await names(store) == []
         assert len(kube_api.requests) == before + 1  # renewed before sending: no 401 first
-    finally:
-        await store.close()
