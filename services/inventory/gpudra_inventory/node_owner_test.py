@@ -250,3 +250,42 @@ async def test_nodes_deleted_while_the_watch_was_refused_are_seen_gone(api: Api)
         following.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await following
+
+
+class _BrokenOnce:
+    """A store whose first list of Nodes raises what no API error is (a bug, a library change)."""
+
+    def __init__(self, store: ApiStore) -> None:
+        self._store = store
+        self.broken = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def list(self, resource: Any, namespace: str | None = None) -> Any:
+        if not self.broken:
+            self.broken = True
+            raise RuntimeError("unexpected")
+        return await self._store.list(resource, namespace)
+
+
+async def test_the_node_watch_outlives_an_unexpected_error(api: Api) -> None:
+    """An error that is no API error must not end the Node watch for good: the inventory would
+    go on with a frozen view of the Nodes (and `/healthz` would not notice)."""
+    fake, store = api
+    await add_node(fake, "node-a")
+    broken = _BrokenOnce(store)
+    nodes = ClusterNodes(broken, watch_timeout=5.0, retry_permanent=0.05)
+    following = asyncio.create_task(nodes.run())
+    try:
+        for _ in range(200):
+            if nodes.synced or following.done():
+                break
+            await asyncio.sleep(0.05)
+        assert broken.broken
+        assert not following.done(), following
+        assert nodes.uid("node-a") is not None
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following

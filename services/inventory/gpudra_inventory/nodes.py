@@ -8,8 +8,9 @@ Node the watch does not know is really gone (the watch may lag behind a Node jus
 
 Promises of `ClusterNodes`:
 - `run()` follows `v1` Nodes with `gpudra_kube.informer` (list, watch, resume, relist on 410)
-  until cancelled; a permanent API error (RBAC forbids listing Nodes) is logged and the informer
-  is started again after `retry_permanent` seconds, keeping what was known.
+  until cancelled; a permanent API error (RBAC forbids listing Nodes), or any other exception, is
+  logged and the informer is started again after `retry_permanent` seconds, keeping what was
+  known.
 - `synced` is False until the first list has been seen whole: before that no Node is known to be
   absent, and nothing may be deleted for that reason.
 - `uid(name)` is the UID of the Node `name` as last seen (None: no such Node); `owner(name)` is
@@ -96,6 +97,9 @@ class ClusterNodes:
                     exc,
                     self._retry_permanent,
                 )
+                await asyncio.sleep(self._retry_permanent)
+            except Exception:  # a bug must not freeze the view of the Nodes for good: log, go on
+                log.exception("watching Nodes broke; retrying in %.0fs", self._retry_permanent)
                 await asyncio.sleep(self._retry_permanent)
 
     async def _follow(self) -> None:
