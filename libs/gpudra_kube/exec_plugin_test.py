@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.api_backend import load_api_client
 from gpudra_kube.credentials_test import CA_PEM
 from gpudra_kube.errors import InvalidObjectError
-from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_kube.kubeconfig_test import list_claims
 from gpudra_testing.kubeapi import FakeKubeApi
 
 # The plugin: records what it was given, says something on stderr, answers with the token in
@@ -86,12 +86,21 @@ def exec_stanza(command: str, **more: Any) -> dict[str, Any]:
     }
 
 
-async def can_list(kubeconfig: Path) -> None:
-    store = ApiStore(await load_api_client(str(kubeconfig)))
-    try:
-        await store.list(RESOURCE_CLAIMS)
-    finally:
-        await store.close()
+async def list_with_plugin(
+    kube_api: FakeKubeApi,
+    tmp_path: Path,
+    plugin: Path,
+    cluster: dict[str, Any] | None = None,
+    **stanza: Any,
+) -> None:
+    """List claims once through a kubeconfig (in `tmp_path`) whose user runs `plugin` with
+    `exec_stanza`'s fields and `stanza`; the API accepts the plugin's token."""
+    kube_api.accept_tokens("exec-token")
+    await list_claims(
+        write_kubeconfig(
+            tmp_path / "kubeconfig", kube_api.url, exec_stanza(str(plugin), **stanza), cluster
+        )
+    )
 
 
 async def test_a_relative_command_with_a_slash_is_found_beside_the_kubeconfig(
@@ -103,16 +112,18 @@ async def test_a_relative_command_with_a_slash_is_found_beside_the_kubeconfig(
     )
     monkeypatch.chdir("/")  # not the kubeconfig's folder
     kube_api.accept_tokens("exec-token")
-    await can_list(kubeconfig)
+    await list_claims(kubeconfig)
 
 
 async def test_args_and_env_reach_the_plugin(kube_api: FakeKubeApi, tmp_path: Path) -> None:
     plugin = install_plugin(tmp_path)
-    stanza = exec_stanza(
-        str(plugin), args=["get-token", "--cluster", "c"], env=[{"name": "REGION", "value": "x"}]
+    await list_with_plugin(
+        kube_api,
+        tmp_path,
+        plugin,
+        args=["get-token", "--cluster", "c"],
+        env=[{"name": "REGION", "value": "x"}],
     )
-    kube_api.accept_tokens("exec-token")
-    await can_list(write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, stanza))
     assert seen(tmp_path)["args"] == ["get-token", "--cluster", "c"]
     assert seen(tmp_path)["env"]["REGION"] == "x"
 
@@ -122,10 +133,7 @@ async def test_the_plugins_stderr_passes_through(
 ) -> None:
     """client-go hands the plugin its own stderr: warnings and prompts reach the log."""
     plugin = install_plugin(tmp_path)
-    kube_api.accept_tokens("exec-token")
-    await can_list(
-        write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, exec_stanza(str(plugin)))
-    )
+    await list_with_plugin(kube_api, tmp_path, plugin)
     assert "plugin: fetching a token" in capfd.readouterr().err
 
 
@@ -184,9 +192,7 @@ async def test_interactive_mode_with_a_terminal(
     kube_api: FakeKubeApi, tmp_path: Path, mode: str, interactive: bool
 ) -> None:
     plugin = install_plugin(tmp_path)
-    stanza = exec_stanza(str(plugin), interactiveMode=mode)
-    kube_api.accept_tokens("exec-token")
-    await can_list(write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, stanza))
+    await list_with_plugin(kube_api, tmp_path, plugin, interactiveMode=mode)
     assert exec_info(tmp_path)["spec"]["interactive"] is interactive
 
 
@@ -195,10 +201,7 @@ async def test_a_plugin_that_is_not_interactive_gets_no_stdin(
     kube_api: FakeKubeApi, tmp_path: Path
 ) -> None:
     plugin = install_plugin(tmp_path)
-    kube_api.accept_tokens("exec-token")
-    await can_list(
-        write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, exec_stanza(str(plugin)))
-    )
+    await list_with_plugin(kube_api, tmp_path, plugin)
     assert seen(tmp_path)["stdin_is_null"] is True
 
 
@@ -252,9 +255,7 @@ async def test_provide_cluster_info_hands_the_plugin_the_cluster(
             {"name": "client.authentication.k8s.io/exec", "extension": {"audience": "gpudra"}}
         ],
     }
-    stanza = exec_stanza(str(plugin), provideClusterInfo=True)
-    kube_api.accept_tokens("exec-token")
-    await can_list(write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, stanza, cluster))
+    await list_with_plugin(kube_api, tmp_path, plugin, cluster, provideClusterInfo=True)
     assert exec_info(tmp_path)["spec"]["cluster"] == {
         "server": kube_api.url,
         "tls-server-name": "api.example",
@@ -267,10 +268,7 @@ async def test_without_provide_cluster_info_the_plugin_gets_no_cluster(
     kube_api: FakeKubeApi, tmp_path: Path
 ) -> None:
     plugin = install_plugin(tmp_path)
-    kube_api.accept_tokens("exec-token")
-    await can_list(
-        write_kubeconfig(tmp_path / "kubeconfig", kube_api.url, exec_stanza(str(plugin)))
-    )
+    await list_with_plugin(kube_api, tmp_path, plugin)
     assert "cluster" not in exec_info(tmp_path)["spec"]
 
 
@@ -293,5 +291,5 @@ async def test_a_static_credential_beside_exec_wins(
     config["users"][0]["user"].update(static)
     path.write_text(json.dumps(config), encoding="utf-8")
     kube_api.accept_tokens("static")
-    await can_list(path)
+    await list_claims(path)
     assert not (tmp_path / "seen.json").exists()

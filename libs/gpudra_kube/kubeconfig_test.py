@@ -190,11 +190,7 @@ async def test_proxy_url_sends_requests_through_the_proxy(
         contexts={"x": ("c", "me")},
         current="x",
     )
-    store = ApiStore(await load_api_client(str(path)))
-    try:
-        await store.list(RESOURCE_CLAIMS)
-    finally:
-        await store.close()
+    await list_claims(path)
     assert kube_api.requests[-1][1] == "/apis/resource.k8s.io/v1/resourceclaims"
 
 
