@@ -8,7 +8,6 @@ import contextlib
 import datetime
 import json
 import os
-import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -22,7 +21,7 @@ from kubernetes_asyncio.config import incluster_config
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
 from gpudra_kube.errors import ForbiddenError
-from gpudra_kube.kubeconfig_test import API_CA, API_CERT, API_KEY
+from gpudra_kube.kubeconfig_test import API_CA, API_CERT, API_KEY, server_context
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.claims import claim
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -339,11 +338,7 @@ print(json.dumps({
 @pytest_asyncio.fixture
 async def mtls_api(tmp_path: Path) -> AsyncIterator[FakeKubeApi]:
     """The fake API over TLS (as api.example), requiring a client certificate from API_CA."""
-    (tmp_path / "server.crt").write_text(API_CERT, encoding="ascii")
-    (tmp_path / "server.key").write_text(API_KEY, encoding="ascii")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=API_CA)
-    context.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
-    context.verify_mode = ssl.CERT_REQUIRED
+    context = server_context(tmp_path, "server", API_CERT, API_KEY, client_ca=API_CA)
     async with FakeKubeApi(ssl_context=context) as api:
         yield api
 

@@ -265,13 +265,24 @@ async def test_impersonation_is_refused_not_ignored(
         await load_api_client(str(path))
 
 
+def server_context(
+    folder: Path, name: str, cert: str, key: str, client_ca: str | None = None
+) -> ssl.SSLContext:
+    """A TLS server context presenting `cert` with `key` (PEM; kept in `folder` as `name`.crt
+    and `name`.key); with `client_ca`, it requires a client certificate that CA signed."""
+    (folder / f"{name}.crt").write_text(cert, encoding="ascii")
+    (folder / f"{name}.key").write_text(key, encoding="ascii")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=client_ca)
+    context.load_cert_chain(folder / f"{name}.crt", folder / f"{name}.key")
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 @pytest_asyncio.fixture
 async def tls_api(tmp_path: Path) -> AsyncIterator[FakeKubeApi]:
     """The fake API over TLS, with a certificate for api.example."""
-    (tmp_path / "server.crt").write_text(API_CERT, encoding="ascii")
-    (tmp_path / "server.key").write_text(API_KEY, encoding="ascii")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
+    context = server_context(tmp_path, "server", API_CERT, API_KEY)
     async with FakeKubeApi(ssl_context=context) as api:
         yield api
 

@@ -21,7 +21,7 @@ from kubernetes_asyncio.config import kube_config
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
 from gpudra_kube.errors import InvalidObjectError
-from gpudra_kube.kubeconfig_test import API_CA, kubeconfig, list_claims
+from gpudra_kube.kubeconfig_test import API_CA, kubeconfig, list_claims, server_context
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
 
@@ -104,11 +104,7 @@ async def issuer() -> AsyncIterator[Issuer]:
 
 @pytest_asyncio.fixture
 async def tls_issuer(tmp_path: Path) -> AsyncIterator[Issuer]:
-    (tmp_path / "issuer.crt").write_text(ISSUER_CERT, encoding="ascii")
-    (tmp_path / "issuer.key").write_text(ISSUER_KEY, encoding="ascii")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tmp_path / "issuer.crt", tmp_path / "issuer.key")
-    served, runner = await serve_issuer(context)
+    served, runner = await serve_issuer(server_context(tmp_path, "issuer", ISSUER_CERT, ISSUER_KEY))
     try:
         yield served
     finally:
