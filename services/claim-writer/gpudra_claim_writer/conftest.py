@@ -1,7 +1,8 @@
 """What the claim-writer's tests share: a client of a fresh nats-server with gpudra's streams and
-buckets (`nc`), the HTTP-level fake Kubernetes API with an `ApiStore` on it (`api`), and the plain
-claim and allocation most tests write (`new_claim`, `ALLOCATION`: `gpudra_testing.claims`), and the allocator's decision
-about such a claim (`decide`); `until` polls a plain condition."""
+buckets (`nc`), the HTTP-level fake Kubernetes API with an `ApiStore` on it (`api`), the
+service's settings in kubernetes mode against that fake (`kube_settings`), the plain claim and
+allocation most tests write (`new_claim`, `ALLOCATION`, from `gpudra_testing.claims`), and the
+allocator's decision about such a claim (`decide`); `until` polls a plain condition."""
 
 from __future__ import annotations
 
@@ -31,7 +32,16 @@ from gpudra_testing.claims import claim as new_claim
 from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import claims_pb2
 
-__all__ = ["ALLOCATION", "api", "decide", "nc", "new_claim", "serving", "until"]
+__all__ = [
+    "ALLOCATION",
+    "api",
+    "decide",
+    "kube_settings",
+    "nc",
+    "new_claim",
+    "serving",
+    "until",
+]
 
 
 async def decide(publisher: Publisher, claim: dict[str, Any], *, reason: str = "") -> None:
@@ -62,6 +72,22 @@ async def until(check: Callable[[], object], timeout: float = 10.0) -> None:
     while not check():
         assert loop.time() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+def kube_settings(nats_url: str, fake: FakeKubeApi, tmp_path: Path, **more: Any) -> Settings:
+    """Settings of a claim-writer in kubernetes mode against `fake` (its kubeconfig written into
+    `tmp_path`): health on 127.0.0.1 at any port, watches of 1 s, pods not gated; `more` changes
+    any of them or sets others."""
+    fields: dict[str, Any] = {
+        "nats_url": nats_url,
+        "health_host": "127.0.0.1",
+        "health_port": 0,
+        "mode": "kubernetes",
+        "kubeconfig": str(fake.write_kubeconfig(tmp_path / "kubeconfig")),
+        "watch_timeout": 1.0,
+        "gate_pods": False,
+    }
+    return Settings(**{**fields, **more})
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from gpudra_bus import (
     DEVICE_CLASSES_BUCKET,
     Publisher,
 )
-from gpudra_claim_writer.conftest import decide, new_claim, serving
+from gpudra_claim_writer.conftest import decide, kube_settings, new_claim, serving
 from gpudra_claim_writer.settings import Settings
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.errors import InvalidObjectError
@@ -43,15 +43,7 @@ async def test_kubernetes_mode_mirrors_classes_and_records_events(
     fresh_nats_server: NatsServer, tmp_path: Path
 ) -> None:
     async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
-        settings = Settings(
-            nats_url=fresh_nats_server.url,
-            health_host="127.0.0.1",
-            health_port=0,
-            mode="kubernetes",
-            kubeconfig=str(fake.write_kubeconfig(tmp_path / "kubeconfig")),
-            watch_timeout=1.0,
-            gate_pods=False,
-        )
+        settings = kube_settings(fresh_nats_server.url, fake, tmp_path)
         api: Store = await ApiStore.from_kubeconfig(settings.kubeconfig)
         try:
             async with serving(settings) as nc:

@@ -12,7 +12,7 @@ import pytest
 from nats.aio.client import Client
 
 from gpudra_bus import Publisher, subjects
-from gpudra_claim_writer.conftest import decide, new_claim, serving
+from gpudra_claim_writer.conftest import decide, kube_settings, new_claim, serving
 from gpudra_claim_writer.settings import Settings
 from gpudra_claim_writer.status import rfc3339
 from gpudra_kube.api_backend import ApiStore
@@ -94,15 +94,7 @@ async def test_kubernetes_mode_counts_classes_mirrored_and_events_recorded(
     fresh_nats_server: NatsServer, tmp_path: Path
 ) -> None:
     async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
-        settings = Settings(
-            nats_url=fresh_nats_server.url,
-            health_host="127.0.0.1",
-            health_port=free_port(),
-            mode="kubernetes",
-            kubeconfig=str(fake.write_kubeconfig(tmp_path / "kubeconfig")),
-            watch_timeout=1.0,
-            gate_pods=False,
-        )
+        settings = kube_settings(fresh_nats_server.url, fake, tmp_path, health_port=free_port())
         api: Store = await ApiStore.from_kubeconfig(settings.kubeconfig)
         try:
             async with service(settings) as nc:
@@ -146,14 +138,12 @@ async def test_a_relist_after_410_gone_shows_as_a_second_list(
     fresh_nats_server: NatsServer, tmp_path: Path
 ) -> None:
     async with FakeKubeApi(validate_version="1.34", bookmark_interval=60.0) as fake:
-        settings = Settings(
-            nats_url=fresh_nats_server.url,
-            health_host="127.0.0.1",
+        settings = kube_settings(
+            fresh_nats_server.url,
+            fake,
+            tmp_path,
             health_port=free_port(),
-            mode="kubernetes",
-            kubeconfig=str(fake.write_kubeconfig(tmp_path / "kubeconfig")),
             watch_timeout=30.0,
-            gate_pods=False,
             mirror_classes=False,
         )
         api: Store = await ApiStore.from_kubeconfig(settings.kubeconfig)

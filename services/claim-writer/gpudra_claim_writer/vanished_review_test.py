@@ -13,8 +13,7 @@ from nats.aio.client import Client
 
 from gpudra_bus import RESERVATIONS_BUCKET, Publisher, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
-from gpudra_claim_writer.conftest import ALLOCATION, Heard, new_claim, serving, until
-from gpudra_claim_writer.settings import Settings
+from gpudra_claim_writer.conftest import ALLOCATION, Heard, kube_settings, new_claim, serving, until
 from gpudra_claim_writer.vanished import Vanished
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
@@ -46,16 +45,8 @@ async def test_a_claim_deleted_while_the_claim_writer_was_down_is_released(
             await kv.put("c.uid-released", record("released", "default/long-gone"))
             heard = Heard()
             await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
-            settings = Settings(
-                nats_url=fresh_nats_server.url,
-                health_host="127.0.0.1",
-                health_port=0,
-                mode="kubernetes",
-                kubeconfig=str(fake.write_kubeconfig(tmp_path / "kubeconfig")),
-                watch_timeout=1.0,
-                gate_pods=False,
-                record_events=False,
-                mirror_classes=False,
+            settings = kube_settings(
+                fresh_nats_server.url, fake, tmp_path, record_events=False, mirror_classes=False
             )
 
             def deleted() -> dict[str, str]:
