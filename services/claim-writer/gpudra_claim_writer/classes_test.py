@@ -20,6 +20,7 @@ from gpudra_api import parse_device_class
 from gpudra_bus.connection import connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket
 from gpudra_claim_writer.classes import ClassMirror, mirrored_value
+from gpudra_claim_writer.conftest import cancel_and_wait
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import DEVICE_CLASSES
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -53,9 +54,7 @@ async def running(mirror: ClassMirror) -> AsyncIterator[None]:
         await asyncio.wait_for(mirror.synced.wait(), 20)
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
 
 async def mirrored(bucket: KeyValue) -> dict[str, dict[str, Any]]:

@@ -2,7 +2,8 @@
 buckets (`nc`), the HTTP-level fake Kubernetes API with an `ApiStore` on it (`api`), the
 service's settings in kubernetes mode against that fake (`kube_settings`), the plain claim and
 allocation most tests write (`new_claim`, `ALLOCATION`, from `gpudra_testing.claims`), and the
-allocator's decision about such a claim (`decide`); `until` polls a plain condition."""
+allocator's decision about such a claim (`decide`); `until` polls a plain condition, and
+`cancel_and_wait` stops a test's tasks."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from gpudrapb.v1 import claims_pb2
 __all__ = [
     "ALLOCATION",
     "api",
+    "cancel_and_wait",
     "decide",
     "kube_settings",
     "nc",
@@ -72,6 +74,15 @@ async def until(check: Callable[[], object], timeout: float = 10.0) -> None:
     while not check():
         assert loop.time() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+async def cancel_and_wait(*tasks: asyncio.Task[Any]) -> None:
+    """Cancel `tasks` (a test's loops, on its way out) and wait for each to end."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def kube_settings(nats_url: str, fake: FakeKubeApi, tmp_path: Path, **more: Any) -> Settings:

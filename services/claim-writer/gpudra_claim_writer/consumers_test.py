@@ -15,7 +15,7 @@ from nats.aio.client import Client
 from gpudra_api import ALLOCATION_ID_ANNOTATION
 from gpudra_bus.connection import connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket
-from gpudra_claim_writer.conftest import new_claim
+from gpudra_claim_writer.conftest import cancel_and_wait, new_claim
 from gpudra_claim_writer.consumers import (
     CONSUMERS_LEFT_ANNOTATION,
     Consumers,
@@ -92,9 +92,7 @@ async def running(consumers: Consumers) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
 
 async def until(check: Callable[[], Any], timeout: float = 10.0) -> Any:

@@ -4,7 +4,6 @@ with which pod."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,7 +14,7 @@ from nats.aio.msg import Msg
 
 from gpudra_bus import Publisher, connect, ensure_streams, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
-from gpudra_claim_writer.conftest import Heard, until
+from gpudra_claim_writer.conftest import Heard, cancel_and_wait, until
 from gpudra_claim_writer.events import PodEntry, PodUnits, owner_pod
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.api_backend import ApiStore, load_api_client
@@ -501,7 +500,5 @@ async def test_run_retries_on_its_own(env: Env) -> None:
     try:
         await until(lambda: len(env.events) == 1)
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
     assert env.events[0].pod_name == "default/p"

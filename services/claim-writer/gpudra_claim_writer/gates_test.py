@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from gpudra_claim_writer.claims import SCHEDULING_GATE
-from gpudra_claim_writer.conftest import until
+from gpudra_claim_writer.conftest import cancel_and_wait, until
 from gpudra_claim_writer.gates import Gates
 from gpudra_claim_writer.ownership import Ownership, serves
 from gpudra_kube.api_backend import ApiStore, load_api_client
@@ -218,9 +218,7 @@ async def watching(store: ApiStore) -> AsyncIterator[Gates]:
         await asyncio.wait_for(synced.wait(), 10)
         yield gates
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
 
 @pytest.mark.parametrize(

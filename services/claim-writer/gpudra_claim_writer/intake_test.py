@@ -15,7 +15,7 @@ from gpudra_api import ALLOCATION_ID_ANNOTATION
 from gpudra_bus import CLAIMS_BUCKET, Publisher, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
-from gpudra_claim_writer.conftest import ALLOCATION, Heard, until
+from gpudra_claim_writer.conftest import ALLOCATION, Heard, cancel_and_wait, until
 from gpudra_claim_writer.consumers import (
     ADOPTED_PREFIX,
     CONSUMERS_LEFT_ANNOTATION,
@@ -173,9 +173,7 @@ async def running(intake: Intake) -> AsyncIterator[None]:
         await asyncio.wait_for(intake.synced.wait(), 10)
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
 
 async def relist(
@@ -754,9 +752,7 @@ async def test_the_intake_loop_retries_finalizer_removals(
     try:
         await until(lambda: not fake.objects(RESOURCE_CLAIMS))
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
 
 def remembered(intake: Intake) -> int:

@@ -4,7 +4,6 @@ into the HTTP-level fake API (which validates every Event against the v1.34 sche
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from typing import Any
 
@@ -17,7 +16,7 @@ from gpudra_bus import (
     subjects,
 )
 from gpudra_claim_writer.claims import UNSCHEDULABLE_ANNOTATION
-from gpudra_claim_writer.conftest import new_claim, until
+from gpudra_claim_writer.conftest import cancel_and_wait, new_claim, until
 from gpudra_claim_writer.kube_events import (
     CONTROLLER,
     ClaimEvents,
@@ -170,8 +169,4 @@ async def test_retried_unschedulable_is_one_warning_series_then_one_normal_event
         # Decisions of one claim may be written concurrently: the note is one of them.
         assert events["FailedAllocation"]["note"] in {f"needs 8 GPUs, {n} free" for n in range(5)}
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)

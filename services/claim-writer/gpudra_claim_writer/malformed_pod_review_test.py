@@ -5,7 +5,6 @@ absent and go on with every other pod, never end (which ended the service, at ev
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from nats.aio.client import Client
 
 from gpudra_bus import Publisher
 from gpudra_claim_writer.claims import SCHEDULING_GATE
-from gpudra_claim_writer.conftest import until
+from gpudra_claim_writer.conftest import cancel_and_wait, until
 from gpudra_claim_writer.consumers import Consumers
 from gpudra_claim_writer.events import PodUnits
 from gpudra_claim_writer.gates import Gates
@@ -67,9 +66,5 @@ async def test_a_malformed_pod_does_not_stop_the_pod_loops(
         for task in tasks:
             assert not task.done(), task.exception()
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
     assert gates.lifted == 1

@@ -6,7 +6,6 @@ service, and every restart would meet the same claim)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from gpudra_claim_writer.claims import (
     state_of,
     with_allocation,
 )
-from gpudra_claim_writer.conftest import ALLOCATION, new_claim, until
+from gpudra_claim_writer.conftest import ALLOCATION, cancel_and_wait, new_claim, until
 from gpudra_claim_writer.intake import Intake
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.kv_backend import KvStore
@@ -58,9 +57,7 @@ async def test_a_malformed_claim_does_not_stop_the_intake(
         await asyncio.sleep(0.1)
         assert not task.done(), task.exception()
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
     assert intake.published["pending"] == pending
 
 

@@ -6,14 +6,13 @@ readable reason"), once, and the decision is not tried again in a loop."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import pytest
 from nats.aio.client import Client
 
 from gpudra_bus import Publisher
 from gpudra_claim_writer.claims import UNSCHEDULABLE_ANNOTATION
-from gpudra_claim_writer.conftest import decide, new_claim, until
+from gpudra_claim_writer.conftest import cancel_and_wait, decide, new_claim, until
 from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
@@ -42,9 +41,7 @@ async def test_an_allocation_the_api_refuses_leaves_a_readable_reason(
         await until(lambda: sum(writeback.dead_letters.values()) == 1)
         await asyncio.sleep(0.5)  # a retry loop would write or fail again meanwhile
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
     stored = await store.get(RESOURCE_CLAIMS, "c1", "default")
     assert not (stored.get("status") or {}).get("allocation")
     reason = (stored["metadata"].get("annotations") or {}).get(UNSCHEDULABLE_ANNOTATION, "")

@@ -4,7 +4,6 @@ like at every revision the write-back produces."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from typing import Any
 
@@ -19,7 +18,14 @@ from gpudra_bus import (
     subjects,
 )
 from gpudra_claim_writer.claims import FINALIZER, UNSCHEDULABLE_ANNOTATION
-from gpudra_claim_writer.conftest import ALLOCATION, Heard, decide, new_claim, until
+from gpudra_claim_writer.conftest import (
+    ALLOCATION,
+    Heard,
+    cancel_and_wait,
+    decide,
+    new_claim,
+    until,
+)
 from gpudra_claim_writer.writeback import Writeback, decision_id
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.kv_backend import KvStore
@@ -65,11 +71,7 @@ async def test_no_revision_shows_an_allocation_beside_a_reason(
         await until(lambda: writeback.counts["allocated"] == 1)
         await until(lambda: any((e.object.get("status") or {}).get("allocation") for e in seen))
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
     allocated = [e.object for e in seen if (e.object.get("status") or {}).get("allocation")]
     assert allocated, "the allocation was written"
     for obj in allocated:
@@ -196,9 +198,7 @@ async def test_a_decision_starts_from_the_claim_its_event_saw(
         )
         await until(lambda: writeback.counts["allocated"] == 1)
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
     await nc.flush()
     stored = await other.get(RESOURCE_CLAIMS, "seen", "default")
     assert stored["status"]["allocation"] == ALLOCATION
@@ -404,9 +404,7 @@ async def test_a_write_refused_to_the_claim_writer_itself_is_tried_again(
         await decide(publisher, claim)
         await until(lambda: writeback.counts["allocated"] == 1, timeout=30.0)
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
     assert writeback.counts["forbidden"] == 1
     assert sum(writeback.dead_letters.values()) == 0
     stored = await store.get(RESOURCE_CLAIMS, "c1", "default")
