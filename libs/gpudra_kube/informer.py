@@ -16,6 +16,11 @@
   server asks (`Retry-After`, up to `RETRY_AFTER_MAX`); permanent ones (forbidden, bad
   resource) end the iteration with the error.
 BOOKMARK events are consumed here, never yielded.
+
+`transform` (client-go's `SetTransform`): applied to every object as it arrives, before it is
+kept or yielded. With thousands of objects of which a consumer needs little (a Node's name and
+UID, not its status and images), the informer then holds only that. It must keep the metadata
+the informer reads: `name`, `namespace`, `uid` and `resourceVersion` (`metadata_only` does).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from gpudra_bus import Backoff
 from gpudra_kube.errors import GoneError, KubeRetryableError, UnavailableError
@@ -39,6 +44,17 @@ def _uid(obj: KubeObject) -> str:
     return str(obj.get("metadata", {}).get("uid", ""))
 
 
+def metadata_only(obj: KubeObject) -> KubeObject:
+    """A `transform` that keeps an object's identity only: kind, apiVersion and its metadata's
+    name, namespace, uid, resourceVersion and deletionTimestamp."""
+    meta = obj.get("metadata") or {}
+    kept = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+    return {
+        **{k: obj[k] for k in ("kind", "apiVersion") if k in obj},
+        "metadata": {k: meta[k] for k in kept if k in meta},
+    }
+
+
 async def informer(
     store: Store,
     resource: Resource,
@@ -47,8 +63,10 @@ async def informer(
     watch_timeout: float = 300.0,
     backoff_initial: float = 0.05,
     backoff_max: float = 5.0,
+    transform: Callable[[KubeObject], KubeObject] | None = None,
 ) -> AsyncIterator[WatchEvent]:
     """See the module docstring."""
+    slim = transform or (lambda obj: obj)
     known: dict[tuple[str, str], KubeObject] = {}
     version = ""
     attempt = 0
@@ -56,7 +74,7 @@ async def informer(
         try:
             if not version:
                 listed = await store.list(resource, namespace)
-                fresh = {key_of(o): o for o in listed.items}
+                fresh = {key_of(o): o for o in map(slim, listed.items)}
                 for key, obj in fresh.items():
                     old = known.get(key)
                     if old is not None and _uid(old) != _uid(obj):
@@ -83,6 +101,8 @@ async def informer(
                         version = event.resource_version
                     if event.type is EventType.BOOKMARK:
                         continue
+                    if transform is not None:
+                        event = WatchEvent(event.type, slim(event.object), event.resource_version)
                     key = key_of(event.object)
                     if event.type is EventType.DELETED:
                         last = known.pop(key, None)

@@ -10,7 +10,7 @@ import pytest
 from gpudra_bus.connection import connect, disconnect
 from gpudra_bus.streams import BucketSpec, ensure_bucket
 from gpudra_kube.api_backend import ApiStore
-from gpudra_kube.informer import informer
+from gpudra_kube.informer import informer, metadata_only
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_kube.store import EventType, WatchEvent
@@ -187,3 +187,51 @@ async def test_a_throttled_watch_waits_as_long_as_the_server_asks(
     wait = retry.args[-1]  # the seconds the informer slept
     assert isinstance(wait, float)
     assert 1.0 <= wait <= 60.0
+
+
+async def test_a_transform_slims_what_the_informer_holds_and_yields(
+    store: ApiStore, kube_api: FakeKubeApi
+) -> None:
+    """With thousands of Nodes a consumer that needs their names and UIDs must not hold every
+    Node's status: objects are slimmed as they arrive, by the list and by the watch alike, and
+    a relist still tells changes and deletions apart."""
+    seen: list[WatchEvent] = []
+
+    async def collect(n: int) -> None:
+        async with asyncio.timeout(5):
+            while len(seen) < n:
+                seen.append(await anext(events))
+
+    big = claim("a")
+    big["metadata"]["labels"] = {"x": "y" * 1000}
+    await store.create(RESOURCE_CLAIMS, big)
+    kube_api.bookmark_interval = 30
+    events = informer(
+        store, RESOURCE_CLAIMS, watch_timeout=30, backoff_initial=0.01, transform=metadata_only
+    )
+    try:
+        await collect(2)
+        await store.create(RESOURCE_CLAIMS, claim("b"))
+        await collect(3)
+        assert [(e.type, sorted(e.object["metadata"])) for e in seen if e.object] == [
+            (EventType.ADDED, ["name", "namespace", "resourceVersion", "uid"]),
+            (EventType.ADDED, ["name", "namespace", "resourceVersion", "uid"]),
+        ]
+        assert all("spec" not in e.object for e in seen)
+        # History gone: the relist compares slim objects and still finds what changed.
+        await kube_api.close_watches()
+        kube_api.inject_error(503, reason="ServiceUnavailable", path_contains="watch=", times=10**6)
+        await store.delete(RESOURCE_CLAIMS, "b", "default")
+        a = await store.get(RESOURCE_CLAIMS, "a", "default")
+        a["metadata"]["labels"] = {"x": "z"}
+        await store.replace(RESOURCE_CLAIMS, a)
+        kube_api.compact()
+        kube_api.clear_faults()
+        await collect(6)
+        assert sorted((e.type.value, e.object["metadata"]["name"]) for e in seen[3:5]) == [
+            ("DELETED", "b"),
+            ("MODIFIED", "a"),
+        ]
+        assert seen[5].type is EventType.SYNCED
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]

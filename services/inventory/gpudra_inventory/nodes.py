@@ -29,7 +29,7 @@ import logging
 from typing import Any
 
 from gpudra_kube.errors import KubePermanentError, NotFoundError
-from gpudra_kube.informer import informer
+from gpudra_kube.informer import informer, metadata_only
 from gpudra_kube.resources import NODES, KubeObject
 from gpudra_kube.store import EventType, Store
 
@@ -103,7 +103,10 @@ class ClusterNodes:
                 await asyncio.sleep(self._retry_permanent)
 
     async def _follow(self) -> None:
-        events = informer(self._store, NODES, watch_timeout=self._watch_timeout)
+        # Name and UID are all it needs: a Node's status (images, conditions) stays out of memory.
+        events = informer(
+            self._store, NODES, watch_timeout=self._watch_timeout, transform=metadata_only
+        )
         # A new informer lists afresh and reports no deletion: Nodes known from before that its
         # first list lacks were deleted meanwhile.
         listed: set[str] | None = set()
