@@ -8,38 +8,35 @@ import uuid
 import nats
 import nats.errors
 import pytest
+from nats.aio.client import Client
 
 from gpudra_bus.connection import flush_subscriptions
 from gpudra_bus.consume import fetch_ready
 
 
-async def test_returns_the_first_message_at_once_and_tops_up_what_is_queued(nats_url: str) -> None:
-    nc = await nats.connect(nats_url)
-    try:
-        js = nc.jetstream()
-        name = f"CONSUME_{uuid.uuid4().hex[:8]}"
-        await js.add_stream(name=name, subjects=[f"{name.lower()}.>"])
-        sub = await js.pull_subscribe(f"{name.lower()}.>", durable="c", stream=name)
-        with pytest.raises(nats.errors.TimeoutError):
-            await fetch_ready(sub, 8, 0.05)
-        for i in range(3):
-            await js.publish(f"{name.lower()}.x", str(i).encode())
-        started = time.monotonic()
-        msgs = await fetch_ready(sub, 8, 30.0)
-        # Without waiting out the 30 s that fetch(8) would linger for; on a loaded machine the
-        # short top-up can end before the rest arrive: they wait in the subscription for the next
-        # call, in order, and nothing is lost.
-        got = [m.data for m in msgs]
-        assert got
-        assert time.monotonic() - started < 15
-        while len(got) < 3 and time.monotonic() - started < 15:
-            got += [m.data for m in await fetch_ready(sub, 8, 5.0)]
-        assert got == [b"0", b"1", b"2"]
-        assert time.monotonic() - started < 15
-        await sub.unsubscribe()  # as the services do before draining: a pull subscription's
-        await js.delete_stream(name)  # late status messages would hold up the drain
-    finally:
-        await nc.drain()
+async def test_returns_the_first_message_at_once_and_tops_up_what_is_queued(nc: Client) -> None:
+    js = nc.jetstream()
+    name = f"CONSUME_{uuid.uuid4().hex[:8]}"
+    await js.add_stream(name=name, subjects=[f"{name.lower()}.>"])
+    sub = await js.pull_subscribe(f"{name.lower()}.>", durable="c", stream=name)
+    with pytest.raises(nats.errors.TimeoutError):
+        await fetch_ready(sub, 8, 0.05)
+    for i in range(3):
+        await js.publish(f"{name.lower()}.x", str(i).encode())
+    started = time.monotonic()
+    msgs = await fetch_ready(sub, 8, 30.0)
+    # Without waiting out the 30 s that fetch(8) would linger for; on a loaded machine the
+    # short top-up can end before the rest arrive: they wait in the subscription for the next
+    # call, in order, and nothing is lost.
+    got = [m.data for m in msgs]
+    assert got
+    assert time.monotonic() - started < 15
+    while len(got) < 3 and time.monotonic() - started < 15:
+        got += [m.data for m in await fetch_ready(sub, 8, 5.0)]
+    assert got == [b"0", b"1", b"2"]
+    assert time.monotonic() - started < 15
+    await sub.unsubscribe()  # as the services do before draining: a pull subscription's
+    await js.delete_stream(name)  # late status messages would hold up the drain
 
 
 @pytest.mark.parametrize(

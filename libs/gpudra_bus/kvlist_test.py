@@ -4,60 +4,46 @@ import asyncio
 import contextlib
 import os
 import signal
-import uuid
 
 import nats
 import pytest
 from nats.aio.client import Client
-from nats.js.api import KeyValueConfig
 from nats.js.kv import KeyValue
 
+from gpudra_bus.conftest import new_bucket
 from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.kvlist import current_entries, live_keys
 from gpudra_testing import NatsServer
 
 
-async def test_live_keys_by_prefix_and_after_deletions(nats_url: str) -> None:
-    nc = await nats.connect(nats_url)
-    try:
-        kv = await nc.jetstream().create_key_value(
-            KeyValueConfig(bucket=f"t{uuid.uuid4().hex[:8]}")
-        )
-        assert await live_keys(kv) == []
-        for key in ("c.b", "c.a", "p.x", "gone"):
-            await kv.put(key, b"1")
-        await kv.delete("gone")
-        assert await live_keys(kv) == ["c.a", "c.b", "p.x"]
-        assert await live_keys(kv, "c.") == ["c.a", "c.b"]
-        assert await live_keys(kv, "z.") == []
-        for key in ("c.b", "c.a", "p.x"):
-            await kv.delete(key)
-        # Only deletion markers left: asked `tries` times, then empty.
-        assert await live_keys(kv, tries=3, pause=0.0) == []
-    finally:
-        await nc.drain()
+async def test_live_keys_by_prefix_and_after_deletions(nc: Client) -> None:
+    kv = await new_bucket(nc)
+    assert await live_keys(kv) == []
+    for key in ("c.b", "c.a", "p.x", "gone"):
+        await kv.put(key, b"1")
+    await kv.delete("gone")
+    assert await live_keys(kv) == ["c.a", "c.b", "p.x"]
+    assert await live_keys(kv, "c.") == ["c.a", "c.b"]
+    assert await live_keys(kv, "z.") == []
+    for key in ("c.b", "c.a", "p.x"):
+        await kv.delete(key)
+    # Only deletion markers left: asked `tries` times, then empty.
+    assert await live_keys(kv, tries=3, pause=0.0) == []
 
 
-async def test_live_keys_lists_many_keys_once_each(nats_url: str) -> None:
-    nc = await nats.connect(nats_url)
-    try:
-        kv = await nc.jetstream().create_key_value(
-            KeyValueConfig(bucket=f"t{uuid.uuid4().hex[:8]}")
-        )
-        for i in range(300):
-            await kv.put(f"k.{i:03d}", b"1")
-            await kv.put(f"k.{i:03d}", b"2")  # a key's history must not repeat it
-        assert await live_keys(kv) == [f"k.{i:03d}" for i in range(300)]
-    finally:
-        await nc.drain()
+async def test_live_keys_lists_many_keys_once_each(nc: Client) -> None:
+    kv = await new_bucket(nc)
+    for i in range(300):
+        await kv.put(f"k.{i:03d}", b"1")
+        await kv.put(f"k.{i:03d}", b"2")  # a key's history must not repeat it
+    assert await live_keys(kv) == [f"k.{i:03d}" for i in range(300)]
 
 
 async def _bucket(nc: Client, keys: int) -> tuple[KeyValue, str]:
-    bucket = f"t{uuid.uuid4().hex[:8]}"
-    kv = await nc.jetstream().create_key_value(KeyValueConfig(bucket=bucket))
+    kv = await new_bucket(nc)
     for i in range(keys):
         await kv.put(f"k.{i}", b"1")
-    return kv, f"KV_{bucket}"
+    return kv, f"KV_{kv._name}"
 
 
 async def _leftovers(nc: Client, stream: str, subs: int) -> tuple[int, int]:
@@ -105,53 +91,41 @@ async def test_timed_out_listing_leaves_no_subscription_or_consumer(
     ],
 )
 async def test_cancelled_listing_leaves_no_subscription_or_consumer(
-    nats_url: str, after: float
+    nc: Client, after: float
 ) -> None:
-    nc = await nats.connect(nats_url)
-    try:
-        kv, stream = await _bucket(nc, 500)
-        subs = len(nc._subs)
-        listing = asyncio.create_task(live_keys(kv))
-        await asyncio.sleep(after)
-        listing.cancel()  # wherever it is by then (a fast machine may have finished it)
-        with contextlib.suppress(asyncio.CancelledError):
-            await listing
-        assert await _leftovers(nc, stream, subs) == (0, 0)
-    finally:
-        await nc.drain()
+    kv, stream = await _bucket(nc, 500)
+    subs = len(nc._subs)
+    listing = asyncio.create_task(live_keys(kv))
+    await asyncio.sleep(after)
+    listing.cancel()  # wherever it is by then (a fast machine may have finished it)
+    with contextlib.suppress(asyncio.CancelledError):
+        await listing
+    assert await _leftovers(nc, stream, subs) == (0, 0)
 
 
-async def test_listing_cut_short_by_its_timeout_leaves_nothing(nats_url: str) -> None:
-    nc = await nats.connect(nats_url)
-    try:
-        kv, stream = await _bucket(nc, 2000)
-        subs = len(nc._subs)
-        for timeout in (0.001, 0.005, 0.02):
-            with contextlib.suppress(TimeoutError):  # a fast machine may finish in time
-                await live_keys(kv, tries=1, timeout=timeout)
-        assert await _leftovers(nc, stream, subs) == (0, 0)
-    finally:
-        await nc.drain()
+async def test_listing_cut_short_by_its_timeout_leaves_nothing(nc: Client) -> None:
+    kv, stream = await _bucket(nc, 2000)
+    subs = len(nc._subs)
+    for timeout in (0.001, 0.005, 0.02):
+        with contextlib.suppress(TimeoutError):  # a fast machine may finish in time
+            await live_keys(kv, tries=1, timeout=timeout)
+    assert await _leftovers(nc, stream, subs) == (0, 0)
 
 
-async def test_current_entries_reads_last_entries_and_stops_its_watch(nats_url: str) -> None:
-    nc = await nats.connect(nats_url)
-    try:
-        kv, _ = await _bucket(nc, 3)
-        await kv.put("k.0", b"2")
-        await kv.delete("k.2")
-        subs = len(nc._subs)
-        entries = await current_entries(kv)
-        assert [(e.key, e.value, e.operation) for e in entries] == [
-            ("k.1", b"1", None),
-            ("k.0", b"2", None),
-            ("k.2", b"", "DEL"),
-        ]
-        assert [e.key for e in await current_entries(kv, "k.1")] == ["k.1"]
-        # The watches were stopped (their ephemeral consumers go once nobody listens).
-        assert len(nc._subs) == subs
-    finally:
-        await nc.drain()
+async def test_current_entries_reads_last_entries_and_stops_its_watch(nc: Client) -> None:
+    kv, _ = await _bucket(nc, 3)
+    await kv.put("k.0", b"2")
+    await kv.delete("k.2")
+    subs = len(nc._subs)
+    entries = await current_entries(kv)
+    assert [(e.key, e.value, e.operation) for e in entries] == [
+        ("k.1", b"1", None),
+        ("k.0", b"2", None),
+        ("k.2", b"", "DEL"),
+    ]
+    assert [e.key for e in await current_entries(kv, "k.1")] == ["k.1"]
+    # The watches were stopped (their ephemeral consumers go once nobody listens).
+    assert len(nc._subs) == subs
 
 
 class _StalledWatcher:

@@ -1,14 +1,15 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 import nats
 import pytest
+from nats.aio.client import Client
 from nats.js.api import KeyValueConfig
 from nats.js.kv import KV_DEL, KeyValue
 
+from gpudra_bus.conftest import new_bucket
 from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.kvwatch import WATCH_HEARTBEAT, watch_kv
 from gpudra_bus.streams import BucketSpec, ensure_bucket
@@ -47,48 +48,36 @@ def _seen(entry: KeyValue.Entry | None) -> tuple[str, bytes | None, str | None] 
     ],
 )
 async def test_watch_replays_then_follows_as_nats_py_does(
-    nats_url: str, options: dict[str, bool], replay: list[object]
+    nc: Client, options: dict[str, bool], replay: list[object]
 ) -> None:
-    nc = await nats.connect(nats_url)
+    kv = await new_bucket(nc, history=5)
+    await kv.put("p.a", b"1")
+    await kv.put("p.a", b"2")
+    await kv.put("p.gone", b"x")
+    await kv.delete("p.gone")
+    await kv.put("other", b"x")
+    ours = await watch_kv(kv, "p.>", **options)
+    theirs = await kv.watch("p.>", **options)
     try:
-        kv = await nc.jetstream().create_key_value(
-            KeyValueConfig(bucket=f"t{uuid.uuid4().hex[:8]}", history=5)
-        )
-        await kv.put("p.a", b"1")
-        await kv.put("p.a", b"2")
-        await kv.put("p.gone", b"x")
-        await kv.delete("p.gone")
-        await kv.put("other", b"x")
-        ours = await watch_kv(kv, "p.>", **options)
-        theirs = await kv.watch("p.>", **options)
-        try:
-            for watcher in (ours, theirs):
-                assert [_seen(await _next(watcher)) for _ in replay] == replay
-            await kv.put("p.b", b"3")
-            value = b"" if options.get("meta_only") else b"3"
-            for watcher in (ours, theirs):
-                assert _seen(await _next(watcher)) == ("p.b", value, None)
-        finally:
-            await ours.stop()  # type: ignore[no-untyped-call]
-            await theirs.stop()  # type: ignore[no-untyped-call]
-        assert [e async for e in ours] == []  # a stopped watch ends
+        for watcher in (ours, theirs):
+            assert [_seen(await _next(watcher)) for _ in replay] == replay
+        await kv.put("p.b", b"3")
+        value = b"" if options.get("meta_only") else b"3"
+        for watcher in (ours, theirs):
+            assert _seen(await _next(watcher)) == ("p.b", value, None)
     finally:
-        await nc.drain()
+        await ours.stop()  # type: ignore[no-untyped-call]
+        await theirs.stop()  # type: ignore[no-untyped-call]
+    assert [e async for e in ours] == []  # a stopped watch ends
 
 
-async def test_watch_of_an_empty_bucket_says_so(nats_url: str) -> None:
-    nc = await nats.connect(nats_url)
+async def test_watch_of_an_empty_bucket_says_so(nc: Client) -> None:
+    kv = await new_bucket(nc)
+    watcher = await watch_kv(kv)
     try:
-        kv = await nc.jetstream().create_key_value(
-            KeyValueConfig(bucket=f"t{uuid.uuid4().hex[:8]}")
-        )
-        watcher = await watch_kv(kv)
-        try:
-            assert await _next(watcher) is None
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+        assert await _next(watcher) is None
     finally:
-        await nc.drain()
+        await watcher.stop()  # type: ignore[no-untyped-call]
 
 
 async def _ours(kv: KeyValue) -> KeyValue.KeyWatcher:
@@ -114,21 +103,15 @@ WATCHES = [
 
 
 @pytest.mark.parametrize("open_watch", WATCHES)
-async def test_watch_asks_the_server_for_short_heartbeats(nats_url: str, open_watch: Any) -> None:
+async def test_watch_asks_the_server_for_short_heartbeats(nc: Client, open_watch: Any) -> None:
     # What makes a watch resume within seconds of a restart (nats-py's watch asks for 5 s).
-    nc = await nats.connect(nats_url)
+    kv = await new_bucket(nc)
+    watcher = await open_watch(kv)
     try:
-        kv = await nc.jetstream().create_key_value(
-            KeyValueConfig(bucket=f"t{uuid.uuid4().hex[:8]}")
-        )
-        watcher = await open_watch(kv)
-        try:
-            info = await watcher._sub.consumer_info()
-            assert info.config.idle_heartbeat == WATCH_HEARTBEAT
-        finally:
-            await watcher.stop()
+        info = await watcher._sub.consumer_info()
+        assert info.config.idle_heartbeat == WATCH_HEARTBEAT
     finally:
-        await nc.drain()
+        await watcher.stop()
 
 
 @pytest.mark.parametrize("open_watch", WATCHES)
