@@ -42,8 +42,19 @@ Promises:
   them back while the node-agent still publishes. A Node created again (a new UID) gets its
   pool written again, owned by the new UID. Nothing is mirrored, pruned or compared until the
   Nodes have been listed once (before that no Node is known to be absent), and a leader is not
-  ready until then. The bucket is not affected: pools there live as before, by inventory.
-  Standalone mode has no Node objects and none of this (no owner, nothing removed for it).
+  ready until then.
+- Kubernetes mode, the NATS side: once a pool's Node is deleted (the watch has no such Node and
+  a GET confirms it) **and** its node-agent is silent (tainted for missed heartbeats; for a pool
+  known only from the bucket, nothing heard for a whole `heartbeat_timeout` since this replica
+  caught up), the leader removes the pool's slices from the bucket (revision-checked, as every
+  bucket write) and then purges the node's inventories from the inventory stream (subject
+  `subjects.inventory(node)`, up to the last one it read), so neither a restart nor a takeover
+  re-creates the pool; every replica drops the pool from its book (a standby would otherwise
+  republish it when it takes over). A node-agent still heard keeps its pool in the bucket while
+  its Node is missing (a Node being registered again): only the API loses the slices. If the
+  agent speaks again, the pool comes back as for a new node (generation 1). `poolsRemoved` in
+  `/statusz` counts the removals. Standalone mode has no Node objects and none of this: no owner,
+  nothing removed for a Node, and the bucket keeps a silent node's pool (tainted) as before.
 - `ready` (readiness): the replica has caught up with the inventories and, when it holds the
   lease, has taken over and written every pool; a warm standby is ready too. `alive` (liveness) fails once the lease task
   has died, since such a replica could never lead again. `role` says leader or standby;
@@ -86,6 +97,7 @@ from gpudra_inventory.errors import NotLeaderError
 from gpudra_inventory.lease import Lease
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.nats_errors import NATS_ERRORS
+from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.pools import Change, PoolBook
 from gpudra_inventory.settings import Settings
 from gpudra_inventory.skew import ServerClock
@@ -152,6 +164,13 @@ class InventoryService:
         # Cut off from NATS since the last turn; when the bus came back (the server's clock).
         self._blind = False
         self._resumed_at = float("-inf")
+        # Kubernetes mode, pools of deleted Nodes: the stream sequence of each node's last
+        # inventory (what a purge may remove), when this replica first caught up (the server's
+        # clock), nodes not to look at again before a time (this process's clock), removals.
+        self._sequences: dict[str, int] = {}
+        self._caught_up_at = float("inf")
+        self._gone_retry: dict[str, float] = {}
+        self.pools_removed = 0
 
     def _epoch(self) -> int:
         return self._lease.epoch if self._lease is not None else 1
@@ -183,8 +202,10 @@ class InventoryService:
         """What the health server's `/statusz` serves (JSON): `role` (leader or standby), `holder`
         (this replica's name in the lease; null without one), `ready`, `alive`, `takeovers` (times
         this replica has taken the lead), `pools` (nodes it keeps a pool for), `apiRepairs`
-        (kubernetes mode: pools mirrored again because the API's slices differed from them) and
-        `apiRefused` (pools the API refused for good, 403 or 422, tried again with a backoff)."""
+        (kubernetes mode: pools mirrored again because the API's slices differed from them),
+        `apiRefused` (pools the API refused for good, 403 or 422, tried again with a backoff) and
+        `poolsRemoved` (kubernetes mode: pools this replica, as leader, removed from the bucket
+        and the inventory stream because their Node was deleted and their node-agent silent)."""
         return {
             "role": self.role,
             "holder": self._lease.holder if self._lease is not None else None,
@@ -194,6 +215,7 @@ class InventoryService:
             "pools": len(self.book.pools),
             "apiRepairs": self.api_repairs,
             "apiRefused": len(self._refused),
+            "poolsRemoved": self.pools_removed,
         }
 
     async def load(self) -> None:
@@ -269,10 +291,12 @@ class InventoryService:
                     continue
                 for msg in msgs:
                     await self._guarded(msg)
-                if len(msgs) < _BATCH:
+                if len(msgs) < _BATCH and not self._caught_up:
                     self._caught_up = True
+                    self._caught_up_at = self._server_clock.server_time(self._clock())
                 self._expire()
                 await self._lead()
+                await self._forget_gone()
         finally:
             self._subscribed = False
             if nodes_task is not None:
@@ -479,6 +503,113 @@ class InventoryService:
             del self._unmirrored[node]
             self._refused.pop(node, None)
 
+    def _gone(self, nodes: ClusterNodes) -> list[str]:
+        """The pools whose Node the watch does not have and whose node-agent is silent: tainted
+        for missed heartbeats, or (a pool known only from the bucket) no inventory heard in a
+        whole heartbeat timeout since this replica caught up or NATS came back."""
+        now = self._server_clock.server_time(self._clock())
+        quiet_since = max(self._caught_up_at, self._resumed_at)
+        timeout = self._settings.heartbeat_timeout
+        gone = []
+        for node, state in self.book.pools.items():
+            if nodes.uid(node) is not None:
+                continue
+            if state.inventory is not None:
+                silent = state.unreachable
+            else:
+                silent = now - quiet_since > timeout
+            if silent:
+                gone.append(node)
+        return sorted(gone)
+
+    async def _forget_gone(self) -> None:
+        """Kubernetes mode: a pool whose Node is deleted (confirmed by a GET) and whose node-agent
+        is silent leaves the bucket and the inventory stream (the leader), and the book (every
+        replica). A pool waits while it is to be written to the bucket or to the API first."""
+        nodes = self._mirror.nodes if self._mirror is not None else None
+        if nodes is None or not nodes.synced or not self._caught_up or self._blind:
+            return
+        if not self._nc.is_connected:
+            return
+        holds = self._lease is None or self._lease.held()
+        if holds and not self.leading():
+            return  # taking over: the takeover writes the bucket first
+        now = self._clock()
+        again = now + self._settings.heartbeat_timeout
+        removals = self.pools_removed
+        for node in self._gone(nodes):
+            if now < self._gone_retry.get(node, float("-inf")):
+                continue
+            leading = self.leading()
+            if leading and (node in self._dirty or node in self._unmirrored):
+                continue
+            try:
+                uid = await nodes.confirm(node)
+            except KubeError as exc:
+                log.warning("cannot confirm that Node %s is gone (%s); retrying", node, exc)
+                self._gone_retry[node] = again
+                continue
+            if uid is not None:
+                self._gone_retry[node] = again  # the watch lags behind: ask again later
+                continue
+            if leading:
+                try:
+                    removed = await self._remove_from_bus(node)
+                except NotLeaderError as exc:
+                    log.warning("removals stopped: %s", exc)
+                    self._term = 0
+                    return
+                if not removed:
+                    self._gone_retry[node] = again
+                    continue
+                self.pools_removed += 1
+                log.info(
+                    "pool %s removed from the bucket and the inventory stream: its Node is "
+                    "deleted and its node-agent silent",
+                    node,
+                )
+            else:
+                log.info("pool %s forgotten: its Node is deleted and its node-agent silent", node)
+            self._forget(node, purged=leading)
+        if self.pools_removed != removals:
+            await self._publish_drift()
+
+    async def _remove_from_bus(self, node: str) -> bool:
+        """Delete the node's slices from the bucket (revision-checked), then purge the node's
+        inventories up to the last one this replica read (a newer one, its agent speaking
+        again, stays and brings the pool back); whether both were done. The bucket goes first:
+        should the purge fail for good, a restart rebuilds the pool from the stream, and it is
+        removed again."""
+        try:
+            await self._writer.remove(node)
+        except BusError as exc:
+            log.warning("pool %s not removed from the bucket (%s); retrying", node, exc)
+            return False
+        sequence = self._sequences.get(node)
+        if sequence is None:
+            return True  # no inventory read: nothing of it to purge
+        if not self.leading():
+            raise NotLeaderError(f"not the leader any more; inventories of {node} not purged")
+        try:
+            await self._nc.jetstream().purge_stream(
+                INVENTORY_STREAM, seq=sequence + 1, subject=subjects.inventory(node)
+            )
+        except NATS_ERRORS as exc:
+            log.warning("inventories of %s not purged from the stream (%s); retrying", node, exc)
+            return False
+        return True
+
+    def _forget(self, node: str, *, purged: bool) -> None:
+        """Drop the pool from this replica; a standby keeps the sequence of the node's last
+        inventory, which it purges should it take over before the leader did."""
+        self.book.pools.pop(node, None)
+        self._dirty.discard(node)
+        self._unmirrored.pop(node, None)
+        self._refused.pop(node, None)
+        if purged:
+            self._sequences.pop(node, None)
+        self._gone_retry.pop(node, None)
+
     async def _guarded(self, msg: Msg) -> None:
         try:
             await self.handle(msg)
@@ -511,6 +642,9 @@ class InventoryService:
                 self._server_clock.observe(seen_at, received)
             else:
                 seen_at = self._server_clock.server_time(received)
+            if msg.metadata and msg.metadata.sequence:
+                sequence = msg.metadata.sequence.stream
+                self._sequences[node] = max(self._sequences.get(node, 0), sequence)
             if self.book.observe(inventory, seen_at) is not None:
                 self._dirty.add(node)
 

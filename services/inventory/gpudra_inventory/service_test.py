@@ -140,6 +140,7 @@ async def test_standby_stays_warm_and_takes_over_with_higher_generations(nc: Cli
             "pools": 0,
             "apiRepairs": 0,
             "apiRefused": 0,
+            "poolsRemoved": 0,
         }
         assert {k: b.status()[k] for k in ("role", "holder", "takeovers")} == {
             "role": "standby",

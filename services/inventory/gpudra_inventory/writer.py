@@ -7,6 +7,8 @@ Promises of `SliceWriter`:
   at the revision this writer last saw for it (created when it has seen none), the node's other
   keys deleted at their revision. Slices are written before stale ones are deleted, so a reader
   never sees a pool with fewer slices than it announces.
+- `remove(node)` deletes every slice of the node's pool the same way (each at its revision) and
+  forgets the node: a pool that comes back later is created as a new one.
 - A key whose revision moved since (another process wrote it) stops the call with
   `NotLeaderError`; so does `may_write()` turning False before any single write (the lease lapsed
   mid-pool). Either way the caller must `read()` again, under a valid lease, before writing on.
@@ -126,4 +128,11 @@ class SliceWriter:
             self.revisions.pop(name, None)
             self.nodes[node].discard(name)
             deleted.append(name)
+        return deleted
+
+    async def remove(self, node: str) -> list[str]:
+        """Delete the node's whole pool (as `sync(node, [])`) and forget the node; returns the
+        names of the slices deleted."""
+        deleted = await self.sync(node, [])
+        self.nodes.pop(node, None)
         return deleted

@@ -121,3 +121,20 @@ async def test_read_skips_what_is_not_a_slice(kv: KeyValue) -> None:
         "n1", [piece("n1", 0, 5), {**piece("n1", 1, 5), "metadata": {"name": "junk"}}]
     )
     assert await stored(kv) == {"n1-gpu.nvidia.com-0": 5, "junk": 5}
+
+
+async def test_remove_deletes_the_whole_pool_at_its_revisions(kv: KeyValue) -> None:
+    """A pool removed (its Node deleted) leaves no key; a write by another process since this
+    writer read stops the removal; the pool may come back as a new one."""
+    writer = SliceWriter(kv)
+    await writer.sync("n1", [piece("n1", 0, 3), piece("n1", 1, 3)])
+    await writer.sync("n2", [piece("n2", 0, 1)])
+    assert await writer.remove("n1") == ["n1-gpu.nvidia.com-0", "n1-gpu.nvidia.com-1"]
+    assert await stored(kv) == {"n2-gpu.nvidia.com-0": 1}
+    assert "n1" not in writer.nodes
+    assert await writer.sync("n1", [piece("n1", 0, 1)]) == []
+    assert await stored(kv) == {"n1-gpu.nvidia.com-0": 1, "n2-gpu.nvidia.com-0": 1}
+    await kv.put("n2-gpu.nvidia.com-0", json.dumps(piece("n2", 0, 9)).encode())
+    with pytest.raises(NotLeaderError):
+        await writer.remove("n2")
+    assert await stored(kv) == {"n1-gpu.nvidia.com-0": 1, "n2-gpu.nvidia.com-0": 9}
