@@ -142,9 +142,14 @@ def test_nobody_may_delete_or_purge_or_use_wildcard_apis(service: str) -> None:
         assert not allows(publish, f"$JS.API.{verb}.GPUDRA_CLAIMS"), verb
     names = [spec.name for spec in streams.STREAMS] + [f"KV_{b.name}" for b in streams.BUCKETS]
     assert not any(allows(publish, f"$JS.API.STREAM.DELETE.{name}") for name in names)
-    # The one purge: the allocator's tombstone collector, in its own reservations bucket.
+    # The purges: the allocator's tombstone collector, in its own reservations bucket; the
+    # inventory's leader, the inventories of a node whose Node is deleted and agent silent.
     purged = {name for name in names if allows(publish, f"$JS.API.STREAM.PURGE.{name}")}
-    assert purged == ({f"KV_{streams.RESERVATIONS_BUCKET}"} if service == "allocator" else set())
+    may_purge = {
+        "allocator": {f"KV_{streams.RESERVATIONS_BUCKET}"},
+        "inventory": {streams.INVENTORY_STREAM},
+    }
+    assert purged == may_purge.get(service, set())
     subscribe = _perms(service, "subscribe")
     # Core subscriptions besides replies: the plugin's health feed of its node
     # (healthfeed.subscribe). The inventory learns device health from the NodeInventory stream,
@@ -523,6 +528,26 @@ async def test_allocator_reservations_and_tombstones_with_its_user(
     with pytest.raises(nats.js.errors.KeyNotFoundError):
         await reservations_kv.get(tombstone)
     assert _refusals(allocator.server) == violations
+
+
+async def test_inventory_purges_a_gone_nodes_inventories_with_its_user(
+    sessions: dict[str, Session],
+) -> None:
+    """The inventory's leader purges the inventories of a node whose Node is deleted and whose
+    agent is silent, by subject and up to the last one it read (gpudra_inventory.service): a
+    refused purge would let every restart re-create the pool. Only that node's go."""
+    agent, inventory = sessions["node-agent"], sessions["inventory"]
+    violations = _refusals(inventory.server)
+    await streams.ensure_streams(inventory.js)
+    gone, kept = "gpudra.inventory.node-purged", "gpudra.inventory.node-kept"
+    last = await agent.js.publish(gone, b"last")
+    await agent.js.publish(kept, b"kept")
+    purge = inventory.js.purge_stream(streams.INVENTORY_STREAM, seq=last.seq + 1, subject=gone)
+    assert await _within("purge a node's inventories", purge)
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await agent.js.get_last_msg(streams.INVENTORY_STREAM, gone)
+    assert (await agent.js.get_last_msg(streams.INVENTORY_STREAM, kept)).data == b"kept"
+    assert _refusals(inventory.server) == violations
 
 
 async def test_claim_writer_reads_the_allocators_claim_records_with_its_user(
