@@ -22,6 +22,16 @@ async def _next(watcher: KeyValue.KeyWatcher, timeout: float = WAIT) -> KeyValue
     return await asyncio.wait_for(watcher.__anext__(), timeout)  # type: ignore[no-untyped-call]
 
 
+async def _put_when_back(kv: KeyValue, key: str, value: bytes) -> None:
+    """Put once the client has reconnected and JetStream answers again (10 s at most)."""
+    for _ in range(200):
+        try:
+            await kv.put(key, value)
+            return
+        except (nats.errors.Error, OSError, TimeoutError):
+            await asyncio.sleep(0.05)
+
+
 def _seen(entry: KeyValue.Entry | None) -> tuple[str, bytes | None, str | None] | None:
     return None if entry is None else (entry.key, entry.value, entry.operation)
 
@@ -129,12 +139,7 @@ async def test_watch_delivers_again_after_the_server_restarts(
             assert await _next(watcher) is None
             await asyncio.to_thread(server.kill)
             await asyncio.to_thread(server.restart)
-            for _ in range(200):  # the put waits for the reconnection (and for JetStream)
-                try:
-                    await kv.put("p.after", b"2")
-                    break
-                except (nats.errors.Error, OSError, TimeoutError):
-                    await asyncio.sleep(0.05)
+            await _put_when_back(kv, "p.after", b"2")
             # Generous: the point is that it comes at all (seconds, see bench/kv_watch_resume.py).
             entry = await _next(watcher, timeout=60)
             while entry is not None and entry.key == "p.before":  # a reset may replay it
@@ -159,12 +164,7 @@ async def test_no_reset_is_queued_while_the_server_is_away(fresh_nats_server: Na
             await asyncio.to_thread(server.kill)
             await asyncio.sleep(8 * WATCH_HEARTBEAT)  # nats-py's check would try 2 or 3 resets
             await asyncio.to_thread(server.restart)
-            for _ in range(200):
-                try:
-                    await kv.put("p.after", b"2")
-                    break
-                except (nats.errors.Error, OSError, TimeoutError):
-                    await asyncio.sleep(0.05)
+            await _put_when_back(kv, "p.after", b"2")
             assert _seen(await _next(watcher, timeout=60)) == ("p.after", b"2", None)
             consumers = await nc.jetstream().consumers_info("KV_away")
             assert [c.push_bound for c in consumers] == [True]
