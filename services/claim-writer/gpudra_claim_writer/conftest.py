@@ -2,15 +2,15 @@
 buckets (`nc`), the HTTP-level fake Kubernetes API with an `ApiStore` on it (`api`), the
 service's settings in kubernetes mode against that fake (`kube_settings`), the plain claim and
 allocation most tests write (`new_claim`, `ALLOCATION`, from `gpudra_testing.claims`), and the
-allocator's decision about such a claim (`decide`); `until` polls a plain condition, and
-`cancel_and_wait` stops a test's tasks."""
+allocator's decision about such a claim (`decide`); `until` (from `gpudra_testing.waiting`)
+polls a plain condition, and `cancel_and_wait` stops a test's tasks."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from gpudra_kube.api_backend import ApiStore
 from gpudra_testing.claims import ALLOCATION
 from gpudra_testing.claims import claim as new_claim
 from gpudra_testing.kubeapi import FakeKubeApi
+from gpudra_testing.waiting import until
 from gpudrapb.v1 import claims_pb2
 
 __all__ = [
@@ -65,15 +66,6 @@ async def decide(publisher: Publisher, claim: dict[str, Any], *, reason: str = "
         ALLOCATION_DECISION,
         msg_id=f"{meta['uid']}/{reason or 'allocated'}",
     )
-
-
-async def until(check: Callable[[], object], timeout: float = 10.0) -> None:
-    """Wait until `check()` is true; fail the test after `timeout` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 async def cancel_and_wait(*tasks: asyncio.Task[Any]) -> None:
