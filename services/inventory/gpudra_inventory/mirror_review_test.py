@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest_asyncio
 
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.pools import PoolBook
-from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import RESOURCE_SLICES
 from gpudra_slices import SliceOptions
 from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import inventory_pb2 as pb
-
-
-@pytest_asyncio.fixture
-async def api(tmp_path: Any) -> AsyncIterator[tuple[FakeKubeApi, ApiStore]]:
-    async with FakeKubeApi(validate_version="1.34") as fake:
-        client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
-        store = ApiStore(client)
-        try:
-            yield fake, store
-        finally:
-            await store.close()
 
 
 def _as_served(value: Any) -> Any:

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
@@ -19,22 +18,11 @@ from gpudra_inventory.pools import Change, PoolBook
 from gpudra_inventory.pools_test import inventory
 from gpudra_inventory.service import NODE_INVENTORY, InventoryService
 from gpudra_inventory.settings import Settings
-from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import RESOURCE_SLICES
 from gpudra_slices import SliceOptions, build_slices
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
-
-
-@pytest_asyncio.fixture
-async def api(tmp_path: Any) -> AsyncIterator[tuple[FakeKubeApi, ApiStore]]:
-    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
-        client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
-        store = ApiStore(client)
-        try:
-            yield fake, store
-        finally:
-            await store.close()
 
 
 def names(fake: FakeKubeApi) -> list[str]:

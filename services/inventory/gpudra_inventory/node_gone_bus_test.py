@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import nats.js.errors
-import pytest_asyncio
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
@@ -27,32 +25,20 @@ from gpudra_bus import (
     ensure_streams,
     subjects,
 )
+from gpudra_inventory.conftest import Api
 from gpudra_inventory.lease import Lease, ensure_lease_bucket
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.node_owner_test import X, add_node, publish, slices
 from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.service import InventoryService
 from gpudra_inventory.settings import Settings
-from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import NODES
 from gpudra_standalone.nats_server import NatsServer
-from gpudra_testing.kubeapi import FakeKubeApi
 
-Api = tuple[FakeKubeApi, ApiStore]
 TIMEOUT = 1.0  # the heartbeat timeout (seconds)
 LEASE_TTL = 2.0  # short, yet renewals (every ttl/4) keep up on a busy machine
 Y = "node-y-gpu.nvidia.com-0"
-
-
-@pytest_asyncio.fixture
-async def api(tmp_path: Any) -> AsyncIterator[Api]:
-    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
-        client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
-        store = ApiStore(client)
-        try:
-            yield fake, store
-        finally:
-            await store.close()
 
 
 @contextlib.asynccontextmanager

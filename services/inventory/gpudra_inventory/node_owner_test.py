@@ -12,34 +12,21 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import pytest_asyncio
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from gpudra_bus import SLICES_BUCKET, Publisher, connect, ensure_buckets, ensure_streams, subjects
+from gpudra_inventory.conftest import Api
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.pools_test import inventory
 from gpudra_inventory.service import NODE_INVENTORY, InventoryService
 from gpudra_inventory.settings import Settings
-from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import NODES, RESOURCE_SLICES, KubeObject
 from gpudra_slices import SliceOptions, build_slices
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
-
-Api = tuple[FakeKubeApi, ApiStore]
-
-
-@pytest_asyncio.fixture
-async def api(tmp_path: Any) -> AsyncIterator[Api]:
-    async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
-        client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
-        store = ApiStore(client)
-        try:
-            yield fake, store
-        finally:
-            await store.close()
 
 
 @contextlib.asynccontextmanager
