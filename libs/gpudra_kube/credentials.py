@@ -237,9 +237,9 @@ class CredentialRenewingClient(k8s.ApiClient):
                 return response
             response.release()
         retry_headers = dict(headers or {})
-        retry_headers["authorization"] = await self.configuration.get_api_key_with_prefix(
-            "BearerToken"
-        )
+        token = await self.configuration.get_api_key_with_prefix("BearerToken")
+        if token:  # a client certificate has no token: the new TLS context carries it
+            retry_headers["authorization"] = token
         return await send(retry_headers)
 
 

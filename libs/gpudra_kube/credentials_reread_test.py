@@ -1,0 +1,87 @@
+"""Re-read of the exec-credential renewal after 401 (`CredentialRenewingClient`): the cases the
+first tests left out."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from gpudra_kube.api_backend import ApiStore
+from gpudra_kube.credentials_test import CLIENT_CERTS, mtls_api, names
+from gpudra_kube.kubeconfig_test import API_CA
+from gpudra_kube.resources import RESOURCE_CLAIMS
+from gpudra_testing.claims import claim
+from gpudra_testing.kubeapi import FakeKubeApi
+
+__all__ = ["mtls_api"]
+
+# A plugin handing out a client certificate without an expiry: only a 401 renews it.
+LASTING_CERT_PLUGIN = """
+import json, pathlib, sys
+folder = pathlib.Path(sys.argv[1])
+which = (folder / "which").read_text()
+with open(folder / "runs", "a", encoding="utf-8") as runs:
+    runs.write("run\\n")
+print(json.dumps({
+    "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+    "status": {
+        "clientCertificateData": (folder / f"{which}.crt").read_text(),
+        "clientKeyData": (folder / f"{which}.key").read_text(),
+    },
+}))
+"""
+
+
+async def test_a_client_certificate_answered_401_is_renewed_and_the_request_sent_again(
+    mtls_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """A client certificate (no bearer token at all) revoked: the server answers 401, the plugin
+    hands out another one, and the refused request is sent once more, presenting the new one,
+    and without an `Authorization` header (there is no token to put in it)."""
+    for name, (cert, key) in CLIENT_CERTS.items():
+        (tmp_path / f"{name}.crt").write_text(cert, encoding="ascii")
+        (tmp_path / f"{name}.key").write_text(key, encoding="ascii")
+    (tmp_path / "which").write_text("a", encoding="utf-8")
+    (tmp_path / "plugin.py").write_text(LASTING_CERT_PLUGIN, encoding="utf-8")
+    (tmp_path / "ca.crt").write_text(API_CA, encoding="ascii")
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(tmp_path / "plugin.py"), str(tmp_path)],
+            "interactiveMode": "Never",
+        }
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {
+                    "server": mtls_api.url,
+                    "certificate-authority": "ca.crt",
+                    "tls-server-name": "api.example",
+                },
+            }
+        ],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    (tmp_path / "kubeconfig").write_text(json.dumps(config), encoding="utf-8")
+    store = await ApiStore.from_kubeconfig(str(tmp_path / "kubeconfig"))
+    try:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        (tmp_path / "which").write_text("b", encoding="utf-8")
+        mtls_api.inject_error(401, reason="Unauthorized", method="GET")
+        before = len(mtls_api.requests)
+        assert await names(store) == ["a"]
+        assert len(mtls_api.requests) == before + 2  # the 401, then the request sent again
+    finally:
+        await store.close()
+    runs = (tmp_path / "runs").read_text(encoding="utf-8").splitlines()
+    assert len(runs) == 2
+    assert mtls_api.client_certificates[0] == "client-a"
+    assert mtls_api.client_certificates[-1] == "client-b"
