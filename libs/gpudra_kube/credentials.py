@@ -155,6 +155,10 @@ class ExecCredential:
             del self._loader.exec_plugin_expiry
         try:
             await self._loader.load_from_exec_plugin()
+        except asyncio.CancelledError:  # the caller gave up midway: the credential stays due
+            if expiry is not None:
+                self._loader.exec_plugin_expiry = expiry
+            raise
         except Exception as exc:  # any plugin failure (it raises bare Exceptions): keep the token
             log.warning("renewing the Kubernetes exec credential failed: %s", exc)
             if expiry is not None:  # and its expiry: the next request tries again

@@ -3,6 +3,8 @@ first tests left out."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ from gpudra_kube.kubeconfig_test import API_CA
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.claims import claim
 from gpudra_testing.kubeapi import FakeKubeApi
+from gpudra_testing.waiting import until
 
 __all__ = ["mtls_api"]
 
@@ -85,3 +88,68 @@ async def test_a_client_certificate_answered_401_is_renewed_and_the_request_sent
     assert len(runs) == 2
     assert mtls_api.client_certificates[0] == "client-a"
     assert mtls_api.client_certificates[-1] == "client-b"
+
+
+# The token plugin of credentials_test, slow while a file "slow" exists (an identity service
+# taking its time), its token due for renewal at once.
+SLOW_PLUGIN = """
+import datetime, json, pathlib, sys, time
+folder = pathlib.Path(sys.argv[1])
+with open(folder / "runs", "a", encoding="utf-8") as runs:
+    runs.write("run\\n")
+while (folder / "slow").exists():
+    time.sleep(0.05)
+expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=60)
+print(json.dumps({
+    "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+    "status": {
+        "token": (folder / "exec-token").read_text(encoding="utf-8"),
+        "expirationTimestamp": expiry.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    },
+}))
+"""
+
+
+async def test_a_renewal_cancelled_midway_keeps_the_expiry(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """A request cancelled while the plugin renews its expiring token (a caller's deadline):
+    the credential keeps its expiry, as after a failed run, so the next request renews it
+    before it is sent; it was forgotten, and the token was used until the server refused it."""
+    (tmp_path / "plugin.py").write_text(SLOW_PLUGIN, encoding="utf-8")
+    (tmp_path / "exec-token").write_text("one", encoding="utf-8")
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(tmp_path / "plugin.py"), str(tmp_path)],
+            "interactiveMode": "Never",
+        }
+    }
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig", user=user)
+    kube_api.accept_tokens("one")
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))
+    try:
+        (tmp_path / "slow").touch()
+        listing = asyncio.create_task(names(store))
+        await until(
+            lambda: len(runs(tmp_path)) == 2, "the renewal's start", timeout=10
+        )  # the renewal has started
+        listing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listing
+        (tmp_path / "slow").unlink()
+        (tmp_path / "exec-token").write_text("two", encoding="utf-8")
+        kube_api.accept_tokens("two")
+        before = len(kube_api.requests)
+        assert await names(store) == []
+        assert len(kube_api.requests) == before + 1  # renewed before sending: no 401 first
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            (tmp_path / "slow").unlink()
+        await store.close()
+
+
+def runs(folder: Path) -> list[str]:
+    path = folder / "runs"
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
