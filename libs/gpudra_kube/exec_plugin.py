@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import sys
@@ -155,8 +156,15 @@ class ExecPlugin:
             raise ExecPluginError(f"exec: {self.command}: {exc}") from exc
         assert proc.stdout is not None
         assert proc.stderr is not None
-        stdout, last_error = await asyncio.gather(proc.stdout.read(), _pass_through(proc.stderr))
-        code = await proc.wait()
+        try:
+            stdout, last_error = await asyncio.gather(
+                proc.stdout.read(), _pass_through(proc.stderr)
+            )
+            code = await proc.wait()
+        except BaseException:  # cancelled (the caller gave up): the plugin is not left running
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise
         if code != 0:
             why = f": {last_error}" if last_error else ""
             raise ExecPluginError(
