@@ -15,6 +15,8 @@ seconds and a check of them of our own (`resume_quickly`) in place of nats-py's:
 - no reset is tried while the client is disconnected: nats-py's check kept trying, and each try
   queued a consumer creation that the server carried out at the reconnection, for a consumer no
   one would listen to (kept 5 minutes);
+- a check that wakes more than half a heartbeat late (this process was starved) resets nothing:
+  the heartbeats may be unread, not missing;
 - a reset that does not bring the watch back (JetStream not ready yet, the bucket gone) is tried
   again with exponential backoff, from 2 heartbeat intervals up to `RESET_MAX` seconds, where
   nats-py tried every 2 intervals for ever.
@@ -179,10 +181,15 @@ async def _check_heartbeats(jsi: Any, heartbeat: float) -> None:
     resets = 0  # since the watch was last heard from
     next_reset = 0.0
     while not nc.is_closed:
+        started = loop.time()
         await asyncio.sleep(window)
         if jsi._active:  # set by nats-py on every message and heartbeat
             jsi._active = False
             resets = 0
+            continue
+        if loop.time() - started - window > heartbeat / 2:
+            # This process was starved (a loaded machine): the heartbeats may sit unread in the
+            # socket. A reset proves nothing then and may skip a value the bucket has replaced.
             continue
         if not nc.is_connected or loop.time() < next_reset:
             continue

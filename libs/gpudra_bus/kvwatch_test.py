@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from typing import Any
 
 import nats
@@ -11,7 +13,7 @@ from nats.js.kv import KV_DEL, KeyValue
 
 from gpudra_bus.conftest import new_bucket
 from gpudra_bus.connection import Backoff, connect, disconnect
-from gpudra_bus.kvwatch import WATCH_HEARTBEAT, watch_kv
+from gpudra_bus.kvwatch import WATCH_HEARTBEAT, _check_heartbeats, watch_kv
 from gpudra_bus.streams import BucketSpec, ensure_bucket
 from gpudra_testing import NatsServer
 
@@ -172,3 +174,40 @@ async def test_no_reset_is_queued_while_the_server_is_away(fresh_nats_server: Na
             await watcher.stop()  # type: ignore[no-untyped-call]
     finally:
         await disconnect(nc, drain=False)
+
+
+class _QuietJsi:
+    """nats-py's ordered-consumer state as `_check_heartbeats` reads it: a watch that heard
+    nothing lately, on a connection that is up; resets are counted, not made."""
+
+    def __init__(self) -> None:
+        self._conn = self
+        self.is_closed = False
+        self.is_connected = True
+        self._active = False
+        self._sseq = 7
+        self.resets: list[int] = []
+
+    async def reset_ordered_consumer(self, sseq: int) -> None:
+        self.resets.append(sseq)
+
+
+async def test_a_check_that_wakes_late_does_not_reset_the_watch() -> None:
+    """A loop busy for longer than a heartbeat (a loaded machine) leaves the heartbeats unread in
+    the socket: that proves nothing about the consumer, and a reset there could skip a value
+    the bucket has replaced since."""
+    jsi = _QuietJsi()
+    check = asyncio.create_task(_check_heartbeats(jsi, 0.1))
+    try:
+        await asyncio.sleep(0.05)
+        time.sleep(0.5)  # noqa: ASYNC101 -- the loop is starved past the check's wake-up
+        await asyncio.sleep(0.01)
+        assert jsi.resets == []
+        await asyncio.sleep(0.5)  # quiet while the loop runs freely: a real silence
+        assert jsi.resets
+        assert set(jsi.resets) == {8}
+    finally:
+        jsi.is_closed = True
+        check.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await check

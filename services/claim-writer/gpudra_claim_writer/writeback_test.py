@@ -78,8 +78,11 @@ async def test_no_revision_shows_an_allocation_beside_a_reason(
         assert UNSCHEDULABLE_ANNOTATION not in annotations_of(obj), "a stale reason beside it"
         assert FINALIZER in obj["metadata"]["finalizers"], "finalizer first, as kube-scheduler"
     # Two writes for the allocation itself: the metadata (finalizer, reason gone) and the status.
-    writes = [e for e in seen if UNSCHEDULABLE_ANNOTATION not in annotations_of(e.object)]
-    assert len(writes) == 2
+    # Counted by revision, not by events: a watch may skip a value the next one replaced (the
+    # bucket keeps one per key), e.g. when it re-creates its consumer on a loaded machine.
+    reasons = [e for e in seen if UNSCHEDULABLE_ANNOTATION in annotations_of(e.object)]
+    start = reasons[-1].resource_version if reason_first else claim["metadata"]["resourceVersion"]
+    assert int(allocated[-1]["metadata"]["resourceVersion"]) - int(start) == 2
 
 
 def pod_naming(name: str, claim_name: str, phase: str) -> dict[str, Any]:
