@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 from pathlib import Path
 
 from gpudra_kube.api_backend import ApiStore
-from gpudra_kube.credentials_test import CLIENT_CERTS, mtls_api, names
-from gpudra_kube.kubeconfig_test import API_CA
+from gpudra_kube.credentials_test import cert_plugin_kubeconfig, mtls_api, names
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.claims import claim
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -42,39 +40,8 @@ async def test_a_client_certificate_answered_401_is_renewed_and_the_request_sent
     """A client certificate (no bearer token at all) revoked: the server answers 401, the plugin
     hands out another one, and the refused request is sent once more, presenting the new one,
     and without an `Authorization` header (there is no token to put in it)."""
-    for name, (cert, key) in CLIENT_CERTS.items():
-        (tmp_path / f"{name}.crt").write_text(cert, encoding="ascii")
-        (tmp_path / f"{name}.key").write_text(key, encoding="ascii")
-    (tmp_path / "which").write_text("a", encoding="utf-8")
-    (tmp_path / "plugin.py").write_text(LASTING_CERT_PLUGIN, encoding="utf-8")
-    (tmp_path / "ca.crt").write_text(API_CA, encoding="ascii")
-    user = {
-        "exec": {
-            "apiVersion": "client.authentication.k8s.io/v1",
-            "command": sys.executable,
-            "args": [str(tmp_path / "plugin.py"), str(tmp_path)],
-            "interactiveMode": "Never",
-        }
-    }
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "c",
-                "cluster": {
-                    "server": mtls_api.url,
-                    "certificate-authority": "ca.crt",
-                    "tls-server-name": "api.example",
-                },
-            }
-        ],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "x",
-    }
-    (tmp_path / "kubeconfig").write_text(json.dumps(config), encoding="utf-8")
-    store = await ApiStore.from_kubeconfig(str(tmp_path / "kubeconfig"))
+    kubeconfig = cert_plugin_kubeconfig(mtls_api, tmp_path, LASTING_CERT_PLUGIN)
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))
     try:
         await store.create(RESOURCE_CLAIMS, claim("a"))
         (tmp_path / "which").write_text("b", encoding="utf-8")

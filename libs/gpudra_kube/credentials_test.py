@@ -343,17 +343,14 @@ async def mtls_api(tmp_path: Path) -> AsyncIterator[FakeKubeApi]:
         yield api
 
 
-async def test_an_exec_client_certificate_is_rotated_when_it_expires(
-    mtls_api: FakeKubeApi, tmp_path: Path
-) -> None:
-    """An exec plugin that hands out client certificates (with an expiry): when it is renewed,
-    the new certificate must be the one presented (client-go rebuilds its TLS connections);
-    kubernetes-asyncio built its TLS context once and kept presenting the expired one."""
+def cert_plugin_kubeconfig(mtls_api: FakeKubeApi, tmp_path: Path, plugin: str) -> Path:
+    """A kubeconfig whose user is the exec `plugin` handing out the client certificate named in
+    `tmp_path / "which"` ("a" at first) of `CLIENT_CERTS`, for `mtls_api`."""
     for name, (cert, key) in CLIENT_CERTS.items():
         (tmp_path / f"{name}.crt").write_text(cert, encoding="ascii")
         (tmp_path / f"{name}.key").write_text(key, encoding="ascii")
     (tmp_path / "which").write_text("a", encoding="utf-8")
-    (tmp_path / "plugin.py").write_text(CERT_PLUGIN, encoding="utf-8")
+    (tmp_path / "plugin.py").write_text(plugin, encoding="utf-8")
     (tmp_path / "ca.crt").write_text(API_CA, encoding="ascii")
     user = {
         "exec": {
@@ -381,7 +378,17 @@ async def test_an_exec_client_certificate_is_rotated_when_it_expires(
         "current-context": "x",
     }
     (tmp_path / "kubeconfig").write_text(json.dumps(config), encoding="utf-8")
-    store = await ApiStore.from_kubeconfig(str(tmp_path / "kubeconfig"))
+    return tmp_path / "kubeconfig"
+
+
+async def test_an_exec_client_certificate_is_rotated_when_it_expires(
+    mtls_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """An exec plugin that hands out client certificates (with an expiry): when it is renewed,
+    the new certificate must be the one presented (client-go rebuilds its TLS connections);
+    kubernetes-asyncio built its TLS context once and kept presenting the expired one."""
+    kubeconfig = cert_plugin_kubeconfig(mtls_api, tmp_path, CERT_PLUGIN)
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))
     try:
         await store.create(RESOURCE_CLAIMS, claim("a"))
         (tmp_path / "which").write_text("b", encoding="utf-8")
