@@ -41,6 +41,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
 
+from gpudra_bus.kvwatch import MARKER_REASON
+
 READ_IDLE = 10.0  # seconds `current_entries` waits for the next entry
 TRIES = 50
 PAUSE = 0.02
@@ -48,7 +50,6 @@ LIST_TIMEOUT = 5.0  # seconds one listing may take before it is asked again
 INACTIVE_THRESHOLD = 30.0  # seconds the server keeps a listing's consumer nobody listens to
 
 _DELETED = (KV_DEL, KV_PURGE)
-_MARKER_REASON = "Nats-Marker-Reason"  # nats-server 2.11+: TTL / purge markers
 _CLEANUP_ERRORS = (nats.errors.Error, OSError, TimeoutError)
 
 
@@ -155,7 +156,7 @@ async def _read(sub: JetStreamContext.PushSubscription, pre: str, pending: int) 
             raise _Lost(f"listing got entry {meta.sequence.consumer}, expected {expected}")
         expected += 1
         headers = msg.headers or {}
-        if headers.get(KV_OP) not in _DELETED and _MARKER_REASON not in headers:
+        if headers.get(KV_OP) not in _DELETED and MARKER_REASON not in headers:
             keys.append(msg.subject[len(pre) :])
         pending = meta.num_pending
     return keys

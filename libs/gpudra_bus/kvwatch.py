@@ -49,7 +49,7 @@ WATCH_HEARTBEAT = 1.0  # seconds between the server's idle heartbeats to a watch
 INACTIVE_THRESHOLD = 60.0  # seconds the server keeps a watch's consumer nobody listens to
 RESET_MAX = 30.0  # seconds between two resets of a watch that stays quiet, at most
 
-_MARKER_REASON = "Nats-Marker-Reason"  # nats-server 2.11+: TTL / purge markers
+MARKER_REASON = "Nats-Marker-Reason"  # nats-server 2.11+: TTL / purge markers
 _MARKER_OPS = {"MaxAge": KV_PURGE, "Purge": KV_PURGE, "Remove": KV_DEL}
 
 
@@ -83,8 +83,8 @@ async def watch_kv(
         meta = msg.metadata
         headers = msg.headers or {}
         op = headers.get(KV_OP)
-        if op is None and _MARKER_REASON in headers:
-            op = _MARKER_OPS.get(headers[_MARKER_REASON])
+        if op is None and MARKER_REASON in headers:
+            op = _MARKER_OPS.get(headers[MARKER_REASON])
             if op is None:  # a marker of a kind this code does not know: no entry
                 await caught_up(meta.num_pending)
                 return
