@@ -18,6 +18,7 @@ from gpudra_bus import subjects, tracing
 from gpudra_bus.codec import DEFAULT_MAX_BYTES, SCHEMA_HEADER, Codec, Schema, schema_of
 from gpudra_bus.codecs import ALLOCATION_DECISION, CLAIM_EVENT, RELEASED
 from gpudra_bus.connection import (
+    NATS_ERRORS,
     Backoff,
     connect,
     disconnect,
@@ -96,6 +97,7 @@ __all__ = [
     "INVENTORY_STREAM",
     "InvalidSubjectError",
     "MissingSchemaError",
+    "NATS_ERRORS",
     "NotConnectedError",
     "OversizedMessageError",
     "PODS_BUCKET",

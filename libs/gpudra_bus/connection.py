@@ -104,6 +104,10 @@ def translate(exc: BaseException, what: str) -> BusError:
 # a raw `js.publish` with an expected-last-sequence header leaves them as APIError.
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 
+# What a call into nats-py raises when NATS did not do what was asked: its own errors, the
+# socket's, and asyncio's timeouts. For callers that handle (or translate) them as one.
+NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
+
 
 def wrong_revision(exc: BaseException) -> bool:
     """True when `exc` says a revision-checked write lost: the key's (or subject's) last revision

@@ -41,6 +41,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
 
+from gpudra_bus.connection import NATS_ERRORS
 from gpudra_bus.kvwatch import MARKER_REASON
 
 READ_IDLE = 10.0  # seconds `current_entries` waits for the next entry
@@ -50,7 +51,6 @@ LIST_TIMEOUT = 5.0  # seconds one listing may take before it is asked again
 INACTIVE_THRESHOLD = 30.0  # seconds the server keeps a listing's consumer nobody listens to
 
 _DELETED = (KV_DEL, KV_PURGE)
-_CLEANUP_ERRORS = (nats.errors.Error, OSError, TimeoutError)
 
 
 class _Lost(Exception):
@@ -101,7 +101,7 @@ async def current_entries(
                 return entries
             entries.append(entry)
     finally:
-        with contextlib.suppress(*_CLEANUP_ERRORS):
+        with contextlib.suppress(*NATS_ERRORS):
             await watcher.stop()  # type: ignore[no-untyped-call]
 
 
@@ -170,10 +170,10 @@ async def _close(
 ) -> None:
     try:
         _, sub = await setup
-    except _CLEANUP_ERRORS:
+    except NATS_ERRORS:
         sub = None  # no subscription; the consumer may exist all the same (a lost answer)
     if sub is not None:
-        with contextlib.suppress(*_CLEANUP_ERRORS):
+        with contextlib.suppress(*NATS_ERRORS):
             await sub.unsubscribe()
-    with contextlib.suppress(nats.js.errors.NotFoundError, *_CLEANUP_ERRORS):
+    with contextlib.suppress(nats.js.errors.NotFoundError, *NATS_ERRORS):
         await js.delete_consumer(stream, name)

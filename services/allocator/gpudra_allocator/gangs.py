@@ -40,10 +40,9 @@ from nats.js.kv import KeyValue
 
 from gpudra_allocator.errors import ReservationConflict
 from gpudra_allocator.holdings import BadReservationError
-from gpudra_bus import translate, wrong_revision
+from gpudra_bus import NATS_ERRORS, translate, wrong_revision
 from gpudrapb.v1 import claims_pb2
 
-_NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
 _MAX_CAS_TRIES = 50
 MATCH_ATTRIBUTE_ANNOTATION = "gpudra.io/gang-match-attribute"
 POD_UNIT_PREFIX = "pod:"
@@ -221,7 +220,7 @@ class GangBook:
             entry = await self._kv.get(key)
         except nats.js.errors.KeyNotFoundError:
             return 0, None
-        except _NATS_ERRORS as exc:
+        except NATS_ERRORS as exc:
             raise translate(exc, f"reading {key}") from exc
         return entry.revision or 0, entry.value or None
 
@@ -232,7 +231,7 @@ class GangBook:
                 await self._kv.create(key, value)
             else:
                 await self._kv.update(key, value, last=revision)
-        except _NATS_ERRORS as exc:
+        except NATS_ERRORS as exc:
             if wrong_revision(exc):
                 return False
             raise translate(exc, f"writing {key}") from exc
@@ -291,7 +290,7 @@ class GangBook:
             try:
                 await self._kv.delete(decision_key(gang))
                 await self._kv.delete(key, last=revision)
-            except _NATS_ERRORS as exc:
+            except NATS_ERRORS as exc:
                 # A revision-checked delete that lost comes back as a plain APIError.
                 if wrong_revision(exc):
                     continue
@@ -327,7 +326,7 @@ class GangBook:
             return False
         try:
             await self._kv.delete(key, last=revision)
-        except _NATS_ERRORS as exc:
+        except NATS_ERRORS as exc:
             # A revision-checked delete that lost comes back as a plain APIError.
             if wrong_revision(exc):
                 return False

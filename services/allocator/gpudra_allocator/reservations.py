@@ -56,12 +56,11 @@ from gpudra_allocator.holdings import (
     claim_key,
     pool_key,
 )
-from gpudra_bus import translate, wrong_revision
+from gpudra_bus import NATS_ERRORS, translate, wrong_revision
 from gpudra_service import cancel_until_done
 
 log = logging.getLogger(__name__)
 
-_NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
 _MAX_CAS_TRIES = 50
 RETRY_FIRST = 0.5  # seconds before the first new watch after a failed one
 RETRY_MAX = 10.0
@@ -96,7 +95,7 @@ class Reservations:
         """Start mirroring; returns once every existing key has been read."""
         try:
             watcher = await self._kv.watch(f"{POOL_PREFIX}>")
-        except _NATS_ERRORS as exc:
+        except NATS_ERRORS as exc:
             raise translate(exc, "watching reservations") from exc
         self._watch_task = asyncio.create_task(self._supervise(watcher), name="reservations-watch")
         await self._synced.wait()
@@ -113,7 +112,7 @@ class Reservations:
             try:
                 synced = await self._follow(watcher)
                 log.warning("reservations watch ended; watching again")
-            except _NATS_ERRORS as exc:
+            except NATS_ERRORS as exc:
                 synced = False
                 log.warning("reservations watch failed (%s); watching again", exc)
             except Exception:  # a bug must not leave the mirror silently stale: log, go on
@@ -125,7 +124,7 @@ class Reservations:
                 try:
                     watcher = await self._kv.watch(f"{POOL_PREFIX}>")
                     break
-                except _NATS_ERRORS as exc:
+                except NATS_ERRORS as exc:
                     log.warning("watching reservations again failed (%s)", exc)
                     delay = min(delay * 2, RETRY_MAX)
             self.rewatches += 1
@@ -152,7 +151,7 @@ class Reservations:
                     log.error("ignoring reservation key %s: %s", entry.key, exc)
             return synced
         finally:
-            with contextlib.suppress(*_NATS_ERRORS):
+            with contextlib.suppress(*NATS_ERRORS):
                 await watcher.stop()  # type: ignore[no-untyped-call]
 
     def _set(self, key: str, revision: int, value: PoolHoldings | None) -> None:
@@ -237,7 +236,7 @@ class Reservations:
             entry = await self._kv.get(claim_key(uid))
         except nats.js.errors.KeyNotFoundError:
             return 0, None
-        except _NATS_ERRORS as exc:
+        except NATS_ERRORS as exc:
             raise translate(exc, f"reading claim record {uid}") from exc
         if not entry.value:
             return entry.revision or 0, None
@@ -255,7 +254,7 @@ class Reservations:
             try:
                 await self._kv.create(key, record.encode())
                 return record
-            except _NATS_ERRORS as exc:
+            except NATS_ERRORS as exc:
                 if not wrong_revision(exc):
                     raise translate(exc, f"recording decision for {uid}") from exc
             revision, existing = await self._entry(uid)
@@ -268,7 +267,7 @@ class Reservations:
             try:
                 await self._kv.update(key, record.encode(), last=revision)
                 return record
-            except _NATS_ERRORS as exc:
+            except NATS_ERRORS as exc:
                 if not wrong_revision(exc):
                     raise translate(exc, f"recording decision for {uid}") from exc
         raise ReservationConflict(f"claim record {uid} keeps changing")
@@ -313,7 +312,7 @@ class Reservations:
         where its record says it holds devices, looked at even when the mirror is behind)."""
         try:
             await self._kv.put(claim_key(uid), ClaimRecord("released", claim=claim).encode())
-        except _NATS_ERRORS as exc:
+        except NATS_ERRORS as exc:
             raise translate(exc, f"tombstoning claim {uid}") from exc
         await self.drop(uid, pools=pools)
 
@@ -327,7 +326,7 @@ class Reservations:
         mark = ClaimRecord("cleared", claim=claim, seq=seq)
         try:
             await self._kv.put(claim_key(uid), mark.encode())
-        except _NATS_ERRORS as exc:
+        except NATS_ERRORS as exc:
             raise translate(exc, f"forgetting claim {uid}") from exc
         await self.drop(uid, pools=pools)
 
@@ -392,7 +391,7 @@ class Reservations:
                     new_revision = await self._kv.create(key, updated.encode())
                 else:
                     new_revision = await self._kv.update(key, updated.encode(), last=revision)
-            except _NATS_ERRORS as exc:
+            except NATS_ERRORS as exc:
                 if not wrong_revision(exc):
                     raise translate(exc, f"writing reservations of {driver}/{pool}") from exc
                 await self._refresh(key)
@@ -413,7 +412,7 @@ class Reservations:
             if revision:
                 self._set(key, revision, None)
             return
-        except _NATS_ERRORS as exc:
+        except NATS_ERRORS as exc:
             raise translate(exc, f"reading reservations {key}") from exc
         if entry.value:
             self._set(key, entry.revision or 0, PoolHoldings.decode(entry.value))

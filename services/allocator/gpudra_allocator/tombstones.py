@@ -36,16 +36,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import cast
 
-import nats.errors
 from nats.js import JetStreamContext
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from gpudra_allocator.holdings import CLAIM_PREFIX, BadReservationError, ClaimRecord
-from gpudra_bus import current_entries, translate
+from gpudra_bus import NATS_ERRORS, current_entries, translate
 
 log = logging.getLogger(__name__)
-
-_NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
 
 
 def grace_for(ack_wait: float, retry_interval: float) -> float:
@@ -85,7 +82,7 @@ class TombstoneCollector:
                 await self._js.purge_stream(
                     stream, seq=revision + 1, subject=f"$KV.{status.bucket}.{key}"
                 )
-        except _NATS_ERRORS as exc:
+        except NATS_ERRORS as exc:
             raise translate(exc, "removing claim tombstones") from exc
         self.removed += len(expired)
         log.info("removed %d claim tombstone(s) older than %.0f s", len(expired), self.grace)
@@ -97,7 +94,7 @@ class TombstoneCollector:
         out: list[tuple[str, int]] = []
         try:
             entries = await current_entries(self._kv, f"{CLAIM_PREFIX}>")
-        except _NATS_ERRORS as exc:
+        except NATS_ERRORS as exc:
             raise translate(exc, "reading claim records") from exc
         for entry in entries:
             if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:

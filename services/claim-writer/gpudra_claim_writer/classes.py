@@ -37,6 +37,7 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from gpudra_api import ApiError, parse_device_class
+from gpudra_bus import NATS_ERRORS
 from gpudra_bus.kvlist import live_keys
 from gpudra_kube.errors import KubePermanentError
 from gpudra_kube.informer import informer
@@ -46,7 +47,6 @@ from gpudra_kube.store import EventType, Store
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_NATS = (nats.errors.Error, OSError, TimeoutError)
 
 
 def mirrored_value(device_class: KubeObject) -> bytes:
@@ -177,7 +177,7 @@ class ClassMirror:
         while True:
             try:
                 return await call()
-            except _NATS as exc:
+            except NATS_ERRORS as exc:
                 wait = min(self._backoff[1], self._backoff[0] * 2.0 ** min(attempt, 32))
                 attempt += 1
                 log.warning("%s failed (%s); retrying in %.2fs", what, exc, wait)

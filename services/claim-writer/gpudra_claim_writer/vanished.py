@@ -36,7 +36,7 @@ import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from gpudra_bus import BusError, Publisher
+from gpudra_bus import NATS_ERRORS, BusError, Publisher
 from gpudra_bus.kvlist import live_keys
 from gpudra_claim_writer.claims import ref_of
 from gpudra_claim_writer.events import Kind, publish_event
@@ -48,7 +48,7 @@ from gpudrapb.v1 import claims_pb2
 log = logging.getLogger(__name__)
 
 RECORD_PREFIX = "c."  # the allocator's claim records in the reservations bucket
-_NATS = (nats.errors.Error, OSError, TimeoutError, BusError)
+_NATS = (*NATS_ERRORS, BusError)
 
 
 class Vanished:

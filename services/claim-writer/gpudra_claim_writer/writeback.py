@@ -74,6 +74,7 @@ from opentelemetry import trace
 from gpudra_bus import (
     ALLOCATION_DECISION,
     DECISIONS_STREAM,
+    NATS_ERRORS,
     RELEASED,
     Backoff,
     BusPermanentError,
@@ -126,7 +127,6 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("gpudra_claim_writer")
 
 _MAX_TRIES = 10
-_NATS = (nats.errors.Error, OSError, TimeoutError)
 # A write refused to the claim-writer itself (401/403) is tried again after 5 s, doubling to 60 s.
 _FORBIDDEN = Backoff(initial=5.0, maximum=60.0, jitter=0.0)
 
@@ -203,7 +203,7 @@ class Writeback:
                 _, stuck = await asyncio.wait(set(self._inflight), timeout=5.0)
                 for task in stuck:
                     task.cancel()
-            with contextlib.suppress(*_NATS):
+            with contextlib.suppress(*NATS_ERRORS):
                 await sub.unsubscribe()
 
     async def _in_slot(self, msg: Msg) -> None:
@@ -217,11 +217,11 @@ class Writeback:
     async def _guarded(self, msg: Msg) -> None:
         try:
             await self.handle(msg)
-            with contextlib.suppress(*_NATS):
+            with contextlib.suppress(*NATS_ERRORS):
                 await msg.ack()
         except (BusRetryableError, KubeRetryableError) as exc:
             log.warning("decision on %s deferred: %s", msg.subject, exc)
-            with contextlib.suppress(*_NATS):
+            with contextlib.suppress(*NATS_ERRORS):
                 await msg.nak(delay=1.0)
         except ForbiddenError as exc:
             self.counts["forbidden"] += 1
@@ -234,11 +234,11 @@ class Writeback:
                 exc,
                 delay,
             )
-            with contextlib.suppress(*_NATS):
+            with contextlib.suppress(*NATS_ERRORS):
                 await msg.nak(delay=delay)
         except (BusPermanentError, KubePermanentError) as exc:
             await self._dead.park(msg, exc)
-            with contextlib.suppress(*_NATS):
+            with contextlib.suppress(*NATS_ERRORS):
                 await msg.ack()
 
     async def handle(self, msg: Msg) -> None:

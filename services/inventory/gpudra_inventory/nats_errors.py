@@ -5,10 +5,6 @@ lease, the slice writer and the service."""
 
 from __future__ import annotations
 
-import nats.errors
-
-from gpudra_bus import wrong_revision
+from gpudra_bus import NATS_ERRORS, wrong_revision
 
 __all__ = ["NATS_ERRORS", "wrong_revision"]
-
-NATS_ERRORS = (nats.errors.Error, OSError, TimeoutError)
