@@ -7,9 +7,11 @@ import asyncio
 import json
 from typing import Any
 
+import nats.errors
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from gpudra_api import ALLOCATION_ID_ANNOTATION
 from gpudra_bus import (
@@ -133,18 +135,13 @@ async def test_a_released_claim_goes_out_again_only_as_its_consumers_allow(
             offers.append(c["metadata"]["name"])
         return bool(pod_phase)
 
-    published: list[bytes] = []
-
-    async def heard(msg: Msg) -> None:
-        published.append(msg.data)
-
-    sub = await nc.subscribe(subjects.claims("default", "named"), cb=heard)
+    sub = await nc.subscribe(subjects.claims("default", "named"))
     writeback = Writeback(nc, store, Publisher(nc), consumer="released-test", reoffer=reoffer)
     meta = claim["metadata"]
     ref = claims_pb2.ClaimRef(namespace="default", name="named", uid=meta["uid"])
     await writeback._released(claims_pb2.Released(claim=ref, reason="deallocated"))
     await nc.flush()
-    await asyncio.sleep(0.1)
+    published = await queued(sub)
     await sub.unsubscribe()
     assert len(offers) == reoffered
     assert len(published) == alone
@@ -173,16 +170,15 @@ async def test_a_decision_starts_from_the_claim_its_event_saw(
     if changed_since:
         claim["metadata"]["labels"] = {"changed": "since"}
         await other.replace(RESOURCE_CLAIMS, claim)
-    reads: list[str] = []
-
-    async def heard(msg: Msg) -> None:
-        reads.append(msg.subject)
-
-    for subject in (
-        "$JS.API.STREAM.MSG.GET.KV_gpudra-claims",
-        "$JS.API.DIRECT.GET.KV_gpudra-claims.>",
-    ):
-        await nc.subscribe(subject, cb=heard)
+    # No callback: after a flush every read is already queued on these subscriptions, so the count
+    # below does not depend on when a callback task gets to run.
+    readers = [
+        await nc.subscribe(subject)
+        for subject in (
+            "$JS.API.STREAM.MSG.GET.KV_gpudra-claims",
+            "$JS.API.DIRECT.GET.KV_gpudra-claims.>",
+        )
+    ]
     publisher = Publisher(nc)
     writeback = Writeback(nc, store, publisher, consumer="seen-test")
     task = asyncio.create_task(writeback.run())
@@ -203,12 +199,23 @@ async def test_a_decision_starts_from_the_claim_its_event_saw(
     finally:
         await cancel_and_wait(task)
     await nc.flush()
+    reads = [len(await queued(sub)) for sub in readers]
     stored = await other.get(RESOURCE_CLAIMS, "seen", "default")
     assert stored["status"]["allocation"] == ALLOCATION
     assert FINALIZER in stored["metadata"]["finalizers"]
     # Nothing written meanwhile is lost: the refused write was decided again on a fresh read.
     assert stored["metadata"].get("labels") == ({"changed": "since"} if changed_since else None)
-    assert len(reads) - 1 == reads_wanted  # the last read is the `get` above
+    assert sum(reads) == reads_wanted
+
+
+async def queued(sub: Subscription) -> list[Msg]:
+    """The messages already delivered to `sub` (one without a callback), taken off its queue."""
+    taken: list[Msg] = []
+    while True:
+        try:
+            taken.append(await sub.next_msg(timeout=0.05))
+        except nats.errors.TimeoutError:
+            return taken
 
 
 async def allocated_decision(store: KvStore, name: str) -> claims_pb2.AllocationDecision:
