@@ -533,3 +533,46 @@ def test_a_gpu_instance_without_compute_instance_holds_its_slices() -> None:
     assert all(p.start + p.size <= 4 for p in gpu2.free_placements)
     assert ("3g.40gb", 0) in free
     assert ("3g.40gb", 4) not in free
+
+
+class _LinksAbsent:
+    """The simulator with some link indexes answering NOT_SUPPORTED on every GPU, as NVML does for
+    links a SKU has disabled: the links a GPU has are not numbered from 0 without gaps."""
+
+    def __init__(self, lib: Any, absent: set[int]) -> None:
+        self._lib, self._absent = lib, absent
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if not name.startswith("nvmlDeviceGetNvLink"):
+            return real
+
+        def call(handle: Any, link: int) -> Any:
+            if link in self._absent:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return real(handle, link)
+
+        return call
+
+
+@pytest.mark.parametrize(
+    ("profile", "absent", "domains"),
+    [
+        pytest.param("dgx-h100", {0}, ["nvswitch-0"] * 8, id="first-link-disabled"),
+        pytest.param("dgx-h100", {0, 1, 2, 5}, ["nvswitch-0"] * 8, id="gaps"),
+        pytest.param(
+            "h100-pcie-pairs",
+            {0, 1},
+            ["nvlink-0", "nvlink-0", "nvlink-1", "nvlink-1"],
+            id="bridge-on-later-links",
+        ),
+        # Every index up to NVML's maximum answering NOT_SUPPORTED: no NVLink at all.
+        pytest.param("dgx-h100", set(range(64)), [""] * 8, id="none"),
+    ],
+)
+def test_nvlink_scan_reads_every_link_index(
+    profile: str, absent: set[int], domains: list[str]
+) -> None:
+    opened = open_simulator(profile)
+    opened.adapter.nvml.lib = _LinksAbsent(opened.fake, absent)
+    assert [d.nvlink_domain for d in opened.adapter.discover().devices] == domains

@@ -5,7 +5,9 @@
   one domain. A link either end reports active joins both; a bridge to a GPU that is lost right now
   still makes its partner an NVLink GPU. Names are `nvswitch-<k>` when the
   island contains a switch and `nvlink-<k>` otherwise, k counting islands in order of their lowest
-  GPU index. GPUs with no active link get no domain. A link whose queries fail counts as inactive;
+  GPU index. GPUs with no active link get no domain. Every link index below NVML_NVLINK_MAX_LINKS
+  is read (links are not numbered without gaps: a SKU may disable any of them) and only active ones
+  count; one NVML does not support is simply absent. A link whose queries fail counts as inactive;
   a GPU that answers GPU_IS_LOST is left out and added to `lost`, so one GPU never fails the
   whole computation.
 - `clique_id`: `<clusterUUID>.<cliqueId>` from `nvmlDeviceGetGpuFabricInfoV` once the fabric manager
@@ -67,13 +69,11 @@ def nvlink_domains(
         gpu = ("gpu", f"{index:06d}")
         for link in range(max_links):
             try:
+                # Every index is read: a SKU may disable any of its links (link 0 too), so the
+                # first one NVML does not support says nothing about the next.
                 state = nvml.optional("nvmlDeviceGetNvLinkState", handle, link)
-                if state is None:
-                    if link == 0:
-                        break  # no NVLink on this GPU at all
-                    continue
                 if not state:
-                    continue
+                    continue  # absent (NOT_SUPPORTED, beyond this GPU's links) or inactive
                 kind = nvml.optional("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
                 if kind == npu:
                     continue  # a CPU link (POWER9), not a GPU island
