@@ -9,6 +9,10 @@ about which one it holds. Promises:
 - Devices come out in GPU index order, each GPU followed by its MIG devices; names are stable.
 - A GPU in MIG mode carries its free placements (dynamic MIG) and is itself marked `mig_enabled`;
   whole GPUs are MIG-disabled ones.
+- An optional attribute (architecture, VBIOS version, fabric clique, NVML's version) whose query
+  fails with an NVML error leaves the GPU described without it, never dropped; the failure is
+  logged once per GPU and attribute until the query answers again. What the GPU is (UUID, PCI
+  address, memory, MIG mode, MIG devices) is not optional: failing, the GPU is in `failed`.
 - `numa_node` is the NUMA node the kernel gives the GPU's PCI function (its CPU and host-memory
   affinity, as `nvidia-smi topo -m` shows it), not `nvmlDeviceGetNumaNodeId`: that one answers
   only where the GPU's memory is a NUMA node itself (Grace), and then names that node.
@@ -16,15 +20,19 @@ about which one it holds. Promises:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gpudra_nvml import mig, topology
 from gpudra_nvml.errors import DeviceLostError, NvmlCallError
 from gpudra_nvml.nvcall import Nvml, text
 from gpudrapb.v1 import inventory_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 PcieRootResolver = Callable[[str], str]
 NumaResolver = Callable[[str], "int | None"]
@@ -99,6 +107,8 @@ class NvmlAdapter:
         self._pcie_root = pcie_root
         self._numa_node = numa_node
         self._started = False
+        #: (GPU or "node", attribute) whose optional query is failing now: logged once per streak.
+        self._broken: set[tuple[str, str]] = set()
 
     def start(self) -> None:
         self.nvml.call("nvmlInit")
@@ -139,7 +149,9 @@ class NvmlAdapter:
 
     def versions(self) -> pb.Versions:
         cuda = int(self.nvml.call("nvmlSystemGetCudaDriverVersion"))
-        nvml_version = self.nvml.optional("nvmlSystemGetNVMLVersion")
+        nvml_version = self._attribute(
+            "node", "NVML version", lambda: self.nvml.optional("nvmlSystemGetNVMLVersion")
+        )
         return pb.Versions(
             driver=text(self.nvml.call("nvmlSystemGetDriverVersion")),
             cuda_driver=f"{cuda // 1000}.{cuda % 1000 // 10}",
@@ -169,9 +181,13 @@ class NvmlAdapter:
             device.nvlink_domain = domains.get(index, "")
             # A GPU is added with its MIG devices or not at all: one that stops answering half-way
             # must not appear both described afresh and carried over from the last inventory.
+            handle = live[index]
             try:
-                device.clique_id = topology.clique_id(self.nvml, live[index])
-                children = self._mig(live[index], device) if device.mig_enabled else []
+                clique = self._attribute(
+                    device.name, "fabric clique", partial(topology.clique_id, self.nvml, handle)
+                )
+                device.clique_id = clique or ""
+                children = self._mig(handle, device) if device.mig_enabled else []
             except DeviceLostError:
                 result.lost.append(index)
                 continue
@@ -185,33 +201,52 @@ class NvmlAdapter:
         return result
 
     def _gpu(self, index: int, handle: Any) -> pb.Device:
-        call, optional = self.nvml.call, self.nvml.optional
+        call, name = self.nvml.call, f"gpu-{index}"
+
+        def optional(function: str) -> Any:
+            return self._attribute(name, function, lambda: self.nvml.optional(function, handle))
+
         major, minor = call("nvmlDeviceGetCudaComputeCapability", handle)
         bus_id = topology.normalize_bus_id(text(call("nvmlDeviceGetPciInfo", handle).busId))
         device = pb.Device(
-            name=f"gpu-{index}",
+            name=name,
             type=pb.Device.TYPE_GPU,
             uuid=text(call("nvmlDeviceGetUUID", handle)),
             index=index,
             minor=int(call("nvmlDeviceGetMinorNumber", handle)),
             product_name=text(call("nvmlDeviceGetName", handle)),
             brand=self._brand(int(call("nvmlDeviceGetBrand", handle))),
-            architecture=self._architecture(optional("nvmlDeviceGetArchitecture", handle)),
+            architecture=self._architecture(optional("nvmlDeviceGetArchitecture")),
             cuda_compute_capability=f"{major}.{minor}",
             pci_bus_id=bus_id,
             pcie_root=self._pcie_root(bus_id),
             memory_bytes=int(call("nvmlDeviceGetMemoryInfo", handle).total),
-            vbios_version=text(optional("nvmlDeviceGetVbiosVersion", handle) or ""),
+            vbios_version=text(optional("nvmlDeviceGetVbiosVersion") or ""),
         )
         numa = self._numa_node(bus_id)
         if numa is not None:
             device.numa_node = numa
-        mode = optional("nvmlDeviceGetMigMode", handle)
+        mode = self.nvml.optional("nvmlDeviceGetMigMode", handle)
         device.mig_capable = mode is not None
         device.mig_enabled = mode is not None and mode[0] == self.nvml.const(
             "NVML_DEVICE_MIG_ENABLE"
         )
         return device
+
+    def _attribute(self, gpu: str, what: str, read: Callable[[], Any]) -> Any | None:
+        """`read()`, or None when it fails with an NVML error (logged once per streak). A GPU that
+        is lost (DeviceLostError) is still lost: that is not an attribute failing."""
+        try:
+            value = read()
+        except NvmlCallError as exc:
+            if (gpu, what) not in self._broken:
+                self._broken.add((gpu, what))
+                log.warning("%s: %s unreadable (%s): described without it", gpu, what, exc)
+            return None
+        if (gpu, what) in self._broken:
+            self._broken.discard((gpu, what))
+            log.info("%s: %s readable again", gpu, what)
+        return value
 
     def _mig(self, handle: Any, gpu: pb.Device) -> list[pb.Device]:
         profiles = mig.gi_profiles(self.nvml, handle)

@@ -576,3 +576,58 @@ def test_nvlink_scan_reads_every_link_index(
     opened = open_simulator(profile)
     opened.adapter.nvml.lib = _LinksAbsent(opened.fake, absent)
     assert [d.nvlink_domain for d in opened.adapter.discover().devices] == domains
+
+
+@pytest.mark.parametrize(
+    ("profile", "function", "field"),
+    [
+        pytest.param("dgx-h100", "nvmlDeviceGetVbiosVersion", "vbios_version", id="vbios"),
+        pytest.param("dgx-h100", "nvmlDeviceGetArchitecture", "architecture", id="architecture"),
+        pytest.param("gb200-nvl72-tray", "nvmlDeviceGetGpuFabricInfoV", "clique_id", id="clique"),
+    ],
+)
+def test_a_broken_optional_attribute_leaves_the_gpu_described_without_it(
+    profile: str, function: str, field: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    opened = open_simulator(profile)
+    healthy = {d.name: d for d in opened.adapter.discover().devices}
+    assert getattr(healthy["gpu-1"], field)
+    opened.adapter.nvml.lib = _FailsOn(opened.fake, function, 1, pynvml.NVML_ERROR_UNKNOWN)
+    with caplog.at_level("WARNING", logger="gpudra_nvml.adapter"):
+        for _ in range(3):
+            found = opened.adapter.discover()
+    assert (found.failed, found.lost) == ({}, [])
+    devices = {d.name: d for d in found.devices}
+    assert list(devices) == list(healthy)
+    assert getattr(devices["gpu-1"], field) == ""
+    assert getattr(devices["gpu-2"], field) == getattr(healthy["gpu-2"], field)
+    # Every other field of the GPU is as before.
+    devices["gpu-1"].ClearField(field)  # type: ignore[arg-type]
+    healthy["gpu-1"].ClearField(field)  # type: ignore[arg-type]
+    assert devices["gpu-1"] == healthy["gpu-1"]
+    warnings = [r.getMessage() for r in caplog.records if function in r.getMessage()]
+    assert len(warnings) == 1, warnings  # once, not at every discovery
+    assert "gpu-1" in warnings[0]
+
+
+class _NvmlVersionBroken:
+    def __init__(self, lib: Any) -> None:
+        self._lib = lib
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "nvmlSystemGetNVMLVersion":
+            return getattr(self._lib, name)
+
+        def call() -> str:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+
+        return call
+
+
+def test_a_broken_nvml_version_leaves_every_gpu_described() -> None:
+    opened = open_simulator("l4-pcie")
+    opened.adapter.nvml.lib = _NvmlVersionBroken(opened.fake)
+    found = opened.adapter.discover()
+    assert found.versions.nvml == ""
+    assert found.versions.driver == "550.54.15"
+    assert len(found.devices) == 4
