@@ -13,6 +13,11 @@ itself and gives the library one merged kubeconfig, as client-go's loading rules
   `certificate-authority`, `client-certificate`, `client-key`, `tokenFile`, and an exec
   `command` that contains a slash (a bare name is looked up on `PATH`);
 - a file that cannot be read or parsed is an error (client-go's), never skipped;
+- a `server` without a scheme (`10.0.0.1:6443`) gets one as client-go's `DefaultServerURL`
+  gives it: https:// when the cluster has a CA (file or data) or skips TLS verification, or the
+  user has a client certificate, else http://; one with a path but no scheme is refused ("host
+  must be a URL or a host:port pair"). kubernetes-asyncio took it as is, and every request
+  failed with aiohttp's "NonHttpUrlClientError";
 - what the client cannot honour is refused at load, in one line, rather than ignored: a CA
   together with `insecure-skip-tls-verify` (client-go refuses it too), and a `proxy-url` other
   than http or https (client-go also speaks socks5; aiohttp does not), and impersonation
@@ -142,6 +147,7 @@ async def load_kubeconfig(
     if context is None and not merged.get("current-context"):
         raise ConfigException(f"kubeconfig {os.pathsep.join(map(str, files))} sets no context")
     _check_current(merged, context)
+    _default_scheme(merged, context)
     # config_base_path "": every path is absolute already, none is re-resolved by the library.
     user = _entry(merged, "contexts", context or merged.get("current-context"), "context").get(
         "user"
@@ -220,6 +226,42 @@ def _check_current(merged: Mapping[str, Any], context: str | None) -> None:
             f"cluster {cluster_name}: proxy-url {proxy} is not supported: this client speaks to "
             "http and https proxies only"
         )
+
+
+def _default_scheme(merged: Mapping[str, Any], context: str | None) -> None:
+    """Give the current context's server a scheme if it has none, in place (client-go's
+    `rest.DefaultServerUrlFor` and `DefaultServerURL`)."""
+    current = _entry(merged, "contexts", context or merged.get("current-context"), "context")
+    user = _entry(merged, "users", current.get("user"), "user")
+    for entry in merged["clusters"]:
+        cluster = entry.get("cluster")
+        if entry.get("name") != current.get("cluster") or not isinstance(cluster, dict):
+            continue
+        server = cluster.get("server")
+        if not isinstance(server, str) or not server:
+            return  # missing: left to the library to name
+        tls = any(
+            cluster.get(key) for key in ("certificate-authority", "certificate-authority-data")
+        ) or bool(cluster.get("insecure-skip-tls-verify"))
+        tls = tls or any(user.get(key) for key in ("client-certificate", "client-certificate-data"))
+        cluster["server"] = _server_url(str(entry["name"]), server, tls)
+        return
+
+
+def _server_url(cluster: str, server: str, tls: bool) -> str:
+    """`server` with a scheme: its own, else https:// when `tls`, else http://."""
+    why = f"cluster {cluster}: server {server!r}: host must be a URL or a host:port pair"
+    try:
+        parts = urlsplit(server)
+        if parts.scheme and parts.netloc:
+            return server
+        url = ("https://" if tls else "http://") + server
+        parts = urlsplit(url)
+    except ValueError as exc:  # a malformed IPv6 literal, ...
+        raise ConfigException(f"{why}: {exc}") from exc
+    if not parts.netloc or parts.path not in ("", "/"):
+        raise ConfigException(why)
+    return url
 
 
 class _Loader(KubeConfigLoader):

@@ -364,3 +364,114 @@ async def test_a_pod_without_its_token_says_so(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     with pytest.raises(InvalidObjectError, match="in-cluster: Service token file does not exist"):
         await load_api_client()
+
+
+def without_scheme(url: str) -> str:
+    return url.split("://", 1)[1]
+
+
+async def test_a_server_without_a_scheme_is_http_without_tls_settings(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """`server: 10.0.0.1:6443` (no scheme): client-go's `DefaultServerURL` puts http:// before
+    it when the cluster has no CA, the user no client certificate and TLS checks are not
+    skipped, and the client talks to the server there."""
+    path = kubeconfig(
+        tmp_path / "config",
+        clusters={"c": {"server": without_scheme(kube_api.url)}},
+        users={"me": {"token": "t"}},
+        contexts={"x": ("c", "me")},
+        current="x",
+    )
+    await list_claims(path)
+    assert kube_api.requests[-1][1] == "/apis/resource.k8s.io/v1/resourceclaims"
+
+
+async def test_a_server_without_a_scheme_is_https_with_a_ca(
+    tls_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """With a CA (or a client certificate, or insecure-skip-tls-verify) client-go defaults the
+    scheme to https://, and the CA verifies the server."""
+    await list_claims(
+        tls_kubeconfig(
+            tmp_path,
+            without_scheme(tls_api.url),
+            **{"certificate-authority": "ca.crt", "tls-server-name": "api.example"},
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("server", "cluster", "user", "host"),
+    [
+        pytest.param("10.0.0.1:6443", {}, {}, "http://10.0.0.1:6443", id="plain"),
+        pytest.param("localhost", {}, {}, "http://localhost", id="bare-name"),
+        pytest.param("api.example:6443", {}, {}, "http://api.example:6443", id="name-and-port"),
+        pytest.param(
+            "10.0.0.1:6443",
+            {"certificate-authority": "ca.crt"},
+            {},
+            "https://10.0.0.1:6443",
+            id="ca-file",
+        ),
+        pytest.param(
+            "10.0.0.1:6443",
+            {"certificate-authority-data": base64.b64encode(API_CA.encode()).decode()},
+            {},
+            "https://10.0.0.1:6443",
+            id="ca-data",
+        ),
+        pytest.param(
+            "10.0.0.1:6443",
+            {"insecure-skip-tls-verify": True},
+            {},
+            "https://10.0.0.1:6443",
+            id="insecure",
+        ),
+        pytest.param(
+            "10.0.0.1:6443",
+            {},
+            {
+                "client-certificate-data": base64.b64encode(CLIENT_CERT.encode()).decode(),
+                "client-key-data": base64.b64encode(CLIENT_KEY.encode()).decode(),
+            },
+            "https://10.0.0.1:6443",
+            id="client-certificate",
+        ),
+        pytest.param("https://10.0.0.1:6443", {}, {}, "https://10.0.0.1:6443", id="scheme-kept"),
+        pytest.param("http://10.0.0.1:6443", {}, {}, "http://10.0.0.1:6443", id="http-kept"),
+    ],
+)
+async def test_the_server_scheme_defaults_as_in_client_go(
+    tmp_path: Path,
+    server: str,
+    cluster: dict[str, Any],
+    user: dict[str, Any],
+    host: str,
+) -> None:
+    (tmp_path / "ca.crt").write_text(API_CA, encoding="ascii")
+    path = kubeconfig(
+        tmp_path / "config",
+        clusters={"c": {"server": server, **cluster}},
+        users={"me": {"token": "t", **user}},
+        contexts={"x": ("c", "me")},
+        current="x",
+    )
+    client = await load_api_client(str(path))
+    try:
+        assert client.configuration.host == host
+    finally:
+        await client.close()
+
+
+async def test_a_server_without_a_scheme_but_with_a_path_is_refused(tmp_path: Path) -> None:
+    """client-go: "host must be a URL or a host:port pair" (a path needs the scheme written)."""
+    path = kubeconfig(
+        tmp_path / "config",
+        clusters={"c": {"server": "10.0.0.1:6443/prefix"}},
+        users={"me": {"token": "t"}},
+        contexts={"x": ("c", "me")},
+        current="x",
+    )
+    with pytest.raises(InvalidObjectError, match="host must be a URL or a host:port pair"):
+        await load_api_client(str(path))
