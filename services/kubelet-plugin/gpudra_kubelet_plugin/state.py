@@ -340,10 +340,17 @@ class DeviceState:
         self, allocation: Allocation, infos: Mapping[str, DeviceInfo]
     ) -> tuple[tuple[PreparedDevice, ...], list[CdiDevice]]:
         # One answer entry per (device, shareID); several requests served by the same device
-        # (possible with prioritized alternatives) share one CDI device.
+        # (possible with prioritized alternatives) share one CDI device. The kubelet gives a
+        # container the devices whose request names contain, exactly, the request its
+        # `resources.claims[]` entry names: a request of the claim, never a subrequest. So a
+        # result of subrequest "gpu/small" is answered as request "gpu" (kubeletplugin's
+        # stripSubrequestNames does the same).
         grouped: dict[tuple[str, str | None], list[str]] = {}
         for result in allocation.results:
-            grouped.setdefault((result.device, result.share_id), []).append(result.request)
+            names = grouped.setdefault((result.device, result.share_id), [])
+            request = result.request.split("/", 1)[0]
+            if request not in names:
+                names.append(request)
         devices, cdi_devices = [], []
         for (device, share_id), requests in grouped.items():
             name = self._cdi.device_name(allocation.uid, device, share_id)
