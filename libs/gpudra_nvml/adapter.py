@@ -13,6 +13,10 @@ about which one it holds. Promises:
   fails with an NVML error leaves the GPU described without it, never dropped; the failure is
   logged once per GPU and attribute until the query answers again. What the GPU is (UUID, PCI
   address, memory, MIG mode, MIG devices) is not optional: failing, the GPU is in `failed`.
+- `memory_bytes` is 0 for a GPU without memory of its own: unified memory shared with the host
+  (GB10, DGX Spark), where `nvmlDeviceGetMemoryInfo` answers NOT_SUPPORTED. The host's memory is
+  not the GPU's to promise (the CPU and every process share it), so none is claimed, as NVIDIA's
+  DRA driver publishes no memory capacity there; its utilisation samples carry no memory bytes.
 - `numa_node` is the NUMA node the kernel gives the GPU's PCI function (its CPU and host-memory
   affinity, as `nvidia-smi topo -m` shows it), not `nvmlDeviceGetNumaNodeId`: that one answers
   only where the GPU's memory is a NUMA node itself (Grace), and then names that node.
@@ -48,6 +52,8 @@ _BRANDS = {
     "NVS": "NVS",
     "GRID": "Grid",
 }
+_NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
+
 _ARCHITECTURES = {
     "KEPLER": "Kepler",
     "MAXWELL": "Maxwell",
@@ -220,7 +226,7 @@ class NvmlAdapter:
             cuda_compute_capability=f"{major}.{minor}",
             pci_bus_id=bus_id,
             pcie_root=self._pcie_root(bus_id),
-            memory_bytes=int(call("nvmlDeviceGetMemoryInfo", handle).total),
+            memory_bytes=self._memory_total(handle),
             vbios_version=text(optional("nvmlDeviceGetVbiosVersion") or ""),
         )
         numa = self._numa_node(bus_id)
@@ -232,6 +238,20 @@ class NvmlAdapter:
             "NVML_DEVICE_MIG_ENABLE"
         )
         return device
+
+    def _memory_info(self, handle: Any) -> Any | None:
+        """NVML's memory info, or None where the GPU has no memory of its own (unified memory).
+        Only NOT_SUPPORTED means that: any other error is the GPU's description failing."""
+        try:
+            return self.nvml.call("nvmlDeviceGetMemoryInfo", handle)
+        except NvmlCallError as exc:
+            if exc.code == _NOT_SUPPORTED:
+                return None
+            raise
+
+    def _memory_total(self, handle: Any) -> int:
+        memory = self._memory_info(handle)
+        return 0 if memory is None else int(memory.total)
 
     def _attribute(self, gpu: str, what: str, read: Callable[[], Any]) -> Any | None:
         """`read()`, or None when it fails with an NVML error (logged once per streak). A GPU that
@@ -279,7 +299,7 @@ class NvmlAdapter:
         for index, handle in sorted(handles.items()):
             try:
                 rates = self.nvml.call("nvmlDeviceGetUtilizationRates", handle)
-                memory = self.nvml.call("nvmlDeviceGetMemoryInfo", handle)
+                memory = self._memory_info(handle)
                 uuid = text(self.nvml.call("nvmlDeviceGetUUID", handle))
             except (DeviceLostError, NvmlCallError):
                 continue  # no sample for this GPU this time; the others are still sampled
@@ -289,8 +309,8 @@ class NvmlAdapter:
                     device_uuid=uuid,
                     gpu_percent=int(rates.gpu),
                     memory_percent=int(rates.memory),
-                    memory_used_bytes=int(memory.used),
-                    memory_total_bytes=int(memory.total),
+                    memory_used_bytes=0 if memory is None else int(memory.used),
+                    memory_total_bytes=0 if memory is None else int(memory.total),
                 )
             )
         return out

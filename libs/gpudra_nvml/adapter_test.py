@@ -631,3 +631,24 @@ def test_a_broken_nvml_version_leaves_every_gpu_described() -> None:
     assert found.versions.nvml == ""
     assert found.versions.driver == "550.54.15"
     assert len(found.devices) == 4
+
+
+def test_a_gpu_without_memory_of_its_own_is_described_without_memory() -> None:
+    # GB10-class unified memory (DGX Spark): nvmlDeviceGetMemoryInfo answers NOT_SUPPORTED, as
+    # nvidia-smi's "Memory-Usage: Not Supported" shows; the GPU uses the host's memory.
+    opened = open_simulator("l4-pcie")
+    healthy = {d.name: d for d in opened.adapter.discover().devices}
+    opened.adapter.nvml.lib = _FailsOn(
+        opened.fake, "nvmlDeviceGetMemoryInfo", 1, pynvml.NVML_ERROR_NOT_SUPPORTED
+    )
+    found = opened.adapter.discover()
+    assert (found.failed, found.lost) == ({}, [])
+    devices = {d.name: d for d in found.devices}
+    assert list(devices) == list(healthy)
+    assert devices["gpu-1"].memory_bytes == 0  # none: see inventory.proto
+    assert devices["gpu-1"].uuid == healthy["gpu-1"].uuid
+    assert devices["gpu-2"].memory_bytes == healthy["gpu-2"].memory_bytes
+    samples = {s.device_name: s for s in opened.adapter.utilization()}
+    assert list(samples) == [f"gpu-{i}" for i in range(4)]
+    assert (samples["gpu-1"].memory_total_bytes, samples["gpu-1"].memory_used_bytes) == (0, 0)
+    assert samples["gpu-1"].gpu_percent == samples["gpu-0"].gpu_percent  # constant-busy profile

@@ -77,6 +77,10 @@ def common(device: pb.Device, versions: pb.Versions) -> dict[str, Any]:
 def gpu(device: pb.Device, versions: pb.Versions) -> tuple[dict[str, Any], dict[str, Any]]:
     attrs = {"type": {"string": "gpu"}, "uuid": _string(device.uuid, "uuid", device.name)}
     attrs |= common(device, versions)
+    if not device.memory_bytes:
+        # No memory of its own (unified memory, GB10): no capacity, so that no selector on
+        # memory can match it by accident, as NVIDIA's driver publishes it.
+        return attrs, {}
     return attrs, {"memory": {"value": quantity(device.memory_bytes)}}
 
 

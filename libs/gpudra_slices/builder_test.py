@@ -333,3 +333,18 @@ def test_mig_device_with_unknown_placement_claims_the_whole_gpu() -> None:
 )
 def test_placement_device_name(profile: str, start: int, want: str) -> None:
     assert placement_device_name("gpu-2", profile, start) == want
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_a_gpu_without_memory_of_its_own_has_no_memory_capacity(version: str) -> None:
+    # Unified memory (GB10): NVML reports no memory of the GPU's own (memory_bytes 0). Publishing
+    # 0 would let `memory <= 24Gi` match it by accident; with no capacity no selector on memory
+    # can match it (an unguarded one fails with "no such key", as on NVIDIA's driver's slices).
+    inventory = _inventory("l4-pcie")
+    inventory.devices[1].memory_bytes = 0
+    slices = build_slices(inventory)
+    for obj in slices:
+        kubernetes_validate.validate(obj, version, strict=True)
+    devices = _devices(slices)
+    assert "memory" not in devices["gpu-1"].get("capacity", {})
+    assert devices["gpu-0"]["capacity"]["memory"] == {"value": "23034Mi"}

@@ -306,6 +306,9 @@ class Device(google.protobuf.message.Message):
     numa_node: builtins.int
     """NUMA node of the GPU's PCI function, from sysfs; absent when the platform does not tell."""
     memory_bytes: builtins.int
+    """The GPU's own memory; 0 when NVML reports none (unified memory shared with the host, GB10:
+    nvmlDeviceGetMemoryInfo answers NOT_SUPPORTED), and then no memory capacity is published.
+    """
     vbios_version: builtins.str
     mig_capable: builtins.bool
     """GPUs only: MIG capability and mode. A GPU with MIG enabled is not itself allocatable; its MIG
