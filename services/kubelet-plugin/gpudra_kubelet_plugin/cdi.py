@@ -7,7 +7,8 @@ it never collides with the node's static `nvidia.com/gpu` spec); the file is
 the parent's node and the GI/CI access capabilities `/dev/nvidia-caps/nvidia-cap<M>`). For the whole
 claim: `/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools` and `NVIDIA_VISIBLE_DEVICES`
 (the UUIDs of all the claim's devices, in result order) plus any sharing environment, plus the
-driver's libraries, binaries and hooks when a base spec is configured (see `cdibase`).
+driver's libraries, binaries and hooks when a base spec is configured (see `cdibase`). The spec
+declares CDI 0.6.0, or 0.7.0 when it carries `additionalGIDs` (see `CDI_VERSION`).
 
 Every spec is validated against `cdi_schema.json` before it is written; a write goes to a dot-file
 temp `.<spec file>.tmp` (CDI runtimes load only `*.json`/`*.yaml`), is fsynced and renamed, so a
@@ -33,7 +34,12 @@ from gpudra_kubelet_plugin.cdibase import merge_edits
 from gpudra_kubelet_plugin.devices import DeviceInfo
 from gpudra_kubelet_plugin.errors import CdiError
 
+# The spec version a claim spec declares: the lowest the CDI library (containerd, CRI-O) accepts
+# for what it contains. Spec annotations need 0.6.0; `additionalGIDs`, which a base spec may
+# bring, need 0.7.0. Never more than needed: runtimes built on an older CDI library reject
+# versions they do not know.
 CDI_VERSION = "0.6.0"
+CDI_VERSION_ADDITIONAL_GIDS = "0.7.0"
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
@@ -136,6 +142,8 @@ class CdiWriter:
                 self.base_edits,
             ),
         }
+        if spec["containerEdits"].get("additionalGIDs"):
+            spec["cdiVersion"] = CDI_VERSION_ADDITIONAL_GIDS
         validate(spec)
         return spec
 

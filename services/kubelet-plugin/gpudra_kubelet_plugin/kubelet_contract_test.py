@@ -6,7 +6,23 @@ is only right if the kubelet and the CDI runtime use it as gpudra means them to.
 
 from __future__ import annotations
 
-from gpudra_kubelet_plugin.conftest import DRIVER, KIND, NODE, Node, Running, make_claim, ref
+from typing import Any
+
+import pytest
+
+from gpudra_kubelet_plugin.cdi import CdiWriter
+from gpudra_kubelet_plugin.conftest import (
+    DRIVER,
+    KIND,
+    NODE,
+    Node,
+    Running,
+    make_claim,
+    read_spec,
+    ref,
+)
+from gpudra_kubelet_plugin.fakekubelet import FakeKubelet
+from gpudra_kubelet_plugin.state import DeviceState
 from kubeletpb.dra.v1 import api_pb2 as v1
 
 
@@ -41,3 +57,59 @@ async def test_a_subrequests_device_is_named_by_its_parent_request(
     assert cdi_ids_for_container(answer, "gpu") == [f"{KIND}=uid-p-gpu-1-mig-1-0"]
     beta = (await kubelet.prepare_v1beta1([ref(claim)])).claims["uid-p"]
     assert [list(d.request_names) for d in beta.devices] == [["gpu"], ["whole"]]
+
+
+def cdi_required_version(spec: dict[str, Any]) -> str:
+    """The lowest `cdiVersion` the CDI library (`MinimumRequiredVersion`, which containerd and
+    CRI-O run on every spec they load) accepts for `spec`, for the fields gpudra may write; a
+    spec that declares less is rejected ("the spec version must be at least ...")."""
+    edits = [spec.get("containerEdits", {})] + [d["containerEdits"] for d in spec["devices"]]
+    if any(e.get("additionalGIDs") for e in edits):
+        return "0.7.0"
+    if spec.get("annotations") or any(d.get("annotations") for d in spec["devices"]):
+        return "0.6.0"
+    if any(n.get("hostPath") for e in edits for n in e.get("deviceNodes", [])) or any(
+        d["name"][0].isdigit() for d in spec["devices"]
+    ):
+        return "0.5.0"
+    if any(m.get("type") for e in edits for m in e.get("mounts", [])):
+        return "0.4.0"
+    return "0.3.0"
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        pytest.param({}, id="no-base-spec"),
+        pytest.param({"additionalGIDs": [44]}, id="base-spec-with-additional-gids"),
+    ],
+)
+async def test_a_claim_spec_declares_the_cdi_version_its_fields_need(
+    node: Node, base: dict[str, Any]
+) -> None:
+    # The node's base spec (nvidia-ctk) may give containers extra groups (`additionalGIDs`, e.g.
+    # for /dev/dri); a claim spec that carries them must say 0.7.0, and one without them stays
+    # at 0.6.0, which older runtimes (CDI library before 0.7) still load.
+    state = DeviceState(
+        driver=DRIVER,
+        node=NODE,
+        claims=node.claims,
+        lookup=node.table,
+        control=node.table,
+        cdi=CdiWriter(node.settings.cdi_dir, DRIVER, base),
+        checkpoint=node.checkpoint(),
+    )
+    plugin = await node.plugin(state)
+    await plugin.start()
+    try:
+        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
+            await kubelet.register()
+            claim = make_claim("c", "uid-v", [("gpu", "gpu-0")])
+            node.claims.put(claim)
+            answer = (await kubelet.prepare([ref(claim)])).claims["uid-v"]
+            assert answer.error == ""
+    finally:
+        await plugin.stop()
+    spec = read_spec(node, "uid-v")
+    assert spec["containerEdits"].get("additionalGIDs", []) == base.get("additionalGIDs", [])
+    assert spec["cdiVersion"] == cdi_required_version(spec)
