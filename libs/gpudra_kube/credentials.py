@@ -12,9 +12,11 @@ kubernetes-asyncio before every request, watches included) so that:
 - a `tokenFile` is read again when the file changed (its inode, size or mtime — the kubelet swaps
   the file atomically) or was last read a minute ago (client-go's period), so a rotation is seen
   on the next request; a read that fails keeps the token there was, logged;
-- an exec plugin whose credential carries `expirationTimestamp` runs again once that is within
-  the library's 5 minutes of skew, one run at a time; a failed run keeps the old token (logged:
-  the server answers 401 once it expires, `ForbiddenError`);
+- an exec plugin's credential is kept until its `expirationTimestamp` has passed, as client-go
+  keeps it (kubernetes-asyncio renewed it 5 minutes early, so a plugin whose tokens live less
+  than that ran for every request); then the plugin runs again before the next request, one
+  run at a time; a failed run keeps the old token (logged: the server answers 401,
+  `ForbiddenError`);
 - an exec credential is renewed when the server answers 401 Unauthorized (it was revoked or
   rotated, with or without `expirationTimestamp`), as client-go's exec authenticator does: the
   plugin runs again at most once per credential — concurrent 401s for one credential share one
@@ -59,9 +61,6 @@ from gpudra_kube.exec_plugin import uses_exec
 log = logging.getLogger(__name__)
 
 TOKEN_FILE_PERIOD = 60.0  # seconds: re-read a token file at least this often (client-go: 1 min)
-# An exec credential is renewed this long before it expires (kubernetes-asyncio's margin;
-# client-go renews only once the expiry has passed).
-EXPIRY_SKEW = datetime.timedelta(minutes=5)
 
 Hook = Callable[[k8s.Configuration], Awaitable[None]]
 
@@ -125,10 +124,12 @@ class ExecCredential:
         expiry = getattr(self._loader, "exec_plugin_expiry", None)
         if not isinstance(expiry, datetime.datetime):
             return False  # no expiry: kept until a 401 says otherwise
-        return expiry - EXPIRY_SKEW <= datetime.datetime.now(datetime.UTC)
+        # client-go's `credsExpired`: renewed once the expiry has passed, not before (the
+        # plugin knows how long its credential lasts; EKS's says 14 minutes of its 15).
+        return datetime.datetime.now(datetime.UTC) > expiry
 
     async def refresh_if_due(self, configuration: k8s.Configuration) -> None:
-        """The `refresh_api_key_hook`: run the plugin when the credential's expiry is near."""
+        """The `refresh_api_key_hook`: run the plugin when the credential has expired."""
         if not self._due():
             return
         async with self._lock:  # concurrent requests near expiry start the plugin once

@@ -58,7 +58,7 @@ async def test_a_client_certificate_answered_401_is_renewed_and_the_request_sent
 
 
 # The token plugin of credentials_test, slow while a file "slow" exists (an identity service
-# taking its time), its token due for renewal at once.
+# taking its time), its token expired already: due for renewal at once.
 SLOW_PLUGIN = """
 import datetime, json, pathlib, sys, time
 folder = pathlib.Path(sys.argv[1])
@@ -66,7 +66,7 @@ with open(folder / "runs", "a", encoding="utf-8") as runs:
     runs.write("run\\n")
 while (folder / "slow").exists():
     time.sleep(0.05)
-expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=60)
+expiry = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=60)
 print(json.dumps({
     "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
     "status": {

@@ -82,9 +82,11 @@ with open(folder / "runs", "a", encoding="utf-8") as runs:
 if (folder / "fail").exists():
     sys.exit("plugin: the identity service is down")
 status = {"token": (folder / "exec-token").read_text(encoding="utf-8")}
-if mode == "expiring":
-    # Within the 5 minutes of skew clients keep: due for renewal at once.
-    expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=60)
+if mode in ("expiring", "expired"):
+    # "expiring": valid a minute more (within kubernetes-asyncio's 5 minutes of skew);
+    # "expired": expired already, so due for renewal at once.
+    ahead = datetime.timedelta(seconds=60 if mode == "expiring" else -60)
+    expiry = datetime.datetime.now(datetime.UTC) + ahead
     status["expirationTimestamp"] = expiry.strftime("%Y-%m-%dT%H:%M:%SZ")
 print(json.dumps({
     "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": status,
@@ -134,7 +136,7 @@ async def test_an_expiring_exec_credential_is_renewed(
 ) -> None:
     """An exec plugin (EKS `aws eks get-token`, GKE's auth plugin) hands out tokens that expire
     (EKS: after 15 minutes); the client must run it again when the token is due, not once."""
-    async with exec_store(kube_api, tmp_path, "expiring") as store:
+    async with exec_store(kube_api, tmp_path, "expired") as store:
         await store.create(RESOURCE_CLAIMS, claim("a"))
         hand_out(kube_api, tmp_path, "two")
         assert await names(store) == ["a"]
@@ -150,6 +152,20 @@ async def test_an_exec_credential_without_expiry_is_kept(
         for _ in range(3):
             assert await names(store) == ["a"]
     assert (tmp_path / "runs").read_text(encoding="utf-8").splitlines() == ["run"]
+
+
+async def test_a_token_expiring_within_minutes_is_kept_until_it_expires(
+    kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """A plugin whose tokens expire a minute after it hands them out: client-go keeps a
+    credential until its expiry has passed (then, or after a 401, it runs the plugin again), so
+    the plugin runs once here; renewing 5 minutes early ran it for every request (a stampede on
+    the identity service) until the token expired."""
+    async with exec_store(kube_api, tmp_path, "expiring") as store:
+        await store.create(RESOURCE_CLAIMS, claim("a"))
+        for _ in range(3):
+            assert await names(store) == ["a"]
+    assert plugin_runs(tmp_path) == 1
 
 
 async def test_in_cluster_config_follows_the_service_account_token(
@@ -323,7 +339,7 @@ CERT_PLUGIN = """
 import datetime, json, pathlib, sys
 folder = pathlib.Path(sys.argv[1])
 which = (folder / "which").read_text()
-expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=60)  # due at once
+expiry = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=60)  # due at once
 print(json.dumps({
     "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
     "status": {
@@ -403,7 +419,7 @@ async def test_a_failed_renewal_is_tried_again_before_the_credential_expires(
 ) -> None:
     """A renewal that fails (the plugin's backend is down a moment) keeps the token and the
     expiry it had: the next request tries again, rather than waiting for a 401."""
-    async with exec_store(kube_api, tmp_path, "expiring") as store:
+    async with exec_store(kube_api, tmp_path, "expired") as store:
         (tmp_path / "fail").touch()
         assert await names(store) == []  # renewal failed; "one" still works
         (tmp_path / "fail").unlink()
