@@ -19,7 +19,8 @@ seconds and a check of them of our own (`resume_quickly`) in place of nats-py's:
   the heartbeats may be unread, not missing;
 - a reset that does not bring the watch back (JetStream not ready yet, the bucket gone) is tried
   again with exponential backoff, from 2 heartbeat intervals up to `RESET_MAX` seconds, where
-  nats-py tried every 2 intervals for ever.
+  nats-py tried every 2 intervals for ever; once the watch is heard from again the backoff
+  starts again at 2 intervals, so a second restart soon after a long outage is not waited out.
 Consumers a watch leaves without a listener all the same (a reset whose answer was lost) are
 dropped by the server after `INACTIVE_THRESHOLD` seconds (nats-py's watch keeps them 5 minutes).
 
@@ -179,13 +180,16 @@ async def _check_heartbeats(jsi: Any, heartbeat: float) -> None:
     backoff = Backoff(initial=window, maximum=RESET_MAX)
     loop = asyncio.get_running_loop()
     resets = 0  # since the watch was last heard from
-    next_reset = 0.0
+    next_reset = 0.0  # no reset before this (loop time): the backoff of the current silence
     while not nc.is_closed:
         started = loop.time()
         await asyncio.sleep(window)
         if jsi._active:  # set by nats-py on every message and heartbeat
             jsi._active = False
+            # The watch is back: the backoff was for that silence. A later one (the server
+            # restarts again soon after) is reset at the first look, not up to RESET_MAX later.
             resets = 0
+            next_reset = 0.0
             continue
         if loop.time() - started - window > heartbeat / 2:
             # This process was starved (a loaded machine): the heartbeats may sit unread in the

@@ -16,6 +16,7 @@ from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.kvwatch import WATCH_HEARTBEAT, _check_heartbeats, watch_kv
 from gpudra_bus.streams import BucketSpec, ensure_bucket
 from gpudra_testing import NatsServer
+from gpudra_testing.waiting import until
 
 WAIT = 10.0
 
@@ -206,6 +207,48 @@ async def test_a_check_that_wakes_late_does_not_reset_the_watch() -> None:
         await asyncio.sleep(0.5)  # quiet while the loop runs freely: a real silence
         assert jsi.resets
         assert set(jsi.resets) == {8}
+    finally:
+        jsi.is_closed = True
+        check.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await check
+
+
+class _RecoveringJsi(_QuietJsi):
+    """`_QuietJsi` that counts the check's looks at the watch (each reads `_active` once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks = 0
+        self._heard = False
+
+    @property
+    def _active(self) -> bool:
+        self.looks += 1
+        return self._heard
+
+    @_active.setter
+    def _active(self, value: bool) -> None:
+        self._heard = value
+
+
+async def test_backoff_starts_again_once_the_watch_is_heard_from() -> None:
+    """After a run of resets that did not bring the watch back, the watch follows again; when
+    it goes quiet again (a second restart soon after), the first reset comes at the first look,
+    not after the backoff the earlier outage had built up (up to `RESET_MAX`)."""
+    jsi = _RecoveringJsi()
+    check = asyncio.create_task(_check_heartbeats(jsi, 0.1))
+    try:
+        # Five resets in a row (at about 0.2, 0.4, 0.8, 1.6 and 3.2 s): the next would wait 3.2 s.
+        await until(lambda: len(jsi.resets) >= 5, "five resets of a quiet watch")
+        jsi._active = True  # the last reset brought the watch back: it delivers again
+        await until(lambda: not jsi._heard, "the check to hear the watch")
+        resets, looks = len(jsi.resets), jsi.looks
+        # Quiet again from here: the server restarted once more.
+        await until(lambda: len(jsi.resets) > resets, "a reset after the second silence")
+        # One look finds the silence and resets; a look from a starved loop resets nothing, so
+        # allow two more. With the earlier backoff kept, a dozen looks pass without a reset.
+        assert jsi.looks - looks <= 3
     finally:
         jsi.is_closed = True
         check.cancel()
