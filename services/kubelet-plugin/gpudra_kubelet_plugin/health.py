@@ -4,8 +4,11 @@
 each change. Every stream message is the complete list (as the kubelet expects): a watcher gets the
 list at once and again after every change; changes it missed while busy collapse into the newest
 list, so a slow kubelet never makes the hub buffer without bound; without changes the list is
-re-sent every `refresh_seconds`, so the kubelet's health timeout only fires when the feed is down. A GPU's event also applies to the
-MIG devices (and placements) on it. A device is unhealthy while any of its conditions is active
+re-sent every `refresh_seconds`. The kubelet stamps every device of a report with its own time of
+receipt and ignores `last_updated_time`, so its health timeout only fires for devices a report
+leaves out: while the feed has been down for longer than that timeout, the stream itself reports
+every device "unknown" (`reports`). A GPU's event also applies to the MIG devices (and
+placements) on it. A device is unhealthy while any of its conditions is active
 (several may be: an XID, then ECC errors; clearing one leaves it unhealthy). Devices start healthy:
 the node-agent publishes a device only while it answers, and reports problems as events, which
 `reconcile` checks against its complete reports (see `healthfeed`).
@@ -20,6 +23,7 @@ and a name that no longer exists leaves the stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
@@ -35,6 +39,7 @@ from kubeletpb.drahealth.v1alpha1 import api_pb2_grpc as h1a1_grpc
 
 Status = Literal["healthy", "unhealthy", "unknown"]
 MAX_MESSAGE = 1024
+KUBELET_HEALTH_TIMEOUT = 30  # seconds; the kubelet's default when the plugin reports none (0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,13 +204,39 @@ class HealthHub:
                 self._version += 1
                 self._changed.notify_all()
 
+    @property
+    def stale_after(self) -> int:
+        """Seconds without a current feed after which devices are reported "unknown": the
+        timeout the kubelet is told, else the kubelet's default."""
+        return self.timeout_seconds or KUBELET_HEALTH_TIMEOUT
+
+    async def reports(self) -> AsyncGenerator[list[DeviceHealth], None]:
+        """`watch` as the kubelet must get it: once the feed has not been current (`is_current`)
+        for longer than `stale_after`, every device "unknown", until it is current again.
+
+        The kubelet takes a reported device as determined when the report arrives, whatever its
+        `last_updated_time` says, so repeating an old list would keep it "healthy" for ever.
+        """
+        current_at = self._clock()
+        async with contextlib.aclosing(self.watch()) as snapshots:
+            async for snapshot in snapshots:
+                now = self._clock()
+                if self._is_current():
+                    current_at = now
+                elif now - current_at > self.stale_after:
+                    message = f"not checked for {now - current_at:.0f} s: the health feed is down"
+                    snapshot = [
+                        dataclasses.replace(d, status="unknown", message=message) for d in snapshot
+                    ]
+                yield snapshot
+
     async def watch(self) -> AsyncGenerator[list[DeviceHealth], None]:
         """The full list now, then after every change (intermediate changes may collapse), and
         every `refresh_seconds` without one.
 
         A refresh re-stamps the list as determined now while the feed is current (`is_current`,
-        e.g. NATS connected), so the kubelet does not time healthy devices out to "unknown"; when
-        the feed is not current it repeats the old times, and the kubelet's timeout applies.
+        e.g. NATS connected); when the feed is not current it repeats the old times. The kubelet
+        reads no times: what it gets is `reports`.
         """
         seen = self._version
         yield self.snapshot()
@@ -249,7 +280,7 @@ class HealthServicerV1(h1_grpc.DRAResourceHealthServicer):
         request: h1.NodeWatchResourcesRequest,
         context: Ctx[h1.NodeWatchResourcesRequest, h1.NodeWatchResourcesResponse],
     ) -> AsyncIterator[h1.NodeWatchResourcesResponse]:
-        async for snapshot in self._hub.watch():
+        async for snapshot in self._hub.reports():
             yield h1.NodeWatchResourcesResponse(
                 devices=[
                     h1.DeviceHealth(
@@ -275,7 +306,7 @@ class HealthServicerV1alpha1(h1a1_grpc.DRAResourceHealthServicer):
         request: h1a1.NodeWatchResourcesRequest,
         context: Ctx[h1a1.NodeWatchResourcesRequest, h1a1.NodeWatchResourcesResponse],
     ) -> AsyncIterator[h1a1.NodeWatchResourcesResponse]:
-        async for snapshot in self._hub.watch():
+        async for snapshot in self._hub.reports():
             yield h1a1.NodeWatchResourcesResponse(
                 devices=[
                     h1a1.DeviceHealth(

@@ -6,6 +6,8 @@ is only right if the kubelet and the CDI runtime use it as gpudra means them to.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,6 +24,8 @@ from gpudra_kubelet_plugin.conftest import (
     ref,
 )
 from gpudra_kubelet_plugin.fakekubelet import FakeKubelet
+from gpudra_kubelet_plugin.health import HealthHub
+from gpudra_kubelet_plugin.plugin import KubeletPlugin
 from gpudra_kubelet_plugin.state import DeviceState
 from kubeletpb.dra.v1 import api_pb2 as v1
 
@@ -113,3 +117,52 @@ async def test_a_claim_spec_declares_the_cdi_version_its_fields_need(
     spec = read_spec(node, "uid-v")
     assert spec["containerEdits"].get("additionalGIDs", []) == base.get("additionalGIDs", [])
     assert spec["cdiVersion"] == cdi_required_version(spec)
+
+
+async def test_devices_turn_unknown_for_the_kubelet_while_the_health_feed_is_down(
+    node: Node,
+) -> None:
+    # The kubelet stamps each device of a report with its own time of receipt and ignores
+    # last_updated_time (healthInfoCache.updateHealthInfo); its health timeout only fires for
+    # devices a report leaves out. A plugin that keeps reporting a list it can no longer check
+    # (NATS away) must itself say UNKNOWN once the timeout has passed.
+    now = [1000.0]
+    current = [True]
+    hub = HealthHub(
+        NODE,
+        await node.table.devices(),
+        clock=lambda: now[0],
+        refresh_seconds=0.02,
+        is_current=lambda: current[0],
+    )
+    plugin = KubeletPlugin(node.settings, node.state(), hub)
+    await plugin.start()
+    try:
+        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
+            await kubelet.register()
+            stream = kubelet.watch_health("v1alpha1")
+            try:
+                first = await asyncio.wait_for(anext(stream), 10)
+                assert {h for h, _ in first.values()} == {HEALTHY}
+                current[0] = False
+                now[0] += 10  # down, but not yet for the kubelet's 30 s
+                down = await asyncio.wait_for(anext(stream), 10)
+                assert {h for h, _ in down.values()} == {HEALTHY}
+                now[0] += 25
+                await asyncio.wait_for(until_message(stream, UNKNOWN), 10)
+                current[0] = True
+                await asyncio.wait_for(until_message(stream, HEALTHY), 10)
+            finally:
+                await stream.aclose()
+    finally:
+        await plugin.stop()
+
+
+HEALTHY, UNKNOWN = 1, 0
+
+
+async def until_message(stream: AsyncIterator[dict[str, tuple[int, str]]], health: int) -> None:
+    """Read the stream until a message reports every device with `health`."""
+    async for message in stream:
+        if {h for h, _ in message.values()} == {health}:
+            return

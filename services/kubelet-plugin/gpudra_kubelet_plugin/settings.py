@@ -134,7 +134,9 @@ class Settings(CommonSettings):
     health_timeout: int = field(
         default=0,
         metadata=doc(
-            "health check timeout reported to the kubelet; 0 lets the kubelet decide", "seconds"
+            "health check timeout reported to the kubelet, and how long the health feed may be "
+            "down before devices are reported unknown; 0: the kubelet's default (30)",
+            "seconds",
         ),
     )
     health_refresh: float = field(
