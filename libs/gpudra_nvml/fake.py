@@ -8,7 +8,7 @@ types and exception classes are pynvml's own, looked up on the real module.
 
 It is a simulator, not hardware: nothing it returns describes a real GPU. Faults are scheduled in
 seconds since the fake was created, on an injectable clock (tests drive a manual clock):
-`inject_xid`, `lose_device`, `recover_device`, `add_ecc_errors`; `create_mig_device` changes the
+`inject_xid`, `lose_device`, `recover_device`, `add_ecc_errors`, `remap_row`; `create_mig_device` changes the
 MIG layout at once, as an operator with nvidia-smi would.
 
 Assumption (documented, not verified on hardware here): possible MIG placements are reported only
@@ -25,6 +25,9 @@ import pynvml
 
 from gpudra_nvml.fake_base import _GPU_BASE, _MIB, _SET_BASE, _address, _EventSet, _handle, _raise
 from gpudra_nvml.fake_topology import FakeTopology
+
+#: Architectures without a row remapper (it came with Ampere; they retire pages instead).
+_NO_ROW_REMAPPER = frozenset({"KEPLER", "MAXWELL", "PASCAL", "VOLTA", "TURING"})
 
 
 class FakeNvml(FakeTopology):
@@ -137,6 +140,14 @@ class FakeNvml(FakeTopology):
         if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
             return state.ecc_uncorrected
         return state.ecc_corrected
+
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        """(corrected, uncorrected, pending, failure) as pynvml returns them. NOT_SUPPORTED before
+        Ampere and, as NVML documents, on a MIG-enabled GPU with MIG instances."""
+        state = self._gpu(handle)
+        if self.profile.model.architecture in _NO_ROW_REMAPPER or state.spec.mig:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return 0, state.remapped_uncorrected, int(state.remap_pending), int(state.remap_failed)
 
     # --- events ------------------------------------------------------------------------------
 

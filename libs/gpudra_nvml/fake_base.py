@@ -47,6 +47,12 @@ class _GpuState:
     lost: bool = False
     ecc_uncorrected: int = 0
     ecc_corrected: int = 0
+    #: Row remapper (InfoROM): rows remapped for uncorrectable errors, a remap waiting for the
+    #: next reset, a remap that could not be made. Not volatile: a reset applies a pending remap
+    #: and leaves the rest.
+    remapped_uncorrected: int = 0
+    remap_pending: bool = False
+    remap_failed: bool = False
 
 
 @dataclass
@@ -110,6 +116,8 @@ class FakeBase:
                 self.lose_device(f.gpu, at=f.at)
             elif f.kind == "recover":
                 self.recover_device(f.gpu, at=f.at)
+            elif f.kind in ("remap-pending", "remap-failed"):
+                self.remap_row(f.gpu, failed=f.kind == "remap-failed", at=f.at)
             else:
                 self.add_ecc_errors(f.gpu, f.code, at=f.at)
 
@@ -134,6 +142,7 @@ class FakeBase:
         def recover() -> None:
             state = self._gpus[index]
             state.lost, state.ecc_uncorrected, state.ecc_corrected = False, 0, 0
+            state.remap_pending = False  # the reset applies the pending remap
 
         self._gpu_state(index)
         self._schedule(at, recover)
@@ -145,6 +154,21 @@ class FakeBase:
 
         self._gpu_state(index)
         self._schedule(at, add)
+
+    def remap_row(self, index: int, failed: bool = False, at: float | None = None) -> None:
+        """An uncorrectable memory error on GPU `index` whose row the remapper records for the
+        next reset (pending), or cannot (`failed`: spare rows exhausted, sticky in the InfoROM)."""
+
+        def remap() -> None:
+            state = self._gpus[index]
+            if failed:
+                state.remap_failed = True
+            else:
+                state.remapped_uncorrected += 1
+                state.remap_pending = True
+
+        self._gpu_state(index)
+        self._schedule(at, remap)
 
     # --- lookups -----------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 A script is a YAML list (in a profile under `faults:`, or in a file given to the node-agent with
 `--simulator-faults`), each entry `{at: <seconds since start>, gpu: <index>, <what>}` where what is
 `xid: <code>`, `lost: true` (falls off the bus, XID 79), `recover: true` (reset: answers again,
-volatile ECC counters cleared) or `ecc: <uncorrected errors>`. Parsing checks every entry and
+volatile ECC counters cleared, a pending row remap applied), `ecc: <uncorrected errors>`,
+`remap-pending: true` (a row remapped for an uncorrectable error, waiting for a reset) or
+`remap-failed: true` (a row the remapper could not remap; stays through resets). Parsing checks every entry and
 raises `ProfileError` naming the entry; nothing is half-applied.
 """
 
@@ -17,7 +19,7 @@ import yaml
 
 from gpudra_nvml.errors import ProfileError
 
-KINDS = ("xid", "lost", "recover", "ecc")
+KINDS = ("xid", "lost", "recover", "ecc", "remap-pending", "remap-failed")
 
 
 @dataclass(frozen=True)

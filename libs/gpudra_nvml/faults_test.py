@@ -21,6 +21,14 @@ from gpudrapb.v1 import inventory_pb2 as pb
             [{"at": 1.5, "gpu": 3, "recover": True}], FaultSpec(1.5, 3, "recover"), id="recover"
         ),
         pytest.param([{"at": 2, "gpu": 2, "ecc": 4}], FaultSpec(2.0, 2, "ecc", 4), id="ecc"),
+        pytest.param(
+            [{"at": 3, "gpu": 1, "remap-pending": True}],
+            FaultSpec(3.0, 1, "remap-pending"),
+            id="remap-pending",
+        ),
+        pytest.param(
+            [{"gpu": 2, "remap-failed": True}], FaultSpec(0.0, 2, "remap-failed"), id="remap-failed"
+        ),
     ],
 )
 def test_parse(raw: Any, want: FaultSpec) -> None:
@@ -37,6 +45,7 @@ def test_parse(raw: Any, want: FaultSpec) -> None:
         pytest.param([{"gpu": 0, "at": -1, "xid": 79}], "seconds >= 0", id="negative-time"),
         pytest.param([{"gpu": 0, "xid": "79"}], "positive integer", id="xid-not-int"),
         pytest.param([{"gpu": 0, "lost": "yes"}], "expected true", id="lost-not-true"),
+        pytest.param([{"gpu": 0, "remap-pending": 1}], "expected true", id="remap-not-true"),
     ],
 )
 def test_bad_scripts(raw: Any, message: str) -> None:
@@ -73,3 +82,29 @@ def test_script_file_drives_the_simulator(tmp_path: Path) -> None:
 def test_unreadable_script(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="fault script"):
         load_faults(str(tmp_path / "missing.yaml"), 4)
+
+
+def test_row_remap_script_drives_the_simulator(tmp_path: Path) -> None:
+    script = tmp_path / "faults.yaml"
+    script.write_text(
+        "- {at: 5, gpu: 0, remap-pending: true}\n"
+        "- {at: 10, gpu: 0, recover: true}\n"
+        "- {at: 10, gpu: 3, remap-failed: true}\n",
+        encoding="utf-8",
+    )
+    clock = Clock()
+    opened = open_simulator("dgx-h100", clock=clock, faults_file=str(script))
+    handles, _ = opened.adapter.handles()
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock)
+    monitor.open(handles)
+    assert monitor.poll(8) == []
+    clock.now = 5
+    pending = pb.HealthCondition.KIND_ROW_REMAP_PENDING
+    assert [(t.index, t.condition.kind, t.cleared) for t in monitor.poll(8)] == [
+        (0, pending, False)
+    ]
+    clock.now = 10
+    assert [(t.index, t.condition.kind, t.cleared) for t in monitor.poll(8)] == [
+        (0, pending, True),
+        (3, pb.HealthCondition.KIND_ROW_REMAP_FAILED, False),
+    ]

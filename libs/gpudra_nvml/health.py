@@ -1,4 +1,4 @@
-"""GPU health from NVML: XID events, uncorrected ECC errors, GPUs that fall off the bus.
+"""GPU health from NVML: XID events, uncorrected ECC errors, row remapping, GPUs gone off the bus.
 
 `HealthMonitor.poll()` returns transitions (a condition appeared or cleared) and keeps the current
 conditions per GPU index. Policy:
@@ -7,6 +7,12 @@ conditions per GPU index. Policy:
   that an XID is over, so the condition clears after `xid_hold_s` seconds without a new one.
 - ECC: the volatile uncorrected count > 0 raises a condition; a GPU reset zeroes the count and
   clears it.
+- Row remapping (`nvmlDeviceGetRemappedRows`, Ampere and later): a remap pending (a row remapped
+  for an uncorrectable error, applied at the next reset) raises ROW_REMAP_PENDING until the flag
+  drops; a remap failure (spare rows exhausted; sticky in the InfoROM) raises ROW_REMAP_FAILED.
+  Both carry the rows remapped for uncorrectable errors; rows remapped for correctable ones are
+  normal wear and no condition. NOT_SUPPORTED (pre-Ampere GPUs, and MIG-enabled GPUs with
+  instances, as NVML documents) raises and clears nothing: what was known stays known.
 - Lost: a GPU answering NVML_ERROR_GPU_IS_LOST, or refused as unusable (INSUFFICIENT_POWER,
   IRQ_ISSUE), raises a condition that clears when it answers again.
 - A GPU whose check fails with another NVML error keeps its conditions until a check succeeds;
@@ -255,4 +261,31 @@ class HealthMonitor:
             )
         else:
             out.append(self._clear(index, pb.HealthCondition.KIND_ECC))
+        out.extend(self._check_row_remapper(index, handle))
+        return out
+
+    def _check_row_remapper(self, index: int, handle: Any) -> list[Transition | None]:
+        try:
+            rows = self._nvml.optional("nvmlDeviceGetRemappedRows", handle)
+        except DeviceLostError as exc:
+            return [self._raise(index, pb.HealthCondition.KIND_LOST, 0, exc.reason)]
+        except NvmlCallError:
+            return []  # unreadable this time: its remap conditions stay as they are
+        if rows is None:
+            return []  # no row remapper (pre-Ampere), or not readable in this MIG layout
+        _corrected, uncorrected, is_pending, has_failed = (int(v) for v in rows)
+        rows_text = f"{uncorrected} rows remapped for uncorrectable errors"
+        out: list[Transition | None] = []
+        kind = pb.HealthCondition.KIND_ROW_REMAP_PENDING
+        if is_pending:
+            out.append(
+                self._raise(index, kind, uncorrected, f"{rows_text}; pending: reset the GPU")
+            )
+        else:
+            out.append(self._clear(index, kind))
+        kind = pb.HealthCondition.KIND_ROW_REMAP_FAILED
+        if has_failed:
+            out.append(self._raise(index, kind, uncorrected, f"row remapping failed ({rows_text})"))
+        else:
+            out.append(self._clear(index, kind))
         return out

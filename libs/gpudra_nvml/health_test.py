@@ -319,3 +319,88 @@ def test_an_event_set_left_undefined_by_a_registration_is_replaced() -> None:
     fake.inject_xid(2, 48)  # still watched after GPU 4's registration failed again in that poll
     assert _kinds(monitor.poll(8)) == [(2, XID, 48, False)]
     monitor.close()
+
+
+PENDING = pb.HealthCondition.KIND_ROW_REMAP_PENDING
+FAILED = pb.HealthCondition.KIND_ROW_REMAP_FAILED
+
+
+def test_pending_row_remap_until_reset() -> None:
+    clock = Clock()
+    fake, monitor = _monitor(clock)
+    fake.remap_row(3)
+    assert _kinds(monitor.poll(8)) == [(3, PENDING, 1, False)]
+    assert "reset" in monitor.conditions(3)[0].message
+    assert monitor.poll(8) == []  # unchanged: no new transition
+    fake.remap_row(3)  # a second row before the reset: the count changes
+    assert _kinds(monitor.poll(8)) == [(3, PENDING, 2, False)]
+    fake.recover_device(3)  # the reset applies the remap
+    assert _kinds(monitor.poll(8)) == [(3, PENDING, 2, True)]
+    assert monitor.conditions(3) == []
+
+
+def test_failed_row_remap_stays_through_resets() -> None:
+    clock = Clock()
+    fake, monitor = _monitor(clock)
+    fake.remap_row(6, failed=True)
+    assert _kinds(monitor.poll(8)) == [(6, FAILED, 0, False)]
+    fake.recover_device(6)
+    assert monitor.poll(8) == []
+    assert [c.kind for c in monitor.conditions(6)] == [FAILED]
+
+
+class _RemapAnswer:
+    """nvmlDeviceGetRemappedRows failing with `code` (NOT_SUPPORTED before Ampere) on every GPU."""
+
+    def __init__(self, lib: Any, code: int | None) -> None:
+        self._lib, self.code = lib, code
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._lib, name)
+        if name != "nvmlDeviceGetRemappedRows":
+            return real
+
+        def call(handle: Any) -> Any:
+            if self.code is not None:
+                raise pynvml.NVMLError(self.code)
+            return real(handle)
+
+        return call
+
+
+def test_row_remapper_not_supported_is_neither_healthy_nor_unhealthy() -> None:
+    clock = Clock()
+    wrapped: list[_RemapAnswer] = []
+
+    def wrap(fake: FakeNvml) -> Any:
+        wrapped.append(_RemapAnswer(fake, None))
+        return wrapped[0]
+
+    fake, monitor = _monitor(clock, wrap=wrap)
+    fake.remap_row(1)
+    assert _kinds(monitor.poll(8)) == [(1, PENDING, 1, False)]
+    # Pre-Ampere, or (NVML's documented case) a MIG-enabled GPU with instances: nothing known.
+    wrapped[0].code = pynvml.NVML_ERROR_NOT_SUPPORTED
+    fake.recover_device(1)
+    fake.remap_row(2, failed=True)
+    assert monitor.poll(8) == []  # neither raised nor cleared
+    assert [c.kind for c in monitor.conditions(1)] == [PENDING]
+    # A query failing otherwise leaves the remap conditions too, and the ECC check still runs.
+    wrapped[0].code = pynvml.NVML_ERROR_UNKNOWN
+    fake.add_ecc_errors(4, 1)
+    assert _kinds(monitor.poll(8)) == [(4, ECC, 1, False)]
+    wrapped[0].code = None
+    assert _kinds(monitor.poll(8)) == [(1, PENDING, 1, True), (2, FAILED, 0, False)]
+
+
+def test_mig_gpu_with_instances_has_no_row_remapper_answer() -> None:
+    clock = Clock()
+    opened = open_simulator("a100-mig", clock=clock)
+    assert opened.fake is not None
+    handles, _ = opened.adapter.handles()
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock)
+    monitor.open(handles)
+    opened.fake.remap_row(0)  # MIG instances: NOT_SUPPORTED
+    opened.fake.remap_row(2)  # MIG enabled, no instance yet: answers
+    opened.fake.remap_row(4)  # MIG disabled
+    assert _kinds(monitor.poll(8)) == [(2, PENDING, 1, False), (4, PENDING, 1, False)]

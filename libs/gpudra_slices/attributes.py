@@ -3,8 +3,9 @@
 Names follow docs/DEVICES.md (NVIDIA's DRA attribute names in the driver's domain, Kubernetes'
 standard PCI names, gpudra's topology names). Versions are written as semver: NVML's "570.124.06"
 becomes "570.124.6" (semver forbids leading zeros), "12.4" becomes "12.4.0". Health conditions
-become device taints under the driver's domain (`<driver>/xid`, `/ecc`, `/lost`); a MIG device or
-MIG placement also carries its parent GPU's taints, since it fails with its parent.
+become device taints under the driver's domain (`<driver>/xid`, `/ecc`, `/lost`,
+`/row-remap-pending`, `/row-remap-failed`); a MIG device or MIG placement also carries its parent
+GPU's taints, since it fails with its parent.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ _TAINTS = {
     pb.HealthCondition.KIND_XID: ("xid", "NoSchedule"),
     pb.HealthCondition.KIND_ECC: ("ecc", "NoExecute"),
     pb.HealthCondition.KIND_LOST: ("lost", "NoExecute"),
+    # DCGM isolates a GPU for either (DCGM_ERROR_ISOLATE). A pending remap leaves running work
+    # unaffected (NVIDIA's memory error management guide) and is applied by the next reset: no
+    # new work until then. A failed one means the GPU is due for replacement: drain it.
+    pb.HealthCondition.KIND_ROW_REMAP_PENDING: ("row-remap-pending", "NoSchedule"),
+    pb.HealthCondition.KIND_ROW_REMAP_FAILED: ("row-remap-failed", "NoExecute"),
 }
 
 

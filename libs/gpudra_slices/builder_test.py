@@ -348,3 +348,30 @@ def test_a_gpu_without_memory_of_its_own_has_no_memory_capacity(version: str) ->
     devices = _devices(slices)
     assert "memory" not in devices["gpu-1"].get("capacity", {})
     assert devices["gpu-0"]["capacity"]["memory"] == {"value": "23034Mi"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "taint"),
+    [
+        # DCGM isolates both (DCGM_ERROR_ISOLATE). Pending: running work is unaffected (NVIDIA's
+        # memory error management guide) and the reset that applies the remap clears it.
+        pytest.param(
+            pb.HealthCondition.KIND_ROW_REMAP_PENDING,
+            {"key": "gpu.nvidia.com/row-remap-pending", "value": "1", "effect": "NoSchedule"},
+            id="pending",
+        ),
+        # Failed: spare rows exhausted, the GPU is due for replacement (NVIDIA's RMA policy).
+        pytest.param(
+            pb.HealthCondition.KIND_ROW_REMAP_FAILED,
+            {"key": "gpu.nvidia.com/row-remap-failed", "value": "1", "effect": "NoExecute"},
+            id="failed",
+        ),
+    ],
+)
+def test_row_remap_conditions_become_their_own_taints(kind: int, taint: dict[str, str]) -> None:
+    inventory = _inventory("l4-pcie")
+    inventory.devices[2].health.add(kind=kind, code=1)  # type: ignore[arg-type]
+    slices = build_slices(inventory)
+    assert _devices(slices)["gpu-2"]["taints"] == [taint]
+    for obj in slices:
+        kubernetes_validate.validate(obj, "1.34.0", strict=True)

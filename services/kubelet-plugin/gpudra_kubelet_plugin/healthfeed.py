@@ -38,6 +38,8 @@ NODE_INVENTORY: Codec[inventory_pb2.NodeInventory] = Codec(inventory_pb2.NodeInv
 _KIND_NAMES = {
     inventory_pb2.HealthCondition.KIND_ECC: "uncorrected ECC errors",
     inventory_pb2.HealthCondition.KIND_LOST: "GPU lost",
+    inventory_pb2.HealthCondition.KIND_ROW_REMAP_PENDING: "row remap pending a GPU reset",
+    inventory_pb2.HealthCondition.KIND_ROW_REMAP_FAILED: "row remapping failed",
 }
 
 

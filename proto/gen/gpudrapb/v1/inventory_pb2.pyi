@@ -202,6 +202,12 @@ class HealthCondition(google.protobuf.message.Message):
         """Uncorrected (double-bit) ECC errors since the last reset."""
         KIND_LOST: HealthCondition._Kind.ValueType  # 3
         """The GPU stopped answering NVML (fell off the bus)."""
+        KIND_ROW_REMAP_PENDING: HealthCondition._Kind.ValueType  # 4
+        """A row remapped for an uncorrectable memory error waits for the next GPU reset
+        (nvmlDeviceGetRemappedRows isPending); the reset clears it.
+        """
+        KIND_ROW_REMAP_FAILED: HealthCondition._Kind.ValueType  # 5
+        """The row remapper failed to remap a row (failureOccurred): the GPU is due for replacement."""
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: HealthCondition.Kind.ValueType  # 0
@@ -211,6 +217,12 @@ class HealthCondition(google.protobuf.message.Message):
     """Uncorrected (double-bit) ECC errors since the last reset."""
     KIND_LOST: HealthCondition.Kind.ValueType  # 3
     """The GPU stopped answering NVML (fell off the bus)."""
+    KIND_ROW_REMAP_PENDING: HealthCondition.Kind.ValueType  # 4
+    """A row remapped for an uncorrectable memory error waits for the next GPU reset
+    (nvmlDeviceGetRemappedRows isPending); the reset clears it.
+    """
+    KIND_ROW_REMAP_FAILED: HealthCondition.Kind.ValueType  # 5
+    """The row remapper failed to remap a row (failureOccurred): the GPU is due for replacement."""
 
     KIND_FIELD_NUMBER: builtins.int
     CODE_FIELD_NUMBER: builtins.int
@@ -218,7 +230,9 @@ class HealthCondition(google.protobuf.message.Message):
     SINCE_FIELD_NUMBER: builtins.int
     kind: global___HealthCondition.Kind.ValueType
     code: builtins.int
-    """The XID code for KIND_XID, the uncorrected error count for KIND_ECC, else 0."""
+    """The XID code for KIND_XID, the uncorrected error count for KIND_ECC, the rows remapped for
+    uncorrectable errors for KIND_ROW_REMAP_*, else 0.
+    """
     message: builtins.str
     @property
     def since(self) -> google.protobuf.timestamp_pb2.Timestamp: ...
