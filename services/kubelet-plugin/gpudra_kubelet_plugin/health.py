@@ -82,6 +82,7 @@ class HealthHub:
         self._clock = clock
         self._devices = {d.name: d for d in devices}
         now = clock()
+        self._current_at = now  # when a report last found the feed current (see `reports`)
         self._health = {name: DeviceHealth(name, "healthy", "", now) for name in self._devices}
         # Active conditions per device, keyed by (the device that reported it, condition): a GPU's
         # XID and its MIG device's own XID are different conditions of that MIG device.
@@ -216,15 +217,17 @@ class HealthHub:
 
         The kubelet takes a reported device as determined when the report arrives, whatever its
         `last_updated_time` says, so repeating an old list would keep it "healthy" for ever.
+        The time the feed was last found current is the hub's, not the stream's: a kubelet that
+        reconnects while the feed is down gets "unknown" at once.
         """
-        current_at = self._clock()
         async with contextlib.aclosing(self.watch()) as snapshots:
             async for snapshot in snapshots:
                 now = self._clock()
                 if self._is_current():
-                    current_at = now
-                elif now - current_at > self.stale_after:
-                    message = f"not checked for {now - current_at:.0f} s: the health feed is down"
+                    self._current_at = now
+                elif now - self._current_at > self.stale_after:
+                    down = now - self._current_at
+                    message = f"not checked for {down:.0f} s: the health feed is down"
                     snapshot = [
                         dataclasses.replace(d, status="unknown", message=message) for d in snapshot
                     ]

@@ -166,3 +166,41 @@ async def until_message(stream: AsyncIterator[dict[str, tuple[int, str]]], healt
     async for message in stream:
         if {h for h, _ in message.values()} == {health}:
             return
+
+
+async def test_a_kubelet_that_reconnects_while_the_health_feed_is_down_gets_unknown(
+    node: Node,
+) -> None:
+    # The kubelet drops a driver's health when its stream ends and reconnects 5 s later
+    # (DRAPluginManager's wait.UntilWithContext); the new stream must not report devices
+    # "healthy" again while the feed is still down.
+    now = [1000.0]
+    current = [True]
+    hub = HealthHub(
+        NODE,
+        await node.table.devices(),
+        clock=lambda: now[0],
+        refresh_seconds=0.02,
+        is_current=lambda: current[0],
+    )
+    plugin = KubeletPlugin(node.settings, node.state(), hub)
+    await plugin.start()
+    try:
+        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
+            await kubelet.register()
+            stream = kubelet.watch_health("v1")
+            try:
+                await asyncio.wait_for(until_message(stream, HEALTHY), 10)
+                current[0] = False
+                now[0] += 35
+                await asyncio.wait_for(until_message(stream, UNKNOWN), 10)
+            finally:
+                await stream.aclose()
+            stream = kubelet.watch_health("v1")
+            try:
+                first = await asyncio.wait_for(anext(stream), 10)
+                assert {h for h, _ in first.values()} == {UNKNOWN}
+            finally:
+                await stream.aclose()
+    finally:
+        await plugin.stop()
