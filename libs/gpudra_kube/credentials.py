@@ -30,6 +30,9 @@ kubernetes-asyncio before every request, watches included) so that:
 - a client certificate an exec plugin hands out is renewed the same ways (expiry, 401); a new
   one gets the client a new TLS context, and the connections made with the old one are closed,
   as client-go closes them;
+- the credential a request presents is exactly the plugin's last answer, as in client-go: a
+  token, a client certificate, or both; a plugin that switches from a token to a certificate
+  stops sending the token, and one that switches back stops presenting the certificate;
 - an oidc auth-provider's id-token is refreshed before a request once it is within the
   library's 5 minutes of its expiry (client-go refreshes it once expired), one refresh at a
   time, through `gpudra_kube.oidc`; a failed refresh keeps the token there was (logged). The
@@ -165,21 +168,31 @@ class ExecCredential:
             if expiry is not None:  # and its expiry: the next request tries again
                 self._loader.exec_plugin_expiry = expiry
             return False
+        # The plugin's answer, whole (the loader drops what the answer lacks).
         token = getattr(self._loader, "token", None)
         pair = getattr(self._loader, "cert_file", None), getattr(self._loader, "key_file", None)
-        if isinstance(token, str):
-            self._configuration.api_key["BearerToken"] = token
-        elif all(pair):
-            configuration = self._configuration
-            if pair != (configuration.cert_file, configuration.key_file):
-                configuration.cert_file, configuration.key_file = pair
-                for listener in self._certificate_listeners:
-                    await listener()
-        else:
+        if not isinstance(token, str) and not all(pair):
             log.warning("the Kubernetes exec plugin handed out no credential; keeping the old one")
             return False
+        configuration = self._configuration
+        if isinstance(token, str):
+            configuration.api_key["BearerToken"] = token
+        else:
+            configuration.api_key.pop("BearerToken", None)
+        pair = pair if all(pair) else (None, None)
+        if pair != (configuration.cert_file, configuration.key_file):
+            configuration.cert_file, configuration.key_file = pair
+            for listener in self._certificate_listeners:
+                await listener()  # a new TLS context: the new certificate, or none
         self.generation += 1
         return True
+
+    def authorization(self) -> str | None:
+        """The `Authorization` header of the current credential; None for a certificate."""
+        c = self._configuration
+        token = c.api_key.get("BearerToken")
+        prefix = c.api_key_prefix.get("BearerToken")
+        return f"{prefix} {token}" if token and prefix else token
 
 
 class CredentialRenewingClient(k8s.ApiClient):
@@ -210,13 +223,13 @@ class CredentialRenewingClient(k8s.ApiClient):
         _preload_content: bool = True,
         _request_timeout: Any = None,
     ) -> Any:
-        if "BearerToken" not in self.configuration.api_key:
-            # A client certificate: the library calls the refresh hook only for a token.
-            await self._credential.refresh_if_due(self.configuration)
-        # A token's header was computed just before this call, with no await in between (a
-        # certificate's TLS context is picked below): the generation read here is the one of
-        # the credential the request carries.
+        # The library renewed a token due for it while computing the headers; a certificate
+        # (no token) it does not, and a renewal may have switched one for the other.
+        await self._credential.refresh_if_due(self.configuration)
+        # No await from here to the send: the header set here, the TLS context picked there and
+        # the generation read here are those of the current credential.
         sent = self._credential.generation
+        headers = self._with_credential(headers)
 
         def send(with_headers: dict[str, Any] | None) -> Any:
             return super(CredentialRenewingClient, self).request(
@@ -231,7 +244,7 @@ class CredentialRenewingClient(k8s.ApiClient):
             )
 
         try:
-            response = await send(dict(headers) if headers is not None else None)
+            response = await send(headers)
         except k8s.ApiException as exc:  # a preloaded response (raises for any non-2xx)
             if exc.status != 401 or not await self._credential.renew_after_unauthorized(sent):
                 raise
@@ -241,11 +254,16 @@ class CredentialRenewingClient(k8s.ApiClient):
             if not await self._credential.renew_after_unauthorized(sent):
                 return response
             response.release()
-        retry_headers = dict(headers or {})
-        token = await self.configuration.get_api_key_with_prefix("BearerToken")
-        if token:  # a client certificate has no token: the new TLS context carries it
-            retry_headers["authorization"] = token
-        return await send(retry_headers)
+        return await send(self._with_credential(headers))
+
+    def _with_credential(self, headers: dict[str, Any] | None) -> dict[str, Any]:
+        """`headers` with the current credential's `Authorization` (none for a certificate:
+        the TLS context carries it), whatever the library put there before a renewal."""
+        headers = {k: v for k, v in (headers or {}).items() if k.lower() != "authorization"}
+        token = self._credential.authorization()
+        if token:
+            headers["authorization"] = token
+        return headers
 
 
 def _oidc_hook(loader: KubeConfigLoader) -> Hook:

@@ -281,7 +281,9 @@ class _Loader(KubeConfigLoader):
 
     async def load_from_exec_plugin(self) -> bool:
         """Run the plugin now (callers decide when: at load, or to renew) and take its
-        credential: a token, with its expiry if it has one, or a client certificate and key."""
+        credential whole, as client-go does: a token, a client certificate and key, or both,
+        with its expiry if it has one; what the answer lacks is dropped (`token` deleted,
+        `cert_file` and `key_file` None), never kept from an earlier answer."""
         user, cluster = getattr(self, "_user", None), getattr(self, "_cluster", None)
         if user is None or cluster is None or not uses_exec(user.value):
             return False  # the library goes on to the token, basic auth or certificate
@@ -293,6 +295,11 @@ class _Loader(KubeConfigLoader):
             del self.exec_plugin_expiry  # this credential lasts until a 401
         if status.get("token"):
             self.token = f"Bearer {status['token']}"
+        elif hasattr(self, "token"):
+            del self.token  # the library sends any `token` attribute it finds
+        if not status.get("clientCertificateData"):
+            for attribute in ("cert_file", "key_file"):
+                setattr(self, attribute, None)  # kept (None) so the library loads no other
             return True
         # A certificate and key (the runner checked there are both), as the library takes them:
         # files (one per content) the TLS context is built from; a renewal that brings a new

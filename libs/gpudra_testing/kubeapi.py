@@ -23,8 +23,9 @@ depends on:
   answers before anything else. An open watch is not cut: the server authenticates a request
   once, when it starts.
 Test hooks: `inject_error`, `clear_faults`, `compact`, `close_watches`, `put` (a write by "someone else", e.g.
-kube-scheduler), `accept_tokens`, `requests` (what was called) and `client_certificates` (the
-client certificates presented, where `ssl_context` asks for them).
+kube-scheduler), `accept_tokens`, `requests` (what was called), `client_certificates` (the
+client certificates presented, where `ssl_context` asks for them) and `presented` (each
+request's bearer token and client certificate).
 
 It is not an API server: no selectors, patches, admission, RBAC or defaulting beyond the above.
 """
@@ -96,6 +97,9 @@ class FakeKubeApi:
         self.requests: list[tuple[str, str]] = []
         # Per request over TLS with a verified client certificate: its subject's common name.
         self.client_certificates: list[str] = []
+        # Per request: the bearer token it carried and its client certificate's common name
+        # (None where it had none), for tests of which credential a client presents.
+        self.presented: list[tuple[str | None, str | None]] = []
         self._tokens: frozenset[str] | None = None  # None: every request is authenticated
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -203,13 +207,13 @@ class FakeKubeApi:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.method, request.path))
         peer = request.transport.get_extra_info("peercert") if request.transport else None
-        if peer:
-            names = [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
-            self.client_certificates.extend(names[:1])
-        if self._tokens is not None:
-            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or token not in self._tokens:
-                return _status(401, "Unauthorized", "Unauthorized")
+        names = [v for rdn in (peer or {}).get("subject", ()) for k, v in rdn if k == "commonName"]
+        self.client_certificates.extend(names[:1])
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        bearer = token if scheme.lower() == "bearer" else None
+        self.presented.append((bearer, names[0] if names else None))
+        if self._tokens is not None and bearer not in self._tokens:
+            return _status(401, "Unauthorized", "Unauthorized")
         fault = self._take_fault(request)
         if fault is not None:
             body = _status_body(fault.status, fault.reason or "InternalError", "injected fault")
