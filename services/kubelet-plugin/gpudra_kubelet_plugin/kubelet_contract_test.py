@@ -204,3 +204,21 @@ async def test_a_kubelet_that_reconnects_while_the_health_feed_is_down_gets_unkn
                 await stream.aclose()
     finally:
         await plugin.stop()
+
+
+async def test_a_restarted_kubelet_registers_the_plugin_again_on_the_same_socket(
+    node: Node, running: Running
+) -> None:
+    # A kubelet that restarts re-reads plugins_registry (its plugin watcher walks the directory)
+    # and runs GetInfo + NotifyRegistrationStatus again on the socket that is there: the plugin
+    # answers it as the first time, without re-creating the socket, and serves the new kubelet.
+    plugin, _ = running
+    claim = make_claim("c", "uid-k", [("gpu", "gpu-0")])
+    node.claims.put(claim)
+    async with FakeKubelet(node.settings.registry_dir, DRIVER) as restarted:
+        info = await restarted.register()
+        assert info.endpoint == str(node.settings.dra_socket)
+        assert restarted.service == "v1.DRAPlugin"
+        assert (await restarted.prepare([ref(claim)])).claims["uid-k"].error == ""
+    assert plugin.registration.registered.is_set()
+    assert plugin.registrar.attempts == 1
