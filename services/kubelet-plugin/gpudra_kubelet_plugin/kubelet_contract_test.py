@@ -7,6 +7,7 @@ is only right if the kubelet and the CDI runtime use it as gpudra means them to.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +28,7 @@ from gpudra_kubelet_plugin.fakekubelet import FakeKubelet
 from gpudra_kubelet_plugin.health import HealthHub
 from gpudra_kubelet_plugin.plugin import KubeletPlugin
 from gpudra_kubelet_plugin.state import DeviceState
+from gpudra_testing.waiting import until
 from kubeletpb.dra.v1 import api_pb2 as v1
 
 
@@ -222,3 +224,29 @@ async def test_a_restarted_kubelet_registers_the_plugin_again_on_the_same_socket
         assert (await restarted.prepare([ref(claim)])).claims["uid-k"].error == ""
     assert plugin.registration.registered.is_set()
     assert plugin.registrar.attempts == 1
+
+
+async def test_a_refusal_followed_by_a_registration_keeps_the_socket(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A kubelet that restarts after refusing the plugin registers it on the socket that is
+    # there. Re-creating the socket after the retry delay all the same would make the kubelet
+    # deregister the driver (its ResourceSlices' wipe is scheduled, its health stream dropped)
+    # and register it again, for nothing.
+    caplog.set_level(logging.INFO, logger="gpudra_kubelet_plugin.registration")
+    node.registration_retry = 2.0  # the restarted kubelet's registration comes well within it
+    plugin = await node.plugin()
+    await plugin.start()
+    try:
+        async with FakeKubelet(node.settings.registry_dir, DRIVER) as refusing:
+            await refusing.register(accept=False, error="kubelet going down")
+        async with FakeKubelet(node.settings.registry_dir, DRIVER) as restarted:
+            await restarted.register()
+        await until(
+            lambda: plugin.registrar.attempts > 1 or "meanwhile; keeping" in caplog.text,
+            "the retry after the refusal to decide",
+        )
+        assert plugin.registrar.attempts == 1
+        assert plugin.registration.registered.is_set()
+    finally:
+        await plugin.stop()

@@ -5,7 +5,8 @@ The kubelet notices `<registry-dir>/<driver>-reg.sock`, calls `GetInfo` (answere
 reports the outcome with `NotifyRegistrationStatus`. When it refuses, the plugin logs the reason and,
 after `retry_delay` seconds, re-creates the registration socket: the plugin watcher only retries on
 a new socket file, so that is how a plugin asks again (`serve_again`, which the plugin also uses
-when a socket of its own was removed; see `plugin`).
+when a socket of its own was removed; see `plugin`). A registration accepted within the delay (a
+restarted kubelet re-reads the registry directory) keeps the socket.
 """
 
 from __future__ import annotations
@@ -128,6 +129,15 @@ class Registrar:
         while True:
             await self.servicer.refused.wait()
             await asyncio.sleep(self.retry_delay)
+            if not self.servicer.refused.is_set():
+                # Accepted since (a restarted kubelet re-read the registry directory): a new
+                # socket would make the kubelet deregister the driver and register it again.
+                log.info(
+                    "kubelet registered driver %s meanwhile; keeping registration socket %s",
+                    self.servicer.driver,
+                    self.socket_path,
+                )
+                continue
             self.servicer.refused.clear()
             try:
                 await self.serve_again("the kubelet refused the registration")
