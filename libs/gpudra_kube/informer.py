@@ -75,6 +75,10 @@ async def informer(
             if not version:
                 listed = await store.list(resource, namespace)
                 fresh = {key_of(o): o for o in map(slim, listed.items)}
+                # Not kept in this frame while it watches: that would hold every whole object,
+                # whatever `transform` dropped.
+                listed_version = listed.resource_version
+                del listed
                 for key, obj in fresh.items():
                     old = known.get(key)
                     if old is not None and _uid(old) != _uid(obj):
@@ -89,7 +93,7 @@ async def informer(
                     gone = known[key]
                     yield WatchEvent(EventType.DELETED, gone, resource_version_of(gone))
                 known = fresh
-                version = listed.resource_version
+                version = listed_version
                 yield WatchEvent(EventType.SYNCED, {}, version)
             stream = store.watch(
                 resource, namespace, resource_version=version, timeout=watch_timeout

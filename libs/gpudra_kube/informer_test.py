@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 
 import pytest
@@ -12,8 +14,8 @@ from gpudra_bus.streams import BucketSpec, ensure_bucket
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.informer import informer, metadata_only
 from gpudra_kube.kv_backend import KvStore
-from gpudra_kube.resources import RESOURCE_CLAIMS
-from gpudra_kube.store import EventType, WatchEvent
+from gpudra_kube.resources import RESOURCE_CLAIMS, Resource
+from gpudra_kube.store import EventType, ObjectList, WatchEvent
 from gpudra_testing.claims import claim
 from gpudra_testing.kubeapi import FakeKubeApi
 
@@ -234,4 +236,52 @@ async def test_a_transform_slims_what_the_informer_holds_and_yields(
         ]
         assert seen[5].type is EventType.SYNCED
     finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+class _Listed(dict):  # type: ignore[type-arg]
+    """A listed object a weak reference can follow (a plain dict cannot be referenced weakly)."""
+
+
+class _ListOnly:
+    """A store whose list hands out two fresh objects (`listed`: weak references to them) and
+    whose watch stays open (`watching` set) until the test ends."""
+
+    def __init__(self) -> None:
+        self.listed: list[weakref.ref[_Listed]] = []
+        self.watching = asyncio.Event()
+
+    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
+        items = []
+        for name in ("a", "b"):
+            obj = _Listed(claim(name))
+            obj["metadata"].update(uid=f"uid-{name}", resourceVersion="5")
+            items.append(obj)
+        self.listed = [weakref.ref(o) for o in items]
+        return ObjectList(items, "5")  # type: ignore[arg-type]
+
+    async def watch(self, *args: object, **kwargs: object) -> AsyncIterator[WatchEvent]:
+        self.watching.set()
+        await asyncio.Event().wait()
+        yield WatchEvent(EventType.BOOKMARK, {}, "")  # never: an async generator that waits
+
+
+async def test_with_a_transform_the_listed_objects_are_not_held() -> None:
+    """A transform slims what the informer holds only if nothing else keeps the list's objects:
+    once it is watching, every whole object it listed has been let go."""
+    store = _ListOnly()
+    events = informer(store, RESOURCE_CLAIMS, transform=metadata_only)  # type: ignore[arg-type]
+    watching = None
+    try:
+        kinds = [(await anext(events)).type for _ in range(3)]
+        assert kinds == [EventType.ADDED, EventType.ADDED, EventType.SYNCED]
+        watching = asyncio.ensure_future(anext(events))
+        await asyncio.wait_for(store.watching.wait(), 10)
+        gc.collect()
+        assert [ref() for ref in store.listed] == [None, None]
+    finally:
+        if watching is not None:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
         await events.aclose()  # type: ignore[attr-defined]
