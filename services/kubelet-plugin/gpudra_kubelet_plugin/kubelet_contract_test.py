@@ -250,3 +250,22 @@ async def test_a_refusal_followed_by_a_registration_keeps_the_socket(
         assert plugin.registration.registered.is_set()
     finally:
         await plugin.stop()
+
+
+async def test_unprepare_undoes_what_was_prepared_after_the_claim_was_reallocated(
+    node: Node, running: Running
+) -> None:
+    # NodeUnprepareResources carries only the claim's UID, namespace and name, and the kubelet
+    # may call it after the claim was deallocated and allocated again under the same UID: what
+    # is undone is what prepare did (the checkpoint), not what the claim says now.
+    _, kubelet = running
+    claim = make_claim("m", "uid-r", [("mig", "gpu-1-mig-3g-40gb-4")])
+    node.claims.put(claim)
+    assert (await kubelet.prepare([ref(claim)])).claims["uid-r"].error == ""
+    assert (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
+    node.claims.put(make_claim("m", "uid-r", [("gpu", "gpu-0")]))
+    assert (await kubelet.unprepare([ref(claim)])).claims["uid-r"].error == ""
+    assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
+    assert not node.cdi.spec_path("uid-r").exists()
+    again = (await kubelet.prepare([ref(claim)])).claims["uid-r"]
+    assert [d.device_name for d in again.devices] == ["gpu-0"]
