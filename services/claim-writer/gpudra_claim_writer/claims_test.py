@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from gpudra_claim_writer.claims import (
     FINALIZER,
+    POD_FIELDS,
     SCHEDULING_GATE,
     TRACEPARENT_ANNOTATION,
     TRACESTATE_ANNOTATION,
@@ -14,9 +16,11 @@ from gpudra_claim_writer.claims import (
     chained,
     class_names,
     gang_of,
+    is_gated,
     json_copy,
     pod_claim_names,
     ref_of,
+    slim_pod,
     state_of,
     ungated,
     with_allocation,
@@ -314,3 +318,146 @@ def test_writes_never_change_their_input() -> None:
     assert with_reason(original, "full") is not None
     assert without_finalizer(original) is not None
     assert original == before
+
+
+def watched_pod(**changes: Any) -> dict[str, Any]:
+    """A pod as a watch delivers it: the fields gpudra reads amid many it does not; `changes`
+    set `section.field` (None removes it) or replace a whole section."""
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "trainer-0",
+            "namespace": "ml",
+            "uid": "pod-uid-1",
+            "resourceVersion": "4711",
+            "generation": 1,
+            "creationTimestamp": "2026-11-30T01:02:03Z",
+            "labels": {"app": "trainer", "pod-template-hash": "5d8f"},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-29T00:00:00Z"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer", "uid": "rs-1"}
+            ],
+            "managedFields": [{"manager": "kube-controller-manager", "operation": "Update"}],
+        },
+        "spec": {
+            "schedulingGates": [{"name": SCHEDULING_GATE}, {"name": "other.io/gate"}],
+            "resourceClaims": [
+                {"name": "gpus", "resourceClaimName": "shared-gpus"},
+                {"name": "scratch", "resourceClaimTemplateName": "scratch-template"},
+            ],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                    "env": [{"name": "NCCL_DEBUG", "value": "INFO"}],
+                    "resources": {"claims": [{"name": "gpus"}]},
+                }
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "nodeName": "n1",
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False"}],
+            "resourceClaimStatuses": [
+                {"name": "scratch", "resourceClaimName": "trainer-0-scratch-x7k2"}
+            ],
+        },
+    }
+    for path, value in changes.items():
+        section, _, field = path.partition("__")
+        if not field:
+            obj[section] = value
+        elif value is None:
+            obj[section].pop(field, None)
+        else:
+            obj[section][field] = value
+    return obj
+
+
+WATCHED_PODS = [
+    pytest.param(watched_pod(), id="gated-template-generated"),
+    pytest.param(watched_pod(status__resourceClaimStatuses=None), id="template-not-generated"),
+    pytest.param(
+        watched_pod(status__resourceClaimStatuses=[{"name": "scratch"}]), id="template-not-needed"
+    ),
+    pytest.param(watched_pod(spec__schedulingGates=None, status__phase="Running"), id="running"),
+    pytest.param(watched_pod(status__phase="Succeeded"), id="finished"),
+    pytest.param(watched_pod(status__phase="Failed"), id="failed"),
+    pytest.param(
+        watched_pod(metadata__deletionTimestamp="2026-11-30T02:00:00Z"), id="being-deleted"
+    ),
+    pytest.param(watched_pod(spec__resourceClaims=None), id="no-claims"),
+    pytest.param(watched_pod(spec="gated"), id="spec-not-an-object"),
+    pytest.param(watched_pod(status="Running"), id="status-not-an-object"),
+    pytest.param(watched_pod(status={"resourceClaimStatuses": "x"}), id="statuses-not-a-list"),
+]
+
+
+def pod_readings(p: dict[str, Any]) -> list[Any]:
+    """What every reader of a watched pod (the pod informers of `gates` and `consumers`, and
+    `events.PodUnits` fed by the first) reads from `p`."""
+    from gpudra_claim_writer.consumers import is_active, uses
+    from gpudra_claim_writer.events import PodEntry
+    from gpudra_kube.consumers import pod_reference
+    from gpudra_kube.resources import key_of, resource_version_of
+
+    return [
+        key_of(p),
+        resource_version_of(p),
+        pod_claim_names(p),
+        is_gated(p),
+        ungated(p, lambda name: True) is not None,
+        ungated(p, lambda name: name != "shared-gpus") is not None,
+        is_active(p),
+        uses(p, "shared-gpus"),
+        uses(p, "trainer-0-scratch-x7k2"),
+        PodEntry.of(p),
+        pod_reference(p),
+    ]
+
+
+@pytest.mark.parametrize("p", WATCHED_PODS)
+def test_a_slim_pod_reads_as_the_whole_pod(p: dict[str, Any]) -> None:
+    """Fails when `slim_pod` drops a field the claim-writer reads from watched pods."""
+    slim = slim_pod(p)
+    assert pod_readings(slim) == pod_readings(p)
+    assert "containers" not in json.dumps(slim)
+    assert "managedFields" not in json.dumps(slim)
+
+
+class Recording(dict[str, Any]):
+    """A pod section that records which of its fields are read (`seen`, as `section.field`)."""
+
+    def __init__(self, value: dict[str, Any], seen: set[str], path: str = "") -> None:
+        super().__init__(value)
+        self._seen, self._path = seen, path
+
+    def _read(self, key: str, value: Any) -> Any:
+        name = f"{self._path}.{key}" if self._path else key
+        self._seen.add(name)
+        if not self._path and isinstance(value, dict):
+            return Recording(value, self._seen, key)
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._read(key, super().get(key, default))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._read(key, super().__getitem__(key))
+
+    def __contains__(self, key: object) -> bool:
+        self._read(str(key), None)
+        return super().__contains__(key)
+
+
+@pytest.mark.parametrize("p", WATCHED_PODS)
+def test_every_pod_field_the_readers_read_is_kept(p: dict[str, Any]) -> None:
+    """A reader added later that reads another field fails here until `POD_FIELDS` lists it."""
+    seen: set[str] = set()
+    pod_readings(Recording(p, seen))
+    kept = {"apiVersion", "kind", *POD_FIELDS}
+    kept |= {f"{section}.{field}" for section, fields in POD_FIELDS.items() for field in fields}
+    assert seen <= kept
+    assert "metadata.name" in seen, "the recording records"

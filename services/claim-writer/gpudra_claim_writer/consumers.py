@@ -19,6 +19,7 @@ Promises (`Consumers`):
   the next relist: none of those may come (a deleted pod has no next change, and the KV store
   never asks for a relist), and a removal lost for good keeps the claim allocated for nobody.
   Never raises out of `run` except on cancellation.
+- The pod informer holds each pod as `claims.slim_pod` leaves it (what these rules read).
 Not in kubernetes mode: there kube-scheduler and kube-controller-manager own `reservedFor`.
 
 After the last consumer (both modes; the rule the intake and the write-back apply): in Kubernetes
@@ -112,7 +113,7 @@ from collections import Counter
 from typing import Any
 
 from gpudra_api import ALLOCATION_ID_ANNOTATION
-from gpudra_claim_writer.claims import FINALIZER, pod_claim_names, status_of
+from gpudra_claim_writer.claims import FINALIZER, pod_claim_names, slim_pod, status_of
 from gpudra_claim_writer.retrying import beside
 from gpudra_kube.claims import ClaimStore
 from gpudra_kube.consumers import Outcome, consumers_of, pod_consumer_uids, reserve, unreserve
@@ -307,7 +308,13 @@ class Consumers:
                 await self._reserve(namespace, name, pod)  # kept while it fails
 
     async def _follow(self) -> None:
-        events = informer(self._store, PODS, self._namespace, watch_timeout=self._watch_timeout)
+        events = informer(
+            self._store,
+            PODS,
+            self._namespace,
+            watch_timeout=self._watch_timeout,
+            transform=slim_pod,
+        )
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
                 if event.type is EventType.SYNCED:

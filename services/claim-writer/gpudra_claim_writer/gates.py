@@ -16,6 +16,9 @@ claims do not change until it is scheduled. A write the API refuses for good (40
 logged, not retried.
 Every pod event (gated or not, deleted too) is also handed to `on_pod`: the pod watch is what tells
 `events.PodUnits` which claims belong together.
+The pod informer holds, and hands on, each pod as `claims.slim_pod` leaves it (only the fields
+gpudra reads: with 100k pods whole ones take gigabytes); a lift reads the whole pod and writes
+that, never the watch's copy (one more read per lift).
 """
 
 from __future__ import annotations
@@ -25,7 +28,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gpudra_claim_writer.claims import ClaimState, is_gated, pod_claim_names, state_of, ungated
+from gpudra_claim_writer.claims import (
+    ClaimState,
+    is_gated,
+    pod_claim_names,
+    slim_pod,
+    state_of,
+    ungated,
+)
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_claim_writer.retrying import beside
 from gpudra_kube.errors import KubeError, KubeRetryableError, NotFoundError
@@ -64,7 +74,13 @@ class Gates:
         await beside(self._follow(), self._retry_interval, self.retry)
 
     async def _follow(self) -> None:
-        events = informer(self._store, PODS, self._namespace, watch_timeout=self._watch_timeout)
+        events = informer(
+            self._store,
+            PODS,
+            self._namespace,
+            watch_timeout=self._watch_timeout,
+            transform=slim_pod,
+        )
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
                 if self._on_pod is not None and event.type is not EventType.BOOKMARK:
@@ -78,7 +94,7 @@ class Gates:
                     self._gated.pop(_key(event.object), None)
                     self.retrying.discard(_key(event.object))
                 elif self.seen(event.object):
-                    await self.check_pod(event.object)
+                    await self.check_pod(event.object, whole=False)
                 else:
                     self.retrying.discard(_key(event.object))
 
@@ -119,15 +135,16 @@ class Gates:
                 continue
             await self.check_pod(pod)
 
-    async def check_pod(self, pod: dict[str, Any]) -> None:
+    async def check_pod(self, pod: dict[str, Any], *, whole: bool = True) -> None:
         """Lift the pod's gate when its claims are ready; never raises a `KubeError`: a check an
-        error cut short is tried again later (`retrying`)."""
-        if await self._settle(pod):
+        error cut short is tried again later (`retrying`). `whole=False`: `pod` is the watch's
+        slim copy (`slim_pod`), read again before the lift writes it."""
+        if await self._settle(pod, whole):
             self.retrying.discard(_key(pod))
         else:
             self.retrying.add(_key(pod))
 
-    async def _settle(self, pod: dict[str, Any]) -> bool:
+    async def _settle(self, pod: dict[str, Any], whole: bool) -> bool:
         """Lift the gate if it is time; False when an error left that undecided."""
         namespace, name = _key(pod)
         current = pod
@@ -142,18 +159,11 @@ class Gates:
             updated = ungated(current, ready.__contains__)
             if updated is None:
                 return not (unsure and is_gated(current))
-            try:
-                await self._store.replace(PODS, updated)
-                self.lifted += 1
-                log.info("pod %s/%s: scheduling gate lifted", namespace, name)
+            if whole and await self._lift(updated):
                 return True
-            except NotFoundError:
-                return True
-            except KubeRetryableError as exc:  # a conflict, or the API server away for now
-                log.info("lifting the gate of pod %s/%s: %s; re-reading", namespace, name, exc)
-            except KubeError as exc:
-                log.warning("lifting the gate of pod %s/%s failed: %s", namespace, name, exc)
-                return True  # refused for good: trying again changes nothing
+            # The watch's slim copy is never written back (it would drop the containers); a
+            # conflict or a passing error is decided again on the pod as it is now.
+            whole = True
             try:
                 current = await self._store.get(PODS, name, namespace)
             except NotFoundError:
@@ -163,6 +173,24 @@ class Gates:
                 return False
         log.warning("pod %s/%s: gate not lifted after %d tries", namespace, name, _MAX_TRIES)
         return False
+
+    async def _lift(self, updated: dict[str, Any]) -> bool:
+        """Write the pod without the gate; False when it is worth deciding again (a conflict, or
+        the API server away for now), True when done (lifted, the pod gone, refused for good)."""
+        namespace, name = _key(updated)
+        try:
+            await self._store.replace(PODS, updated)
+        except NotFoundError:
+            return True
+        except KubeRetryableError as exc:
+            log.info("lifting the gate of pod %s/%s: %s; re-reading", namespace, name, exc)
+            return False
+        except KubeError as exc:
+            log.warning("lifting the gate of pod %s/%s failed: %s", namespace, name, exc)
+            return True  # refused for good: trying again changes nothing
+        self.lifted += 1
+        log.info("pod %s/%s: scheduling gate lifted", namespace, name)
+        return True
 
     async def _ready(self, namespace: str, name: str) -> bool | None:
         """The claim exists and is allocated, or is not gpudra's (kube-scheduler allocates it);

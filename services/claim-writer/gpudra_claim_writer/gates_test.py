@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from gpudra_claim_writer.claims import SCHEDULING_GATE
+from gpudra_claim_writer.claims import SCHEDULING_GATE, slim_pod
 from gpudra_claim_writer.conftest import cancel_and_wait, until
+from gpudra_claim_writer.events import PodEntry
 from gpudra_claim_writer.gates import Gates
 from gpudra_claim_writer.ownership import Ownership, serves
 from gpudra_kube.api_backend import ApiStore, load_api_client
@@ -286,3 +287,77 @@ async def test_a_gate_lift_failing_for_a_while_is_tried_again_until_it_succeeds(
         await until(lambda: not gates.retrying)
         fake.clear_faults()
     assert gates.lifted == 1
+
+
+def workload_pod(name: str, claims: list[str]) -> dict[str, Any]:
+    """A gated pod as users write them: most of its JSON is what gpudra never reads."""
+    obj = pod(name, claims)
+    obj["metadata"]["labels"] = {"app": "trainer"}
+    obj["spec"]["containers"] = [
+        {
+            "name": "main",
+            "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+            "command": ["torchrun", "--nproc-per-node=8", "train.py"],
+            "env": [{"name": "NCCL_DEBUG", "value": "INFO"}],
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            "resources": {"claims": [{"name": "c0"}]},
+        }
+    ]
+    obj["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    return obj
+
+
+@contextlib.asynccontextmanager
+async def recording(store: ApiStore, seen: list[dict[str, Any]]) -> AsyncIterator[Gates]:
+    """Gates with `run()` going, once it has listed the pods; every pod its informer hands
+    `on_pod` (added or changed) is appended to `seen`."""
+    synced = asyncio.Event()
+
+    async def on_pod(event: WatchEvent) -> None:
+        if event.type is EventType.SYNCED:
+            synced.set()
+        elif event.type in (EventType.ADDED, EventType.MODIFIED):
+            seen.append(event.object)
+
+    gates = Gates(store, watch_timeout=2.0, on_pod=on_pod, retry_interval=0.1)
+    task = asyncio.create_task(gates.run())
+    try:
+        await asyncio.wait_for(synced.wait(), 10)
+        yield gates
+    finally:
+        await cancel_and_wait(task)
+
+
+async def test_the_pod_watch_hands_on_slim_pods(api: tuple[FakeKubeApi, ApiStore]) -> None:
+    """The pod informer keeps only what gpudra reads (`slim_pod`): that is what `on_pod`
+    (`PodUnits.pod_changed`) gets, and `PodUnits` reads the same entry from it as from the
+    whole pod."""
+    fake, store = api
+    await fake.put(RESOURCE_CLAIMS, claim("gpu", "gpu.nvidia.com"))
+    stored = await fake.put(PODS, workload_pod("p", ["gpu"]))
+    seen: list[dict[str, Any]] = []
+    async with recording(store, seen):
+        pass
+    assert seen == [slim_pod(stored)]
+    assert "containers" not in seen[0]["spec"]
+    entry = PodEntry.of(seen[0])
+    assert entry is not None
+    assert entry == PodEntry.of(stored)
+    assert entry.created == stored["metadata"]["creationTimestamp"]
+
+
+async def test_a_gate_lifted_from_the_watch_keeps_the_whole_pod(
+    api: tuple[FakeKubeApi, ApiStore],
+) -> None:
+    """The watch's copy of a pod is slim; lifting its gate writes the whole pod back, read from
+    the store: every container and volume as it was, the gate alone gone."""
+    fake, store = api
+    await fake.put(RESOURCE_CLAIMS, claim("gpu", "gpu.nvidia.com", allocated=True))
+    seen: list[dict[str, Any]] = []
+    async with recording(store, seen) as gates:
+        stored = await fake.put(PODS, workload_pod("p", ["gpu"]))
+        await until(lambda: gates.lifted == 1)
+    lifted = await store.get(PODS, "p", "default")
+    expected = {k: v for k, v in stored["spec"].items() if k != "schedulingGates"}
+    assert lifted["spec"] == expected
+    assert lifted["metadata"]["labels"] == {"app": "trainer"}
