@@ -32,7 +32,7 @@ from gpudra_kube.resources import (
 from gpudra_kube.store import EventType, WatchEvent
 from gpudra_testing import NatsServer
 from gpudra_testing.claims import ALLOCATION, claim
-from gpudra_testing.kvkeys import bucket_reads
+from gpudra_testing.kvkeys import BucketReads
 
 
 @contextlib.asynccontextmanager
@@ -185,7 +185,7 @@ async def test_update_of_a_version_read_lately_skips_the_read(
             await other.replace(RESOURCE_CLAIMS, theirs)
         elif meanwhile == "delete":
             await other.delete(RESOURCE_CLAIMS, "c1", "default")
-        reads = await bucket_reads(spy, bucket)
+        reads = await BucketReads.of(spy, bucket)
         read["metadata"]["labels"] = {"by": "us"}
         read["status"] = {"allocation": {"ignored": True}}  # replace never writes status
         if error is not None:
@@ -193,17 +193,13 @@ async def test_update_of_a_version_read_lately_skips_the_read(
                 await store.replace(RESOURCE_CLAIMS, read)
             return
         written = await store.replace(RESOURCE_CLAIMS, read)
-        await spy.flush()
-        await asyncio.sleep(0.05)
-        assert reads == [], "the version just read was read again"
+        assert await reads.so_far() == [], "the version just read was read again"
         assert written["metadata"]["labels"] == {"by": "us"}
         assert "status" not in written
         # The memo follows the store's own writes: the next update needs no read either.
         written["status"] = {"allocation": ALLOCATION}
         stored = await store.replace_status(RESOURCE_CLAIMS, written)
-        await spy.flush()
-        await asyncio.sleep(0.05)
-        assert reads == []
+        assert await reads.so_far() == []
         fresh = await other.get(RESOURCE_CLAIMS, "c1", "default")
         assert fresh["status"] == {"allocation": ALLOCATION}
         assert fresh["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
@@ -236,7 +232,7 @@ async def test_create_reads_only_when_the_name_was_used(
             await store.delete(RESOURCE_CLAIMS, "c1", "default")
         elif before == "purged":
             await kv.purge("default.c1")
-        reads = await bucket_reads(spy, bucket)
+        reads = await BucketReads.of(spy, bucket)
         if error is not None:
             with pytest.raises(error):
                 await store.create(RESOURCE_CLAIMS, claim("c1"))
@@ -246,9 +242,7 @@ async def test_create_reads_only_when_the_name_was_used(
             assert stored["metadata"]["uid"] == created["metadata"]["uid"]
             assert stored["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
             reads_wanted += 1  # the get above
-        await spy.flush()
-        await asyncio.sleep(0.05)
-        assert len(reads) == reads_wanted
+        assert len(await reads.so_far()) == reads_wanted
     finally:
         await disconnect(spy)
         await disconnect(nc)
