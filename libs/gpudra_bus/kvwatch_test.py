@@ -179,48 +179,17 @@ async def test_no_reset_is_queued_while_the_server_is_away(fresh_nats_server: Na
 
 class _QuietJsi:
     """nats-py's ordered-consumer state as `_check_heartbeats` reads it: a watch that heard
-    nothing lately, on a connection that is up; resets are counted, not made."""
+    nothing lately, on a connection that is up; resets are counted, not made, and so are the
+    check's looks at the watch (each reads `_active` once)."""
 
     def __init__(self) -> None:
         self._conn = self
         self.is_closed = False
         self.is_connected = True
-        self._active = False
+        self._heard = False
         self._sseq = 7
         self.resets: list[int] = []
-
-    async def reset_ordered_consumer(self, sseq: int) -> None:
-        self.resets.append(sseq)
-
-
-async def test_a_check_that_wakes_late_does_not_reset_the_watch() -> None:
-    """A loop busy for longer than a heartbeat (a loaded machine) leaves the heartbeats unread in
-    the socket: that proves nothing about the consumer, and a reset there could skip a value
-    the bucket has replaced since."""
-    jsi = _QuietJsi()
-    check = asyncio.create_task(_check_heartbeats(jsi, 0.1))
-    try:
-        await asyncio.sleep(0.05)
-        time.sleep(0.5)  # noqa: ASYNC101 -- the loop is starved past the check's wake-up
-        await asyncio.sleep(0.01)
-        assert jsi.resets == []
-        await asyncio.sleep(0.5)  # quiet while the loop runs freely: a real silence
-        assert jsi.resets
-        assert set(jsi.resets) == {8}
-    finally:
-        jsi.is_closed = True
-        check.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await check
-
-
-class _RecoveringJsi(_QuietJsi):
-    """`_QuietJsi` that counts the check's looks at the watch (each reads `_active` once)."""
-
-    def __init__(self) -> None:
-        super().__init__()
         self.looks = 0
-        self._heard = False
 
     @property
     def _active(self) -> bool:
@@ -231,12 +200,39 @@ class _RecoveringJsi(_QuietJsi):
     def _active(self, value: bool) -> None:
         self._heard = value
 
+    async def reset_ordered_consumer(self, sseq: int) -> None:
+        self.resets.append(sseq)
+
+
+async def test_a_check_that_wakes_late_does_not_reset_the_watch() -> None:
+    """A loop busy for longer than a heartbeat (a loaded machine) leaves the heartbeats unread in
+    the socket: that proves nothing about the consumer, and a reset there could skip a value
+    the bucket has replaced since."""
+    jsi = _QuietJsi()
+    jsi._active = True  # heard from: the first look resets nothing, however late it comes
+    check = asyncio.create_task(_check_heartbeats(jsi, 0.1))
+    try:
+        # Looks and polls are timers of one loop, the earlier deadline first: the next look is
+        # still 0.2 s off when the first poll after the first look starves the loop.
+        await until(lambda: jsi.looks >= 1, "the check's first look")
+        time.sleep(0.5)  # noqa: ASYNC101 -- the loop is starved past the check's wake-up
+        await until(lambda: jsi.looks >= 2, "the late look")
+        assert jsi.resets == []
+        # Quiet while the loop runs freely: a real silence.
+        await until(lambda: jsi.resets, "a reset of the quiet watch")
+        assert set(jsi.resets) == {8}
+    finally:
+        jsi.is_closed = True
+        check.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await check
+
 
 async def test_backoff_starts_again_once_the_watch_is_heard_from() -> None:
     """After a run of resets that did not bring the watch back, the watch follows again; when
     it goes quiet again (a second restart soon after), the first reset comes at the first look,
     not after the backoff the earlier outage had built up (up to `RESET_MAX`)."""
-    jsi = _RecoveringJsi()
+    jsi = _QuietJsi()
     check = asyncio.create_task(_check_heartbeats(jsi, 0.1))
     try:
         # Five resets in a row (at about 0.2, 0.4, 0.8, 1.6 and 3.2 s): the next would wait 3.2 s.
