@@ -200,6 +200,8 @@ async def test_a_decision_starts_from_the_claim_its_event_saw(
         await cancel_and_wait(task)
     await nc.flush()
     reads = [len(await queued(sub)) for sub in readers]
+    for sub in readers:  # a message left queued on one would hold the fixture's drain 30 s
+        await sub.unsubscribe()
     stored = await other.get(RESOURCE_CLAIMS, "seen", "default")
     assert stored["status"]["allocation"] == ALLOCATION
     assert FINALIZER in stored["metadata"]["finalizers"]
