@@ -242,9 +242,10 @@ async def test_backoff_starts_again_once_the_watch_is_heard_from() -> None:
         resets, looks = len(jsi.resets), jsi.looks
         # Quiet again from here: the server restarted once more.
         await until(lambda: len(jsi.resets) > resets, "a reset after the second silence")
-        # One look finds the silence and resets; a look from a starved loop resets nothing, so
-        # allow two more. With the earlier backoff kept, a dozen looks pass without a reset.
-        assert jsi.looks - looks <= 3
+        # One look finds the silence and resets; a look from a starved loop (late by 50 ms)
+        # resets nothing, so allow four of those. With the earlier backoff kept (3.2 s ± 20 %),
+        # 12 or more looks pass without a reset.
+        assert jsi.looks - looks <= 5
     finally:
         jsi.is_closed = True
         check.cancel()
