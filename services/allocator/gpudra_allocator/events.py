@@ -3,8 +3,9 @@
 Promises: `parse_claim` returns a valid ResourceClaim whose UID matches the event, or raises
 `BadClaimError` naming what is wrong (never another exception); `holdings_from_json` turns a
 resource.k8s.io/v1 `status.allocation` into holdings (admin-access devices hold nothing), or raises
-`BadClaimError` (`held_devices`: just which devices, to compare two allocations); `stream_seq` is a delivered event's claims-stream sequence (0 when
-unknown); `quietly` awaits an ack/nak and only logs when the server is away (a lost ack means
+`BadClaimError` (`held_devices`: just which devices, to compare two allocations); `stream_seq` is a
+delivered event's claims-stream sequence (0 when unknown), `stream_pos` the same with the stream's
+incarnation (`incarnations`); `quietly` awaits an ack/nak and only logs when the server is away (a lost ack means
 a redelivery, which the decision record makes harmless).
 """
 
@@ -19,6 +20,7 @@ import nats.errors
 
 from gpudra_allocator.errors import BadClaimError
 from gpudra_allocator.holdings import Holding
+from gpudra_allocator.incarnations import StreamPos, epoch_of
 from gpudra_api import ApiError, ResourceClaim, parse_resource_claim
 from gpudrapb.v1 import claims_pb2
 
@@ -79,6 +81,12 @@ def stream_seq(msg: Any) -> int:
     except (AttributeError, TypeError, ValueError):  # core NATS message, or a test's stand-in
         return 0
     return seq if isinstance(seq, int) else 0
+
+
+def stream_pos(msg: Any) -> StreamPos:
+    """The claims-stream position of a delivered event: its incarnation (as the worker tagged it,
+    `Incarnations.tag`; 0 when unknown) and its sequence."""
+    return StreamPos(epoch_of(msg), stream_seq(msg))
 
 
 async def quietly(ack: Any) -> None:

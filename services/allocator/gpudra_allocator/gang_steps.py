@@ -62,7 +62,7 @@ from gpudra_allocator.engine import (
     summary,
 )
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
-from gpudra_allocator.events import claim_doc, parse_claim, stream_seq
+from gpudra_allocator.events import claim_doc, parse_claim, stream_pos
 from gpudra_allocator.gangs import (
     MATCH_ATTRIBUTE_ANNOTATION,
     POD_UNIT_PREFIX,
@@ -336,7 +336,8 @@ class GangSteps:
             )
             await self._finish(uid, waiting.msg)
             return
-        members = await self._gangs.join(event, stream_seq(waiting.msg))
+        pos = stream_pos(waiting.msg)
+        members = await self._gangs.join(event, pos.seq, pos.epoch)
         record = await self._gangs.decision(unit)
         if record is not None and not record.placed:
             # Every member it placed has left: nothing holds the unit together any more.
@@ -565,6 +566,7 @@ class GangSteps:
                     allocator=self.replica,
                     gang=record.gang,
                     seq=members.seqs.get(uid, 0),
+                    epoch=members.epochs.get(uid, 0),
                 ),
             )
             if winner.token != record.token or winner.released:

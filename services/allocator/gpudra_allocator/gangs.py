@@ -9,11 +9,12 @@ hold a `/`, so the two never meet). Inside a unit the members are grouped into p
 The durable consumer may hand a gang's claims to different replicas, so no replica can wait for
 "all members" in memory. Two more kinds of keys in `gpudra-reservations` (beside `p.` and `c.`):
 - `m.<gang>`: the members seen so far, `{"gang", "size", "members": {uid: ClaimEvent}, "seqs":
-  {uid: claims-stream sequence}}` (events as base64 protobuf; `seqs` is absent in keys written
-  before it was kept, and a member without one counts as 0: unknown). Every replica that receives
-  a member adds it with a revision-checked write, so whichever replica completes the set sees
-  every member's claim, and the sequence of the member's newest event, which its `c.<uid>` record
-  is fenced with (`ClaimRecord.seq`) as a lone claim's is with its own event's.
+  {uid: claims-stream sequence}, "epochs": {uid: the stream's incarnation}}` (events as base64
+  protobuf; `seqs` and `epochs` are absent in keys written before they were kept, and a member
+  without one counts as 0: unknown). Every replica that receives a member adds it with a
+  revision-checked write, so whichever replica completes the set sees every member's claim, and
+  the position of the member's newest event (`incarnations.StreamPos`), which its `c.<uid>` record
+  is fenced with (`ClaimRecord.seq`, `.epoch`) as a lone claim's is with its own event's.
 - `g.<gang>`: the gang's decision, *created* once (`decide`): the token of the attempt whose
   holdings stand, every member's node and allocation, and the match attribute group it was
   placed in (`group`, `attribute`), which late members keep to. A replica that loses the race uses the
@@ -40,6 +41,7 @@ from nats.js.kv import KeyValue
 
 from gpudra_allocator.errors import ReservationConflict
 from gpudra_allocator.holdings import BadReservationError
+from gpudra_allocator.incarnations import StreamPos
 from gpudra_bus import NATS_ERRORS, translate, wrong_revision
 from gpudrapb.v1 import claims_pb2
 
@@ -90,6 +92,12 @@ class Members:
     events: dict[str, claims_pb2.ClaimEvent] = field(default_factory=dict)
     # claim UID -> claims-stream sequence of the member's newest event (absent: unknown, 0)
     seqs: dict[str, int] = field(default_factory=dict)
+    # claim UID -> the incarnation of the stream that event was in (absent: unknown, 0)
+    epochs: dict[str, int] = field(default_factory=dict)
+
+    def pos(self, uid: str) -> StreamPos:
+        """The claims-stream position of member `uid`'s newest event."""
+        return StreamPos(self.epochs.get(uid, 0), self.seqs.get(uid, 0))
 
     def encode(self) -> bytes:
         members = {
@@ -100,6 +108,9 @@ class Members:
         seqs = {uid: seq for uid, seq in sorted(self.seqs.items()) if seq and uid in self.events}
         if seqs:  # absent, not empty: keys without sequences read as before
             doc["seqs"] = seqs
+        epochs = {u: e for u, e in sorted(self.epochs.items()) if e and u in self.events}
+        if epochs:
+            doc["epochs"] = epochs
         return json.dumps(doc).encode()
 
     @staticmethod
@@ -111,12 +122,8 @@ class Members:
                 event = claims_pb2.ClaimEvent()
                 event.ParseFromString(base64.b64decode(text, validate=True))
                 events[str(uid)] = event
-            seqs = {}
-            for uid, seq in (doc.get("seqs") or {}).items():
-                if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-                    raise TypeError(f"sequence of {uid} must be a whole number")
-                seqs[str(uid)] = seq
-            return Members(str(doc["gang"]), int(doc["size"]), events, seqs)
+            seqs, epochs = _wholes(doc, "seqs"), _wholes(doc, "epochs")
+            return Members(str(doc["gang"]), int(doc["size"]), events, seqs, epochs)
         except (
             ValueError,
             KeyError,
@@ -146,6 +153,16 @@ class Members:
             elif _when(event) == _when(seen[0]) and event is not seen[0]:
                 seen.append(event)
         return {u for pod in latest.values() for e in pod for u in (*e.pod_claims, e.claim.uid)}
+
+
+def _wholes(doc: dict[str, Any], name: str) -> dict[str, int]:
+    """`doc[name]`: whole numbers >= 0 by claim UID (absent: none)."""
+    out = {}
+    for uid, value in (doc.get(name) or {}).items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise TypeError(f"{name} of {uid} must be a whole number")
+        out[str(uid)] = value
+    return out
 
 
 def _when(event: claims_pb2.ClaimEvent) -> tuple[int, int]:
@@ -241,28 +258,30 @@ class GangBook:
         _, value = await self._get(members_key(gang))
         return Members.decode(value) if value else None
 
-    async def join(self, event: claims_pb2.ClaimEvent, seq: int = 0) -> Members:
+    async def join(self, event: claims_pb2.ClaimEvent, seq: int = 0, epoch: int = 0) -> Members:
         """Add the event's claim to its unit (no write when it is there already); all members.
 
-        `seq` is the event's claims-stream sequence (0: unknown); a member known already keeps
-        its event unless this one is of a newer generation, and takes the newer sequence (the
-        claim offered again, e.g. after an allocation made outside gpudra was cleared)."""
+        `seq` is the event's claims-stream sequence (0: unknown) in the stream's incarnation
+        `epoch` (0: unknown); a member known already keeps its event unless this one is of a
+        newer generation, and takes the newer position (the claim offered again, e.g. after an
+        allocation made outside gpudra was cleared; `StreamPos.after`)."""
         unit, size = unit_of(event), unit_size(event)
         key, uid = members_key(unit), event.claim.uid
         for _ in range(_MAX_CAS_TRIES):
             revision, value = await self._get(key)
             current = Members.decode(value) if value else Members(unit, size)
             known = current.events.get(uid)
-            newer_seq = seq > current.seqs.get(uid, 0)
+            newer_seq = StreamPos(epoch, seq).after(current.pos(uid))
             events = dict(current.events)
             if known is None or known.claim.generation < event.claim.generation:
                 events[uid] = event
             elif not newer_seq:
                 return current
-            seqs = dict(current.seqs)
+            seqs, epochs = dict(current.seqs), dict(current.epochs)
             if newer_seq:
                 seqs[uid] = seq
-            updated = Members(current.gang, max(current.size, size), events, seqs)
+                epochs[uid] = epoch
+            updated = Members(current.gang, max(current.size, size), events, seqs, epochs)
             if await self._write(key, revision, updated.encode()):
                 return updated
         raise ReservationConflict(f"unit {unit}: members keep changing")
@@ -282,8 +301,9 @@ class GangBook:
                 return
             events = {u: e for u, e in current.events.items() if u != uid}
             seqs = {u: s for u, s in current.seqs.items() if u != uid}
+            epochs = {u: e for u, e in current.epochs.items() if u != uid}
             if events:
-                left = Members(gang, current.size, events, seqs)
+                left = Members(gang, current.size, events, seqs, epochs)
                 if await self._write(key, revision, left.encode()):
                     return
                 continue

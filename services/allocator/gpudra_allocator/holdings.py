@@ -23,6 +23,7 @@ from typing import Any
 
 from gpudra_alloc.state import AllocatedState, DeviceID
 from gpudra_allocator.errors import AllocatorPermanentError
+from gpudra_allocator.incarnations import StreamPos
 from gpudra_api import AllocationResult, Quantity, QuantityParseError
 
 POOL_PREFIX = "p."
@@ -90,6 +91,14 @@ class Holding:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BadReservationError(f"malformed holding {data!r}: {exc}") from exc
+
+
+def _whole(doc: dict[str, Any], name: str) -> int:
+    """`doc[name]`, a whole number >= 0 (absent: 0)."""
+    value = doc.get(name, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError(f"{name} must be a whole number")
+    return value
 
 
 def _str(value: Any) -> str:
@@ -207,10 +216,12 @@ class ClaimRecord:
 
     `seq` is the claims-stream sequence of the event that wrote the record (for a unit's
     member: of the member's own newest event, `gangs.Members.seqs`; 0 when unknown: records of
-    older replicas). An event of the claim with a lower sequence that
-    arrives afterwards (redelivered, or handled late by another replica) is older news than the
-    record and changes nothing (`Worker`: a late adoption after the deallocation that followed it
-    must not hold the devices again)."""
+    older replicas), and `epoch` the incarnation of the claims stream it was in (0 when unknown:
+    records written before incarnations were kept; `incarnations`). An event of the claim at an
+    earlier position (`pos`, `StreamPos.after`) that arrives afterwards (redelivered, or handled
+    late by another replica) is older news than the record and changes nothing (`Worker`: a late
+    adoption after the deallocation that followed it must not hold the devices again); an event
+    of a newer incarnation of the stream is never older, whatever its sequence."""
 
     state: str  # "allocated", "released" or "cleared"
     claim: str = ""
@@ -224,6 +235,12 @@ class ClaimRecord:
     # gpudra's own decisions, whose id is their token (`claim_id`).
     allocation_id: str = ""
     seq: int = 0
+    epoch: int = 0
+
+    @property
+    def pos(self) -> StreamPos:
+        """The claims-stream position of the event that wrote the record."""
+        return StreamPos(self.epoch, self.seq)
 
     @property
     def released(self) -> bool:
@@ -244,6 +261,8 @@ class ClaimRecord:
             doc["gang"] = self.gang
         if self.seq:
             doc["seq"] = self.seq
+        if self.epoch:
+            doc["epoch"] = self.epoch
         if self.state == "allocated":
             doc.update(
                 generation=self.generation,
@@ -264,11 +283,11 @@ class ClaimRecord:
             gang = doc.get("gang", "")
             if not isinstance(gang, str):
                 raise TypeError("gang must be a string")
-            seq = doc.get("seq", 0)
-            if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-                raise TypeError("seq must be a whole number")
+            seq, epoch = _whole(doc, "seq"), _whole(doc, "epoch")
             if state in ("released", "cleared"):
-                return ClaimRecord(state, claim=str(doc.get("claim", "")), gang=gang, seq=seq)
+                return ClaimRecord(
+                    state, claim=str(doc.get("claim", "")), gang=gang, seq=seq, epoch=epoch
+                )
             if state != "allocated":
                 raise ValueError(f"unknown state {state!r}")
             allocation = doc["allocation"]
@@ -285,6 +304,7 @@ class ClaimRecord:
                 gang=gang,
                 allocation_id=_str(doc.get("allocationId", "")),
                 seq=seq,
+                epoch=epoch,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise BadReservationError(f"malformed claim record: {exc}") from exc

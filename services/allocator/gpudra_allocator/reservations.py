@@ -245,8 +245,9 @@ class Reservations:
     async def commit(self, uid: str, record: ClaimRecord) -> ClaimRecord:
         """Record `record` unless the claim has a record already; returns the record that stands.
 
-        A `cleared` mark is replaced by a record from an event not older than the mark (`seq`;
-        0: unknown, as for records of older replicas): an older one answers news the mark has
+        A `cleared` mark is replaced by a record from an event not older than the mark (`pos`:
+        the claims-stream position, compared within one incarnation of the stream; a sequence 0
+        is unknown, as for records of older replicas): an older one answers news the mark has
         overtaken (an adoption, or a gang decision settled, after the deallocation that followed
         it), and the mark stands."""
         key = claim_key(uid)
@@ -259,7 +260,7 @@ class Reservations:
                     raise translate(exc, f"recording decision for {uid}") from exc
             revision, existing = await self._entry(uid)
             if existing is not None and not (
-                existing.cleared and (record.seq == 0 or record.seq >= existing.seq)
+                existing.cleared and (record.seq == 0 or not existing.pos.after(record.pos))
             ):
                 return existing
             if existing is None:
@@ -317,13 +318,20 @@ class Reservations:
         await self.drop(uid, pools=pools)
 
     async def forget(
-        self, uid: str, claim: str = "", seq: int = 0, pools: Iterable[tuple[str, str]] = ()
+        self,
+        uid: str,
+        claim: str = "",
+        seq: int = 0,
+        pools: Iterable[tuple[str, str]] = (),
+        *,
+        epoch: int = 0,
     ) -> None:
         """The claim's allocation was cleared but the claim lives on: mark it `cleared` (at
-        claims-stream sequence `seq`), then free every holding of its UID (`pools` as for
-        `release`). The mark is no decision: the next one replaces it (`commit`), and older
-        events of the claim that come late find it and change nothing."""
-        mark = ClaimRecord("cleared", claim=claim, seq=seq)
+        claims-stream sequence `seq` of the stream's incarnation `epoch`), then free every
+        holding of its UID (`pools` as for `release`). The mark is no decision: the next one
+        replaces it (`commit`), and older events of the claim that come late find it and change
+        nothing."""
+        mark = ClaimRecord("cleared", claim=claim, seq=seq, epoch=epoch)
         try:
             await self._kv.put(claim_key(uid), mark.encode())
         except NATS_ERRORS as exc:

@@ -63,6 +63,16 @@ Promises (with `Reservations` for the multi-replica part):
   deallocation arriving after the next decision keeps that decision, a pending event arriving
   after its claim was allocated and cleared is not decided again (the claim-writer offers the
   claim anew).
+- A sequence is compared only within one incarnation of the claims stream: the stream deleted and
+  created again (an operator's `nats stream rm`, its storage lost) numbers events from 1 again
+  while the records live on. Each event is tagged with its incarnation (the stream's creation
+  time, by the event's store time, `incarnations`) and records keep it beside the sequence
+  (`ClaimRecord.epoch`, `Members.epochs`): an event of a newer incarnation is never older than a
+  record of an older one, whatever its sequence, and an event of an older incarnation always is
+  (a record written before incarnations were kept is compared by sequence alone). The consumer
+  found gone with its stream is opened again, and the stream created again if nobody did
+  (`consumer`), without a restart; a subscription of the old stream that reads the consumer
+  another replica re-created tags the new stream's events by their store time all the same.
 - A DELETED event releases the claim (tombstone, then every device of its UID; holdings an
   attempt wrote after that, whose replica died before it found the tombstone, go with the
   claim's next event) and publishes `Released`; a unit member deleted before its unit was decided leaves the unit's members (at the
@@ -92,12 +102,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from gpudra_alloc import AllocationInputError, CelRuntimeError, DeviceID
+from gpudra_allocator.consumer import ClaimsConsumer
 from gpudra_allocator.engine import Decision, Engine, cel_reason
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
 from gpudra_allocator.events import (
@@ -106,7 +115,7 @@ from gpudra_allocator.events import (
     holdings_from_json,
     parse_claim,
     quietly,
-    stream_seq,
+    stream_pos,
 )
 from gpudra_allocator.gang_steps import EMPTY_CLAIM, RESERVE_TRIES, GangSteps, Waiting
 from gpudra_allocator.gangs import GangBook, unit_of
@@ -120,7 +129,6 @@ from gpudra_api import ALLOCATION_ID_ANNOTATION, DeviceClass, ResourceSlice
 from gpudra_bus import (
     ALLOCATION_DECISION,
     CLAIM_EVENT,
-    CLAIMS_STREAM,
     RELEASED,
     BusError,
     BusPermanentError,
@@ -131,8 +139,6 @@ from gpudra_bus import (
     subjects,
     tracing,
 )
-from gpudra_bus.consume import fetch_ready
-from gpudra_bus.subjects import Kind
 from gpudra_service import cancel_until_done
 from gpudrapb.v1 import claims_pb2
 
@@ -180,6 +186,7 @@ class Worker(GangSteps):
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self.replaced = 0
         self.stale = 0
+        self._consumer = ClaimsConsumer(nc.jetstream(), settings)
         self._tombstones = TombstoneCollector(
             nc.jetstream(),
             reservations.kv,
@@ -232,19 +239,7 @@ class Worker(GangSteps):
                 log.warning("collecting tombstones failed (%s); trying again later", exc)
 
     async def run(self, stop: asyncio.Event) -> None:
-        js = self._nc.jetstream()
-        sub = await js.pull_subscribe(
-            subjects.all_of(Kind.CLAIMS),
-            durable=self._settings.consumer,
-            stream=CLAIMS_STREAM,
-            config=ConsumerConfig(
-                ack_policy=AckPolicy.EXPLICIT,
-                deliver_policy=DeliverPolicy.ALL,
-                ack_wait=self._settings.ack_wait,
-                max_ack_pending=self._settings.max_waiting + self._settings.batch,
-                max_deliver=-1,
-            ),
-        )
+        await self._consumer.open()
         self.ready = True
         log.info("allocator %s consuming claim events", self.replica)
         collector = asyncio.create_task(self._collect_tombstones(), name="tombstones")
@@ -255,14 +250,7 @@ class Worker(GangSteps):
             self.warmer.start()
         try:
             while not stop.is_set():
-                try:
-                    msgs = await fetch_ready(sub, self._settings.batch, 0.25)
-                except (nats.errors.TimeoutError, TimeoutError):
-                    msgs = []
-                except (nats.errors.Error, OSError) as exc:
-                    log.warning("fetching claim events failed (%s); retrying", exc)
-                    await asyncio.sleep(0.5)
-                    continue
+                msgs = await self._consumer.fetch()
                 for msg in msgs:
                     # Claims are handled concurrently (their bus and KV round trips overlap);
                     # only decide+reserve is serialised, under `_decide_lock`. One claim's
@@ -287,7 +275,7 @@ class Worker(GangSteps):
                 _, stuck = await asyncio.wait(set(self._inflight), timeout=5.0)
                 for task in stuck:
                     task.cancel()
-            await sub.unsubscribe()
+            await self._consumer.close()
 
     def _task_done(self, subject: str, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
@@ -370,7 +358,7 @@ class Worker(GangSteps):
         if record is None:
             return False
         if record.cleared:
-            if record.seq <= stream_seq(msg):
+            if not record.pos.after(stream_pos(msg)):
                 return False
             self.stale += 1
         elif not record.released:
@@ -469,6 +457,7 @@ class Worker(GangSteps):
 
     async def _commit(self, waiting: Waiting, decision: Decision, token: str) -> None:
         event, uid = waiting.event, waiting.event.claim.uid
+        pos = stream_pos(waiting.msg)
         record = ClaimRecord(
             "allocated",
             claim=waiting.claim.key,
@@ -477,7 +466,8 @@ class Worker(GangSteps):
             node=decision.node,
             allocation=decision.results[0].to_json(),
             allocator=self.replica,
-            seq=stream_seq(waiting.msg),
+            seq=pos.seq,
+            epoch=pos.epoch,
         )
         winner = await self._res.commit(uid, record)
         if winner.token != token:
@@ -617,9 +607,9 @@ class Worker(GangSteps):
             raise BadClaimError("claim event without a claim UID")
         # A deletion carries no claim; a cleared allocation (the claim lives on) carries it.
         deallocated = bool(event.claim_json)
-        seq = stream_seq(msg)
+        pos = stream_pos(msg)
         before = await self._res.stored(ref.uid)
-        if deallocated and before is not None and (before.released or before.seq > seq):
+        if deallocated and before is not None and (before.released or before.pos.after(pos)):
             # Older than what the record says (a redelivery, or another replica was faster):
             # the allocation it clears was cleared already, and a newer one must stay. A claim
             # deleted stays released: a cleared mark in place of its tombstone would let a late
@@ -635,7 +625,9 @@ class Worker(GangSteps):
         # this replica's mirror yet, and a release frees what it finds there.
         pools = _pools_of(before)
         if deallocated:
-            await self._res.forget(ref.uid, f"{ref.namespace}/{ref.name}", seq, pools)
+            await self._res.forget(
+                ref.uid, f"{ref.namespace}/{ref.name}", pos.seq, pools, epoch=pos.epoch
+            )
         else:
             await self._res.release(ref.uid, f"{ref.namespace}/{ref.name}", pools)
         reason = "deallocated" if deallocated else "deleted"
@@ -673,9 +665,10 @@ class Worker(GangSteps):
         next claim.
         """
         ref = event.claim
+        pos = stream_pos(msg)
         record = await self._res.stored(ref.uid)
         if record is not None and record.cleared:
-            if record.seq > stream_seq(msg):
+            if record.pos.after(pos):
                 self.stale += 1  # cleared after this allocation was made: old news
                 await self._finish(ref.uid, msg)
                 return
@@ -706,7 +699,11 @@ class Worker(GangSteps):
             if record.gang:
                 await self._gangs.leave(record.gang, ref.uid)
             await self._res.forget(
-                ref.uid, f"{ref.namespace}/{ref.name}", stream_seq(msg), _pools_of(record)
+                ref.uid,
+                f"{ref.namespace}/{ref.name}",
+                pos.seq,
+                _pools_of(record),
+                epoch=pos.epoch,
             )
             self.replaced += 1
         token = f"adopted-{self.replica}-{uuid.uuid4().hex[:12]}"
@@ -739,7 +736,8 @@ class Worker(GangSteps):
             allocation=allocation,
             allocator="external",
             allocation_id=str(annotations.get(ALLOCATION_ID_ANNOTATION) or ""),
-            seq=stream_seq(msg),
+            seq=pos.seq,
+            epoch=pos.epoch,
         )
         winner = await self._res.commit(ref.uid, record)
         if winner.token != token:
