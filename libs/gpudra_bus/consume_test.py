@@ -65,6 +65,7 @@ async def test_tops_up_only_when_more_are_pending(nats_url: str, queued: int, to
         # are the requests for more than one message (the first pull asks for one).
         await flush_subscriptions(nc)
         requests = [m.data for m in await taken(spy, pulls)]
+        await pulls.unsubscribe()  # a request left queued would hold the spy's drain 30 s
         batches = [json.loads(r)["batch"] for r in requests]
         assert len([b for b in batches if b > 1]) == top_ups, requests
         await sub.unsubscribe()

@@ -34,7 +34,8 @@ def _read_subjects(bucket: str) -> tuple[str, str]:
 
 class BucketReads:
     """The reads of a bucket's stream (message get or direct get) any client asks JetStream for,
-    listening on `nc` with subscriptions without a callback (`gpudra_testing.nats_queue`)."""
+    listening on `nc` with subscriptions without a callback (`gpudra_testing.nats_queue`).
+    `close()` it, or close `nc` without draining: reads left queued hold a drain 30 s."""
 
     def __init__(self, nc: Client, subs: list[Subscription]) -> None:
         self._nc = nc
@@ -54,6 +55,11 @@ class BucketReads:
         operation returned, its reads are counted."""
         self._seen += [msg.subject for msg in await queued(self._nc, *self._subs)]
         return list(self._seen)
+
+    async def close(self) -> None:
+        """Stop listening (what is still queued is dropped)."""
+        for sub in self._subs:
+            await sub.unsubscribe()
 
 
 async def bucket_reads(nc: Client, bucket: str) -> list[str]:

@@ -7,6 +7,9 @@ flush's answer in its queue once that flush returns: `queued` flushes the subscr
 takes those messages off the queue. It waits for nothing else, so what it returns is complete
 only for messages that had reached the server: another client's publishes count once that client
 got their answers (a request) or was flushed itself (`gpudra_bus.flush_subscriptions`).
+
+Unsubscribe such a subscription, or close its client without draining, before the client
+drains: nats-py's drain waits for every queued message to be taken, up to its 30 s timeout.
 """
 
 from __future__ import annotations
