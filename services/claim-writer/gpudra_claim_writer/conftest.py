@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from gpudra_bus import (
     ALLOCATION_DECISION,
@@ -31,7 +32,7 @@ from gpudra_kube.api_backend import ApiStore
 from gpudra_testing.claims import ALLOCATION
 from gpudra_testing.claims import claim as new_claim
 from gpudra_testing.kubeapi import FakeKubeApi
-from gpudra_testing.waiting import until
+from gpudra_testing.waiting import TIMEOUT, until
 from gpudrapb.v1 import claims_pb2
 
 __all__ = [
@@ -125,17 +126,77 @@ async def serving(settings: Settings) -> AsyncIterator[Client]:
 
 
 class Heard:
-    """ClaimEvents the claim-writer publishes, as a core NATS subscriber sees them (`on_msg`)."""
+    """ClaimEvents the claim-writer publishes, as a core NATS subscriber sees them.
 
-    def __init__(self) -> None:
+    A subscription without a callback (`await Heard.on(nc, subject)`): the client's read loop
+    queues each message as it comes, so `arrived()` counts them without waiting for a callback
+    task to run, and `take()` flushes the connection first (then everything published before is
+    queued: the server delivers to subscribers before it acknowledges a publish) and moves the
+    queue into `events` and `ids`, in order. Read `events` after a `take()`: a callback could
+    still be pending then, the queue cannot (the flake CI met with callback-filled lists)."""
+
+    def __init__(self, nc: Client | None = None, sub: Subscription | None = None) -> None:
         self.events: list[claims_pb2.ClaimEvent] = []
         self.ids: list[str] = []  # their message ids (JetStream deduplicates by them)
+        self._nc = nc
+        self._sub = sub
+
+    @classmethod
+    async def on(cls, nc: Client, subject: str) -> Heard:
+        return cls(nc, await nc.subscribe(subject))
 
     async def on_msg(self, msg: Msg) -> None:
+        """The old way, a subscription callback (`Heard()`, `cb=heard.on_msg`), still used by
+        `writeback_test`: what it collected may lag behind a flush; prefer `Heard.on`."""
+        self._add(msg)
+
+    def _add(self, msg: Msg) -> None:
         event = claims_pb2.ClaimEvent()
         event.ParseFromString(msg.data)
         self.events.append(event)
         self.ids.append((msg.headers or {}).get("Nats-Msg-Id", ""))
+
+    def _queue(self) -> tuple[Client, Subscription]:
+        if self._nc is None or self._sub is None:
+            raise TypeError("a Heard made by Heard.on(nc, subject) reads its own queue")
+        return self._nc, self._sub
+
+    def arrived(self) -> int:
+        """Events taken and events queued: for `until`, which needs no `take()` to see them."""
+        return len(self.events) + self._queue()[1].pending_msgs
+
+    async def take(self) -> list[claims_pb2.ClaimEvent]:
+        """Flush, then move every queued message into `events` (and `ids`); all events so far."""
+        nc, sub = self._queue()
+        await nc.flush()
+        while sub.pending_msgs:
+            self._add(await sub.next_msg(timeout=10))  # queued already: at once
+        return self.events
+
+    async def settle(self, count: int) -> list[claims_pb2.ClaimEvent]:
+        """Wait (`until`, bounded) for `count` events in all, then `take()` them."""
+        await until(lambda: self.arrived() >= count, f"{count} claim events")
+        return await self.take()
+
+    async def take_until(
+        self, check: Callable[[], object], what: str = "the claim events"
+    ) -> list[claims_pb2.ClaimEvent]:
+        """`take()` until `check()` (which reads `events`) holds; `AssertionError` naming `what`
+        after `gpudra_testing.waiting.TIMEOUT` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while not check():
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out after {TIMEOUT:g}s waiting for {what}")
+            await asyncio.sleep(0.01)
+            await self.take()
+        return self.events
+
+    async def stop(self) -> list[claims_pb2.ClaimEvent]:
+        """`take()` what has come, then unsubscribe; all events."""
+        await self.take()
+        await self._queue()[1].unsubscribe()
+        return self.events
 
     def kinds(self) -> list[str]:
         return [claims_pb2.ClaimEvent.Kind.Name(e.kind) for e in self.events]

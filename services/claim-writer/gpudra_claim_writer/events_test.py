@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 
 from gpudra_bus import Publisher, connect, ensure_streams, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
-from gpudra_claim_writer.conftest import Heard, cancel_and_wait, until
+from gpudra_claim_writer.conftest import Heard, cancel_and_wait
 from gpudra_claim_writer.events import PodEntry, PodUnits, owner_pod
 from gpudra_claim_writer.ownership import Ownership
 from gpudra_kube.api_backend import ApiStore, load_api_client
@@ -83,17 +82,28 @@ def pod(
 
 class Env:
     def __init__(
-        self, fake: FakeKubeApi, store: ApiStore, units: PodUnits, publisher: Publisher
+        self,
+        fake: FakeKubeApi,
+        store: ApiStore,
+        units: PodUnits,
+        publisher: Publisher,
+        heard: Heard,
     ) -> None:
         self.fake = fake
         self.store = store
         self.units = units
         self.publisher = publisher
-        self.events: list[claims_pb2.ClaimEvent] = []
+        self.heard = heard
+
+    @property
+    def events(self) -> list[claims_pb2.ClaimEvent]:
+        """The events taken so far (`heard.take()`: `pod` and `sent` take them)."""
+        return self.heard.events
 
     async def pod(self, obj: dict[str, Any], deleted: bool = False) -> None:
         kind = EventType.DELETED if deleted else EventType.MODIFIED
         await self.units.pod_changed(WatchEvent(kind, obj))
+        await self.heard.take()  # it published before it returned: all of that is here
 
     async def claims(self, *objs: dict[str, Any]) -> None:
         for obj in objs:
@@ -101,7 +111,7 @@ class Env:
 
     async def sent(self) -> dict[str, tuple[str, list[str]]]:
         """claim name -> (pod name, sorted pod claim names) of every event so far."""
-        await asyncio.sleep(0.1)
+        await self.heard.take()
         return {
             e.claim.name: (e.pod_name, sorted(u.removeprefix("uid-") for u in e.pod_claims))
             for e in self.events
@@ -119,18 +129,11 @@ async def env(nats_url: str, tmp_path: Any) -> AsyncIterator[Env]:
         publisher = Publisher(nc)
         units = PodUnits(store, publisher, Ownership(store))
         await units.pod_changed(WatchEvent(EventType.SYNCED, {}))  # the pod list came back empty
-        found = Env(fake, store, units, publisher)
-
-        async def got(msg: Msg) -> None:
-            event = claims_pb2.ClaimEvent()
-            event.ParseFromString(msg.data)
-            found.events.append(event)
-
-        sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=got)
+        heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
         try:
-            yield found
+            yield Env(fake, store, units, publisher, heard)
         finally:
-            await sub.unsubscribe()
+            await heard.stop()
             await store.close()
     await nc.drain()
 
@@ -266,8 +269,7 @@ async def test_claims_seen_before_the_pods_were_listed_wait_for_the_list(
 ) -> None:
     nc: Client = await connect(nats_url, name="events-test-sync", deadline=10)
     await ensure_streams(nc.jetstream())
-    heard = Heard()
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
     async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
         client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
         store = ApiStore(client)
@@ -278,14 +280,14 @@ async def test_claims_seen_before_the_pods_were_listed_wait_for_the_list(
                 assert await units.offer(claim(name)) is True, "held until the pods are listed"
             await units.pod_changed(WatchEvent(EventType.ADDED, pod("p", ["a", "b"])))
             await store.delete(RESOURCE_CLAIMS, "gone", "default")
-            await asyncio.sleep(0.1)
+            await heard.take()
             assert sorted(_names(heard)) == ["a:default/p", "b:default/p"]
             await units.pod_changed(WatchEvent(EventType.SYNCED, {}))
-            await asyncio.sleep(0.1)
+            await heard.take()
             assert sorted(_names(heard)) == ["a:default/p", "b:default/p", "lone:"]
             assert await units.offer(claim("later")) is False, "listed: alone at once"
         finally:
-            await sub.unsubscribe()
+            await heard.stop()
             await store.close()
     await nc.drain()
 
@@ -433,8 +435,7 @@ async def test_a_claim_held_for_the_pod_list_is_not_lost_to_a_failed_read(
     nothing else would offer it again (a pending claim no pod uses gets no further event)."""
     nc: Client = await connect(nats_url, name="events-test-sync-error", deadline=10)
     await ensure_streams(nc.jetstream())
-    heard = Heard()
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
     try:
         async with FakeKubeApi(validate_version="1.34", bookmark_interval=0.1) as fake:
             client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
@@ -448,12 +449,10 @@ async def test_a_claim_held_for_the_pod_list_is_not_lost_to_a_failed_read(
                     status, reason=reason, method="GET", path_contains="resourceclaims/lone-a"
                 )
                 await units.pod_changed(WatchEvent(EventType.SYNCED, {}))
-                await nc.flush()
-                await asyncio.sleep(0.1)
             finally:
                 await store.close()
     finally:
-        await sub.unsubscribe()
+        await heard.stop()
         await nc.drain()
     assert sorted(_names(heard)) == ["lone-a:", "lone-b:"]
 
@@ -473,6 +472,7 @@ async def test_a_pod_whose_claim_read_failed_is_offered_again(env: Env) -> None:
         "b": ("default/p", ["a", "b"]),
     }
     await env.units.retry()  # settled: nothing more
+    await env.heard.take()
     assert len(env.events) == 2
 
 
@@ -486,6 +486,7 @@ async def test_a_claim_its_pod_left_is_offered_again_after_a_failed_read(env: En
     await env.units.retry()
     assert await env.sent() == {"a": ("", [])}, "no pod uses it any more: alone, as before"
     await env.units.retry()
+    await env.heard.take()
     assert len(env.events) == 1
 
 
@@ -498,7 +499,7 @@ async def test_run_retries_on_its_own(env: Env) -> None:
     assert await env.sent() == {}
     task = asyncio.create_task(units.run())
     try:
-        await until(lambda: len(env.events) == 1)
+        await env.heard.take_until(lambda: len(env.events) == 1)
     finally:
         await cancel_and_wait(task)
     assert env.events[0].pod_name == "default/p"

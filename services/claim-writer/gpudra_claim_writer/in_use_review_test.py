@@ -4,7 +4,6 @@ is off (the intake's "deleting-in-use"), so the write-back must not release them
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -61,14 +60,11 @@ async def test_a_decision_delivered_again_for_a_claim_deleted_while_in_use(
     before = await store.get(RESOURCE_CLAIMS, "c1", "default")
     assert before["metadata"].get("deletionTimestamp")
 
-    heard = Heard()
-    sub = await nc.subscribe(subjects.claims("default", "c1"), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.claims("default", "c1"))
     try:
         await writeback._allocated(decision)  # its ack was lost: delivered again
-        await nc.flush()
-        await asyncio.sleep(0.3)
     finally:
-        await sub.unsubscribe()
+        await heard.stop()  # what it published is all here: it waited for the acks
     assert heard.kinds() == kinds
     after = await store.get(RESOURCE_CLAIMS, "c1", "default")
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
@@ -90,15 +86,12 @@ async def test_a_claim_deleted_while_in_use_on_other_devices_is_adopted_not_rele
     await store.replace_status(RESOURCE_CLAIMS, claim)
     await store.delete(RESOURCE_CLAIMS, "c1", "default")
 
-    heard = Heard()
-    sub = await nc.subscribe(subjects.claims("default", "c1"), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.claims("default", "c1"))
     writeback = Writeback(nc, store, Publisher(nc), consumer="in-use-foreign-test")
     try:
         await writeback._allocated(decision_for(claim, ALLOCATION))
-        await nc.flush()
-        await asyncio.sleep(0.3)
     finally:
-        await sub.unsubscribe()
+        await heard.stop()
     assert heard.kinds() == ["KIND_ALLOCATED_EXTERNALLY"]
     (event,) = heard.events
     assert event.replaces_allocation == "allocator-0-000000000001"

@@ -78,14 +78,6 @@ async def test_only_gpudras_claims_are_offered_and_gated_pods_hear_of_every_clai
     assert heard == [("default", "c"), ("default", "c")]
 
 
-async def settle(heard: Heard, count: int) -> None:
-    for _ in range(200):
-        if len(heard.events) >= count:
-            break
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)  # nothing more on its way
-
-
 @pytest.mark.parametrize(
     ("reserved_for", "marked", "after"),
     [
@@ -107,8 +99,7 @@ async def test_a_claim_whose_consumers_left_is_marked_and_never_offered_alone(
     nc: Client, reserved_for: list[dict[str, str]], marked: bool, after: list[str]
 ) -> None:
     store = KvStore(nc)
-    heard = Heard()
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
     ownership = Ownership(store)
     units = PodUnits(store, Publisher(nc), ownership)
     await units.pod_changed(WatchEvent(EventType.SYNCED, {}))
@@ -133,8 +124,8 @@ async def test_a_claim_whose_consumers_left_is_marked_and_never_offered_alone(
     # Later revisions of the pending claim (the marker itself, the finalizer removed) offer it
     # again only when nobody used it.
     await intake.on_event(WatchEvent(EventType.MODIFIED, current))
-    await settle(heard, len(after))
-    await sub.unsubscribe()
+    await heard.settle(len(after))
+    await heard.stop()
     assert heard.kinds() == after
     assert intake.published["waiting"] == (1 if marked else 0)
     if marked:
@@ -230,8 +221,7 @@ async def test_a_restart_reports_an_allocation_cleared_while_it_was_down(
     stored = await fake.put(
         RESOURCE_CLAIMS, after_restart(allocation_id=allocation_id, finalizer=finalizer, mark=mark)
     )
-    heard = Heard()
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
     ownership = Ownership(store)
     units = PodUnits(store, Publisher(nc), ownership)
     await units.pod_changed(WatchEvent(EventType.SYNCED, {}))
@@ -242,7 +232,7 @@ async def test_a_restart_reports_an_allocation_cleared_while_it_was_down(
     try:
         first = intake()
         async with running(first):  # the first start after the clearing
-            await settle(heard, len(kinds))
+            await heard.settle(len(kinds))
             assert heard.kinds() == kinds
             listed = await store.get(RESOURCE_CLAIMS, "data", "default")
             annotations = listed["metadata"].get("annotations") or {}
@@ -257,14 +247,14 @@ async def test_a_restart_reports_an_allocation_cleared_while_it_was_down(
                 assert unchanged == stored["metadata"]["resourceVersion"], "nothing written"
             # A relist after 410 Gone, the claim changed meanwhile: nothing new.
             await relist(fake, first, lambda: label(fake, store, "data"))
-            await settle(heard, len(kinds))
+            await heard.settle(len(kinds))
         assert heard.kinds() == kinds
         second = intake()
         async with running(second):  # a second restart: a pending claim goes out again
             again = [*kinds, "KIND_PENDING"] if kinds == ["KIND_PENDING"] else kinds
-            await settle(heard, len(again))
+            await heard.settle(len(again))
     finally:
-        await sub.unsubscribe()
+        await heard.stop()
     assert heard.kinds() == again
     assert first.published["released-unseen"] == (1 if kinds == ["KIND_DELETED"] else 0)
     assert second.published["released-unseen"] == 0
@@ -283,8 +273,7 @@ async def test_consumers_and_the_clearing_hidden_by_a_relist_are_seen_by_the_wit
     stored = after_restart(allocation_id=ID, finalizer=True, mark="")
     stored["status"] = {"allocation": ALLOCATION}
     stored = await fake.put(RESOURCE_CLAIMS, stored)
-    heard = Heard()
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
     intake = Intake(store, Publisher(nc), watch_timeout=1.0)
     intake.written(stored["metadata"]["uid"])  # the write-back wrote it
 
@@ -300,11 +289,11 @@ async def test_consumers_and_the_clearing_hidden_by_a_relist_are_seen_by_the_wit
     try:
         async with running(intake):
             await relist(fake, intake, consumed_and_cleared)
-            await settle(heard, 1)
+            await heard.settle(1)
             await relist(fake, intake, lambda: label(fake, store, "data"))
-            await settle(heard, 1)
+            await heard.settle(1)
     finally:
-        await sub.unsubscribe()
+        await heard.stop()
     assert heard.kinds() == ["KIND_DELETED"]
     assert heard.events[0].claim_json
     final = await store.get(RESOURCE_CLAIMS, "data", "default")
@@ -372,8 +361,7 @@ async def test_an_allocation_gpudra_did_not_write_gets_an_id_once(
     if not finalizer:
         del listed["metadata"]["finalizers"]
     stored = await fake.put(RESOURCE_CLAIMS, listed)
-    heard = Heard()
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
 
     def intake() -> Intake:
         return Intake(store, Publisher(nc), watch_timeout=1.0)
@@ -381,7 +369,7 @@ async def test_an_allocation_gpudra_did_not_write_gets_an_id_once(
     try:
         first = intake()
         async with running(first):
-            await settle(heard, 1)
+            await heard.settle(1)
             witnessed = await store.get(RESOURCE_CLAIMS, "data", "default")
             given = annotations_of(witnessed).get(ALLOCATION_ID_ANNOTATION, "")
             if replaced:
@@ -401,12 +389,12 @@ async def test_an_allocation_gpudra_did_not_write_gets_an_id_once(
             # The allocation it may have taken the place of: the one whose id it carried.
             assert heard.events[0].replaces_allocation == carried
             await relist(fake, first, lambda: label(fake, store, "data"))
-            await settle(heard, 1)
+            await heard.settle(1)
         second = intake()
         async with running(second):  # a restart: adopted again (a no-op), the id stays
-            await settle(heard, 2)
+            await heard.settle(2)
     finally:
-        await sub.unsubscribe()
+        await heard.stop()
     assert heard.kinds() == ["KIND_ALLOCATED_EXTERNALLY"] * 2
     if given:
         assert heard.ids[1] == heard.ids[0], "the same allocation, the same message id"
@@ -433,8 +421,7 @@ async def test_a_new_allocation_after_a_clearing_gets_a_new_id_and_its_release_i
     marked, or its release was reported by this process), under a new message id; cleared while
     the claim-writer is down, that allocation is released at the restart."""
     fake, store = api
-    heard = Heard()
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
     first_claim = scheduled(allocation_id=ID if first_by == "gpudra" else "")
     if not consumed:
         del first_claim["status"]["reservedFor"]
@@ -500,9 +487,9 @@ async def test_a_new_allocation_after_a_clearing_gets_a_new_id_and_its_release_i
                 if annotations_of(await current()).get(CONSUMERS_LEFT_ANNOTATION) == second_id:
                     break
                 await asyncio.sleep(0.02)
-            await settle(heard, len(heard.events) + 1)  # nothing more on its way
+            await heard.take()  # published before it was counted: all of it is here
     finally:
-        await sub.unsubscribe()
+        await heard.stop()
     external = [
         i for i, k in zip(heard.ids, heard.kinds(), strict=True) if k == "KIND_ALLOCATED_EXTERNALLY"
     ]
@@ -834,8 +821,7 @@ async def test_a_claim_too_large_for_the_bus_is_refused_never_fatal(
     too. Now it is counted and left out, and the next claims go on as ever."""
     fake, store = api
     stored = await fake.put(RESOURCE_CLAIMS, sized("huge", 1_300_000))
-    heard = Heard()
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
     ownership = Ownership(store)
     units = PodUnits(store, Publisher(nc), ownership)
     intake = Intake(store, Publisher(nc), ownership=ownership, pods=units)
@@ -847,11 +833,11 @@ async def test_a_claim_too_large_for_the_bus_is_refused_never_fatal(
         # A pod naming it, beside a claim that fits: nothing raised out of the pod watch.
         await fake.put(RESOURCE_CLAIMS, after_restart(allocation_id="", finalizer=False, mark=""))
         await units.pod_changed(WatchEvent(EventType.ADDED, using("huge", "data")))
-        await settle(heard, 1)
+        await heard.settle(1)
         await intake.on_event(WatchEvent(EventType.ADDED, claim("next", "gpu.nvidia.com")))
-        await settle(heard, 2)
+        await heard.settle(2)
     finally:
-        await sub.unsubscribe()
+        await heard.stop()
     assert [e.claim.name for e in heard.events] == ["data", "next"], "what fits goes out"
 
 
@@ -864,8 +850,7 @@ async def test_a_claim_too_large_for_the_bus_says_so(
     fake, store = api
     stored = await fake.put(RESOURCE_CLAIMS, sized("huge", 1_040_000))
     assert len(json.dumps(stored)) < 1024 * 1024
-    heard = Heard()
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
     ownership = Ownership(store)
     units = PodUnits(store, Publisher(nc), ownership)
     intake = Intake(store, Publisher(nc), ownership=ownership, pods=units)
@@ -877,9 +862,9 @@ async def test_a_claim_too_large_for_the_bus_says_so(
         await intake.on_event(WatchEvent(EventType.MODIFIED, refused))  # its own write: no news
         assert await store.get(RESOURCE_CLAIMS, "huge", "default") == refused
         await units.pod_changed(WatchEvent(EventType.ADDED, using("huge")))
-        await settle(heard, 1)
+        await heard.take()  # what it published, it published before it returned
     finally:
-        await sub.unsubscribe()
+        await heard.stop()
     assert intake.published["oversized"] == 1
     assert heard.events == []
 
@@ -889,17 +874,16 @@ async def test_a_claim_deleted_by_plain_kv_tools_is_reported_deleted(nc: Client)
     still reaches the allocator under the claim's UID, or its devices would be held forever."""
     store = KvStore(nc)
     created = await store.create(RESOURCE_CLAIMS, claim("doomed", "gpu.nvidia.com"))
-    heard = Heard()
-    sub = await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
     intake = Intake(store, Publisher(nc), watch_timeout=5.0)
     try:
         async with running(intake):
-            await settle(heard, 1)
+            await heard.settle(1)
             kv = await nc.jetstream().key_value(CLAIMS_BUCKET)
             await kv.delete("default.doomed")
-            await settle(heard, 2)
+            await heard.settle(2)
     finally:
-        await sub.unsubscribe()
+        await heard.stop()
     assert heard.kinds() == ["KIND_PENDING", "KIND_DELETED"]
     assert heard.events[1].claim.uid == created["metadata"]["uid"]
     assert intake.published["deleted"] == 1

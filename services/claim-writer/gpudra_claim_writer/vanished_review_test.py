@@ -5,7 +5,6 @@ or the devices it held stay held for good."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from nats.aio.client import Client
 
 from gpudra_bus import RESERVATIONS_BUCKET, Publisher, subjects
 from gpudra_bus.subjects import Kind as SubjectKind
-from gpudra_claim_writer.conftest import ALLOCATION, Heard, kube_settings, new_claim, serving, until
+from gpudra_claim_writer.conftest import ALLOCATION, Heard, kube_settings, new_claim, serving
 from gpudra_claim_writer.vanished import Vanished
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
@@ -43,8 +42,7 @@ async def test_a_claim_deleted_while_the_claim_writer_was_down_is_released(
             await kv.put("c.uid-gone", record("allocated", "default/gone"))
             await kv.put("c.uid-again-before", record("allocated", "default/again"))
             await kv.put("c.uid-released", record("released", "default/long-gone"))
-            heard = Heard()
-            await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+            heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
             settings = kube_settings(
                 fresh_nats_server.url, fake, tmp_path, record_events=False, mirror_classes=False
             )
@@ -57,9 +55,10 @@ async def test_a_claim_deleted_while_the_claim_writer_was_down_is_released(
                 }
 
             async with serving(settings):
-                await until(lambda: len(deleted()) >= 2)
-                await until(lambda: {e.claim.name for e in heard.events} >= {"kept", "again"})
-                await asyncio.sleep(0.5)  # nothing else on its way
+                await heard.take_until(lambda: len(deleted()) >= 2)
+                await heard.take_until(
+                    lambda: {e.claim.name for e in heard.events} >= {"kept", "again"}
+                )
         finally:
             await api.close()
     assert deleted() == {
@@ -86,13 +85,10 @@ async def test_only_records_of_vanished_watched_claims_are_released(
     await kv.put("c.uid-elsewhere", record("allocated", "team-b/gone"))
     await kv.put("c.uid-unreadable", b"not json")
     await kv.put("c.uid-gone", record("allocated", "default/gone"))
-    heard = Heard()
-    await nc.subscribe(subjects.all_of(SubjectKind.CLAIMS), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
     vanished = Vanished(store, Publisher(nc), kv, namespace="default")
     await vanished.reconcile(seen=set())
-    await nc.flush()
-    await until(lambda: len(heard.events) >= 1)
-    await asyncio.sleep(0.2)
+    await heard.take()  # a pass publishes before it returns: all it published is here
     assert vanished.done
     assert vanished.released == 1
     assert [(e.kind, e.claim.uid) for e in heard.events] == [
