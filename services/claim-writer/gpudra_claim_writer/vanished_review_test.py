@@ -59,6 +59,7 @@ async def test_a_claim_deleted_while_the_claim_writer_was_down_is_released(
                 await heard.take_until(
                     lambda: {e.claim.name for e in heard.events} >= {"kept", "again"}
                 )
+            await heard.stop()  # the service has stopped: all it ever published is here
         finally:
             await api.close()
     assert deleted() == {
@@ -88,7 +89,7 @@ async def test_only_records_of_vanished_watched_claims_are_released(
     heard = await Heard.on(nc, subjects.all_of(SubjectKind.CLAIMS))
     vanished = Vanished(store, Publisher(nc), kv, namespace="default")
     await vanished.reconcile(seen=set())
-    await heard.take()  # a pass publishes before it returns: all it published is here
+    await heard.stop()  # a pass publishes before it returns: all it published is here
     assert vanished.done
     assert vanished.released == 1
     assert [(e.kind, e.claim.uid) for e in heard.events] == [
