@@ -15,8 +15,11 @@ kubernetes-asyncio before every request, watches included) so that:
 - an exec plugin's credential is kept until its `expirationTimestamp` has passed, as client-go
   keeps it (kubernetes-asyncio renewed it 5 minutes early, so a plugin whose tokens live less
   than that ran for every request); then the plugin runs again before the next request, one
-  run at a time; a failed run keeps the old token (logged: the server answers 401,
-  `ForbiddenError`);
+  run at a time. A run that fails (or outlasts `exec_plugin.RUN_TIMEOUT`: the plugin is killed)
+  fails the request with `UnavailableError` naming the plugin, nothing is sent (as client-go's
+  `getCreds` fails it), and the requests that waited for that run fail with it rather than
+  each running the plugin again in turn; the credential stays due, so the next request runs
+  the plugin again;
 - an exec credential is renewed when the server answers 401 Unauthorized (it was revoked or
   rotated, with or without `expirationTimestamp`), as client-go's exec authenticator does: the
   plugin runs again at most once per credential — concurrent 401s for one credential share one
@@ -24,9 +27,10 @@ kubernetes-asyncio before every request, watches included) so that:
   401 is sent once more with the new credential, whatever its verb. That is safe for writes too:
   the API server authenticates before admission and storage, so a 401 means nothing was written
   (a request body is a JSON document serialised again, never a consumed stream). When the run
-  fails, or hands out the token that was refused, the 401 stands (`ForbiddenError`) and nothing
-  is sent again; the next 401 runs the plugin again. Only `CredentialRenewingClient` (which
-  `load_api_client` builds for an exec user) does this;
+  hands out the token that was refused, the 401 stands (`ForbiddenError`) and nothing is sent
+  again; when it fails (or outlasts its bound), the request fails with `UnavailableError`
+  naming the plugin, as at expiry; the next 401 runs the plugin again. Only
+  `CredentialRenewingClient` (which `load_api_client` builds for an exec user) does this;
 - a client certificate an exec plugin hands out is renewed the same ways (expiry, 401); a new
   one gets the client a new TLS context, and the connections made with the old one are closed,
   as client-go closes them;
@@ -47,7 +51,6 @@ the kubelet rotates it at 80% of its life, long before the old one expires.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import os
@@ -59,6 +62,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client import rest
 from kubernetes_asyncio.config.kube_config import KubeConfigLoader
 
+from gpudra_kube.errors import UnavailableError
 from gpudra_kube.exec_plugin import uses_exec
 
 log = logging.getLogger(__name__)
@@ -107,7 +111,9 @@ class ExecCredential:
     `generation` counts the credentials the plugin handed out; a request notes it when it is
     sent, so that a 401 renews only the credential that was refused (client-go compares its
     cached credential the same way). A new client certificate is announced to the listeners
-    (`on_new_certificate`): the client builds a new TLS context for it."""
+    (`on_new_certificate`): the client builds a new TLS context for it. `_runs` counts the runs
+    that ended, `_failure` says why the last one failed (None: it did not): a request that
+    waited for a run fails with it instead of running the plugin again."""
 
     def __init__(self, loader: KubeConfigLoader, configuration: k8s.Configuration) -> None:
         self._loader = loader
@@ -115,6 +121,8 @@ class ExecCredential:
         self._lock = asyncio.Lock()  # one plugin run at a time
         self._certificate_listeners: list[Callable[[], Awaitable[None]]] = []
         self.generation = 0
+        self._runs = 0
+        self._failure: str | None = None
 
     def on_new_certificate(self, listener: Callable[[], Awaitable[None]]) -> None:
         self._certificate_listeners.append(listener)
@@ -135,45 +143,49 @@ class ExecCredential:
         """The `refresh_api_key_hook`: run the plugin when the credential has expired."""
         if not self._due():
             return
-        async with self._lock:  # concurrent requests near expiry start the plugin once
+        runs = self._runs
+        async with self._lock:  # concurrent requests past expiry start the plugin once
+            self._raise_if_failed_since(runs)
             if self._due():
                 await self._run()
 
     async def renew_after_unauthorized(self, sent: int) -> bool:
         """After a 401 for the credential of generation `sent`: True when a different credential
         is now current (renewed here or by another request), so the request is worth sending
-        again; False when the plugin failed or handed out the refused token again."""
+        again; False when the plugin handed out the refused token again. Raises
+        `UnavailableError` when the plugin failed (this run or the one this request waited for)."""
+        runs = self._runs
         async with self._lock:
             if sent != self.generation:
                 return True  # another request's 401 renewed it already
+            self._raise_if_failed_since(runs)
             refused = self._current()
-            if not await self._run():
-                return False
+            await self._run()
             return self._current() != refused
 
-    async def _run(self) -> bool:
-        # The library runs the plugin only when the credential it holds has expired; forget
-        # the expiry so that it runs now (a new credential brings its own, or none).
-        expiry = getattr(self._loader, "exec_plugin_expiry", None)
-        with contextlib.suppress(AttributeError):
-            del self._loader.exec_plugin_expiry
+    def _raise_if_failed_since(self, runs: int) -> None:
+        # A run ended while this request waited for the lock, and failed: share its failure (a
+        # plugin that hangs would otherwise hold each waiting request for a bound of its own).
+        if self._runs != runs and self._failure is not None:
+            raise UnavailableError(self._failure)
+
+    async def _run(self) -> None:
+        """Run the plugin and take its answer; `UnavailableError` naming it when it fails (the
+        credential and its expiry stay as they were: the loader changes them only on success).
+        A run cancelled midway (the caller gave up) counts for nothing: waiters run their own."""
         try:
             await self._loader.load_from_exec_plugin()
-        except asyncio.CancelledError:  # the caller gave up midway: the credential stays due
-            if expiry is not None:
-                self._loader.exec_plugin_expiry = expiry
-            raise
-        except Exception as exc:  # any plugin failure (it raises bare Exceptions): keep the token
-            log.warning("renewing the Kubernetes exec credential failed: %s", exc)
-            if expiry is not None:  # and its expiry: the next request tries again
-                self._loader.exec_plugin_expiry = expiry
-            return False
+        except Exception as exc:  # any plugin failure (the library raises bare Exceptions)
+            self._failed(str(exc))
+            raise UnavailableError(str(self._failure)) from exc
         # The plugin's answer, whole (the loader drops what the answer lacks).
         token = getattr(self._loader, "token", None)
         pair = getattr(self._loader, "cert_file", None), getattr(self._loader, "key_file", None)
         if not isinstance(token, str) and not all(pair):
-            log.warning("the Kubernetes exec plugin handed out no credential; keeping the old one")
-            return False
+            self._failed("it handed out no credential")
+            raise UnavailableError(str(self._failure))
+        self._runs += 1
+        self._failure = None
         configuration = self._configuration
         if isinstance(token, str):
             configuration.api_key["BearerToken"] = token
@@ -185,7 +197,14 @@ class ExecCredential:
             for listener in self._certificate_listeners:
                 await listener()  # a new TLS context: the new certificate, or none
         self.generation += 1
-        return True
+
+    def _failed(self, why: str) -> None:
+        user = _user(self._loader)
+        stanza = user.value.get("exec") if user is not None else None
+        command = stanza.get("command") if isinstance(stanza, dict) else None
+        self._failure = f"renewing the Kubernetes exec credential ({command}) failed: {why}"
+        self._runs += 1
+        log.warning("%s", self._failure)
 
     def authorization(self) -> str | None:
         """The `Authorization` header of the current credential; None for a certificate."""
@@ -251,7 +270,12 @@ class CredentialRenewingClient(k8s.ApiClient):
         else:  # a streamed response (`_preload_content=False`): the caller reads the status
             if response.status != 401:
                 return response
-            if not await self._credential.renew_after_unauthorized(sent):
+            try:
+                renewed = await self._credential.renew_after_unauthorized(sent)
+            except BaseException:  # the plugin failed: its error, not the 401, is the answer
+                response.release()
+                raise
+            if not renewed:
                 return response
             response.release()
         return await send(self._with_credential(headers))

@@ -20,7 +20,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.config import incluster_config
 
 from gpudra_kube.api_backend import ApiStore, load_api_client
-from gpudra_kube.errors import ForbiddenError
+from gpudra_kube.errors import ForbiddenError, UnavailableError
 from gpudra_kube.kubeconfig_test import API_CA, API_CERT, API_KEY, server_context
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.claims import claim
@@ -414,14 +414,18 @@ async def test_an_exec_client_certificate_is_rotated_when_it_expires(
     assert mtls_api.client_certificates == ["client-a", "client-b"]
 
 
-async def test_a_failed_renewal_is_tried_again_before_the_credential_expires(
+async def test_a_failed_renewal_fails_the_request_and_is_tried_again(
     kube_api: FakeKubeApi, tmp_path: Path
 ) -> None:
-    """A renewal that fails (the plugin's backend is down a moment) keeps the token and the
-    expiry it had: the next request tries again, rather than waiting for a 401."""
+    """A renewal at expiry that fails (the plugin's backend is down a moment) fails the request
+    with the plugin's error, sending nothing (client-go's `getCreds`); the credential keeps its
+    expiry, so the next request tries again, rather than waiting for a 401."""
     async with exec_store(kube_api, tmp_path, "expired") as store:
         (tmp_path / "fail").touch()
-        assert await names(store) == []  # renewal failed; "one" still works
+        before = len(kube_api.requests)
+        with pytest.raises(UnavailableError, match="the identity service is down"):
+            await names(store)
+        assert len(kube_api.requests) == before
         (tmp_path / "fail").unlink()
         hand_out(kube_api, tmp_path, "two")
         before = len(kube_api.requests)

@@ -17,6 +17,10 @@ executable as a bare `FileNotFoundError`. Here, as in client-go:
 - a missing executable names it and adds the `installHint`; a failed run names the executable
   and its exit code; the answer must be an ExecCredential with a token or a certificate and
   key (both, or neither);
+- unlike client-go, which waits for ever, a run that is not interactive is bounded
+  (`RUN_TIMEOUT`): a plugin that has not answered by then is killed, with whatever it started
+  (it runs in a process group of its own), and the run fails naming the executable. An
+  interactive run (a person logging in at a terminal) is not bounded;
 - a user that also has a token, `tokenFile`, basic auth or a client certificate uses that and
   never runs the plugin (`uses_exec`).
 The command is run as given: a relative path with a slash was made absolute against the
@@ -31,6 +35,7 @@ import base64
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,6 +56,13 @@ STATIC_CREDENTIALS = (
     "client-certificate",
     "client-certificate-data",
 )
+# Seconds a plugin that is not interactive may take to answer. A plugin answers from a cache or
+# after one call to its identity service: about a second (`aws eks get-token`, GKE's
+# gke-gcloud-auth-plugin, kubelogin with a refresh token); 30 s is that many times over, and
+# matches `ApiStore`'s request timeout, so that a request waits for its credential no longer
+# than for the API server. The kubeconfig has no field for it (nor has client-go a bound);
+# the Kubernetes client has no settings of its own (services pass only the kubeconfig path).
+RUN_TIMEOUT = 30.0
 INSTALL_HELP = (
     "It looks like you are trying to use a client-go credential plugin that is not installed; see "
     "https://kubernetes.io/docs/reference/access-authn-authz/authentication/"
@@ -138,6 +150,8 @@ class ExecPlugin:
         env = dict(os.environ)
         env.update(self.env)
         env["KUBERNETES_EXEC_INFO"] = json.dumps(self.request(interactive))
+        # Read when the run starts, so that a test (or an embedding program) may change it.
+        timeout = None if interactive else RUN_TIMEOUT
         try:
             proc = await asyncio.create_subprocess_exec(
                 self.command,
@@ -146,6 +160,9 @@ class ExecPlugin:
                 stdin=None if interactive else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
+                # Not interactive: a group of its own, so that ending it ends what it started
+                # (an interactive plugin stays in the terminal's foreground group to read it).
+                process_group=None if interactive else 0,
             )
         except FileNotFoundError as exc:
             hint = f"; {self.install_hint.strip()}" if self.install_hint.strip() else ""
@@ -157,13 +174,20 @@ class ExecPlugin:
         assert proc.stdout is not None
         assert proc.stderr is not None
         try:
-            stdout, last_error = await asyncio.gather(
-                proc.stdout.read(), _pass_through(proc.stderr)
-            )
-            code = await proc.wait()
+            async with asyncio.timeout(timeout):
+                stdout, last_error = await asyncio.gather(
+                    proc.stdout.read(), _pass_through(proc.stderr)
+                )
+                code = await proc.wait()
+        except TimeoutError:
+            _kill(proc, interactive)
+            await proc.wait()
+            raise ExecPluginError(
+                f"exec: executable {self.command} did not answer within {timeout:g} s; "
+                "it was stopped"
+            ) from None
         except BaseException:  # cancelled (the caller gave up): the plugin is not left running
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            _kill(proc, interactive)
             raise
         if code != 0:
             why = f": {last_error}" if last_error else ""
@@ -194,6 +218,15 @@ class ExecPlugin:
         if bool(cert) != bool(key):
             raise ExecPluginError("exec plugin returned only certificate or key, not both")
         return status
+
+
+def _kill(proc: asyncio.subprocess.Process, interactive: bool) -> None:
+    """End the plugin; one that is not interactive with its process group."""
+    with contextlib.suppress(ProcessLookupError):
+        if interactive:
+            proc.kill()
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 async def _pass_through(stream: asyncio.StreamReader) -> str:

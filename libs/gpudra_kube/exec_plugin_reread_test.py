@@ -1,4 +1,4 @@
-"""Re-read of the exec plugin runner: a run its caller gives up on."""
+"""Re-read of the exec plugin runner: a run its caller gives up on, and one that never ends."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-from gpudra_kube.exec_plugin import ExecPlugin
+import pytest
+
+from gpudra_kube import exec_plugin
+from gpudra_kube.exec_plugin import ExecPlugin, ExecPluginError
 from gpudra_testing.waiting import until
 
 # A plugin that hangs (an identity service that never answers), its pid written first.
@@ -50,3 +53,44 @@ async def test_a_cancelled_run_ends_the_plugin(tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
+
+
+# A hanging plugin that started a helper of its own (a wrapper script's real plugin), both pids
+# written first.
+HANGING_WITH_A_CHILD = """
+import os, pathlib, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+(pathlib.Path(sys.argv[1]) / "pid").write_text(f"{os.getpid()} {child.pid}")
+while True:
+    time.sleep(1)
+"""
+
+
+async def test_a_run_that_does_not_end_is_stopped_at_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin that never answers (an identity service that hangs): the run fails after
+    `RUN_TIMEOUT` with an error naming the executable, and the plugin and what it started are
+    ended. Without a bound the run waited for ever, and every request waited on it."""
+    # Long enough for the plugin to start its helper and write the pids on a loaded machine.
+    monkeypatch.setattr(exec_plugin, "RUN_TIMEOUT", 5.0)
+    (tmp_path / "plugin.py").write_text(HANGING_WITH_A_CHILD, encoding="utf-8")
+    plugin = ExecPlugin(
+        api_version="client.authentication.k8s.io/v1",
+        command=sys.executable,
+        args=(str(tmp_path / "plugin.py"), str(tmp_path)),
+        interactive_mode="Never",
+    )
+    pid_file = tmp_path / "pid"
+    try:
+        with pytest.raises(
+            ExecPluginError, match=rf"exec: executable {sys.executable} did not answer within 5 s"
+        ):
+            await plugin.run()
+        pids = [int(p) for p in pid_file.read_text().split()]
+        assert len(pids) == 2
+        await until(lambda: not any(running(p) for p in pids), "the plugin's end", 10)
+    finally:
+        for pid in pid_file.read_text().split() if pid_file.exists() else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), 9)
