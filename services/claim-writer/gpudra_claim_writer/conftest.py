@@ -145,11 +145,6 @@ class Heard:
     async def on(cls, nc: Client, subject: str) -> Heard:
         return cls(nc, await nc.subscribe(subject))
 
-    async def on_msg(self, msg: Msg) -> None:
-        """The old way, a subscription callback (`Heard()`, `cb=heard.on_msg`), still used by
-        `writeback_test`: what it collected may lag behind a flush; prefer `Heard.on`."""
-        self._add(msg)
-
     def _add(self, msg: Msg) -> None:
         event = claims_pb2.ClaimEvent()
         event.ParseFromString(msg.data)

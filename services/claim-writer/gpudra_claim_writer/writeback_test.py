@@ -7,11 +7,8 @@ import asyncio
 import json
 from typing import Any
 
-import nats.errors
 import pytest
 from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 from gpudra_api import ALLOCATION_ID_ANNOTATION
 from gpudra_bus import (
@@ -34,6 +31,7 @@ from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import WatchEvent
 from gpudra_testing.kubeapi import FakeKubeApi
+from gpudra_testing.nats_queue import queued
 from gpudrapb.v1 import claims_pb2
 
 
@@ -141,7 +139,7 @@ async def test_a_released_claim_goes_out_again_only_as_its_consumers_allow(
     ref = claims_pb2.ClaimRef(namespace="default", name="named", uid=meta["uid"])
     await writeback._released(claims_pb2.Released(claim=ref, reason="deallocated"))
     await nc.flush()
-    published = await queued(sub)
+    published = await queued(nc, sub)
     await sub.unsubscribe()
     assert len(offers) == reoffered
     assert len(published) == alone
@@ -199,7 +197,7 @@ async def test_a_decision_starts_from_the_claim_its_event_saw(
     finally:
         await cancel_and_wait(task)
     await nc.flush()
-    reads = [len(await queued(sub)) for sub in readers]
+    reads = len(await queued(nc, *readers))
     for sub in readers:  # a message left queued on one would hold the fixture's drain 30 s
         await sub.unsubscribe()
     stored = await other.get(RESOURCE_CLAIMS, "seen", "default")
@@ -207,17 +205,7 @@ async def test_a_decision_starts_from_the_claim_its_event_saw(
     assert FINALIZER in stored["metadata"]["finalizers"]
     # Nothing written meanwhile is lost: the refused write was decided again on a fresh read.
     assert stored["metadata"].get("labels") == ({"changed": "since"} if changed_since else None)
-    assert sum(reads) == reads_wanted
-
-
-async def queued(sub: Subscription) -> list[Msg]:
-    """The messages already delivered to `sub` (one without a callback), taken off its queue."""
-    taken: list[Msg] = []
-    while True:
-        try:
-            taken.append(await sub.next_msg(timeout=0.05))
-        except nats.errors.TimeoutError:
-            return taken
+    assert reads == reads_wanted
 
 
 async def allocated_decision(store: KvStore, name: str) -> claims_pb2.AllocationDecision:
@@ -314,17 +302,10 @@ async def test_a_claim_allocated_by_kube_scheduler_first_is_sent_back_for_adopti
     theirs["devices"]["results"][0]["device"] = "gpu-5"
     claim["status"] = {"allocation": theirs}
     before = await store.replace_status(RESOURCE_CLAIMS, claim)
-    heard = Heard()
-    events = heard.events
-    sub = await nc.subscribe(subjects.claims("default", "raced"), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.claims("default", "raced"))
     writeback = Writeback(nc, store, Publisher(nc), consumer="raced-test")
-    await writeback._allocated(decision)
-    await nc.flush()
-    if sent:
-        await until(lambda: bool(events))
-    else:
-        await asyncio.sleep(0.2)
-    await sub.unsubscribe()
+    await writeback._allocated(decision)  # publishes (acknowledged) before it returns
+    events = await heard.stop()
 
     now = await store.get(RESOURCE_CLAIMS, "raced", "default")
     assert now["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
@@ -379,19 +360,15 @@ async def test_a_claim_deleted_between_read_and_write_is_stale_not_a_dead_letter
         decision.reason = "needs 2 GPUs, 1 free"
     # The first PUT matching: the metadata write comes first, then the status write.
     fake.inject_error(404, reason="NotFound", method="PUT", path_contains=path)
-    heard = Heard()
-    events = heard.events
-    sub = await nc.subscribe(subjects.claims("default", "c1"), cb=heard.on_msg)
+    heard = await Heard.on(nc, subjects.claims("default", "c1"))
     writeback = Writeback(nc, store, Publisher(nc), consumer="gone-test")
     try:
         if outcome == "allocated":
             await writeback._allocated(decision)
-            await until(lambda: bool(events))
         else:
             await writeback._unschedulable(decision)
-            await nc.flush()
     finally:
-        await sub.unsubscribe()
+        events = await heard.stop()
     if outcome == "allocated":
         assert writeback.counts["stale"] == 1
         assert [e.kind for e in events] == [claims_pb2.ClaimEvent.KIND_DELETED]
