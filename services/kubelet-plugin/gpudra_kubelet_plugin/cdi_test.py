@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from gpudra_kubelet_plugin.cdi import CdiDevice, CdiWriter, device_nodes, validate
+from gpudra_kubelet_plugin.cdi import (
+    MAX_LABEL,
+    CdiDevice,
+    CdiWriter,
+    device_nodes,
+    request_label,
+    validate,
+)
 from gpudra_kubelet_plugin.devices import DeviceInfo
 from gpudra_kubelet_plugin.errors import CdiError
 
@@ -143,7 +150,10 @@ def test_remove_cleans_a_temp_left_by_a_crash(writer: CdiWriter) -> None:
         pytest.param(
             ".k8s.gpu.nvidia.com-claim-claim_uid-2.json.tmp", False, id="driver-named-claim"
         ),
+        pytest.param(".k8s.gpu.nvidia.com-claim_uid-2_a.json.tmp", True, id="ours-request"),
+        pytest.param(".k8s.gpu.nvidia.com-claim_uid-2_a_b.json.tmp", True, id="ours-requests"),
         pytest.param(".k8s.gpu.nvidia.com-claim_.json.tmp", False, id="no-uid"),
+        pytest.param(".k8s.gpu.nvidia.com-claim_uid-2_.json.tmp", False, id="no-request"),
         pytest.param(".k8s.gpu.nvidia.com-claim_uid-2.yaml.tmp", False, id="other-suffix"),
         pytest.param("k8s.gpu.nvidia.com-claim_uid-2.json.tmp", False, id="not-a-dot-file"),
         pytest.param(".k8s.gpu.nvidia.com-claim_uid-2.json", False, id="not-a-temp"),
@@ -163,3 +173,73 @@ def test_remove_temps_takes_only_this_drivers_temps(
 
 def test_remove_temps_without_a_directory(writer: CdiWriter) -> None:
     assert writer.remove_temps() == []
+
+
+def test_a_claim_of_one_request_group_has_one_spec_under_the_claims_name(
+    writer: CdiWriter,
+) -> None:
+    devices = [CdiDevice("u-gpu-0", GPU, ("a", "b")), CdiDevice("u-mig", MIG, ("a", "b"))]
+    (path,) = writer.write_claim("u", devices)
+    assert path == writer.spec_path("u")
+    assert json.loads(path.read_text()) == writer.build("u", devices)
+
+
+def test_each_request_group_has_its_own_spec(writer: CdiWriter) -> None:
+    devices = [CdiDevice("u-gpu-0", GPU, ("a",)), CdiDevice("u-mig", MIG, ("b",))]
+    paths = writer.write_claim("u", devices, lambda group: [f"N={len(group)}"])
+    assert [p.name for p in paths] == [
+        "k8s.gpu.nvidia.com-claim_u_a.json",
+        "k8s.gpu.nvidia.com-claim_u_b.json",
+    ]
+    specs = [json.loads(p.read_text()) for p in paths]
+    assert [[d["name"] for d in s["devices"]] for s in specs] == [["u-gpu-0"], ["u-mig"]]
+    assert [s["containerEdits"]["env"] for s in specs] == [
+        ["NVIDIA_VISIBLE_DEVICES=GPU-a", "N=1"],
+        ["NVIDIA_VISIBLE_DEVICES=MIG-b", "N=1"],
+    ]
+    assert writer.spec_paths("u") == paths
+    assert writer.claim_uids() == {"u"}
+    # Written again as one group: the per-request files go, or CDI would see each name twice.
+    assert writer.write_claim("u", [CdiDevice("u-gpu-0", GPU, ("a",))]) == [writer.spec_path("u")]
+    assert writer.spec_paths("u") == [writer.spec_path("u")]
+    assert writer.remove("u") is True
+    assert list(writer.directory.iterdir()) == []
+
+
+def test_spec_paths_and_claim_uids_keep_claims_apart(writer: CdiWriter) -> None:
+    writer.directory.mkdir(parents=True)
+    names = [
+        "k8s.gpu.nvidia.com-claim_u.json",
+        "k8s.gpu.nvidia.com-claim_u_a.json",
+        "k8s.gpu.nvidia.com-claim_u-2_a.json",
+        "k8s.gpu.nvidia.com-claim_u.2.json",
+        "k8s.other.example.com-claim_u_a.json",
+        "k8s.gpu.nvidia.com-claim-claim_u_a.json",
+    ]
+    for name in names:
+        (writer.directory / name).write_text("{}")
+    assert [p.name for p in writer.spec_paths("u")] == names[:2]
+    assert writer.claim_uids() == {"u", "u-2", "u.2"}
+    writer.remove("u")
+    assert sorted(p.name for p in writer.directory.iterdir()) == sorted(names[2:])
+
+
+@pytest.mark.parametrize(
+    ("requests", "label"),
+    [
+        pytest.param(("gpu",), "gpu", id="one"),
+        pytest.param(("a", "b-2"), "a_b-2", id="two"),
+        pytest.param(("x" * 63, "y" * 63), None, id="too-long"),
+        pytest.param(("Gpu",), None, id="not-a-dns-label"),
+        pytest.param(("a_b",), None, id="no-clash-with-a-and-b"),
+    ],
+)
+def test_request_label(requests: tuple[str, ...], label: str | None) -> None:
+    got = request_label(requests)
+    if label is not None:
+        assert got == label
+    else:
+        assert got.startswith("requests-")
+        assert len(got) <= MAX_LABEL
+        assert request_label(requests) == got  # the same group, the same file
+        assert got != request_label(("a", "b"))

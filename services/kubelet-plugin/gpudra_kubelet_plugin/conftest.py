@@ -99,8 +99,14 @@ def ref(claim: dict[str, Any]) -> ClaimName:
 
 
 def read_spec(node: Node, uid: str) -> dict[str, Any]:
+    """The spec of a claim whose devices serve one request (group), the claim's only spec file."""
     spec: dict[str, Any] = json.loads(node.cdi.spec_path(uid).read_text())
     return spec
+
+
+def read_specs(node: Node, uid: str) -> list[dict[str, Any]]:
+    """Every spec file of the claim, by file name (so requests `a`, `b` come in that order)."""
+    return [json.loads(path.read_text()) for path in node.cdi.spec_paths(uid)]
 
 
 Running = tuple[KubeletPlugin, FakeKubelet]

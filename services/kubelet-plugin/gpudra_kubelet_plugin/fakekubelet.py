@@ -38,6 +38,18 @@ class ClaimName:
     name: str
 
 
+def cdi_ids_for_container(answer: v1.NodePrepareResourceResponse, request: str = "") -> list[str]:
+    """The CDI IDs the kubelet hands a container whose `resources.claims[]` entry names
+    `request` ("" for the whole claim): the kubelet's `ClaimInfo.cdiDevicesAsList`, an exact
+    match on the device's request names; a device without request names serves every request."""
+    return [
+        cdi_id
+        for device in answer.devices
+        if not request or not device.request_names or request in device.request_names
+        for cdi_id in device.cdi_device_ids
+    ]
+
+
 async def wait_for_socket(path: Path, timeout: float = 5.0) -> None:
     """Wait until `path` exists, as the kubelet's plugin watcher would notice it."""
     loop = asyncio.get_running_loop()

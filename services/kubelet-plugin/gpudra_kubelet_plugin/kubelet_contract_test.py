@@ -24,24 +24,11 @@ from gpudra_kubelet_plugin.conftest import (
     read_spec,
     ref,
 )
-from gpudra_kubelet_plugin.fakekubelet import FakeKubelet
+from gpudra_kubelet_plugin.fakekubelet import FakeKubelet, cdi_ids_for_container
 from gpudra_kubelet_plugin.health import HealthHub
 from gpudra_kubelet_plugin.plugin import KubeletPlugin
 from gpudra_kubelet_plugin.state import DeviceState
 from gpudra_testing.waiting import until
-from kubeletpb.dra.v1 import api_pb2 as v1
-
-
-def cdi_ids_for_container(answer: v1.NodePrepareResourceResponse, request: str) -> list[str]:
-    """The CDI IDs the kubelet hands a container whose `resources.claims[]` entry names
-    `request` (the kubelet's `ClaimInfo.cdiDevicesAsList`: an exact match on the device's
-    request names; a device without request names serves every request)."""
-    return [
-        cdi_id
-        for device in answer.devices
-        if not request or not device.request_names or request in device.request_names
-        for cdi_id in device.cdi_device_ids
-    ]
 
 
 async def test_a_subrequests_device_is_named_by_its_parent_request(

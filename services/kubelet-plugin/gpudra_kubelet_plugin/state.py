@@ -8,19 +8,21 @@ Promises:
   what to do is decided after it, under the lock, from the checkpoint as it is then.
 - Prepare checks the claim's UID against the store (a mismatch fails that claim only), resolves
   every device and config *before* any side effect, records `PrepareStarted` (with the MIG devices it
-  will create) in the checkpoint, creates those MIG devices, writes the CDI spec, then records
-  `PrepareCompleted` with the answer. A failure rolls back what this call did.
+  will create) in the checkpoint, creates those MIG devices, writes the CDI specs (one per request
+  group, see `cdi`), then records `PrepareCompleted` with the answer. A failure rolls back what
+  this call did.
 - A repeated prepare of a completed claim returns the stored answer without reading the store.
-- A claim found `PrepareStarted` (a crash mid-prepare or mid-unprepare) is rolled back — its spec
+- A claim found `PrepareStarted` (a crash mid-prepare or mid-unprepare) is rolled back — its specs
   removed, its planned MIG devices destroyed — before it is prepared again; unprepare of such a
   claim cleans up the same. Unprepare records a completed claim as `PrepareStarted` before it
-  removes anything, so a `PrepareCompleted` answer always names a spec that exists. A prepare
+  removes anything, so a `PrepareCompleted` answer always names specs that exist. A prepare
   cancelled part-way (the kubelet's deadline) stays `PrepareStarted`; a MIG device it is creating
   is waited for first, so the rollback finds and destroys it.
-- Unprepare removes exactly the claim's spec and the MIG devices it created (unless another
-  prepared claim shares them, under any of their names), identified by the UUIDs the checkpoint
-  recorded at creation, not by their names (see `checkpoint`); unprepare of an unknown claim
-  succeeds, and so does unprepare of a claim whose MIG device this node no longer has.
+- Unprepare removes exactly the claim's specs (also the one a plugin before the per-request layout
+  wrote) and the MIG devices it created (unless another prepared claim shares them, under any of
+  their names), identified by the UUIDs the checkpoint recorded at creation, not by their names
+  (see `checkpoint`); unprepare of an unknown claim succeeds, and so does unprepare of a claim
+  whose MIG device this node no longer has.
 - Prepare checks each existing MIG device of the claim against the node (`DeviceControl.refresh`),
   so a spec never names a device that only this process' table remembers. A device name the
   lookup lacks makes it re-read the node once (`DeviceLookup.reread`), under the lock, before the
@@ -38,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -287,8 +289,14 @@ class DeviceState:
             if planned:
                 await self._devices_changed()
             devices, cdi_devices = self._answer(allocation, infos)
-            env = sharing.env([infos[n].uuid for n in shared])
-            self._cdi.write(ref.uid, self._cdi.build(ref.uid, cdi_devices, env))
+            shared_uuids = [infos[n].uuid for n in shared]
+
+            def env(group: Sequence[CdiDevice]) -> list[str]:
+                # A spec's environment reaches only containers given its devices: name no other.
+                uuids = {d.info.uuid for d in group}
+                return sharing.env([u for u in shared_uuids if u in uuids])
+
+            self._cdi.write_claim(ref.uid, cdi_devices, env)
         except KubeletPluginError:
             try:
                 await self._release(ref.uid, self._records[ref.uid])
@@ -354,7 +362,7 @@ class DeviceState:
         devices, cdi_devices = [], []
         for (device, share_id), requests in grouped.items():
             name = self._cdi.device_name(allocation.uid, device, share_id)
-            cdi_devices.append(CdiDevice(name, infos[device]))
+            cdi_devices.append(CdiDevice(name, infos[device], tuple(requests)))
             devices.append(
                 PreparedDevice(
                     request_names=tuple(requests),
@@ -371,7 +379,8 @@ class DeviceState:
     ) -> tuple[Sharing, list[str]]:
         """The claim's sharing setting and the devices it applies to.
 
-        Environment is claim-wide in the spec, so all shared devices of one claim must agree.
+        One setting per claim: each of the claim's specs (see `cdi`) carries its environment,
+        for the shared devices of that spec.
         """
         by_sharing: dict[Sharing, list[str]] = {}
         for result in allocation.results:

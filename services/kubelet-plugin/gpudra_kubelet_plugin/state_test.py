@@ -31,6 +31,7 @@ from gpudra_kubelet_plugin.conftest import (
     make_claim,
     node_devices,
     read_spec,
+    read_specs,
     ref,
     sharing_config,
 )
@@ -50,14 +51,15 @@ from gpudra_nvml import open_simulator
             [("gpu", "gpu-0")],
             [],
             {"gpu-0": ["/dev/nvidia0"]},
-            [f"NVIDIA_VISIBLE_DEVICES={GPU0}"],
+            [[f"NVIDIA_VISIBLE_DEVICES={GPU0}"]],
             id="whole-gpu",
         ),
         pytest.param(
             [("a", "gpu-0"), ("b", "gpu-1")],
             [],
             {"gpu-0": ["/dev/nvidia0"], "gpu-1": ["/dev/nvidia1"]},
-            [f"NVIDIA_VISIBLE_DEVICES={GPU0},{GPU1}"],
+            # One spec per request: a container naming request a must not see b's GPU.
+            [[f"NVIDIA_VISIBLE_DEVICES={GPU0}"], [f"NVIDIA_VISIBLE_DEVICES={GPU1}"]],
             id="two-gpus",
         ),
         pytest.param(
@@ -70,7 +72,7 @@ from gpudra_nvml import open_simulator
                     "/dev/nvidia-caps/nvidia-cap22",
                 ]
             },
-            [f"NVIDIA_VISIBLE_DEVICES={MIG_STATIC}"],
+            [[f"NVIDIA_VISIBLE_DEVICES={MIG_STATIC}"]],
             id="static-mig",
         ),
         pytest.param(
@@ -81,7 +83,7 @@ from gpudra_nvml import open_simulator
                 )
             ],
             {"gpu-0": ["/dev/nvidia0"]},
-            [f"NVIDIA_VISIBLE_DEVICES={GPU0}", "GPUDRA_TIME_SLICE_INTERVAL=Long"],
+            [[f"NVIDIA_VISIBLE_DEVICES={GPU0}", "GPUDRA_TIME_SLICE_INTERVAL=Long"]],
             id="time-sliced",
         ),
         pytest.param(
@@ -99,9 +101,11 @@ from gpudra_nvml import open_simulator
             ],
             {"gpu-0": ["/dev/nvidia0"]},
             [
-                f"NVIDIA_VISIBLE_DEVICES={GPU0}",
-                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50",
-                f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={GPU0}=10240M",
+                [
+                    f"NVIDIA_VISIBLE_DEVICES={GPU0}",
+                    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50",
+                    f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={GPU0}=10240M",
+                ]
             ],
             id="mps",
         ),
@@ -113,7 +117,7 @@ async def test_prepare_and_unprepare(
     results: list[tuple[str, str]],
     configs: list[dict[str, Any]],
     nodes: dict[str, list[str]],
-    env: list[str],
+    env: list[list[str]],
 ) -> None:
     _, kubelet = running
     claim = make_claim("c", "uid-1", results, configs)
@@ -127,20 +131,23 @@ async def test_prepare_and_unprepare(
     assert [list(d.cdi_device_ids) for d in answer.devices] == [
         [f"{KIND}=uid-1-{device}"] for _, device in results
     ]
-    spec = read_spec(node, "uid-1")
-    assert spec["kind"] == KIND
+    specs = read_specs(node, "uid-1")
+    assert [spec["kind"] for spec in specs] == [KIND] * len(env)
     assert {
-        d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]] for d in spec["devices"]
+        d["name"]: [n["path"] for n in d["containerEdits"]["deviceNodes"]]
+        for spec in specs
+        for d in spec["devices"]
     } == {f"uid-1-{k}": v for k, v in nodes.items()}
-    assert [n["path"] for n in spec["containerEdits"]["deviceNodes"]] == [
-        "/dev/nvidiactl",
-        "/dev/nvidia-uvm",
-        "/dev/nvidia-uvm-tools",
-    ]
-    assert spec["containerEdits"]["env"] == env
+    for spec in specs:
+        assert [n["path"] for n in spec["containerEdits"]["deviceNodes"]] == [
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+        ]
+    assert [spec["containerEdits"]["env"] for spec in specs] == env
     unprepared = await kubelet.unprepare([ref(claim)])
     assert unprepared.claims["uid-1"].error == ""
-    assert not node.cdi.spec_path("uid-1").exists()
+    assert node.cdi.spec_paths("uid-1") == []
     assert list(node.settings.cdi_dir.iterdir()) == []
 
 
@@ -294,8 +301,8 @@ async def test_crash_between_started_and_completed_then_restart(node: Node, then
     await crashing.state.start()
     with pytest.raises(Crash):
         await crashing.state.prepare(ClaimRef("uid-c", "default", "m"))
-    # The crash left everything half done: spec written, MIG created, checkpoint says started.
-    assert node.cdi.spec_path("uid-c").exists()
+    # The crash left everything half done: specs written, MIG created, checkpoint says started.
+    assert node.cdi.spec_paths("uid-c")
     assert (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
     assert node.checkpoint().load().claims["uid-c"].state == PREPARE_STARTED
 
@@ -310,10 +317,10 @@ async def test_crash_between_started_and_completed_then_restart(node: Node, then
                 assert node.cdi.claim_uids() == {"uid-c"}
                 assert node.checkpoint().load().claims["uid-c"].state == PREPARE_COMPLETED
                 created = await node.table.device("gpu-1-mig-3g-40gb-4")
-                assert (
-                    f"NVIDIA_VISIBLE_DEVICES={GPU0},{created.uuid}"
-                    in read_spec(node, "uid-c")["containerEdits"]["env"]
-                )
+                assert [spec["containerEdits"]["env"] for spec in read_specs(node, "uid-c")] == [
+                    [f"NVIDIA_VISIBLE_DEVICES={GPU0}"],
+                    [f"NVIDIA_VISIBLE_DEVICES={created.uuid}"],
+                ]
             else:
                 assert (await kubelet.unprepare([ref(claim)])).claims["uid-c"].error == ""
                 assert node.cdi.claim_uids() == set()
@@ -489,15 +496,15 @@ async def test_a_crash_mid_unprepare_never_leaves_a_completed_claim_without_its_
     await state.prepare(claim_ref)
     with pytest.raises(Crash):
         await state.unprepare(claim_ref)
-    assert not node.cdi.spec_path("uid-u").exists()  # the spec went before the crash
+    assert node.cdi.spec_paths("uid-u") == []  # the specs went before the crash
     # The restarted plugin is asked to prepare the claim again: its answer must name CDI devices
     # that exist, not the stored answer of a spec already removed.
     node.table = DeviceTable(await crashing.devices())  # the node as the crash left it
     after = node.state()
     await after.start()
     devices = await after.prepare(claim_ref)
-    assert node.cdi.spec_path("uid-u").exists()
-    spec_names = {d["name"] for d in read_spec(node, "uid-u")["devices"]}
+    assert node.cdi.spec_paths("uid-u")
+    spec_names = {d["name"] for spec in read_specs(node, "uid-u") for d in spec["devices"]}
     assert {i.split("=", 1)[1] for d in devices for i in d.cdi_device_ids} <= spec_names
     assert after.records["uid-u"].state == PREPARE_COMPLETED
     # And unprepare after the restart cleans up everything, MIG device included.
