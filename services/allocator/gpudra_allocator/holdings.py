@@ -101,6 +101,15 @@ def _whole(doc: dict[str, Any], name: str) -> int:
     return value
 
 
+def _refused(value: Any) -> tuple[int, str] | None:
+    """A cleared mark's `refused`: (generation, resourceVersion), or None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError("refused must be an object")
+    return _whole(value, "generation"), _str(value["resourceVersion"])
+
+
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
@@ -221,7 +230,11 @@ class ClaimRecord:
     earlier position (`pos`, `StreamPos.after`) that arrives afterwards (redelivered, or handled
     late by another replica) is older news than the record and changes nothing (`Worker`: a late
     adoption after the deallocation that followed it must not hold the devices again); an event
-    of a newer incarnation of the stream is never older, whatever its sequence."""
+    of a newer incarnation of the stream is never older, whatever its sequence.
+
+    `refused` (a cleared mark only): the API server refused to store the allocation, and the
+    claim is not decided again until it has changed: (generation, resourceVersion) of the claim
+    as the claim-writer reported the refusal (`Worker`)."""
 
     state: str  # "allocated", "released" or "cleared"
     claim: str = ""
@@ -236,6 +249,7 @@ class ClaimRecord:
     allocation_id: str = ""
     seq: int = 0
     epoch: int = 0
+    refused: tuple[int, str] | None = None
 
     @property
     def pos(self) -> StreamPos:
@@ -263,6 +277,8 @@ class ClaimRecord:
             doc["seq"] = self.seq
         if self.epoch:
             doc["epoch"] = self.epoch
+        if self.refused is not None:
+            doc["refused"] = {"generation": self.refused[0], "resourceVersion": self.refused[1]}
         if self.state == "allocated":
             doc.update(
                 generation=self.generation,
@@ -286,7 +302,12 @@ class ClaimRecord:
             seq, epoch = _whole(doc, "seq"), _whole(doc, "epoch")
             if state in ("released", "cleared"):
                 return ClaimRecord(
-                    state, claim=str(doc.get("claim", "")), gang=gang, seq=seq, epoch=epoch
+                    state,
+                    claim=str(doc.get("claim", "")),
+                    gang=gang,
+                    seq=seq,
+                    epoch=epoch,
+                    refused=_refused(doc.get("refused")),
                 )
             if state != "allocated":
                 raise ValueError(f"unknown state {state!r}")

@@ -325,13 +325,15 @@ class Reservations:
         pools: Iterable[tuple[str, str]] = (),
         *,
         epoch: int = 0,
+        refused: tuple[int, str] | None = None,
     ) -> None:
         """The claim's allocation was cleared but the claim lives on: mark it `cleared` (at
-        claims-stream sequence `seq` of the stream's incarnation `epoch`), then free every
+        claims-stream sequence `seq` of the stream's incarnation `epoch`; `refused`: because the
+        API server refused it, at the claim's (generation, resourceVersion)), then free every
         holding of its UID (`pools` as for `release`). The mark is no decision: the next one
         replaces it (`commit`), and older events of the claim that come late find it and change
         nothing."""
-        mark = ClaimRecord("cleared", claim=claim, seq=seq, epoch=epoch)
+        mark = ClaimRecord("cleared", claim=claim, seq=seq, epoch=epoch, refused=refused)
         try:
             await self._kv.put(claim_key(uid), mark.encode())
         except NATS_ERRORS as exc:

@@ -79,6 +79,15 @@ Promises (with `Reservations` for the multi-replica part):
   replica holding it, now or at its next retry), so it is never decided once its tombstone is
   gone; a DELETED event that carries the claim is a cleared allocation of a claim that lives
   on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
+- An allocation the API server refused to store for good (422: validation, an admission policy)
+  comes back from the claim-writer as a deallocation naming it (`refused_allocation`): as
+  kube-scheduler un-reserves after a failed status write, its devices are freed (the cleared
+  mark remembers the claim's generation and resourceVersion at the refusal; counted `refused`)
+  and `Released` says "refused". A refusal of another allocation than the record's (an earlier
+  decision's) changes nothing (`stale`). A pending event of the claim is not decided again while
+  the claim is unchanged, of the refused generation and resourceVersion (or an older
+  generation; counted `refused_unchanged`), so the refusal does not repeat in a loop; one of a
+  newer generation, or another resourceVersion (the claim edited), is decided as usual.
 - Slice and class changes are warmed up for off the claim path (`warmup`): shortly after a burst
   of changes the engine's per-node state is rebuilt between claims, so the first claim after a
   change does not pay for it (`warmup_delay` 0: it does). A claim decided before that still sees
@@ -186,6 +195,8 @@ class Worker(GangSteps):
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self.replaced = 0
         self.stale = 0
+        self.refused = 0  # allocations the API server refused, their devices freed
+        self.refused_unchanged = 0  # pending events of such a claim, unchanged: not decided
         self._consumer = ClaimsConsumer(nc.jetstream(), settings)
         self._tombstones = TombstoneCollector(
             nc.jetstream(),
@@ -353,14 +364,19 @@ class Worker(GangSteps):
 
     async def _settled(self, msg: Msg, event: claims_pb2.ClaimEvent) -> bool:
         """True (and the event acked) when the claim was already decided or released, or its
-        allocation was cleared after this event was published (old news)."""
+        allocation was cleared after this event was published (old news), or refused by the API
+        server and the claim has not changed since (counted `refused_unchanged`)."""
         record = await self._res.stored(event.claim.uid)
         if record is None:
             return False
         if record.cleared:
-            if not record.pos.after(stream_pos(msg)):
+            if record.pos.after(stream_pos(msg)):
+                self.stale += 1
+            elif record.refused is not None and _unchanged(event, record.refused):
+                # Decided again, it would be refused again: wait for the claim to change.
+                self.refused_unchanged += 1
+            else:
                 return False
-            self.stale += 1
         elif not record.released:
             await self._announce(event, record)
         else:
@@ -607,13 +623,23 @@ class Worker(GangSteps):
             raise BadClaimError("claim event without a claim UID")
         # A deletion carries no claim; a cleared allocation (the claim lives on) carries it.
         deallocated = bool(event.claim_json)
+        refused = event.refused_allocation if deallocated else ""
         pos = stream_pos(msg)
         before = await self._res.stored(ref.uid)
-        if deallocated and before is not None and (before.released or before.pos.after(pos)):
+        if (
+            deallocated
+            and before is not None
+            and (
+                before.released
+                or before.pos.after(pos)
+                or (refused and not before.cleared and before.claim_id != refused)
+            )
+        ):
             # Older than what the record says (a redelivery, or another replica was faster):
             # the allocation it clears was cleared already, and a newer one must stay. A claim
             # deleted stays released: a cleared mark in place of its tombstone would let a late
-            # pending event of the claim allocate devices to a claim that no longer exists.
+            # pending event of the claim allocate devices to a claim that no longer exists. A
+            # refusal of another allocation than the record's is of an earlier decision.
             self.stale += 1
             await self._finish(ref.uid, msg)
             return
@@ -624,13 +650,29 @@ class Worker(GangSteps):
         # The record's pools too: a decision another replica just made may not have reached
         # this replica's mirror yet, and a release frees what it finds there.
         pools = _pools_of(before)
+        if refused:
+            log.warning(
+                "claim %s/%s: the API server refused allocation %s; its devices are freed, and "
+                "the claim waits for a change (resourceVersion %s, generation %d refused)",
+                ref.namespace,
+                ref.name,
+                refused,
+                ref.resource_version,
+                ref.generation,
+            )
+            self.refused += 1
         if deallocated:
             await self._res.forget(
-                ref.uid, f"{ref.namespace}/{ref.name}", pos.seq, pools, epoch=pos.epoch
+                ref.uid,
+                f"{ref.namespace}/{ref.name}",
+                pos.seq,
+                pools,
+                epoch=pos.epoch,
+                refused=(ref.generation, ref.resource_version) if refused else None,
             )
         else:
             await self._res.release(ref.uid, f"{ref.namespace}/{ref.name}", pools)
-        reason = "deallocated" if deallocated else "deleted"
+        reason = "refused" if refused else "deallocated" if deallocated else "deleted"
         released = claims_pb2.Released(claim=ref, reason=reason)
         released.released_at.GetCurrentTime()
         await self._publisher.publish(
@@ -745,6 +787,16 @@ class Worker(GangSteps):
         if winner.cleared:
             self.stale += 1  # cleared meanwhile by a later event: nothing is held
         await self._finish(ref.uid, msg)
+
+
+def _unchanged(event: claims_pb2.ClaimEvent, refused: tuple[int, str]) -> bool:
+    """Whether the event's claim is the one whose allocation was refused at (generation,
+    resourceVersion) `refused`, or older: by generation when both know theirs and they differ,
+    else by resourceVersion (any other: changed since; they are opaque, not ordered)."""
+    generation, resource_version = refused
+    if event.claim.generation and generation and event.claim.generation != generation:
+        return event.claim.generation < generation
+    return event.claim.resource_version == resource_version
 
 
 def _pools_of(record: ClaimRecord | None) -> set[tuple[str, str]]:

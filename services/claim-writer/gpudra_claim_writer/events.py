@@ -108,10 +108,14 @@ async def publish_event(
     msg_id: str,
     pod: PodUnit | None = None,
     replaces: str = "",
+    refused: str = "",
 ) -> bool:
-    """Publish the event; False (logged) when it is too large for the bus (module docstring)."""
+    """Publish the event; False (logged) when it is too large for the bus (module docstring).
+    `replaces` and `refused` fill the fields `replaces_allocation` and `refused_allocation`."""
     ref = ref if ref is not None else ref_of(claim or {})
-    event = claims_pb2.ClaimEvent(kind=kind, claim=ref, replaces_allocation=replaces)
+    event = claims_pb2.ClaimEvent(
+        kind=kind, claim=ref, replaces_allocation=replaces, refused_allocation=refused
+    )
     if claim is not None:
         event.claim_json = _claim_json(claim)
         if len(event.claim_json) > MAX_CLAIM_JSON:

@@ -44,8 +44,14 @@ Promises:
   redelivered. Malformed messages are dead-lettered. So is an allocation the API server refuses
   for good (422: its validation, or an admission policy), after the refusal is written into the
   claim as its unschedulable reason (annotation and Warning Event; counted "refused"): the claim
-  says why it is not allocated. The decision's devices stay held until the claim is deleted (a
-  claim's spec cannot change): offered again, it would be refused again, in a loop. A write the API refuses to the claim-writer
+  says why it is not allocated. Then, as kube-scheduler un-reserves after a failed status write,
+  the allocator is told, before the decision is acknowledged: a deallocation of the pending claim
+  naming the refused allocation (`refused_allocation`, message id `<uid>/refused/<allocation
+  id>`), carrying the claim as it is after the reason was written. The allocator frees the
+  decision's devices and decides the claim again only once it has changed (another generation or
+  resourceVersion than that one): offered again unchanged, it would be refused again, in a
+  loop; its `Released` ("refused") therefore offers the claim nowhere. A claim gone or no longer
+  pending by then is released by the intake as usual. A write the API refuses to the claim-writer
   itself (401/403: its RBAC or credentials, which an operator fixes, not the decision) is
   redelivered too, after 5 s doubling up to a minute (counted "forbidden"): dead-lettered, the
   decision's devices stayed held for a claim that never got them.
@@ -385,7 +391,8 @@ class Writeback:
                     return
                 except InvalidObjectError as exc:
                     # Refused for good (422): every delivery would fail the same way. The claim
-                    # says why, then the decision is dead-lettered (`_guarded`).
+                    # says why, the allocator frees the devices, then the decision is
+                    # dead-lettered (`_guarded`).
                     await self._refused(ref, decision, exc)
                     raise
                 self.counts["allocated"] += 1
@@ -415,22 +422,23 @@ class Writeback:
         if await self._reason(decision.claim, decision.reason):
             self.counts["unschedulable"] += 1
 
-    async def _reason(self, ref: claims_pb2.ClaimRef, reason: str) -> bool:
-        """Write `reason` into the pending claim (conflicts re-read) and record its Event; False
-        when the claim is gone or no longer pending."""
+    async def _reason(self, ref: claims_pb2.ClaimRef, reason: str) -> dict[str, Any] | None:
+        """Write `reason` into the pending claim (conflicts re-read) and record its Event; the
+        claim as written (as read, when it said so already), or None when the claim is gone or
+        no longer pending."""
         for _ in range(_MAX_TRIES):
             claim = await self._current(ref)
             if claim is None or state_of(claim) is not ClaimState.PENDING:
-                return False
+                return None
             try:
-                await self._write(claim, lambda c: with_reason(c, reason), status=False)
+                written = await self._write(claim, lambda c: with_reason(c, reason), status=False)
                 self._events.unschedulable(claim, reason)
-                return True
+                return written
             except ConflictError:
                 self.counts["conflicts"] += 1
                 continue
             except NotFoundError:
-                return False  # gone since it was read: nothing to say any more
+                return None  # gone since it was read: nothing to say any more
         raise KubeRetryableError(f"claim {ref.namespace}/{ref.name} keeps changing")
 
     async def _refused(
@@ -440,9 +448,10 @@ class Writeback:
         refusal: InvalidObjectError,
     ) -> None:
         """The API server refused to store the decision's allocation (422): say so in the claim,
-        where users look, as an unschedulable reason (counted "refused"). The decision's devices
-        stay held until the claim goes (its spec cannot change): offered again, it would be
-        decided and refused the same way, over and over."""
+        where users look, as an unschedulable reason (counted "refused"), then tell the allocator
+        (`refused_allocation`, see the module docstring), which frees the decision's devices and
+        does not decide the claim again until it has changed: offered again unchanged, it would
+        be decided and refused the same way, over and over."""
         self.counts["refused"] += 1
         log.error(
             "claim %s/%s: the API server refused allocation %s: %s",
@@ -454,11 +463,28 @@ class Writeback:
         node = f" on node {decision.node_name}" if decision.node_name else ""
         reason = f"the API server refused gpudra's allocation{node}: {refusal}"
         try:
-            await self._reason(ref, reason)
+            claim = await self._reason(ref, reason)
         except KubePermanentError as exc:
             # Refused too: the log has it. (A retryable error is raised: the decision is
             # delivered again, meets the same refusal, and the reason is written then.)
             log.error("claim %s/%s: refusal not written: %s", ref.namespace, ref.name, exc)
+            claim = await self._current(ref)
+            if claim is not None and state_of(claim) is not ClaimState.PENDING:
+                claim = None
+        if claim is None:
+            return  # gone or no longer pending: the intake releases it as for any claim
+        refused = decision_id(decision)
+        current = ref_of(claim)
+        # The claim as it is now, reason and all: the allocator decides it again only once it
+        # differs. A failed publish raises, and the decision is delivered again (message id:
+        # a repeat is dropped by the stream).
+        await publish_event(
+            self._publisher,
+            Kind.KIND_DELETED,
+            claim,
+            msg_id=f"{current.uid}/refused/{refused}",
+            refused=refused,
+        )
 
     async def _released(self, released: claims_pb2.Released) -> None:
         self.counts["released"] += 1

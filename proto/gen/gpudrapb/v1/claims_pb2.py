@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18gpudrapb/v1/claims.proto\x12\tgpudra.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"f\n\x08\x43laimRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x18\n\x10resource_version\x18\x05 \x01(\t\"\x8b\x03\n\nClaimEvent\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.gpudra.v1.ClaimEvent.Kind\x12\"\n\x05\x63laim\x18\x02 \x01(\x0b\x32\x13.gpudra.v1.ClaimRef\x12\x12\n\nclaim_json\x18\x03 \x01(\x0c\x12\x0f\n\x07gang_id\x18\x04 \x01(\t\x12\x11\n\tgang_size\x18\x05 \x01(\r\x12\x11\n\tconsumers\x18\x06 \x03(\t\x12/\n\x0bobserved_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07pod_uid\x18\x08 \x01(\t\x12\x10\n\x08pod_name\x18\t \x01(\t\x12\x12\n\npod_claims\x18\n \x03(\t\x12\x1b\n\x13replaces_allocation\x18\x0b \x01(\t\"_\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n\x0cKIND_PENDING\x10\x01\x12\x1d\n\x19KIND_ALLOCATED_EXTERNALLY\x10\x02\x12\x10\n\x0cKIND_DELETED\x10\x03\"\xf0\x02\n\x12\x41llocationDecision\x12\"\n\x05\x63laim\x18\x01 \x01(\x0b\x32\x13.gpudra.v1.ClaimRef\x12\x36\n\x07outcome\x18\x02 \x01(\x0e\x32%.gpudra.v1.AllocationDecision.Outcome\x12\x17\n\x0f\x61llocation_json\x18\x03 \x01(\x0c\x12\x11\n\tnode_name\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07gang_id\x18\x06 \x01(\t\x12\x14\n\x0c\x61llocator_id\x18\x07 \x01(\t\x12.\n\ndecided_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rallocation_id\x18\t \x01(\t\"T\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n\x11OUTCOME_ALLOCATED\x10\x01\x12\x19\n\x15OUTCOME_UNSCHEDULABLE\x10\x02\"o\n\x08Released\x12\"\n\x05\x63laim\x18\x01 \x01(\x0b\x32\x13.gpudra.v1.ClaimRef\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12/\n\x0breleased_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestampb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18gpudrapb/v1/claims.proto\x12\tgpudra.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"f\n\x08\x43laimRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x18\n\x10resource_version\x18\x05 \x01(\t\"\xa7\x03\n\nClaimEvent\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.gpudra.v1.ClaimEvent.Kind\x12\"\n\x05\x63laim\x18\x02 \x01(\x0b\x32\x13.gpudra.v1.ClaimRef\x12\x12\n\nclaim_json\x18\x03 \x01(\x0c\x12\x0f\n\x07gang_id\x18\x04 \x01(\t\x12\x11\n\tgang_size\x18\x05 \x01(\r\x12\x11\n\tconsumers\x18\x06 \x03(\t\x12/\n\x0bobserved_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07pod_uid\x18\x08 \x01(\t\x12\x10\n\x08pod_name\x18\t \x01(\t\x12\x12\n\npod_claims\x18\n \x03(\t\x12\x1b\n\x13replaces_allocation\x18\x0b \x01(\t\x12\x1a\n\x12refused_allocation\x18\x0c \x01(\t\"_\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n\x0cKIND_PENDING\x10\x01\x12\x1d\n\x19KIND_ALLOCATED_EXTERNALLY\x10\x02\x12\x10\n\x0cKIND_DELETED\x10\x03\"\xf0\x02\n\x12\x41llocationDecision\x12\"\n\x05\x63laim\x18\x01 \x01(\x0b\x32\x13.gpudra.v1.ClaimRef\x12\x36\n\x07outcome\x18\x02 \x01(\x0e\x32%.gpudra.v1.AllocationDecision.Outcome\x12\x17\n\x0f\x61llocation_json\x18\x03 \x01(\x0c\x12\x11\n\tnode_name\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07gang_id\x18\x06 \x01(\t\x12\x14\n\x0c\x61llocator_id\x18\x07 \x01(\t\x12.\n\ndecided_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rallocation_id\x18\t \x01(\t\"T\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n\x11OUTCOME_ALLOCATED\x10\x01\x12\x19\n\x15OUTCOME_UNSCHEDULABLE\x10\x02\"o\n\x08Released\x12\"\n\x05\x63laim\x18\x01 \x01(\x0b\x32\x13.gpudra.v1.ClaimRef\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12/\n\x0breleased_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestampb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,13 +35,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CLAIMREF']._serialized_start=72
   _globals['_CLAIMREF']._serialized_end=174
   _globals['_CLAIMEVENT']._serialized_start=177
-  _globals['_CLAIMEVENT']._serialized_end=572
-  _globals['_CLAIMEVENT_KIND']._serialized_start=477
-  _globals['_CLAIMEVENT_KIND']._serialized_end=572
-  _globals['_ALLOCATIONDECISION']._serialized_start=575
-  _globals['_ALLOCATIONDECISION']._serialized_end=943
-  _globals['_ALLOCATIONDECISION_OUTCOME']._serialized_start=859
-  _globals['_ALLOCATIONDECISION_OUTCOME']._serialized_end=943
-  _globals['_RELEASED']._serialized_start=945
-  _globals['_RELEASED']._serialized_end=1056
+  _globals['_CLAIMEVENT']._serialized_end=600
+  _globals['_CLAIMEVENT_KIND']._serialized_start=505
+  _globals['_CLAIMEVENT_KIND']._serialized_end=600
+  _globals['_ALLOCATIONDECISION']._serialized_start=603
+  _globals['_ALLOCATIONDECISION']._serialized_end=971
+  _globals['_ALLOCATIONDECISION_OUTCOME']._serialized_start=887
+  _globals['_ALLOCATIONDECISION_OUTCOME']._serialized_end=971
+  _globals['_RELEASED']._serialized_start=973
+  _globals['_RELEASED']._serialized_end=1084
 # @@protoc_insertion_point(module_scope)

@@ -94,6 +94,7 @@ class ClaimEvent(google.protobuf.message.Message):
     POD_NAME_FIELD_NUMBER: builtins.int
     POD_CLAIMS_FIELD_NUMBER: builtins.int
     REPLACES_ALLOCATION_FIELD_NUMBER: builtins.int
+    REFUSED_ALLOCATION_FIELD_NUMBER: builtins.int
     kind: global___ClaimEvent.Kind.ValueType
     claim_json: builtins.bytes
     """The full resource.k8s.io/v1 ResourceClaim as JSON (UTF-8)."""
@@ -125,6 +126,15 @@ class ClaimEvent(google.protobuf.message.Message):
     decision never written). Any other record is left as it is, so a late event changes nothing.
     Empty: adopt only when the allocator holds nothing for the claim.
     """
+    refused_allocation: builtins.str
+    """KIND_DELETED with the claim only: the id (`gpudra.io/allocation-id`, the decision's
+    `allocation_id`) of gpudra's allocation that the API server refused to store for good (422:
+    its validation, or an admission policy). The claim lives on without it: the allocator frees
+    that decision's devices, as kube-scheduler un-reserves after a failed status write, and does
+    not decide the claim again until it has changed (an event of a newer generation, or of
+    another resourceVersion than this event's claim), so the refusal does not repeat in a loop.
+    Empty: the allocation was cleared (a deallocation), or the claim deleted.
+    """
     @property
     def claim(self) -> global___ClaimRef: ...
     @property
@@ -154,9 +164,10 @@ class ClaimEvent(google.protobuf.message.Message):
         pod_name: builtins.str = ...,
         pod_claims: collections.abc.Iterable[builtins.str] | None = ...,
         replaces_allocation: builtins.str = ...,
+        refused_allocation: builtins.str = ...,
     ) -> None: ...
     def HasField(self, field_name: typing.Literal["claim", b"claim", "observed_at", b"observed_at"]) -> builtins.bool: ...
-    def ClearField(self, field_name: typing.Literal["claim", b"claim", "claim_json", b"claim_json", "consumers", b"consumers", "gang_id", b"gang_id", "gang_size", b"gang_size", "kind", b"kind", "observed_at", b"observed_at", "pod_claims", b"pod_claims", "pod_name", b"pod_name", "pod_uid", b"pod_uid", "replaces_allocation", b"replaces_allocation"]) -> None: ...
+    def ClearField(self, field_name: typing.Literal["claim", b"claim", "claim_json", b"claim_json", "consumers", b"consumers", "gang_id", b"gang_id", "gang_size", b"gang_size", "kind", b"kind", "observed_at", b"observed_at", "pod_claims", b"pod_claims", "pod_name", b"pod_name", "pod_uid", b"pod_uid", "refused_allocation", b"refused_allocation", "replaces_allocation", b"replaces_allocation"]) -> None: ...
 
 global___ClaimEvent = ClaimEvent
 
