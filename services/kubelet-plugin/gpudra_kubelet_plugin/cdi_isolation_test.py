@@ -123,3 +123,31 @@ async def test_a_repeated_prepare_leaves_every_spec_of_the_claim_as_it_was(
     node.claims.delete("default", "c")  # a repeated prepare must not need the store
     assert await kubelet.prepare([ref(claim)]) == first
     assert {p: p.read_bytes() for p in node.cdi.spec_paths("uid-2i")} == files
+
+
+async def test_a_request_without_sharing_gets_no_sharing_environment(
+    node: Node, running: Running
+) -> None:
+    # The MPS config names request a only: b's GPU is used exclusively, and its container must
+    # not be told MPS limits (an empty device list, or a's GPU) meant for a's.
+    _, kubelet = running
+    mps = sharing_config(
+        {
+            "strategy": "MPS",
+            "mpsConfig": {
+                "defaultActiveThreadPercentage": 50,
+                "defaultPinnedDeviceMemoryLimit": "1Gi",
+            },
+        },
+        requests=["a"],
+    )
+    claim = make_claim("c", "uid-2x", [("a", "gpu-0"), ("b", "gpu-1")], [mps])
+    node.claims.put(claim)
+    answer = (await kubelet.prepare([ref(claim)])).claims["uid-2x"]
+    assert answer.error == ""
+    only_a = inject(node.settings.cdi_dir, cdi_ids_for_container(answer, "a"))
+    assert only_a.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{GPU0}=1024M"
+    assert only_a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    only_b = inject(node.settings.cdi_dir, cdi_ids_for_container(answer, "b"))
+    assert only_b.visible_devices() == [GPU1]
+    assert [k for k in only_b.env if k.startswith("CUDA_MPS_")] == []

@@ -292,9 +292,11 @@ class DeviceState:
             shared_uuids = [infos[n].uuid for n in shared]
 
             def env(group: Sequence[CdiDevice]) -> list[str]:
-                # A spec's environment reaches only containers given its devices: name no other.
+                # A spec's environment reaches only containers given its devices: name no other,
+                # and tell a container whose devices are not shared nothing about sharing.
                 uuids = {d.info.uuid for d in group}
-                return sharing.env([u for u in shared_uuids if u in uuids])
+                mine = [u for u in shared_uuids if u in uuids]
+                return sharing.env(mine) if mine else []
 
             self._cdi.write_claim(ref.uid, cdi_devices, env)
         except KubeletPluginError:
