@@ -5,6 +5,7 @@ one device name make the CDI runtime resolve neither)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -117,3 +118,25 @@ async def test_start_removes_orphaned_specs_of_either_layout(node: Node) -> None
     after = node.state()
     await after.start()
     assert sorted(cdi_dir.iterdir()) == sorted(others)
+
+
+async def test_start_warns_of_a_claim_whose_old_spec_still_reaches_every_container(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The stored answer stands until the kubelet unprepares the claim (its IDs resolve in the
+    # old spec), and so does the old spec's claim-wide NVIDIA_VISIBLE_DEVICES: say so.
+    caplog.set_level(logging.WARNING, logger="gpudra_kubelet_plugin.state")
+    await write_old_layout(node, "uid-w", PREPARE_COMPLETED)
+    await node.state().start()
+    assert "claim default/c (uid-w) was prepared with one CDI spec" in caplog.text
+    caplog.clear()
+    node.cdi.remove("uid-w")
+    node.cdi.write_claim(
+        "uid-w",
+        [
+            CdiDevice(f"uid-w-{name}", await node.table.device(name), (request,))
+            for request, name in zip("ab", DEVICES, strict=True)
+        ],
+    )
+    await node.state().start()
+    assert "one CDI spec" not in caplog.text

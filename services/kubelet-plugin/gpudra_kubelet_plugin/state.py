@@ -32,7 +32,8 @@ Promises:
   its outcome goes to the `EventSink` inside that span (see `events`).
 - At start, claims of a previous boot are dropped (their specs removed), specs of this driver
   that no checkpointed claim owns are removed, so no spec outlives its claim, and so are this
-  driver's temp specs a crash left.
+  driver's temp specs a crash left. A claim of several requests still in the one spec a plugin
+  before the per-request layout wrote is kept as it is, with a warning.
 """
 
 from __future__ import annotations
@@ -170,6 +171,21 @@ class DeviceState:
             log.warning("removed temp CDI spec %s left by a crash", name)
         if loaded.stale:
             self._checkpoint.save(self._records)
+        for uid, record in self._records.items():
+            # Prepared by a plugin before the per-request layout (see `cdi`): its stored answer
+            # stands, and so does the spec's claim-wide NVIDIA_VISIBLE_DEVICES. Rewriting it
+            # would need the claim's sharing config, which only a read of the claim gives.
+            groups = {d.request_names for d in record.devices}
+            old = self._cdi.spec_paths(uid) == [self._cdi.spec_path(uid)]
+            if record.state == PREPARE_COMPLETED and len(groups) > 1 and old:
+                log.warning(
+                    "claim %s/%s (%s) was prepared with one CDI spec for all its requests: until "
+                    "it is unprepared, a container naming one request is also told the GPUs of "
+                    "the others in NVIDIA_VISIBLE_DEVICES",
+                    record.namespace,
+                    record.name,
+                    uid,
+                )
 
     async def prepare(self, ref: ClaimRef) -> tuple[PreparedDevice, ...]:
         """The claim's devices with CDI IDs; idempotent."""
