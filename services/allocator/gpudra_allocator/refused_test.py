@@ -7,6 +7,7 @@ not repeat in a loop."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -18,6 +19,8 @@ from nats.js.kv import KeyValue
 from gpudra_allocator.conftest import gpu_claim_doc
 from gpudra_allocator.holdings import ClaimRecord
 from gpudra_allocator.recreated_stream_test import bus, recorded, running, send
+from gpudra_allocator.reservations import Reservations
+from gpudra_allocator.tombstones import TombstoneCollector
 from gpudra_allocator.worker import Worker
 from gpudra_bus import RELEASED, schema_of, subjects
 from gpudra_testing.waiting import until
@@ -131,3 +134,22 @@ def test_a_refused_mark_keeps_what_it_was_refused_at() -> None:
     plain = ClaimRecord("cleared", claim="default/x", seq=3)
     assert b"refused" not in plain.encode(), "a plain deallocation's mark reads as before"
     assert ClaimRecord.decode(plain.encode()).refused is None
+
+
+async def test_a_refused_mark_outlives_the_tombstone_grace_while_the_claim_lives(
+    nc: Client, kv: KeyValue
+) -> None:
+    """A cleared mark is collected after the grace (it only fences off late events), but a
+    refused one is what keeps an unchanged claim from being decided and refused again (offered
+    anew at any claim-writer restart, hours later): it stays until the claim's deletion
+    replaces it with a tombstone, which is collected as usual."""
+    res = Reservations(kv)
+    await res.forget("uid-x", "default/x", seq=3, refused=(1, "11"))
+    later = TombstoneCollector(nc.jetstream(), kv, 600.0, clock=lambda: time.time() + 7200)
+    assert await later.collect() == 0
+    assert await res.stored("uid-x") == ClaimRecord(
+        "cleared", claim="default/x", seq=3, refused=(1, "11")
+    )
+    await res.release("uid-x", "default/x")
+    assert await later.collect() == 1
+    assert await res.stored("uid-x") is None

@@ -15,7 +15,11 @@ is unacknowledged:
   finding the tombstone, or it is redelivered `ack_wait` after its holder stopped extending it, to
   a replica that reads the record before anything else.
 The same holds for a `cleared` mark, which only fences off events of the claim older than the
-deallocation: those too reach an allocator only while unacknowledged.
+deallocation: those too reach an allocator only while unacknowledged. Not for one whose allocation
+the API server refused (`ClaimRecord.refused`): it keeps the claim from being decided again
+while unchanged, against PENDING events the claim-writer publishes anew at any restart, so it
+stays until the claim's deletion puts a tombstone in its place (a claim deleted while no
+claim-writer watched leaves it behind: one small key).
 So a tombstone matters for about `ack_wait + retry_interval` after the release; `grace` is many
 times that (`grace_for`: ten times, and never under ten minutes). Should an event still slip
 through (a replica frozen for longer than `grace`), the claim-writer's write-back finds the claim
@@ -108,6 +112,6 @@ class TombstoneCollector:
             except BadReservationError as exc:
                 log.error("claim record %s left alone: %s", entry.key, exc)
                 continue
-            if (record.released or record.cleared) and entry.revision:
+            if (record.released or (record.cleared and record.refused is None)) and entry.revision:
                 out.append((entry.key, entry.revision))
         return out
