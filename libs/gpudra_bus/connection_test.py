@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 
 import nats
 import nats.errors
@@ -25,14 +24,9 @@ from gpudra_bus.errors import (
     StreamConfigError,
 )
 from gpudra_testing import NatsServer
+from gpudra_testing.statusz import free_port
 
 FAST = Backoff(initial=0.01, maximum=0.1)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize(
@@ -90,7 +84,7 @@ def test_wrong_revision(exc: BaseException, lost: bool) -> None:
 
 
 async def test_connect_gives_up_at_the_deadline() -> None:
-    url = f"nats://127.0.0.1:{_free_port()}"
+    url = f"nats://127.0.0.1:{free_port()}"
     with pytest.raises(NotConnectedError):
         await connect(url, name="t", backoff=FAST, deadline=0.3)
 
@@ -170,7 +164,7 @@ async def test_connect_rejects_empty_server_list(servers: str | list[str]) -> No
 
 
 async def test_connect_accepts_a_comma_separated_list(nats_url: str) -> None:
-    dead = f"nats://127.0.0.1:{_free_port()}"
+    dead = f"nats://127.0.0.1:{free_port()}"
     nc = await connect(f"{dead}, {nats_url}", name="t", backoff=FAST, deadline=10)
     try:
         assert nc.is_connected

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Iterator
 
 import nats.errors
@@ -16,6 +15,7 @@ from gpudra_bus.connection import Backoff, connect, disconnect
 from gpudra_bus.errors import BusRetryableError, StreamConfigError
 from gpudra_bus.streams import BucketSpec, StreamSpec
 from gpudra_testing import NatsServer
+from gpudra_testing.statusz import free_port
 
 
 async def test_ensure_is_idempotent_and_concurrent(fresh_nc: Client) -> None:
@@ -103,16 +103,10 @@ async def test_a_bucket_kept_in_memory_is_not_silently_accepted(fresh_nc: Client
         await streams.ensure_bucket(js, BucketSpec("mem"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def cluster() -> Iterator[list[NatsServer]]:
     """Three JetStream servers in one cluster (what `deploy/kustomize` runs)."""
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     routes = ",".join(f"nats://127.0.0.1:{p}" for p in ports)
     servers: list[NatsServer] = []
     try:

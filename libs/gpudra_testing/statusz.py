@@ -12,7 +12,8 @@ from typing import Any
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on right now (for a service's `--health-port`)."""
+    """A loopback port nothing listens on right now (a service's `--health-port`, a NATS server's
+    `-p`): bind it soon, another process may take it meanwhile."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

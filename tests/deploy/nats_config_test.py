@@ -42,6 +42,7 @@ from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import DEVICE_CLASSES
 from gpudra_testing import find_nats_server_binary
 from gpudra_testing.kubeapi import FakeKubeApi
+from gpudra_testing.statusz import free_port
 
 SERVICES = ("node-agent", "inventory", "allocator", "claim-writer", "kubelet-plugin")
 CONFIG = manifests.KUSTOMIZE / "base" / "nats" / "config"
@@ -195,23 +196,16 @@ def test_stream_subjects_published_by_their_owner(service: str) -> None:
 # --- the rendered configuration in a real nats-server ---------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _localize(files: dict[str, str], root: Path, pki: dict[str, Path]) -> tuple[Path, int]:
     """Write the rendered config files under `root` with local paths and ports."""
-    port = _free_port()
+    port = free_port()
     replacements = {
         "/etc/nats/tls/": f"{pki['server']}/",
         "/data/jetstream": str(root / "jetstream"),
         "/var/run/nats/": f"{root}/",
         "listen: 0.0.0.0:4222": f"listen: 127.0.0.1:{port}",
-        "http_port: 8222": f"http_port: {_free_port()}",
-        "listen: 0.0.0.0:6222": f"listen: 127.0.0.1:{_free_port()}",
+        "http_port: 8222": f"http_port: {free_port()}",
+        "listen: 0.0.0.0:6222": f"listen: 127.0.0.1:{free_port()}",
     }
     for name, text in files.items():
         for old, new in replacements.items():

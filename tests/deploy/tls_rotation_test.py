@@ -31,6 +31,7 @@ from gpudra_bus import connect
 from gpudra_service.nats_options import TlsFiles, nats_options
 from gpudra_service.settings import CommonSettings
 from gpudra_standalone.nats_server import find_nats_server_binary
+from gpudra_testing.statusz import free_port
 
 SCRIPT = manifests.KUSTOMIZE / "base" / "nats" / "config" / "reload-tls.sh"
 CLIENT = "gpudra-allocator"
@@ -52,13 +53,6 @@ def install(source: Path, target: Path) -> None:
     target.mkdir(exist_ok=True)
     for name in ("tls.crt", "tls.key", "ca.crt"):
         shutil.copyfile(source / name, target / name)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class TlsServer:

@@ -27,6 +27,7 @@ from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet, wait_for_s
 from gpudra_kubelet_plugin.main import main, serve, start_probes
 from gpudra_kubelet_plugin.settings import Settings
 from gpudra_testing.kubeapi import FakeKubeApi
+from gpudra_testing.statusz import free_port
 from gpudrapb.v1 import inventory_pb2 as pb
 
 
@@ -90,12 +91,6 @@ async def terminate(process: asyncio.subprocess.Process, timeout: float = 20) ->
         _, err = await asyncio.wait_for(process.communicate(), 20)
         pytest.fail(f"still running {timeout}s after SIGTERM:\n{err.decode()[-8000:]}")
     return err.decode()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextlib.asynccontextmanager

@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +12,7 @@ import pytest
 
 from gpudra_node_agent import main as agent_main
 from gpudra_node_agent.settings import Settings
+from gpudra_testing.statusz import free_port
 
 
 async def test_bad_settings_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,12 +36,6 @@ async def test_bad_node_name_exits_2_before_touching_nvml_or_nats(
     assert "node name" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _status(port: int, path: str) -> str:
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -55,7 +49,7 @@ async def _status(port: int, path: str) -> str:
 
 
 async def test_serve_becomes_ready_and_stops(nats_url: str) -> None:
-    port = _free_port()
+    port = free_port()
     settings = Settings(
         node_name="serve-test",
         nats_url=nats_url,
