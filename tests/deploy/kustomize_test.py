@@ -391,7 +391,7 @@ def test_no_secret_material_is_rendered(overlay: Objs) -> None:
 EXPECTED_GRANTS = {
     *(
         ("gpudra-inventory", "resource.k8s.io", "resourceslices", verb)
-        for verb in ("get", "list", "create", "update", "delete")
+        for verb in ("get", "list", "watch", "create", "update", "delete")
     ),
     *(("gpudra-inventory", "", "nodes", verb) for verb in ("get", "list", "watch")),
     *(

@@ -24,6 +24,7 @@ from deploy.manifests import by_kind
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.pools import Change, PoolBook
+from gpudra_inventory.wipes import SliceWatch
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.recorder import WARNING, EventRecorder, reference
 from gpudra_kube.resources import EVENTS, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeObject
@@ -248,9 +249,9 @@ async def test_inventory_grants_are_exactly_its_slice_mirror(
 ) -> None:
     """In a cluster the inventory's only API use is `SliceMirror` (main.py, mode 'kubernetes'):
     it creates, reads and replaces a node's slices, deletes the ones a change drops, and at start
-    lists them to prune what no pool owns. It never watches them (the slices' source of truth is
-    the NATS bucket the inventory writes, not the API). Its `ClusterNodes` lists and watches the
-    Nodes that own the slices, and gets a Node the watch does not know before removing that
+    lists them to prune what no pool owns. Its `SliceWatch` (the leader's) lists and watches the
+    slices, to write back at once those the kubelet deletes. Its `ClusterNodes` lists and watches
+    the Nodes that own the slices, and gets a Node the watch does not know before removing that
     node's slices."""
     for node in ("n1", "n2"):
         await kube_api.put(NODES, {"metadata": {"name": node}})
@@ -266,6 +267,15 @@ async def test_inventory_grants_are_exactly_its_slice_mirror(
         following.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await following
+    wipes = SliceWatch(store, manifests.DRIVER, delay=1.0, watch_timeout=1.0)
+    wipes.follow(True)  # list, watch
+    try:
+        for _ in range(200):
+            if any(q.get("watch") for m, p, q in kube_api.calls if p.endswith("/resourceslices")):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await wipes.close()
     mirror = SliceMirror(store, manifests.DRIVER, nodes=nodes)
     await mirror.apply(Change("n1", 1, write=[_slice("n1", 1)], delete=[]))  # get 404, create
     await mirror.apply(Change("n1", 2, write=[_slice("n1", 2)], delete=[]))  # get, update

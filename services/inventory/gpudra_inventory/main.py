@@ -2,8 +2,9 @@
 
 Start-up: tracing, NATS (waits for a server; credentials and TLS from the shared settings),
 streams and buckets (idempotent, created with `stream-replicas` replicas) and the lease bucket,
-the bucket's slices (generations continue), in Kubernetes mode the API client and the follower of
-the cluster's Nodes (which own the slices), the health server
+the bucket's slices (generations continue), in Kubernetes mode the API client, the follower of
+the cluster's Nodes (which own the slices) and the leader's watch of its ResourceSlices (which
+writes back what the kubelet wipes), the health server
 (`/healthz`, `/readyz`, and `/statusz`: the replica's role, leader or standby, as JSON),
 then the loop: this replica's inventory consumer and its lease (the leader writes; on taking
 over it republishes and, in Kubernetes mode, prunes stale API slices). SIGTERM/SIGINT stop the
@@ -26,6 +27,7 @@ from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.service import InventoryService
 from gpudra_inventory.settings import Settings
+from gpudra_inventory.wipes import SliceWatch
 from gpudra_kube.errors import KubeError
 from gpudra_service import (
     HealthServer,
@@ -56,13 +58,18 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         holder = settings.lease_holder or f"{socket.gethostname()}:{os.getpid()}"
         lease = Lease(lease_kv, holder, settings.lease_ttl)
         mirror: SliceMirror | None = None
+        wipes: SliceWatch | None = None
         if settings.mode == "kubernetes":
             from gpudra_kube.api_backend import ApiStore
 
             store = await ApiStore.from_kubeconfig(settings.kubeconfig or None)
             stack.push_async_callback(store.close)
             mirror = SliceMirror(store, settings.driver, nodes=ClusterNodes(store))
-        service = InventoryService(nc, buckets[SLICES_BUCKET], settings, mirror, lease=lease)
+            if settings.api_repair_delay > 0:
+                wipes = SliceWatch(store, settings.driver, delay=settings.api_repair_delay)
+        service = InventoryService(
+            nc, buckets[SLICES_BUCKET], settings, mirror, lease=lease, wipes=wipes
+        )
         await service.load()
         health = await HealthServer(
             settings.health_host,

@@ -82,6 +82,16 @@ class Settings(CommonSettings):
             "seconds",
         ),
     )
+    api_repair_delay: float = field(
+        default=2.0,
+        metadata=doc(
+            "kubernetes mode: the leader watches gpudra's ResourceSlices and writes a node's "
+            "pool again this long after someone else (the kubelet, at its start) deleted its "
+            "slices, instead of waiting for the resync; a node wiped again soon after waits "
+            "twice as long each time, up to 5 minutes; 0: no watch (the resync repairs)",
+            "seconds",
+        ),
+    )
 
     def validate(self) -> None:
         """Raise `SettingsError` for values the service cannot use (common fields first)."""
@@ -90,6 +100,8 @@ class Settings(CommonSettings):
             raise SettingsError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.api_resync < 0:
             raise SettingsError("API resync must be >= 0 seconds (0: never)")
+        if self.api_repair_delay < 0:
+            raise SettingsError("API repair delay must be >= 0 seconds (0: no watch)")
         if self.heartbeat_timeout <= 0:
             raise SettingsError("heartbeat timeout must be > 0 seconds")
         if not MIN_LEASE_TTL <= self.lease_ttl <= MAX_LEASE_TTL:

@@ -43,6 +43,10 @@ from gpudra_testing.configmap import SHARED_CONFIG_ENV, SHARED_CONFIG_FIELDS
             id="own-beats-shared",
         ),
         pytest.param([], {}, {"lease_ttl": 10.0, "lease_holder": ""}, id="lease-defaults"),
+        pytest.param([], {}, {"api_repair_delay": 2.0}, id="repair-delay-default"),
+        pytest.param(
+            [], {"GPUDRA_INVENTORY_API_REPAIR_DELAY": "0"}, {"api_repair_delay": 0.0}, id="no-watch"
+        ),
         pytest.param(
             ["--lease-ttl", "4.5"],
             {"GPUDRA_INVENTORY_LEASE_HOLDER": "gpudra-inventory-7d9f-x2"},
@@ -73,6 +77,7 @@ def test_load(argv: list[str], env: dict[str, str], expected: dict[str, Any]) ->
         pytest.param(["--lease-ttl", "3600"], {}, "lease TTL", id="lease-ttl-too-long"),
         pytest.param([], {"GPUDRA_INVENTORY_LEASE_TTL": "soon"}, "invalid value", id="lease-nan"),
         pytest.param(["--api-resync", "-1"], {}, "API resync", id="negative-resync"),
+        pytest.param(["--api-repair-delay", "-1"], {}, "repair delay", id="negative-repair"),
     ],
 )
 def test_bad_values(argv: list[str], env: dict[str, str], message: str) -> None:
