@@ -2,8 +2,8 @@
 
 `BucketReads` records every read of a bucket's stream that any client asks JetStream for, so a
 test can say how many round trips an operation made; its count is complete once the operation
-returned (`bucket_reads`, the older list a callback fills, may lag behind: a test that counts
-with it right after a flush can miss the last read). nats-py's `KeyValue.keys()` lists through an ordered watcher that may signal "no more entries"
+returned (a list a subscription callback fills may lag behind: counted right after a flush, it
+can miss the last read). nats-py's `KeyValue.keys()` lists through an ordered watcher that may signal "no more entries"
 before it delivers the first one when it loses a race with them; it then raises `NoKeysError` for
 a bucket that has keys. Tests that read what the services stored (reservations, slices) call
 `bucket_keys` instead (`gpudra_bus.kvlist.live_keys`, which the services use too): an empty
@@ -13,7 +13,6 @@ listing of a bucket whose stream holds messages is asked again.
 from __future__ import annotations
 
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.kv import KeyValue
 
@@ -60,18 +59,3 @@ class BucketReads:
         """Stop listening (what is still queued is dropped)."""
         for sub in self._subs:
             await sub.unsubscribe()
-
-
-async def bucket_reads(nc: Client, bucket: str) -> list[str]:
-    """A list that grows by the subject of every read of `bucket`'s stream (message get or direct
-    get) any client asks JetStream for, as it is asked; listening on `nc`. A callback fills it:
-    it may lack the last reads right after a flush; `BucketReads` counts without that race."""
-    reads: list[str] = []
-
-    async def seen(msg: Msg) -> None:
-        reads.append(msg.subject)
-
-    for subject in _read_subjects(bucket):
-        await nc.subscribe(subject, cb=seen)
-    await flush_subscriptions(nc)
-    return reads

@@ -14,7 +14,7 @@ from gpudra_allocator import reservations as reservations_module
 from gpudra_allocator.errors import ReservationConflict
 from gpudra_allocator.holdings import ClaimRecord, Holding, PoolHoldings, pool_key
 from gpudra_allocator.reservations import Reservations
-from gpudra_testing.kvkeys import bucket_reads
+from gpudra_testing.kvkeys import BucketReads
 from gpudra_testing.waiting import until
 
 DRIVER = "gpu.nvidia.com"
@@ -243,11 +243,12 @@ async def test_release_writes_from_the_mirror_and_reads_only_when_refused(
         await b.reserve({(DRIVER, "n"): [hold("gpu-0", "x")]})
         if other_writes_first:
             await reserve_fresh(a, {(DRIVER, "n"): [hold("gpu-1", "y")]})
-        reads = await bucket_reads(nc, kv._name)  # nats-py keeps the bucket name private
-        assert await b.drop("x") == 1
-        await nc.flush()
-        await asyncio.sleep(0.05)
-        assert len(reads) == reads_wanted
+        reads = await BucketReads.of(nc, kv._name)  # nats-py keeps the bucket name private
+        try:
+            assert await b.drop("x") == 1
+            assert len(await reads.so_far()) == reads_wanted
+        finally:
+            await reads.close()
         entry = await kv.get(pool_key(DRIVER, "n"))
         stored = PoolHoldings.decode(entry.value or b"")
         wanted = ["gpu-1"] if other_writes_first else []

@@ -31,6 +31,7 @@ from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import PODS, RESOURCE_CLAIMS
 from gpudra_kube.store import WatchEvent
 from gpudra_testing.kubeapi import FakeKubeApi
+from gpudra_testing.kvkeys import BucketReads
 from gpudra_testing.nats_queue import queued
 from gpudrapb.v1 import claims_pb2
 
@@ -168,15 +169,7 @@ async def test_a_decision_starts_from_the_claim_its_event_saw(
     if changed_since:
         claim["metadata"]["labels"] = {"changed": "since"}
         await other.replace(RESOURCE_CLAIMS, claim)
-    # No callback: after a flush every read is already queued on these subscriptions, so the count
-    # below does not depend on when a callback task gets to run.
-    readers = [
-        await nc.subscribe(subject)
-        for subject in (
-            "$JS.API.STREAM.MSG.GET.KV_gpudra-claims",
-            "$JS.API.DIRECT.GET.KV_gpudra-claims.>",
-        )
-    ]
+    reads = await BucketReads.of(nc, "gpudra-claims")
     publisher = Publisher(nc)
     writeback = Writeback(nc, store, publisher, consumer="seen-test")
     task = asyncio.create_task(writeback.run())
@@ -197,15 +190,14 @@ async def test_a_decision_starts_from_the_claim_its_event_saw(
     finally:
         await cancel_and_wait(task)
     await nc.flush()
-    reads = len(await queued(nc, *readers))
-    for sub in readers:  # a message left queued on one would hold the fixture's drain 30 s
-        await sub.unsubscribe()
+    read = len(await reads.so_far())
+    await reads.close()
     stored = await other.get(RESOURCE_CLAIMS, "seen", "default")
     assert stored["status"]["allocation"] == ALLOCATION
     assert FINALIZER in stored["metadata"]["finalizers"]
     # Nothing written meanwhile is lost: the refused write was decided again on a fresh read.
     assert stored["metadata"].get("labels") == ({"changed": "since"} if changed_since else None)
-    assert reads == reads_wanted
+    assert read == reads_wanted
 
 
 async def allocated_decision(store: KvStore, name: str) -> claims_pb2.AllocationDecision:
