@@ -255,11 +255,11 @@ class Worker(GangSteps):
         log.info("allocator %s consuming claim events", self.replica)
         collector = asyncio.create_task(self._collect_tombstones(), name="tombstones")
         watched = [i for i in (self._index, self._classes) if i is not None]
-        if self._settings.warmup_delay > 0:
-            for index in watched:
-                index.listeners.append(self.warmer.notify)
-            self.warmer.start()
-        try:
+        try:  # from here on every exit stops the collector and the warm-up
+            if self._settings.warmup_delay > 0:
+                for index in watched:
+                    index.listeners.append(self.warmer.notify)
+                self.warmer.start()
             while not stop.is_set():
                 msgs = await self._consumer.fetch()
                 for msg in msgs:
