@@ -13,7 +13,9 @@ request that sees it. The shape is stable (every key always present; see `deploy
 - `claims`: `decided` (allocations announced, repeats included), `unschedulable` (reasons
   published), `released`, `replaced` (decisions given up for an allocation written in their
   place, kube-scheduler's, which was adopted instead), `stale` (events older than the claim's
-  record, acknowledged without effect), `inFlight` (events being handled now);
+  record, acknowledged without effect), `refused` (allocations the API server refused to store,
+  422, their devices freed), `refusedUnchanged` (events of such a claim, unchanged since, not
+  decided again), `inFlight` (events being handled now);
 - `waiting`: claims held for retry here — `claims`, `lone` (claims placed alone), `gangs` and
   `pods` (distinct units with a member held), `reasons` (distinct reasons) and `topReasons`
   (up to `TOP_REASONS` of `{"reason", "claims"}`, most claims first; "" is a unit member still
@@ -119,6 +121,8 @@ class AllocatorStatus:
                 "released": worker.released,
                 "replaced": worker.replaced,
                 "stale": worker.stale,
+                "refused": worker.refused,
+                "refusedUnchanged": worker.refused_unchanged,
                 "inFlight": worker.in_flight,
             },
             "waiting": self._waiting(),

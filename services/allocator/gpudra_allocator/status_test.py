@@ -10,11 +10,14 @@ import nats
 import pytest
 
 from gpudra_allocator.conftest import gpu_claim_doc, gpu_slice_doc, pending_event, serving
+from gpudra_allocator.refused_test import claim_event as claim_event_at
 from gpudra_allocator.status import rfc3339
-from gpudra_bus import CLAIM_EVENT, SLICES_BUCKET, Publisher, subjects
+from gpudra_bus import ALLOCATION_DECISION, CLAIM_EVENT, SLICES_BUCKET, Publisher, subjects
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.statusz import until_status
 from gpudrapb.v1 import claims_pb2
+
+Event = claims_pb2.ClaimEvent
 
 TOP = {"replica", "policy", "ready", "index", "reservations", "claims", "waiting"}
 TOP |= {"deadLetters", "engine", "reserve", "lastDecisionAt"}
@@ -54,6 +57,8 @@ async def test_a_fresh_replica_says_who_it_is(allocator: int) -> None:
         "released": 0,
         "replaced": 0,
         "stale": 0,
+        "refused": 0,
+        "refusedUnchanged": 0,
         "inFlight": 0,
     }
     assert status["waiting"] == {
@@ -122,6 +127,40 @@ async def test_counters_follow_slices_decisions_and_dead_letters(
     assert status["deadLetters"]["byKind"] == {"claims": 1}
     assert isinstance(status["lastDecisionAt"], str)
     assert status["lastDecisionAt"].endswith("Z")
+
+
+async def test_a_refused_allocation_is_counted(
+    allocator: int, fresh_nats_server: NatsServer
+) -> None:
+    """The claim-writer reports that the API server refused x's allocation (422): the replica
+    counts it, and the unchanged claim offered again is counted as not decided."""
+    nc = await nats.connect(fresh_nats_server.url)
+    try:
+        kv = await nc.jetstream().key_value(SLICES_BUCKET)
+        await kv.put("node-a-slice", slice_doc("node-a", 2))
+        await until_status(allocator, lambda s: s["index"]["slices"] == 1)
+        decisions = await nc.subscribe(subjects.allocations("default", "x"))
+        publisher = Publisher(nc)
+        await publisher.publish(
+            subjects.claims("default", "x"), claim_event_at(Event.KIND_PENDING, "10"), CLAIM_EVENT
+        )
+        msg = await decisions.next_msg(timeout=30)
+        decision = ALLOCATION_DECISION.decode(msg.data, msg.headers)
+        await decisions.unsubscribe()
+        await publisher.publish(
+            subjects.claims("default", "x"),
+            claim_event_at(Event.KIND_DELETED, "11", refused=decision.allocation_id),
+            CLAIM_EVENT,
+        )
+        status = await until_status(allocator, lambda s: s["claims"]["refused"] == 1)
+        assert status["claims"]["refusedUnchanged"] == 0
+        await publisher.publish(
+            subjects.claims("default", "x"), claim_event_at(Event.KIND_PENDING, "11"), CLAIM_EVENT
+        )
+        status = await until_status(allocator, lambda s: s["claims"]["refusedUnchanged"] == 1)
+    finally:
+        await nc.close()
+    assert status["claims"]["decided"] == 1
 
 
 @pytest.mark.parametrize(
