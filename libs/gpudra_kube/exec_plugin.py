@@ -188,6 +188,10 @@ class ExecPlugin:
             ) from None
         except BaseException:  # cancelled (the caller gave up): the plugin is not left running
             _kill(proc, interactive)
+            # Nor left to be reaped by a loop that may close next (a service's at shutdown, a
+            # test's): its exit would reach a closed loop and its transport raise from `__del__`.
+            # It was killed: this wait is as short as its exit.
+            await proc.wait()
             raise
         if code != 0:
             why = f": {last_error}" if last_error else ""

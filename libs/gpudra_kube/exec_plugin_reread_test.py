@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import sys
+import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -94,3 +97,49 @@ async def test_a_run_that_does_not_end_is_stopped_at_its_bound(
         for pid in pid_file.read_text().split() if pid_file.exists() else ():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), 9)
+
+
+def test_a_cancelled_run_has_reaped_the_plugin_when_it_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cancelled run returns once the killed plugin has been reaped, so that nothing of it is
+    left to an event loop that may close next (a test's, or a service's at shutdown). It
+    returned at once: the plugin's exit reached a closed loop ("Loop ... that handles pid ... is
+    closed"), and its subprocess transport, never finished, raised "Event loop is closed" from
+    `__del__` when it was collected whenever its pipes were still open: an unraisable exception,
+    which pytest pins on whichever test runs at that moment."""
+    (tmp_path / "plugin.py").write_text(HANGING, encoding="utf-8")
+    plugin = ExecPlugin(
+        api_version="client.authentication.k8s.io/v1",
+        command=sys.executable,
+        args=(str(tmp_path / "plugin.py"), str(tmp_path)),
+        interactive_mode="Never",
+    )
+    unraisable: list[str] = []
+    monkeypatch.setattr(
+        sys, "unraisablehook", lambda u: unraisable.append(f"{u.exc_type.__name__}: {u.exc_value}")
+    )
+    pid_file = tmp_path / "pid"
+
+    async def cancelled_run() -> None:
+        run = asyncio.create_task(plugin.run())
+        await until(lambda: pid_file.exists() and pid_file.read_text(), "the plugin's start", 10)
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+
+    loop = asyncio.new_event_loop()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            loop.run_until_complete(cancelled_run())
+            loop.close()
+            time.sleep(0.5)  # a late exit would reach the closed loop by now
+            gc.collect()
+    finally:
+        loop.close()
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text()), 9)
+    assert [r.getMessage() for r in caplog.records if "handles pid" in r.getMessage()] == []
+    assert [str(w.message) for w in caught if "SubprocessTransport" in str(w.message)] == []
+    assert unraisable == []
