@@ -41,14 +41,11 @@ the first is ours: those lone decisions could split the pod by themselves anyway
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-
-from nats.aio.msg import Msg
+from dataclasses import dataclass
 
 from gpudra_alloc import AllocatedState, AllocationInputError, CelRuntimeError
 from gpudra_alloc.placement import Gang, group_nodes, place_gang, why_pending
@@ -66,7 +63,6 @@ from gpudra_allocator.events import claim_doc, parse_claim, stream_pos
 from gpudra_allocator.gangs import (
     MATCH_ATTRIBUTE_ANNOTATION,
     POD_UNIT_PREFIX,
-    GangBook,
     GangRecord,
     Members,
     is_pod_unit,
@@ -75,9 +71,7 @@ from gpudra_allocator.gangs import (
     unit_size,
 )
 from gpudra_allocator.holdings import ClaimRecord, Holding, holdings_for
-from gpudra_allocator.index import KvIndex
-from gpudra_allocator.reservations import Reservations
-from gpudra_allocator.settings import Settings
+from gpudra_allocator.steps import Steps, Waiting
 from gpudra_api import Node, ResourceClaim, ResourceSlice
 from gpudrapb.v1 import claims_pb2
 
@@ -86,21 +80,6 @@ log = logging.getLogger(__name__)
 RESERVE_TRIES = 8
 MAX_POD_CLAIMS = 128  # each is a KV read per attempt; a pod with more is refused, not stalled
 EMPTY_CLAIM = ResourceClaim(name="", namespace="", uid="", requests=())
-
-
-@dataclass
-class Waiting:
-    """An unschedulable claim held (unacknowledged) for retry."""
-
-    msg: Msg
-    event: claims_pb2.ClaimEvent
-    claim: ResourceClaim
-    reason: str = ""
-    seen_version: tuple[int, ...] = (-1, -1, -1)
-    last_try: float = 0.0
-    last_touch: float = field(default_factory=time.monotonic)
-    # a unit member's claim, parsed once when the reserve's queue is counted (`_large_waiting`)
-    parsed: ResourceClaim | None = None
 
 
 @dataclass
@@ -268,40 +247,10 @@ def _group_reason(
     return f"{what} is in {attribute} {value}: no node in {value} has room for {who}{where}"
 
 
-class GangSteps:
-    """Gang handling for `Worker`, which provides the attributes and the steps declared here."""
+class GangSteps(Steps):
+    """Gang handling for `Worker`, which provides the attributes and the steps `Steps` declares."""
 
-    replica: str
-    _settings: Settings
-    _engine: Engine
-    _index: KvIndex[ResourceSlice]
-    _res: Reservations
-    _gangs: GangBook
-    _gang_reasons: dict[str, str]
-    _decide_lock: asyncio.Lock
-    # The claims held for retry, by UID. Changed only by `_hold` and `_finish`, which bump
-    # `_held_version`: the reserve's count of the queue is kept until the next change.
-    _waiting: dict[str, Waiting]
-    _held_version: int = 0
     _queue_count: QueueCount | None = None
-
-    def _versions(self) -> tuple[int, ...]:
-        raise NotImplementedError
-
-    def _refresh_classes(self) -> None:
-        raise NotImplementedError
-
-    def _hold(self, waiting: Waiting) -> None:
-        raise NotImplementedError
-
-    async def _unschedulable(self, waiting: Waiting, reason: str) -> None:
-        raise NotImplementedError
-
-    async def _finish(self, uid: str, msg: Msg) -> None:
-        raise NotImplementedError
-
-    async def _announce(self, event: claims_pb2.ClaimEvent, record: ClaimRecord) -> None:
-        raise NotImplementedError
 
     def _large_waiting(self, deciding: Waiting) -> int | None:
         """Pods held for retry here, but the claim or unit being decided, that each need a

@@ -20,7 +20,6 @@ from gpudra_allocator.gang_steps import (
     EMPTY_CLAIM,
     MAX_POD_CLAIMS,
     GangSteps,
-    Waiting,
     place_unit,
 )
 from gpudra_allocator.gangs import (
@@ -34,6 +33,7 @@ from gpudra_allocator.gangs import (
 from gpudra_allocator.holdings import ClaimRecord, holdings_for
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
+from gpudra_allocator.steps import Waiting
 from gpudra_api import Node
 from gpudra_testing.waiting import until
 from gpudrapb.v1 import claims_pb2

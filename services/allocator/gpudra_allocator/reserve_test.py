@@ -15,10 +15,11 @@ from gpudra_alloc import AllocatedState, validate_allocation
 from gpudra_alloc.workload import Fleet, build_fleet, device_classes
 from gpudra_allocator.engine import Engine
 from gpudra_allocator.events import parse_claim
-from gpudra_allocator.gang_steps import EMPTY_CLAIM, GangSteps, Waiting, place_unit
+from gpudra_allocator.gang_steps import EMPTY_CLAIM, GangSteps, place_unit
 from gpudra_allocator.gang_steps_test import Decider, Slices, event, pod_event
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
+from gpudra_allocator.steps import Waiting
 from gpudra_allocator.worker import Worker
 from gpudra_api import Node, parse_device_class, parse_resource_slice
 

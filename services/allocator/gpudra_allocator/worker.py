@@ -126,12 +126,13 @@ from gpudra_allocator.events import (
     quietly,
     stream_pos,
 )
-from gpudra_allocator.gang_steps import EMPTY_CLAIM, RESERVE_TRIES, GangSteps, Waiting
+from gpudra_allocator.gang_steps import EMPTY_CLAIM, RESERVE_TRIES, GangSteps
 from gpudra_allocator.gangs import GangBook, unit_of
 from gpudra_allocator.holdings import ClaimRecord, Holding, holdings_for
 from gpudra_allocator.index import KvIndex
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.settings import Settings
+from gpudra_allocator.steps import Waiting
 from gpudra_allocator.tombstones import TombstoneCollector, grace_for
 from gpudra_allocator.warmup import Warmer
 from gpudra_api import ALLOCATION_ID_ANNOTATION, DeviceClass, ResourceSlice
