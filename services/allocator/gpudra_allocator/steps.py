@@ -74,16 +74,18 @@ class Steps:
     async def _finish(self, uid: str, msg: Msg) -> None:
         raise NotImplementedError
 
-    async def _unschedulable(self, waiting: Waiting, reason: str) -> None:
-        raise NotImplementedError
-
-    async def _announce(self, event: claims_pb2.ClaimEvent, record: ClaimRecord) -> None:
-        raise NotImplementedError
-
     async def _settled(self, msg: Msg, event: claims_pb2.ClaimEvent) -> bool:
         raise NotImplementedError
 
     async def _attempt(self, waiting: Waiting) -> None:
+        raise NotImplementedError
+
+    # -- provided by `announcements.Announcer` ------------------------------------------------
+
+    async def _unschedulable(self, waiting: Waiting, reason: str) -> None:
+        raise NotImplementedError
+
+    async def _announce(self, event: claims_pb2.ClaimEvent, record: ClaimRecord) -> None:
         raise NotImplementedError
 
     # -- provided by `gang_steps.GangSteps` ---------------------------------------------------

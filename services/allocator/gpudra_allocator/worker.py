@@ -5,11 +5,10 @@ Promises (with `Reservations` for the multi-replica part):
   reservation bucket and its `c.<uid>` record was created; a claim event is acknowledged only after
   that publication, so a replica killed at any point loses nothing (JetStream redelivers) and
   duplicates nothing (the record makes the second attempt re-announce the first decision).
-- Decisions are idempotent per claim UID: a PENDING event for a decided claim re-announces the
-  recorded decision (same `Nats-Msg-Id`, so the stream drops it within its window).
+- Decisions are idempotent per claim UID (`announcements`).
 - An unschedulable claim gets an UNSCHEDULABLE decision with the core's explanation (again only
-  when the reason changes) and is kept, unacknowledged, and retried whenever the slices or the
-  reservations change (at most every half second per claim) and at least every `retry_interval`
+  when the reason changes: `announcements`) and is kept, unacknowledged, and retried whenever the
+  slices or the reservations change (at most every half second per claim) and at least every `retry_interval`
   seconds (a retry that fails is logged and the claim stays held: one claim's error never stops
   the others' retries; a retry waits, as a redelivery does, until holdings of an earlier attempt
   that were never recorded are stale, and drops them first); if this replica dies, the event is redelivered to another one after
@@ -102,8 +101,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
-import json
 import logging
 import random
 import time
@@ -115,6 +112,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from gpudra_alloc import AllocationInputError, CelRuntimeError, DeviceID
+from gpudra_allocator.announcements import Announcer
 from gpudra_allocator.consumer import ClaimsConsumer
 from gpudra_allocator.engine import Decision, Engine, cel_reason
 from gpudra_allocator.errors import BadClaimError, ReservationConflict
@@ -137,7 +135,6 @@ from gpudra_allocator.tombstones import TombstoneCollector, grace_for
 from gpudra_allocator.warmup import Warmer
 from gpudra_api import ALLOCATION_ID_ANNOTATION, DeviceClass, ResourceSlice
 from gpudra_bus import (
-    ALLOCATION_DECISION,
     CLAIM_EVENT,
     RELEASED,
     BusError,
@@ -157,7 +154,7 @@ log = logging.getLogger(__name__)
 _MIN_RETRY_GAP = 0.5  # seconds
 
 
-class Worker(GangSteps):
+class Worker(Announcer, GangSteps):
     def __init__(
         self,
         nc: Client,
@@ -494,50 +491,6 @@ class Worker(GangSteps):
         elif not winner.released:
             await self._announce(event, winner)
         await self._finish(uid, waiting.msg)
-
-    async def _announce(self, event: claims_pb2.ClaimEvent, record: ClaimRecord) -> None:
-        decision = claims_pb2.AllocationDecision(
-            claim=event.claim,
-            outcome=claims_pb2.AllocationDecision.OUTCOME_ALLOCATED,
-            allocation_json=json.dumps(record.allocation, separators=(",", ":")).encode(),
-            node_name=record.node,
-            gang_id=event.gang_id,
-            allocator_id=record.allocator,
-            allocation_id=record.claim_id,
-        )
-        decision.decided_at.GetCurrentTime()
-        ref = event.claim
-        await self._publisher.publish(
-            subjects.allocations(ref.namespace, ref.name),
-            decision,
-            ALLOCATION_DECISION,
-            msg_id=f"{ref.uid}/{record.token}/allocated",
-        )
-        self.decided += 1
-        self.last_decision_at = time.time()
-
-    async def _unschedulable(self, waiting: Waiting, reason: str) -> None:
-        if reason == waiting.reason:
-            return
-        waiting.reason = reason
-        ref = waiting.event.claim
-        decision = claims_pb2.AllocationDecision(
-            claim=ref,
-            outcome=claims_pb2.AllocationDecision.OUTCOME_UNSCHEDULABLE,
-            reason=reason,
-            gang_id=waiting.event.gang_id,
-            allocator_id=self.replica,
-        )
-        decision.decided_at.GetCurrentTime()
-        digest = hashlib.sha256(reason.encode()).hexdigest()[:16]
-        await self._publisher.publish(
-            subjects.allocations(ref.namespace, ref.name),
-            decision,
-            ALLOCATION_DECISION,
-            msg_id=f"{ref.uid}/unschedulable/{digest}",
-        )
-        self.unschedulable += 1
-        self.last_decision_at = time.time()
 
     def _hold(self, waiting: Waiting) -> None:
         uid = waiting.event.claim.uid
