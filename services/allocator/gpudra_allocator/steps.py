@@ -65,6 +65,14 @@ class Steps:
     def _refresh_classes(self) -> None:
         raise NotImplementedError
 
+    async def _settled(self, msg: Msg, event: claims_pb2.ClaimEvent) -> bool:
+        raise NotImplementedError
+
+    async def _attempt(self, waiting: Waiting) -> None:
+        raise NotImplementedError
+
+    # -- provided by `retries.RetryQueue` -----------------------------------------------------
+
     def _versions(self) -> tuple[int, ...]:
         raise NotImplementedError
 
@@ -72,12 +80,6 @@ class Steps:
         raise NotImplementedError
 
     async def _finish(self, uid: str, msg: Msg) -> None:
-        raise NotImplementedError
-
-    async def _settled(self, msg: Msg, event: claims_pb2.ClaimEvent) -> bool:
-        raise NotImplementedError
-
-    async def _attempt(self, waiting: Waiting) -> None:
         raise NotImplementedError
 
     # -- provided by `announcements.Announcer` ------------------------------------------------

@@ -7,12 +7,9 @@ Promises (with `Reservations` for the multi-replica part):
   duplicates nothing (the record makes the second attempt re-announce the first decision).
 - Decisions are idempotent per claim UID (`announcements`).
 - An unschedulable claim gets an UNSCHEDULABLE decision with the core's explanation (again only
-  when the reason changes: `announcements`) and is kept, unacknowledged, and retried whenever the
-  slices or the reservations change (at most every half second per claim) and at least every `retry_interval`
-  seconds (a retry that fails is logged and the claim stays held: one claim's error never stops
-  the others' retries; a retry waits, as a redelivery does, until holdings of an earlier attempt
-  that were never recorded are stale, and drops them first); if this replica dies, the event is redelivered to another one after
-  `ack_wait`.
+  when the reason changes: `announcements`) and is kept, unacknowledged, and retried on change and
+  at least every `retry_interval` seconds (`retries`); if this replica dies, the event is
+  redelivered to another one after `ack_wait`.
 - A claim whose CEL selector (its own or its class's) fails at run time on a device
   (`CelRuntimeError`: `device.attributes[...].foo` on a device without `foo`, no `has()` guard)
   is held the same way, with the core's "... CEL runtime error: ..." message as its reason: in
@@ -129,6 +126,7 @@ from gpudra_allocator.gangs import GangBook, unit_of
 from gpudra_allocator.holdings import ClaimRecord, Holding, holdings_for
 from gpudra_allocator.index import KvIndex
 from gpudra_allocator.reservations import Reservations
+from gpudra_allocator.retries import RetryQueue
 from gpudra_allocator.settings import Settings
 from gpudra_allocator.steps import Waiting
 from gpudra_allocator.tombstones import TombstoneCollector, grace_for
@@ -151,10 +149,8 @@ from gpudrapb.v1 import claims_pb2
 
 log = logging.getLogger(__name__)
 
-_MIN_RETRY_GAP = 0.5  # seconds
 
-
-class Worker(Announcer, GangSteps):
+class Worker(RetryQueue, Announcer, GangSteps):
     def __init__(
         self,
         nc: Client,
@@ -176,9 +172,7 @@ class Worker(Announcer, GangSteps):
         self._publisher = Publisher(nc)
         self._dead = DeadLetters(self._publisher, service="allocator")
         self._waiting: dict[str, Waiting] = {}
-        # Bumped when a claim leaves `_waiting` while the topology reserve runs: fewer pods
-        # waiting for a whole domain may let the reserve hold fewer, so held-back claims retry.
-        self._queue_version = 0
+        self._queue_version = 0  # `retries`
         self.replica = settings.replica
         self.ready = False
         self.decided = 0
@@ -460,10 +454,6 @@ class Worker(Announcer, GangSteps):
             return False
         return True
 
-    def _versions(self) -> tuple[int, ...]:
-        classes = self._classes.version if self._classes is not None else 0
-        return (self._index.version, self._res.version, classes, self._queue_version)
-
     def _refresh_classes(self) -> None:
         if self._classes is not None and self._classes.version != self._classes_seen:
             self._classes_seen = self._classes.version
@@ -491,83 +481,6 @@ class Worker(Announcer, GangSteps):
         elif not winner.released:
             await self._announce(event, winner)
         await self._finish(uid, waiting.msg)
-
-    def _hold(self, waiting: Waiting) -> None:
-        uid = waiting.event.claim.uid
-        if self._waiting.get(uid) is not waiting:
-            self._held_version += 1
-        self._waiting[uid] = waiting
-
-    async def _finish(self, uid: str, msg: Msg) -> None:
-        held = self._waiting.pop(uid, None)
-        if held is not None:
-            self._held_version += 1
-            self._forget_unit_reason(held)
-        if held is not None and self._engine.reserving:
-            self._queue_version += 1
-        if held is not None and held.msg is not msg:
-            await quietly(held.msg.ack())
-        await quietly(msg.ack())
-
-    def _forget_unit_reason(self, finished: Waiting) -> None:
-        """What this replica told a unit (`_gang_reasons`) is kept while it holds a member of it.
-
-        Kept longer, it would grow by every unit ever told anything (one decided by another
-        replica, one whose claims were deleted), and a unit of the same name later (a job run
-        again) would never be told a reason it had been told before."""
-        unit = unit_of(finished.event)
-        if unit not in self._gang_reasons:
-            return
-        if not any(unit_of(w.event) == unit for w in self._waiting.values()):
-            del self._gang_reasons[unit]
-
-    async def _retry_waiting(self) -> None:
-        if not self._waiting:
-            return
-        now = time.monotonic()
-        current = self._versions()
-        for uid, waiting in list(self._waiting.items()):
-            if self._waiting.get(uid) is not waiting:
-                continue
-            if waiting.msg.subject in self._lanes:
-                continue  # an event of the claim is being handled; it goes first
-            if now - waiting.last_touch > self._settings.ack_wait / 3:
-                waiting.last_touch = now
-                await quietly(waiting.msg.in_progress())
-            since = now - waiting.last_try
-            due = since >= self._settings.retry_interval
-            # A change triggers a retry, but at most every _MIN_RETRY_GAP seconds per claim:
-            # explaining an unschedulable claim walks every node, and a busy fleet changes often.
-            changed = waiting.seen_version != current and since >= _MIN_RETRY_GAP
-            if not (due or changed):
-                continue
-            with tracing.process_span(
-                waiting.msg.subject, waiting.msg.headers, consumer=self._settings.consumer
-            ):
-                try:
-                    if await self._settled(waiting.msg, waiting.event):
-                        continue
-                    if not unit_of(waiting.event) and not await self._res.drop_stale(
-                        uid, stale_after=self._settings.ack_wait
-                    ):
-                        # An attempt that reserved but never recorded (its commit failed):
-                        # decided again now, its devices would stay held beside the next
-                        # decision's for the claim's life. Once it is older than any live
-                        # attempt it is dropped, as on a redelivery (`_pending`).
-                        waiting.last_try = now
-                        continue
-                    await self._attempt(waiting)
-                except BusRetryableError as exc:
-                    log.warning("retry of claim %s deferred: %s", waiting.claim.key, exc)
-                except Exception:
-                    # This pass runs in the consumer loop itself: an error of one held claim (a
-                    # key it cannot read, a lost compare-and-set race) must neither skip the
-                    # others nor end the loop. The claim stays held and is tried again.
-                    log.exception(
-                        "retry of claim %s/%s failed; it stays held",
-                        waiting.event.claim.namespace,
-                        waiting.event.claim.name,
-                    )
 
     # -- DELETED and ALLOCATED_EXTERNALLY -----------------------------------------------------
 
