@@ -14,13 +14,8 @@ Promises:
   twice: each one first checks that the lease is still held, and each bucket write is
   revision-checked, so a write by another process since this one read the bucket stops it
   (`NotLeaderError`) until it has re-read the bucket under a valid lease.
-- A node silent for `heartbeat_timeout` keeps its devices, tainted NoSchedule; its next inventory
-  removes the taint. Silence is measured from the time JetStream stored the node's last message,
-  against this process's estimate of the server's clock (`skew.ServerClock`: a clock skew between
-  this pod's node and the NATS server larger than the timeout would otherwise taint every node or
-  none), but not while this replica is cut off from NATS (disconnected, or its fetches failing): then no
-  node-agent may have been able to publish either, so once the bus is back every node gets a whole
-  `heartbeat_timeout` from then to be heard again before it is tainted.
+- A node silent for `heartbeat_timeout` keeps its devices, tainted NoSchedule, until its next
+  inventory (`heartbeats.py`: silence on the NATS server's clock, not while the bus is away).
 - A malformed inventory (bad payload, schema, node name, or one that cannot be sliced) is
   dead-lettered by the leader (logged by a standby) and acknowledged; it never blocks the stream.
 - After every change the leader publishes a drift summary (driver / CUDA versions per node,
@@ -125,13 +120,13 @@ from gpudra_bus.consume import fetch_ready
 from gpudra_bus.subjects import Kind
 from gpudra_inventory.drift import DRIFT_SUMMARY, summarize, to_struct
 from gpudra_inventory.errors import NotLeaderError
+from gpudra_inventory.heartbeats import Heartbeats
 from gpudra_inventory.lease import Lease
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.nats_errors import NATS_ERRORS
 from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.pools import Change, PoolBook
 from gpudra_inventory.settings import Settings
-from gpudra_inventory.skew import ServerClock
 from gpudra_inventory.wipes import SliceWatch
 from gpudra_inventory.writer import SliceWriter
 from gpudra_kube.errors import KubeError, KubePermanentError
@@ -166,7 +161,7 @@ class InventoryService:
         self._mirror = mirror
         self._wipes = wipes if mirror is not None else None
         self._clock = clock
-        self._server_clock = ServerClock(window=settings.heartbeat_timeout)
+        self._heartbeats = Heartbeats(nc, settings.heartbeat_timeout, clock)
         self._lease = lease
         self._publisher = Publisher(nc)
         self._dead = DeadLetters(self._publisher, service="inventory")
@@ -195,14 +190,10 @@ class InventoryService:
         # False from a takeover until every pool has been written in the new term.
         self._republished = True
         self._last_drift: dict[str, Any] | None = None
-        # Cut off from NATS since the last turn; when the bus came back (the server's clock).
-        self._blind = False
-        self._resumed_at = float("-inf")
         # Kubernetes mode, pools of deleted Nodes: the stream sequence of each node's last
-        # inventory (what a purge may remove), when this replica first caught up (the server's
-        # clock), nodes not to look at again before a time (this process's clock), removals.
+        # inventory (what a purge may remove), nodes not to look at again before a time (this
+        # process's clock), removals.
         self._sequences: dict[str, int] = {}
-        self._caught_up_at = float("inf")
         self._gone_retry: dict[str, float] = {}
         self.pools_removed = 0
 
@@ -313,7 +304,7 @@ class InventoryService:
                     failures = 0
                 except (nats.errors.Error, OSError) as exc:
                     log.warning("fetching inventories failed (%s); retrying", exc)
-                    self._blind = True
+                    self._heartbeats.cut_off()
                     failures += 1
                     await asyncio.sleep(0.5)
                     if failures >= _RESUBSCRIBE_AFTER and self._nc.is_connected:
@@ -327,8 +318,8 @@ class InventoryService:
                     await self._guarded(msg)
                 if len(msgs) < _BATCH and not self._caught_up:
                     self._caught_up = True
-                    self._caught_up_at = self._server_clock.server_time(self._clock())
-                self._expire()
+                    self._heartbeats.caught_up()
+                self._dirty.update(self._heartbeats.expire(self.book))
                 self._note_wipes()
                 await self._lead()
                 await self._forget_gone()
@@ -353,21 +344,6 @@ class InventoryService:
                 await self._nc.jetstream().delete_consumer(INVENTORY_STREAM, self.consumer)
             if self._lease is not None:
                 await self._lease.release()
-
-    def _expire(self) -> None:
-        """Taint the nodes silent for the heartbeat timeout, unless the bus was what was silent."""
-        now = self._server_clock.server_time(self._clock())
-        if not self._nc.is_connected:
-            self._blind = True  # a fetch times out while reconnecting: it proves nothing
-            return
-        if self._blind:
-            self._blind = False
-            self._resumed_at = now
-            log.info("NATS is back: nodes have %ss to be heard", self._settings.heartbeat_timeout)
-        timeout = self._settings.heartbeat_timeout
-        for change in self.book.expire(now, timeout, not_before=self._resumed_at):
-            log.warning("node %s missed its heartbeats: devices tainted", change.node)
-            self._dirty.add(change.node)
 
     async def _lead(self) -> None:
         """The leader's part of one turn: take over in a new term, write what changed."""
@@ -573,8 +549,8 @@ class InventoryService:
         """The pools whose Node the watch does not have and whose node-agent is silent: tainted
         for missed heartbeats, or (a pool known only from the bucket) no inventory heard in a
         whole heartbeat timeout since this replica caught up or NATS came back."""
-        now = self._server_clock.server_time(self._clock())
-        quiet_since = max(self._caught_up_at, self._resumed_at)
+        now = self._heartbeats.now()
+        quiet_since = self._heartbeats.quiet_since
         timeout = self._settings.heartbeat_timeout
         gone = []
         for node, state in self.book.pools.items():
@@ -593,7 +569,7 @@ class InventoryService:
         is silent leaves the bucket and the inventory stream (the leader), and the book (every
         replica). A pool waits while it is to be written to the bucket or to the API first."""
         nodes = self._mirror.nodes if self._mirror is not None else None
-        if nodes is None or not nodes.synced or not self._caught_up or self._blind:
+        if nodes is None or not nodes.synced or not self._caught_up or self._heartbeats.blind:
             return
         if not self._nc.is_connected:
             return
@@ -702,12 +678,7 @@ class InventoryService:
                 raise BusPermanentError(
                     f"inventory of node {inventory.node!r} published on {msg.subject}"
                 )
-            received = self._clock()
-            if msg.metadata and msg.metadata.timestamp:
-                seen_at = msg.metadata.timestamp.timestamp()
-                self._server_clock.observe(seen_at, received)
-            else:
-                seen_at = self._server_clock.server_time(received)
+            seen_at = self._heartbeats.seen_at(msg)
             if msg.metadata and msg.metadata.sequence:
                 sequence = msg.metadata.sequence.stream
                 self._sequences[node] = max(self._sequences.get(node, 0), sequence)
