@@ -69,21 +69,10 @@ Promises (with `Reservations` for the multi-replica part):
   found gone with its stream is opened again, and the stream created again if nobody did
   (`consumer`), without a restart; a subscription of the old stream that reads the consumer
   another replica re-created tags the new stream's events by their store time all the same.
-- A DELETED event releases the claim (tombstone, then every device of its UID; holdings an
-  attempt wrote after that, whose replica died before it found the tombstone, go with the
-  claim's next event) and publishes `Released`; a unit member deleted before its unit was decided leaves the unit's members (at the
-  replica holding it, now or at its next retry), so it is never decided once its tombstone is
-  gone; a DELETED event that carries the claim is a cleared allocation of a claim that lives
-  on: its devices and its record are removed, so it can be allocated again later. Malformed events are dead-lettered and acknowledged; they never block the stream.
-- An allocation the API server refused to store for good (422: validation, an admission policy)
-  comes back from the claim-writer as a deallocation naming it (`refused_allocation`): as
-  kube-scheduler un-reserves after a failed status write, its devices are freed (the cleared
-  mark remembers the claim's generation and resourceVersion at the refusal; counted `refused`)
-  and `Released` says "refused". A refusal of another allocation than the record's (an earlier
-  decision's) changes nothing (`stale`). A pending event of the claim is not decided again while
-  the claim is unchanged, of the refused generation and resourceVersion (or an older
-  generation; counted `refused_unchanged`), so the refusal does not repeat in a loop; one of a
-  newer generation, or another resourceVersion (the claim edited), is decided as usual.
+- A DELETED event releases the claim, or frees a cleared allocation of a claim that lives on,
+  or one the API server refused to store (422), which is not decided again while the claim is
+  unchanged (`releases`). Malformed events are dead-lettered and acknowledged; they never block
+  the stream.
 - Slice and class changes are warmed up for off the claim path (`warmup`): shortly after a burst
   of changes the engine's per-node state is rebuilt between claims, so the first claim after a
   change does not pay for it (`warmup_delay` 0: it does). A claim decided before that still sees
@@ -125,6 +114,7 @@ from gpudra_allocator.gang_steps import EMPTY_CLAIM, RESERVE_TRIES, GangSteps
 from gpudra_allocator.gangs import GangBook, unit_of
 from gpudra_allocator.holdings import ClaimRecord, Holding, holdings_for
 from gpudra_allocator.index import KvIndex
+from gpudra_allocator.releases import ReleaseSteps, pools_of, unchanged_since
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.retries import RetryQueue
 from gpudra_allocator.settings import Settings
@@ -134,14 +124,12 @@ from gpudra_allocator.warmup import Warmer
 from gpudra_api import ALLOCATION_ID_ANNOTATION, DeviceClass, ResourceSlice
 from gpudra_bus import (
     CLAIM_EVENT,
-    RELEASED,
     BusError,
     BusPermanentError,
     BusRetryableError,
     DeadLetters,
     Publisher,
     receive,
-    subjects,
     tracing,
 )
 from gpudra_service import cancel_until_done
@@ -150,7 +138,7 @@ from gpudrapb.v1 import claims_pb2
 log = logging.getLogger(__name__)
 
 
-class Worker(RetryQueue, Announcer, GangSteps):
+class Worker(ReleaseSteps, RetryQueue, Announcer, GangSteps):
     def __init__(
         self,
         nc: Client,
@@ -364,7 +352,7 @@ class Worker(RetryQueue, Announcer, GangSteps):
         if record.cleared:
             if record.pos.after(stream_pos(msg)):
                 self.stale += 1
-            elif record.refused is not None and _unchanged(event, record.refused):
+            elif record.refused is not None and unchanged_since(event, record.refused):
                 # Decided again, it would be refused again: wait for the claim to change.
                 self.refused_unchanged += 1
             else:
@@ -482,87 +470,7 @@ class Worker(RetryQueue, Announcer, GangSteps):
             await self._announce(event, winner)
         await self._finish(uid, waiting.msg)
 
-    # -- DELETED and ALLOCATED_EXTERNALLY -----------------------------------------------------
-
-    async def _deleted(self, msg: Msg, event: claims_pb2.ClaimEvent) -> None:
-        ref = event.claim
-        if not ref.uid:
-            raise BadClaimError("claim event without a claim UID")
-        # A deletion carries no claim; a cleared allocation (the claim lives on) carries it.
-        deallocated = bool(event.claim_json)
-        refused = event.refused_allocation if deallocated else ""
-        pos = stream_pos(msg)
-        before = await self._res.stored(ref.uid)
-        if (
-            deallocated
-            and before is not None
-            and (
-                before.released
-                or before.pos.after(pos)
-                or (refused and not before.cleared and before.claim_id != refused)
-            )
-        ):
-            # Older than what the record says (a redelivery, or another replica was faster):
-            # the allocation it clears was cleared already, and a newer one must stay. A claim
-            # deleted stays released: a cleared mark in place of its tombstone would let a late
-            # pending event of the claim allocate devices to a claim that no longer exists. A
-            # refusal of another allocation than the record's is of an earlier decision.
-            self.stale += 1
-            await self._finish(ref.uid, msg)
-            return
-        if before is not None and before.gang and not before.cleared:
-            await self._gangs.leave(before.gang, ref.uid)
-        elif not deallocated:
-            await self._left_unit(ref.uid)
-        # The record's pools too: a decision another replica just made may not have reached
-        # this replica's mirror yet, and a release frees what it finds there.
-        pools = _pools_of(before)
-        if refused:
-            log.warning(
-                "claim %s/%s: the API server refused allocation %s; its devices are freed, and "
-                "the claim waits for a change (resourceVersion %s, generation %d refused)",
-                ref.namespace,
-                ref.name,
-                refused,
-                ref.resource_version,
-                ref.generation,
-            )
-            self.refused += 1
-        if deallocated:
-            await self._res.forget(
-                ref.uid,
-                f"{ref.namespace}/{ref.name}",
-                pos.seq,
-                pools,
-                epoch=pos.epoch,
-                refused=(ref.generation, ref.resource_version) if refused else None,
-            )
-        else:
-            await self._res.release(ref.uid, f"{ref.namespace}/{ref.name}", pools)
-        reason = "refused" if refused else "deallocated" if deallocated else "deleted"
-        released = claims_pb2.Released(claim=ref, reason=reason)
-        released.released_at.GetCurrentTime()
-        await self._publisher.publish(
-            subjects.allocations(ref.namespace, ref.name),
-            released,
-            RELEASED,
-            msg_id=f"{ref.uid}/released/{reason}/{ref.resource_version}",
-        )
-        self.released += 1
-        await self._finish(ref.uid, msg)
-
-    async def _left_unit(self, uid: str) -> None:
-        """A claim deleted while this replica holds it waiting for its unit leaves the unit.
-
-        A deletion carries no unit, and a member left in the unit's members would be counted
-        and decided like a live one once its tombstone is collected (`tombstones`: ten minutes
-        on), holding devices for a claim that no longer exists. The replica that holds the
-        member's PENDING event knows its unit: here, or on its next retry or redelivery
-        (`_settled`, which finds the tombstone)."""
-        held = self._waiting.get(uid)
-        unit = unit_of(held.event) if held is not None else ""
-        if unit:
-            await self._gangs.leave(unit, uid)
+    # -- ALLOCATED_EXTERNALLY -----------------------------------------------------------------
 
     async def _adopt(self, msg: Msg, event: claims_pb2.ClaimEvent) -> None:
         """Take an allocation gpudra did not make into the reservations (kube-scheduler's).
@@ -611,7 +519,7 @@ class Worker(RetryQueue, Announcer, GangSteps):
                 ref.uid,
                 f"{ref.namespace}/{ref.name}",
                 pos.seq,
-                _pools_of(record),
+                pools_of(record),
                 epoch=pos.epoch,
             )
             self.replaced += 1
@@ -654,24 +562,3 @@ class Worker(RetryQueue, Announcer, GangSteps):
         if winner.cleared:
             self.stale += 1  # cleared meanwhile by a later event: nothing is held
         await self._finish(ref.uid, msg)
-
-
-def _unchanged(event: claims_pb2.ClaimEvent, refused: tuple[int, str]) -> bool:
-    """Whether the event's claim is the one whose allocation was refused at (generation,
-    resourceVersion) `refused`, or older: by generation when both know theirs and they differ,
-    else by resourceVersion (any other: changed since; they are opaque, not ordered)."""
-    generation, resource_version = refused
-    if event.claim.generation and generation and event.claim.generation != generation:
-        return event.claim.generation < generation
-    return event.claim.resource_version == resource_version
-
-
-def _pools_of(record: ClaimRecord | None) -> set[tuple[str, str]]:
-    """The (driver, pool)s an allocated record's allocation holds devices in (none for other
-    records, or an allocation that does not read as one)."""
-    if record is None or record.cleared or record.released or not record.allocation:
-        return set()
-    try:
-        return {(driver, pool) for driver, pool, _, _ in held_devices(record.allocation)}
-    except BadClaimError:
-        return set()
