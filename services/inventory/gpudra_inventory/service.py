@@ -7,13 +7,10 @@ Promises:
   every inventory through its own consumer, which starts at each node's latest message, so a
   (re)started replica rebuilds all pools; a pool whose write failed is written again on the next
   turn, so a change is never skipped.
-- Only the leader (the holder of the `lease`; without one, this process alone) writes: slices,
-  API mirror, drift summaries, dead letters. A standby keeps its pools warm from the same
-  inventories. On taking the lease over, the new leader re-reads the bucket and republishes every
-  pool it has an inventory for with a generation above anything in the bucket. Writes are fenced
-  twice: each one first checks that the lease is still held, and each bucket write is
-  revision-checked, so a write by another process since this one read the bucket stops it
-  (`NotLeaderError`) until it has re-read the bucket under a valid lease.
+- Only the leader writes (`leadership.py`: the lease, the term, how writes are fenced). A standby
+  keeps its pools warm from the same inventories. On taking the lease over, the new leader
+  re-reads the bucket and republishes every pool it has an inventory for with a generation above
+  anything in the bucket.
 - A node silent for `heartbeat_timeout` keeps its devices, tainted NoSchedule, until its next
   inventory (`heartbeats.py`: silence on the NATS server's clock, not while the bus is away).
 - A malformed inventory (bad payload, schema, node name, or one that cannot be sliced) is
@@ -82,9 +79,9 @@ Promises:
   `/statusz` counts the removals. Standalone mode has no Node objects and none of this: no owner,
   nothing removed for a Node, and the bucket keeps a silent node's pool (tainted) as before.
 - `ready` (readiness): the replica has caught up with the inventories and, when it holds the
-  lease, has taken over and written every pool; a warm standby is ready too. `alive` (liveness) fails once the lease task
-  has died, since such a replica could never lead again. `role` says leader or standby;
-  `status()` says it with readiness and counters, for the health server's `/statusz`.
+  lease, has taken over and written every pool; a warm standby is ready too. `alive` (liveness)
+  and `role` are the leadership's; `status()` says them with readiness and counters, for the
+  health server's `/statusz`.
 """
 
 from __future__ import annotations
@@ -121,6 +118,7 @@ from gpudra_bus.subjects import Kind
 from gpudra_inventory.drift import DRIFT_SUMMARY, summarize, to_struct
 from gpudra_inventory.errors import NotLeaderError
 from gpudra_inventory.heartbeats import Heartbeats
+from gpudra_inventory.leadership import Leadership
 from gpudra_inventory.lease import Lease
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.nats_errors import NATS_ERRORS
@@ -162,7 +160,7 @@ class InventoryService:
         self._wipes = wipes if mirror is not None else None
         self._clock = clock
         self._heartbeats = Heartbeats(nc, settings.heartbeat_timeout, clock)
-        self._lease = lease
+        self._leadership = Leadership(lease)
         self._publisher = Publisher(nc)
         self._dead = DeadLetters(self._publisher, service="inventory")
         self._writer = SliceWriter(kv, self.leading)
@@ -171,12 +169,8 @@ class InventoryService:
         self.book = PoolBook(SliceOptions(driver=settings.driver, dynamic_mig=settings.dynamic_mig))
         self.consumer = f"{settings.consumer}-{secrets.token_hex(4)}"
         self.changes = 0
-        self.takeovers = 0
         self._subscribed = False
         self._caught_up = False
-        self._lease_task: asyncio.Task[None] | None = None
-        # The lease epoch this replica has taken over in (0: none; without a lease, 1 once loaded).
-        self._term = 0
         self._dirty: set[str] = set()
         # Kubernetes mode: pools written to the bucket but not yet to the API, each with the
         # slices its changes removed from the bucket (to be removed from the API as well).
@@ -197,31 +191,31 @@ class InventoryService:
         self._gone_retry: dict[str, float] = {}
         self.pools_removed = 0
 
-    def _epoch(self) -> int:
-        return self._lease.epoch if self._lease is not None else 1
-
     def leading(self) -> bool:
         """Whether this replica may write now (holds the lease and has taken over in its term)."""
-        held = self._lease is None or self._lease.held()
-        return held and self._term != 0 and self._term == self._epoch()
+        return self._leadership.leading()
 
     @property
     def role(self) -> str:
-        return "leader" if self.leading() else "standby"
+        return self._leadership.role
+
+    @property
+    def takeovers(self) -> int:
+        """Times this replica has taken the lead."""
+        return self._leadership.takeovers
 
     @property
     def ready(self) -> bool:
         """Caught up with the inventories; a lease holder also has taken over."""
         if not (self._subscribed and self._caught_up):
             return False
-        holds = self._lease is None or self._lease.held()
-        return (self.leading() and self._republished) or not holds
+        return (self.leading() and self._republished) or not self._leadership.holds()
 
     @property
     def alive(self) -> bool:
         """False once the lease task has ended while the loop runs (this replica could never
         lead again): the liveness probe fails and the replica is restarted."""
-        return self._lease_task is None or not self._lease_task.done()
+        return self._leadership.alive
 
     def status(self) -> dict[str, object]:
         """What the health server's `/statusz` serves (JSON): `role` (leader or standby), `holder`
@@ -233,7 +227,7 @@ class InventoryService:
         and the inventory stream because their Node was deleted and their node-agent silent)."""
         return {
             "role": self.role,
-            "holder": self._lease.holder if self._lease is not None else None,
+            "holder": self._leadership.holder,
             "ready": self.ready,
             "alive": self.alive,
             "takeovers": self.takeovers,
@@ -247,8 +241,7 @@ class InventoryService:
         """Read the bucket's slices so generations continue where they were."""
         slices = await self._writer.read()
         self.book.load(slices)
-        if self._lease is None:
-            self._term = 1
+        self._leadership.standalone()
         log.info("loaded %d slices of %d pools", len(slices), len(self.book.pools))
 
     async def _subscribe(self) -> JetStreamContext.PullSubscription:
@@ -283,11 +276,7 @@ class InventoryService:
     async def run(self, stop: asyncio.Event) -> None:
         sub = await self._subscribe()
         self._subscribed = True
-        lease_task = None
-        lease_stop = asyncio.Event()  # the lease is renewed until the last write is done
-        if self._lease is not None:
-            lease_task = asyncio.create_task(self._lease.run(lease_stop), name="inventory-lease")
-        self._lease_task = lease_task
+        self._leadership.start()
         nodes = self._mirror.nodes if self._mirror is not None else None
         nodes_task = None
         if nodes is not None:
@@ -331,28 +320,18 @@ class InventoryService:
                 nodes_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await nodes_task
-            if lease_task is not None:
-                lease_stop.set()
-                if not lease_task.done():
-                    await lease_task
-                elif not lease_task.cancelled() and lease_task.exception() is not None:
-                    log.error("the lease task had failed: %r", lease_task.exception())
-                self._lease_task = None
+            await self._leadership.stop()
             with contextlib.suppress(*NATS_ERRORS):
                 await sub.unsubscribe()
             with contextlib.suppress(*NATS_ERRORS):
                 await self._nc.jetstream().delete_consumer(INVENTORY_STREAM, self.consumer)
-            if self._lease is not None:
-                await self._lease.release()
+            await self._leadership.release()
 
     async def _lead(self) -> None:
         """The leader's part of one turn: take over in a new term, write what changed."""
-        if self._lease is not None and not self._lease.held():
-            if self._term:
-                log.warning("lease lost: standby from now on")
-                self._term = 0
+        if self._leadership.lost():
             return
-        if self._term != self._epoch():
+        if self._leadership.due():
             if not self._caught_up:
                 return  # take over with warm pools, not half-read ones
             if not await self._takeover():
@@ -372,7 +351,7 @@ class InventoryService:
 
     async def _takeover(self) -> bool:
         """Re-read the bucket and mark every pool for republishing; whether that worked."""
-        epoch = self._epoch()
+        epoch = self._leadership.epoch()
         try:
             written = await self._writer.read()
         except BusError as exc:
@@ -380,11 +359,10 @@ class InventoryService:
             return False
         changes = self.book.adopt(written)
         self._dirty = {c.node for c in changes}
-        self._term = epoch
+        self._leadership.took_over(epoch)
         self._prune_pending = self._mirror is not None
         self._last_resync = self._clock()  # the takeover writes and prunes everything anyway
         self._republished = False
-        self.takeovers += 1
         log.info(
             "leader (epoch %d): republishing %d of %d pools",
             epoch,
@@ -400,7 +378,7 @@ class InventoryService:
             removed = await self._mirror.prune(self.book)
         except NotLeaderError as exc:
             log.warning("pruning stopped: %s", exc)
-            self._term = 0
+            self._leadership.step_down()
             return
         except KubeError as exc:
             log.warning("pruning the API's stale slices failed (%s); retrying", exc)
@@ -454,7 +432,7 @@ class InventoryService:
                     self._refused.pop(node, None)  # a new pool: the API may take this one
             except NotLeaderError as exc:
                 log.warning("writes stopped: %s", exc)
-                self._term = 0  # re-read under a valid lease before writing again
+                self._leadership.step_down()  # re-read under a valid lease before writing again
                 return
             except BusRetryableError as exc:
                 log.warning("pool %s not written (%s); retrying", node, exc)
@@ -526,7 +504,7 @@ class InventoryService:
                 )
             except NotLeaderError as exc:
                 log.warning("mirroring stopped: %s", exc)
-                self._term = 0
+                self._leadership.step_down()
                 return
             except KubePermanentError as exc:
                 refusals = 0 if refused is None else refused[1]
@@ -573,8 +551,7 @@ class InventoryService:
             return
         if not self._nc.is_connected:
             return
-        holds = self._lease is None or self._lease.held()
-        if holds and not self.leading():
+        if self._leadership.holds() and not self.leading():
             return  # taking over: the takeover writes the bucket first
         now = self._clock()
         again = now + self._settings.heartbeat_timeout
@@ -599,7 +576,7 @@ class InventoryService:
                     removed = await self._remove_from_bus(node)
                 except NotLeaderError as exc:
                     log.warning("removals stopped: %s", exc)
-                    self._term = 0
+                    self._leadership.step_down()
                     return
                 if not removed:
                     self._gone_retry[node] = again
