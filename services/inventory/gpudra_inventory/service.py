@@ -23,38 +23,10 @@ Promises:
   next change), and never holds back the other pools (`apiRefused` in `/statusz`). Every
   `api_resync` seconds the leader compares the API's slices with its pools and mirrors again what
   differs (edits by hand, a missed deletion).
-- Kubernetes mode, slices the kubelet deletes: the kubelet deletes its node's slices at every
-  start (all drivers), and a driver's slices of its node a wiping delay (30 s) after the driver's
-  last kubelet plugin there went away (`wipes.py` has the details). With `wipes` (a
-  `SliceWatch`; main.py gives it unless `api_repair_delay` is 0) the leader watches our driver's
-  slices and, `api_repair_delay` seconds after the first slice of a node went (one window per node:
-  the kubelet deletes them all at once; plus up to one turn of the loop, at most a second, and
-  the writes), mirrors that node's pool again if it still holds one of
-  the missing slices and its Node exists, logging once per wipe "slices of node X were deleted by
-  someone else (a kubelet restart?); writing them again" (counted in `apiRepairs`). The
-  inventory's own deletions never come back this way: it deletes only slices no pool holds (a
-  pool change, a prune) and those of a pool whose Node is gone, and both are checked when the
-  window closes. A node wiped again within 5 minutes of a repair waits twice as long each time
-  (up to 5 minutes): another writer deleting our slices is not fought in a loop. A write the API does not
-  take is retried as every unmirrored pool is (next turns). A standby watches nothing.
-  Why write them again at all, and what of the deregistration wipe: gpudra's kubelet-plugin and
-  node-agent are separate pods, and the devices' availability is the node-agent's to say (its
-  heartbeats govern the `gpu.nvidia.com/unhealthy` taint); the inventory cannot tell from a
-  DELETE which of the two wipes it was (both are field-selector deletes, with no reason). At a
-  kubelet start, writing back is exactly what Kubernetes' own drivers do once their plugin
-  registers again, and gpudra's plugin registers within seconds. After a deregistration, the
-  kubelet means the slices to stay gone while no plugin of the driver runs on the node (pods
-  would be scheduled there and wait in `DRA driver ... is not registered`); gpudra writes them
-  back all the same, as its resync always did, so a node whose kubelet-plugin is gone for good
-  (not merely rolling over, which the kubelet's 30 s delay covers) offers its GPUs until the
-  node-agent goes too. The sound signal to close that gap exists in the plugin: it knows when
-  the kubelet accepted its registration (`RegistrationServicer.registered`) and it already
-  publishes per-node notices on NATS (`events.py`, `gpudra.prepared.<node>`). Were it to publish
-  its registration state (registered, refused, stopping) on a per-node subject, the leader could
-  hold a wiped node's pool back (or write it with a NoSchedule taint) until the node's plugin says
-  it is registered again, and write it at once when it does, as the kubelet's own drivers behave.
-  That is a small protocol addition left for later; today the node-agent's heartbeat alone
-  governs taints.
+- Kubernetes mode, slices the kubelet deletes (at its every start, and after its driver's plugin
+  went away): with `wipes` (a `SliceWatch`; main.py gives it unless `api_repair_delay` is 0) the
+  leader writes them back to the API `api_repair_delay` seconds after they went, if their pool
+  and its Node are still there (`repair.py`: the rules, and why they are written back at all).
 - Kubernetes mode, slice lifetime: every replica follows the cluster's Nodes (`ClusterNodes`: one
   list, then a watch). Each pool's slices in the API carry an ownerReference to their Node (`v1`
   Node, name, the Node's current UID, `controller: true`), so the garbage collector removes them
@@ -124,6 +96,7 @@ from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.nats_errors import NATS_ERRORS
 from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.pools import Change, PoolBook
+from gpudra_inventory.repair import WipeRepair
 from gpudra_inventory.settings import Settings
 from gpudra_inventory.wipes import SliceWatch
 from gpudra_inventory.writer import SliceWriter
@@ -157,7 +130,9 @@ class InventoryService:
         self._nc = nc
         self._settings = settings
         self._mirror = mirror
-        self._wipes = wipes if mirror is not None else None
+        self._repair = (
+            WipeRepair(wipes, mirror.nodes) if wipes is not None and mirror is not None else None
+        )
         self._clock = clock
         self._heartbeats = Heartbeats(nc, settings.heartbeat_timeout, clock)
         self._leadership = Leadership(lease)
@@ -314,8 +289,8 @@ class InventoryService:
                 await self._forget_gone()
         finally:
             self._subscribed = False
-            if self._wipes is not None:
-                await self._wipes.close()
+            if self._repair is not None:
+                await self._repair.close()
             if nodes_task is not None:
                 nodes_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -446,33 +421,14 @@ class InventoryService:
         return nodes is None or nodes.synced
 
     def _note_wipes(self) -> None:
-        """Kubernetes mode: follow our slices while leading; a node whose window has passed
-        (see `wipes.py`) is mirrored again if it still has a pool that holds a missing slice
-        and a Node (else the slices went by the inventory's own hand)."""
-        wipes = self._wipes
-        if wipes is None:
+        """Kubernetes mode: follow our slices while leading; pools the kubelet wiped are
+        mirrored again (see `repair.py`)."""
+        if self._repair is None:
             return
         leading = self.leading() and self._nodes_known()
-        wipes.follow(leading)
-        if not leading:
-            return
-        nodes = self._mirror.nodes if self._mirror is not None else None
-        for node in wipes.due():
-            state = self.book.pools.get(node)
-            if state is None or (nodes is not None and nodes.uid(node) is None):
-                continue
-            missing = wipes.missing(node, state.slices)
-            if not missing:
-                continue
-            wipes.repaired(node)
+        for node in self._repair.due(leading, self.book):
             self.api_repairs += 1
             self._unmirrored.setdefault(node, set())
-            log.warning(
-                "slices of node %s were deleted by someone else (a kubelet restart?); writing "
-                "them again (%s)",
-                node,
-                ", ".join(missing),
-            )
 
     def _note_nodes(self) -> None:
         """Pools whose Node was added, deleted or re-created are mirrored again: written with

@@ -28,7 +28,7 @@ Promises of `SliceWatch` (the leader's: the service follows only while it leads)
   deleting them (a second publisher under the same driver name) is not fought in a loop.
 - `missing(node, names)`: which of `names` the watch does not see now.
 It judges nothing: whether a slice went because the inventory itself deleted it (a pool change,
-a deleted Node, a prune) is for the caller, who knows the pools (`service.py`).
+a deleted Node, a prune) is for the caller, who knows the pools (`repair.py`).
 """
 
 from __future__ import annotations
