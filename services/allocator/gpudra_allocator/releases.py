@@ -21,7 +21,7 @@ Promises:
   and `Released` says "refused". A refusal of another allocation than the record's (an earlier
   decision's) changes nothing (`stale`). A pending event of the claim is not decided again while
   the claim is unchanged, of the refused generation and resourceVersion (or an older
-  generation; counted `refused_unchanged`: `_settled`, with `unchanged_since`), so the
+  generation; counted `refused_unchanged`: `claim_steps`, with `unchanged_since`), so the
   refusal does not repeat in a loop; one of a newer generation, or another resourceVersion (the
   claim edited), is decided as usual.
 - The stream keeps one `Released` per claim, reason and resourceVersion (its `Nats-Msg-Id`).

@@ -65,12 +65,6 @@ class Steps:
     def _refresh_classes(self) -> None:
         raise NotImplementedError
 
-    async def _settled(self, msg: Msg, event: claims_pb2.ClaimEvent) -> bool:
-        raise NotImplementedError
-
-    async def _attempt(self, waiting: Waiting) -> None:
-        raise NotImplementedError
-
     # -- provided by `retries.RetryQueue` -----------------------------------------------------
 
     def _versions(self) -> tuple[int, ...]:
@@ -88,6 +82,14 @@ class Steps:
         raise NotImplementedError
 
     async def _announce(self, event: claims_pb2.ClaimEvent, record: ClaimRecord) -> None:
+        raise NotImplementedError
+
+    # -- provided by `claim_steps.ClaimSteps` -------------------------------------------------
+
+    async def _settled(self, msg: Msg, event: claims_pb2.ClaimEvent) -> bool:
+        raise NotImplementedError
+
+    async def _attempt(self, waiting: Waiting) -> None:
         raise NotImplementedError
 
     # -- provided by `gang_steps.GangSteps` ---------------------------------------------------

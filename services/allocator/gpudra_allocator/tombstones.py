@@ -2,8 +2,8 @@
 and of the marks of cleared allocations (state "cleared") the same way.
 
 A tombstone is what a PENDING event of a claim that arrives after the claim's release finds
-(`Worker._settled`), so that a deleted claim is never allocated. Keeping it forever costs a key per
-claim ever deleted; `TombstoneCollector` removes those older than `grace` seconds.
+(`ClaimSteps._settled`), so that a deleted claim is never allocated. Keeping it forever costs a key
+per claim ever deleted; `TombstoneCollector` removes those older than `grace` seconds.
 
 Why that is safe — a PENDING event can reach an allocator after its claim's release only while it
 is unacknowledged:

@@ -1,5 +1,12 @@
 """The allocator's loop: claim events in, reserved and announced decisions out.
 
+`Worker` is the coordinator: it consumes the claims stream, handles each event in its claim's
+lane, hands it to the steps of its kind, and runs the retry pass, the warm-up and the tombstone
+collection beside them. The steps are mixins, one job each (`steps`): PENDING claim by claim
+(`claim_steps`) and by unit (`gang_steps`), DELETED (`releases`), ALLOCATED_EXTERNALLY
+(`adoption`), the claims held for retry (`retries`) and the decisions published
+(`announcements`); each module states its own promises.
+
 Promises (with `Reservations` for the multi-replica part):
 - Reserve before announce: a decision is published only after its devices are held in the
   reservation bucket and its `c.<uid>` record was created; a claim event is acknowledged only after
@@ -10,24 +17,12 @@ Promises (with `Reservations` for the multi-replica part):
   when the reason changes: `announcements`) and is kept, unacknowledged, and retried on change and
   at least every `retry_interval` seconds (`retries`); if this replica dies, the event is
   redelivered to another one after `ack_wait`.
-- A claim whose CEL selector (its own or its class's) fails at run time on a device
-  (`CelRuntimeError`: `device.attributes[...].foo` on a device without `foo`, no `has()` guard)
-  is held the same way, with the core's "... CEL runtime error: ..." message as its reason: in
-  kube-scheduler that is a Filter error and the pod is retried, and it succeeds once the driver
-  republishes the slice or the class is fixed. No backoff of its own: the verdict can only
-  change with the slices, the classes or the devices in use (the search skips those), and each
-  of those changes retries it already; `retry_interval` bounds the wait without a change (as
-  kube-scheduler's maximum backoff does), and such a retry re-reads the failure the core
-  cached per device. A claim invalid in itself (it does not parse, a selector that does not
-  compile, a feature that is off, a constraint that cannot hold) gets "invalid claim: ..." and
-  is acknowledged for good: no change of slices can help it. A unit (gang, pod) is held on
-  either error, its members told the reason (`gang_steps`); its members' other events still
-  reach it (a changed claim, a deletion).
+- A claim whose CEL selector (its own or its class's) fails at run time on a device is held the
+  same way, with the core's "... CEL runtime error: ..." message as its reason; a claim invalid in
+  itself gets "invalid claim: ..." and is acknowledged for good (`claim_steps`). A unit (gang,
+  pod) is held on either error, its members told the reason (`gang_steps`).
 - The topology reserve (`reserve` > 0, off by default) is told before each decision how many pods
-  this replica holds for retry (the claim or unit decided left out) need a whole large NVLink
-  domain (`GangSteps._large_waiting`). A claim it holds back gets a reason that says so and is
-  retried like any waiting claim: a freed domain is a reservation change, and a claim leaving the
-  waiting set (placed, or deleted while pending) counts as a change too while the reserve runs.
+  this replica holds for retry need a whole large NVLink domain (`claim_steps`, `retries`).
 - Gangs (events with `gang_id`): a member is held (unacknowledged) until all `gang_size` members
   have arrived — at any replica: membership is kept in the reservations bucket (`gangs`). The
   replica that sees the set complete places all members at once with the placement layer's gang
@@ -47,13 +42,14 @@ Promises (with `Reservations` for the multi-replica part):
 - An ALLOCATED_EXTERNALLY event adopts an allocation gpudra did not make (kube-scheduler's);
   a claim already decided keeps its record unless the event may replace it (`adoption`).
 - Events are fenced by their claims-stream sequence: the claim's record keeps the sequence of the
-  event that wrote it (a unit member's: of its own newest event, kept with the unit's members), and a deallocation leaves a `cleared` mark with its own (`forget`) instead
-  of removing the record. An event older than the record or the mark (a redelivery, or one that
-  another replica handled after a newer one) changes nothing and is acknowledged (counted
-  `stale`): an adoption arriving after the deallocation that followed it holds nothing, a
-  deallocation arriving after the next decision keeps that decision, a pending event arriving
+  event that wrote it (a unit member's: of its own newest event, kept with the unit's members),
+  and a deallocation leaves a `cleared` mark with its own (`forget`) instead of removing the
+  record. An event older than the record or the mark (a redelivery, or one that another replica
+  handled after a newer one) changes nothing and is acknowledged (counted `stale`): an adoption
+  arriving after the deallocation that followed it holds nothing (`adoption`), a deallocation
+  arriving after the next decision keeps that decision (`releases`), a pending event arriving
   after its claim was allocated and cleared is not decided again (the claim-writer offers the
-  claim anew).
+  claim anew: `claim_steps`).
 - A sequence is compared only within one incarnation of the claims stream: the stream deleted and
   created again (an operator's `nats stream rm`, its storage lost) numbers events from 1 again
   while the records live on. Each event is tagged with its incarnation (the stream's creation
@@ -84,30 +80,23 @@ import contextlib
 import functools
 import logging
 import random
-import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from gpudra_alloc import AllocationInputError, CelRuntimeError, DeviceID
 from gpudra_allocator.adoption import AdoptSteps
 from gpudra_allocator.announcements import Announcer
+from gpudra_allocator.claim_steps import ClaimSteps
 from gpudra_allocator.consumer import ClaimsConsumer
-from gpudra_allocator.engine import Decision, Engine, cel_reason
-from gpudra_allocator.errors import BadClaimError, ReservationConflict
-from gpudra_allocator.events import (
-    parse_claim,
-    quietly,
-    stream_pos,
-)
-from gpudra_allocator.gang_steps import EMPTY_CLAIM, RESERVE_TRIES, GangSteps
-from gpudra_allocator.gangs import GangBook, unit_of
-from gpudra_allocator.holdings import ClaimRecord, Holding, holdings_for
+from gpudra_allocator.engine import Engine
+from gpudra_allocator.errors import BadClaimError
+from gpudra_allocator.events import quietly
+from gpudra_allocator.gang_steps import GangSteps
+from gpudra_allocator.gangs import GangBook
 from gpudra_allocator.index import KvIndex
-from gpudra_allocator.releases import ReleaseSteps, unchanged_since
+from gpudra_allocator.releases import ReleaseSteps
 from gpudra_allocator.reservations import Reservations
 from gpudra_allocator.retries import RetryQueue
 from gpudra_allocator.settings import Settings
@@ -131,7 +120,9 @@ from gpudrapb.v1 import claims_pb2
 log = logging.getLogger(__name__)
 
 
-class Worker(ReleaseSteps, AdoptSteps, RetryQueue, Announcer, GangSteps):
+class Worker(ClaimSteps, ReleaseSteps, AdoptSteps, RetryQueue, Announcer, GangSteps):
+    """The allocator's loop, which keeps the state its steps (the mixins) share."""
+
     def __init__(
         self,
         nc: Client,
@@ -304,161 +295,7 @@ class Worker(ReleaseSteps, AdoptSteps, RetryQueue, Announcer, GangSteps):
             else:
                 raise BadClaimError(f"claim event of unknown kind {kind}")
 
-    # -- PENDING ------------------------------------------------------------------------------
-
-    async def _pending(self, msg: Msg, event: claims_pb2.ClaimEvent) -> None:
-        uid = event.claim.uid
-        if not uid:
-            raise BadClaimError("claim event without a claim UID")
-        if await self._settled(msg, event):
-            return
-        if unit_of(event):
-            # A unit's holdings are judged by its decision record, never per member (gangs.py).
-            old = self._waiting.get(uid)
-            if old is not None and old.msg is not msg:
-                await quietly(old.msg.ack())  # the newer delivery replaces the held one
-            await self._attempt(Waiting(msg, event, EMPTY_CLAIM, reason=old.reason if old else ""))
-            return
-        try:
-            claim = parse_claim(event)
-        except BadClaimError as exc:
-            # The person who wrote the claim must see why it will never be allocated.
-            await self._unschedulable(Waiting(msg, event, EMPTY_CLAIM), f"invalid claim: {exc}")
-            await self._finish(uid, msg)
-            return
-        if not await self._res.drop_stale(uid, stale_after=self._settings.ack_wait):
-            # A young attempt for the same claim is in flight elsewhere; look again shortly.
-            await quietly(msg.nak(delay=1.0))
-            return
-        old = self._waiting.get(uid)
-        if old is not None and old.msg is not msg:
-            await quietly(old.msg.ack())  # the newer delivery replaces the held one
-        await self._attempt(Waiting(msg, event, claim, reason=old.reason if old else ""))
-
-    async def _settled(self, msg: Msg, event: claims_pb2.ClaimEvent) -> bool:
-        """True (and the event acked) when the claim was already decided or released, or its
-        allocation was cleared after this event was published (old news), or refused by the API
-        server and the claim has not changed since (counted `refused_unchanged`)."""
-        record = await self._res.stored(event.claim.uid)
-        if record is None:
-            return False
-        if record.cleared:
-            if record.pos.after(stream_pos(msg)):
-                self.stale += 1
-            elif record.refused is not None and unchanged_since(event, record.refused):
-                # Decided again, it would be refused again: wait for the claim to change.
-                self.refused_unchanged += 1
-            else:
-                return False
-        elif not record.released:
-            await self._announce(event, record)
-        else:
-            if unit_of(event):
-                # Deleted before its unit was decided (the deletion names no unit): out of the
-                # unit's members now, while the tombstone still says so (`_left_unit`).
-                await self._gangs.leave(unit_of(event), event.claim.uid)
-            if self._res.holdings_of(event.claim.uid):
-                # Reserved after the release freed the claim's devices, by an attempt whose
-                # replica died before it met the tombstone: nothing else would ever free them.
-                await self._res.drop(event.claim.uid)
-        await self._finish(event.claim.uid, msg)
-        return True
-
-    async def _attempt(self, waiting: Waiting) -> None:
-        if unit_of(waiting.event):
-            await self._attempt_gang(waiting)
-            return
-        event, claim = waiting.event, waiting.claim
-        uid = claim.uid or event.claim.uid
-        waiting.seen_version = self._versions()
-        waiting.last_try = time.monotonic()
-        self._refresh_classes()
-        missing = self._engine.missing_classes([claim])
-        if missing:
-            # Kubernetes waits for a missing class too; applying the class retries the claim.
-            await self._unschedulable(waiting, f"device class {', '.join(missing)} not found")
-            self._hold(waiting)
-            return
-        for _ in range(RESERVE_TRIES):
-            # Deciding and reserving is the one critical section of a replica: concurrent claims
-            # of this replica would otherwise all pick the same first free device and collide.
-            decision: Decision | None = None
-            invalid: AllocationInputError | None = None
-            held: list[DeviceID] | None = None
-            async with self._decide_lock:
-                self._engine.waiting_large = self._large_waiting(waiting)
-                try:
-                    decision = self._engine.decide(
-                        [claim], self._index.slices.values(), self._index.version, self._res.state
-                    )
-                except AllocationInputError as exc:
-                    invalid = exc
-                token = f"{self.replica}-{uuid.uuid4().hex[:12]}"
-                if decision is not None and decision.allocated:
-                    by_pool = holdings_for(decision.results, uid, claim.key, token, time.time())
-                    # Exclusive devices are marked in use here and written after the lock, so the
-                    # lock covers deciding only; shares add up, so they are written under it.
-                    held = self._res.hold(by_pool)
-                    if held is None and not await self._reserved(claim.key, by_pool):
-                        continue
-            if held is not None:
-                try:
-                    reserved = await self._reserved(claim.key, by_pool)
-                finally:
-                    self._res.unhold(held)
-                if not reserved:
-                    continue
-            if isinstance(invalid, CelRuntimeError):
-                # kube-scheduler's Filter error: the pod is retried, and allocated once the
-                # driver republishes the slice or the class is fixed. Held, not refused.
-                await self._unschedulable(waiting, cel_reason(invalid))
-                self._hold(waiting)
-                return
-            if invalid is not None or decision is None:
-                await self._unschedulable(waiting, f"invalid claim: {invalid}")
-                await self._finish(uid, waiting.msg)
-                return
-            if not decision.allocated:
-                await self._unschedulable(waiting, decision.reason)
-                self._hold(waiting)
-                return
-            await self._commit(waiting, decision, token)
-            return
-        self._hold(waiting)  # kept losing races; the next change retries it
-
-    async def _reserved(self, key: str, by_pool: dict[tuple[str, str], list[Holding]]) -> bool:
-        """Write a decision's holdings; False when they collided (decide again)."""
-        try:
-            await self._res.reserve(by_pool)
-        except ReservationConflict as exc:
-            log.debug("claim %s: %s; deciding again", key, exc)
-            return False
-        return True
-
     def _refresh_classes(self) -> None:
         if self._classes is not None and self._classes.version != self._classes_seen:
             self._classes_seen = self._classes.version
             self._engine.use_classes(self._classes.objects.values())
-
-    async def _commit(self, waiting: Waiting, decision: Decision, token: str) -> None:
-        event, uid = waiting.event, waiting.event.claim.uid
-        pos = stream_pos(waiting.msg)
-        record = ClaimRecord(
-            "allocated",
-            claim=waiting.claim.key,
-            generation=event.claim.generation,
-            token=token,
-            node=decision.node,
-            allocation=decision.results[0].to_json(),
-            allocator=self.replica,
-            seq=pos.seq,
-            epoch=pos.epoch,
-        )
-        winner = await self._res.commit(uid, record)
-        if winner.token != token:
-            await self._res.drop(uid, token)
-        if winner.cleared:
-            self.stale += 1  # its allocation was made and cleared since this event: old news
-        elif not winner.released:
-            await self._announce(event, winner)
-        await self._finish(uid, waiting.msg)
