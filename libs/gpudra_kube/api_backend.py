@@ -41,7 +41,7 @@ from gpudra_kube.resources import (
     name_of,
     namespace_of,
 )
-from gpudra_kube.store import EventType, ObjectList, WatchEvent
+from gpudra_kube.store import EventType, ObjectList, Transform, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -198,9 +198,17 @@ class ApiStore:
             raise UnavailableError(f"{what}: response is not a JSON object")
         return body
 
-    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
-        """All objects, fetched in pages of `page_size`; an expired continue token (the list
-        took too long) is a `GoneError`: list again."""
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        transform: Transform | None = None,
+    ) -> ObjectList:
+        """All objects, fetched in pages of `page_size`, each page's objects transformed before
+        the next page is fetched (at most one page of whole objects is alive); an expired continue
+        token (the list took too long) is a `GoneError`: list again. The version is the first
+        page's: the API server serves every page of a list at that version."""
         method = self._method(resource, "list", namespace)
         kwargs: dict[str, Any] = (
             {"namespace": namespace} if resource.namespaced and namespace else {}
@@ -209,21 +217,20 @@ class ApiStore:
         version = ""
         token = ""
         while True:
-            page = await self._call(
-                f"list {resource.plural}",
-                method,
-                limit=self._page_size,
-                **({"_continue": token} if token else {}),
-                **kwargs,
+            # Handed on as it is, not kept in a local: the page is let go when `_take_page` returns.
+            page_version, token = _take_page(
+                await self._call(
+                    f"list {resource.plural}",
+                    method,
+                    limit=self._page_size,
+                    **({"_continue": token} if token else {}),
+                    **kwargs,
+                ),
+                resource,
+                transform,
+                items,
             )
-            meta = page.get("metadata") or {}
-            version = version or str(meta.get("resourceVersion", ""))
-            for item in page.get("items") or []:
-                # List items omit kind/apiVersion; make each object self-describing.
-                item.setdefault("kind", resource.kind)
-                item.setdefault("apiVersion", resource.api_version)
-                items.append(item)
-            token = str(meta.get("continue") or "")
+            version = version or page_version
             if not token:
                 return ObjectList(items, version)
 
@@ -323,6 +330,19 @@ class ApiStore:
         await self._call(
             f"delete {resource.kind} {name}", method, name, **self._scope_args(resource, namespace)
         )
+
+
+def _take_page(
+    page: KubeObject, resource: Resource, transform: Transform | None, items: list[KubeObject]
+) -> tuple[str, str]:
+    """Append a list page's objects (transformed) to `items`; (its version, continue token)."""
+    meta = page.get("metadata") or {}
+    for item in page.get("items") or []:
+        # List items omit kind/apiVersion; make each object self-describing.
+        item.setdefault("kind", resource.kind)
+        item.setdefault("apiVersion", resource.api_version)
+        items.append(transform(item) if transform is not None else item)
+    return str(meta.get("resourceVersion", "")), str(meta.get("continue") or "")
 
 
 def _parse_event(line: bytes, resource: Resource, what: str) -> WatchEvent:

@@ -18,9 +18,11 @@
 BOOKMARK events are consumed here, never yielded.
 
 `transform` (client-go's `SetTransform`): applied to every object as it arrives, before it is
-kept or yielded. With thousands of objects of which a consumer needs little (a Node's name and
-UID, not its status and images), the informer then holds only that. It must keep the metadata
-the informer reads: `name`, `namespace`, `uid` and `resourceVersion` (`metadata_only` does).
+kept or yielded — by the store's `list` as each page arrives, so that a (re)list holds at most a
+page of whole objects, and here to each watched object. With thousands of objects of which a
+consumer needs little (a Node's name and UID, not its status and images), the informer then holds
+only that, and needs little more while it relists. It must keep the metadata the informer reads:
+`name`, `namespace`, `uid` and `resourceVersion` (`metadata_only` does).
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from gpudra_bus import Backoff
 from gpudra_kube.errors import GoneError, KubeRetryableError, UnavailableError
 from gpudra_kube.resources import KubeObject, Resource, key_of, resource_version_of
-from gpudra_kube.store import EventType, Store, WatchEvent
+from gpudra_kube.store import EventType, Store, Transform, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -63,22 +65,26 @@ async def informer(
     watch_timeout: float = 300.0,
     backoff_initial: float = 0.05,
     backoff_max: float = 5.0,
-    transform: Callable[[KubeObject], KubeObject] | None = None,
+    transform: Transform | None = None,
 ) -> AsyncIterator[WatchEvent]:
     """See the module docstring."""
-    slim = transform or (lambda obj: obj)
     known: dict[tuple[str, str], KubeObject] = {}
     version = ""
     attempt = 0
     while True:
         try:
             if not version:
-                listed = await store.list(resource, namespace)
-                fresh = {key_of(o): o for o in map(slim, listed.items)}
-                # Not kept in this frame while it watches: that would hold every whole object,
-                # whatever `transform` dropped.
+                # The store transforms page by page: a relist never holds every whole object.
+                # (Asked only with a transform, so that a wrapping `Store` written before
+                # `transform` keeps working for informers without one.)
+                listed = await (
+                    store.list(resource, namespace, transform=transform)
+                    if transform is not None
+                    else store.list(resource, namespace)
+                )
+                fresh = {key_of(o): o for o in listed.items}
                 listed_version = listed.resource_version
-                del listed
+                del listed  # only `fresh` is kept while it watches
                 for key, obj in fresh.items():
                     old = known.get(key)
                     if old is not None and _uid(old) != _uid(obj):
@@ -106,7 +112,9 @@ async def informer(
                     if event.type is EventType.BOOKMARK:
                         continue
                     if transform is not None:
-                        event = WatchEvent(event.type, slim(event.object), event.resource_version)
+                        event = WatchEvent(
+                            event.type, transform(event.object), event.resource_version
+                        )
                     key = key_of(event.object)
                     if event.type is EventType.DELETED:
                         last = known.pop(key, None)

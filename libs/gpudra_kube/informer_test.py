@@ -15,7 +15,7 @@ from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.informer import informer, metadata_only
 from gpudra_kube.kv_backend import KvStore
 from gpudra_kube.resources import RESOURCE_CLAIMS, Resource
-from gpudra_kube.store import EventType, ObjectList, WatchEvent
+from gpudra_kube.store import EventType, ObjectList, Transform, WatchEvent
 from gpudra_testing.claims import claim
 from gpudra_testing.kubeapi import FakeKubeApi
 
@@ -252,14 +252,21 @@ class _ListOnly:
         self.listed: list[weakref.ref[_Listed]] = []
         self.watching = asyncio.Event()
 
-    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        transform: Transform | None = None,
+    ) -> ObjectList:
         items = []
         for name in ("a", "b"):
             obj = _Listed(claim(name))
             obj["metadata"].update(uid=f"uid-{name}", resourceVersion="5")
             items.append(obj)
         self.listed = [weakref.ref(o) for o in items]
-        return ObjectList(items, "5")  # type: ignore[arg-type]
+        # As a `Store` does: each object as the transform leaves it.
+        return ObjectList([transform(o) if transform else o for o in items], "5")
 
     async def watch(self, *args: object, **kwargs: object) -> AsyncIterator[WatchEvent]:
         self.watching.set()

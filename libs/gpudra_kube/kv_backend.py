@@ -90,7 +90,7 @@ from gpudra_kube.resources import (
     name_of,
     namespace_of,
 )
-from gpudra_kube.store import EventType, ObjectList, WatchEvent
+from gpudra_kube.store import EventType, ObjectList, Transform, WatchEvent
 
 BUCKETS: Mapping[Resource, str] = {
     RESOURCE_CLAIMS: CLAIMS_BUCKET,
@@ -216,7 +216,15 @@ class KvStore:
             raise NotFoundError(f"{resource.kind} {key} not found", status=404)
         return obj
 
-    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        transform: Transform | None = None,
+    ) -> ObjectList:
+        """Every object's last entry, one message at a time: each object is decoded and
+        transformed before the next message is read (one whole object alive at a time)."""
         try:
             info = await self._js.stream_info(self._stream(resource))
         except nats.js.errors.NotFoundError as exc:
@@ -238,7 +246,7 @@ class KvStore:
                     if not tombstone and msg.subject != compacted:
                         obj = _decode(msg.data, seq, resource, msg.subject)
                         if obj is not None:
-                            items.append(obj)
+                            items.append(transform(obj) if transform is not None else obj)
                     if msg.metadata.num_pending == 0:
                         break
         return ObjectList(items, str(version))

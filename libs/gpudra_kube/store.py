@@ -10,16 +10,23 @@ Promises every backend keeps (tests run the same scenarios against both):
   when the version is too old (the caller relists: see `informer`).
 - `delete` of an object with finalizers only marks it (`deletionTimestamp`); the object goes away
   when an update removes the last finalizer.
+- `list(..., transform=f)` returns `f` of each object, applied as the objects arrive: a list
+  holds at most one page (API server) or one object (KV) of whole objects at a time, however
+  many it returns — what lets a transforming informer relist 100k pods without holding them
+  whole (client-go's reflector does the same).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
 from gpudra_kube.resources import KubeObject, Resource
+
+# An informer's `transform` (client-go's `SetTransform`): it may change the object it is handed.
+Transform = Callable[[KubeObject], KubeObject]
 
 
 class EventType(StrEnum):
@@ -47,8 +54,15 @@ class ObjectList:
 class Store(Protocol):
     """CRUD + watch on Kubernetes resources (API server or standalone KV)."""
 
-    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
-        """All objects (of one namespace, or all) and the version to watch from."""
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        transform: Transform | None = None,
+    ) -> ObjectList:
+        """All objects (of one namespace, or all), each as `transform` leaves it (see the module
+        docstring), and the version to watch from."""
         ...
 
     def watch(

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gpudra_kube.resources import KubeObject, Resource
-from gpudra_kube.store import EventType, ObjectList, Store, WatchEvent
+from gpudra_kube.store import EventType, ObjectList, Store, Transform, WatchEvent
 
 WRITEBACK_COUNTS = (
     "allocated",
@@ -121,8 +121,14 @@ class WatchedStore:
         self._state = state
         self._clock = clock
 
-    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
-        listed = await self._store.list(resource, namespace)
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        transform: Transform | None = None,
+    ) -> ObjectList:
+        listed = await self._store.list(resource, namespace, transform=transform)
         if resource == self._resource:
             self._state.lists += 1
             self._state.last_list_at = self._clock()

@@ -249,11 +249,11 @@ class _BrokenOnce:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    async def list(self, resource: Any, namespace: str | None = None) -> Any:
+    async def list(self, resource: Any, namespace: str | None = None, **options: Any) -> Any:
         if not self.broken:
             self.broken = True
             raise RuntimeError("unexpected")
-        return await self._store.list(resource, namespace)
+        return await self._store.list(resource, namespace, **options)
 
 
 async def test_the_node_watch_outlives_an_unexpected_error(api: Api) -> None:
