@@ -240,10 +240,15 @@ def uses(pod: dict[str, Any], name: str) -> bool:
 
 async def pod_waiting_for(store: Store, claim: dict[str, Any], *, may_run: bool = True) -> bool:
     """A pod names the claim (one list of its namespace's pods): one that may run (`is_active`),
-    or with `may_run=False` any pod, finished ones too."""
+    or with `may_run=False` any pod, finished ones too.
+
+    The list is read as `slim_pod` leaves each pod, page by page (what `uses` reads): it holds a
+    page of whole pods at a time, not the namespace's. It is not read from a pod informer's cache:
+    in kubernetes mode no informer holds every pod (`gates` keeps gated ones only, `Consumers`
+    runs standalone only), and a cache may not have the pod created just before this call yet."""
     meta = claim.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-    listed = await store.list(PODS, namespace)
+    listed = await store.list(PODS, namespace, transform=slim_pod)
     if not may_run:
         return any(name in (pod_claim_names(pod) or ()) for pod in listed.items)
     return any(uses(pod, name) for pod in listed.items)
