@@ -16,27 +16,15 @@ Promises:
 - A malformed inventory (bad payload, schema, node name, or one that cannot be sliced) is
   dead-lettered by the leader (logged by a standby) and acknowledged; it never blocks the stream.
 - After every change the leader publishes a drift summary (driver / CUDA versions per node,
-  outliers) on `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API; a pool
-  the API could not take (API server away, a conflict that kept coming back) is mirrored again on
-  the next turns, with every slice its changes removed meanwhile, until the API has it; one the API
-  refuses for good (403, 422) is tried again after a delay that doubles up to 5 minutes (or at its
-  next change), and never holds back the other pools (`apiRefused` in `/statusz`). Every
-  `api_resync` seconds the leader compares the API's slices with its pools and mirrors again what
-  differs (edits by hand, a missed deletion).
+  outliers) on `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API, again
+  until the API has them, and compared with it every `api_resync` seconds (`apisync.py`).
 - Kubernetes mode, slices the kubelet deletes (at its every start, and after its driver's plugin
   went away): with `wipes` (a `SliceWatch`; main.py gives it unless `api_repair_delay` is 0) the
   leader writes them back to the API `api_repair_delay` seconds after they went, if their pool
   and its Node are still there (`repair.py`: the rules, and why they are written back at all).
-- Kubernetes mode, slice lifetime: every replica follows the cluster's Nodes (`ClusterNodes`: one
-  list, then a watch). Each pool's slices in the API carry an ownerReference to their Node (`v1`
-  Node, name, the Node's current UID, `controller: true`), so the garbage collector removes them
-  with the Node; slices written without it (by an older inventory) are updated to carry it. A
-  pool whose Node the API does not have is not written there, and its slices are removed (a GET
-  first confirms a Node the watch does not know is gone): when a Node is deleted the leader
-  removes its pool's slices itself (the GC may be slow, or absent), and resyncs do not bring
-  them back while the node-agent still publishes. A Node created again (a new UID) gets its
-  pool written again, owned by the new UID. Nothing is mirrored, pruned or compared until the
-  Nodes have been listed once (before that no Node is known to be absent), and a leader is not
+- Kubernetes mode, slice lifetime: each pool's slices in the API are owned by their Node and go
+  with it; a pool whose Node the API does not have is not written there (`apisync.py`). Nothing
+  is mirrored, pruned or compared until the Nodes have been listed once, and a leader is not
   ready until then.
 - Kubernetes mode, the NATS side: once a pool's Node is deleted (the watch has no such Node and
   a GET confirms it) **and** its node-agent is silent (tainted for missed heartbeats; for a pool
@@ -75,7 +63,6 @@ from nats.js.kv import KeyValue
 
 from gpudra_bus import (
     INVENTORY_STREAM,
-    Backoff,
     BusError,
     BusPermanentError,
     BusRetryableError,
@@ -87,6 +74,7 @@ from gpudra_bus import (
 )
 from gpudra_bus.consume import fetch_ready
 from gpudra_bus.subjects import Kind
+from gpudra_inventory.apisync import ApiSync
 from gpudra_inventory.drift import DRIFT_SUMMARY, summarize, to_struct
 from gpudra_inventory.errors import NotLeaderError
 from gpudra_inventory.heartbeats import Heartbeats
@@ -95,12 +83,12 @@ from gpudra_inventory.lease import Lease
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.nats_errors import NATS_ERRORS
 from gpudra_inventory.nodes import ClusterNodes
-from gpudra_inventory.pools import Change, PoolBook
+from gpudra_inventory.pools import PoolBook
 from gpudra_inventory.repair import WipeRepair
 from gpudra_inventory.settings import Settings
 from gpudra_inventory.wipes import SliceWatch
 from gpudra_inventory.writer import SliceWriter
-from gpudra_kube.errors import KubeError, KubePermanentError
+from gpudra_kube.errors import KubeError
 from gpudra_slices import SliceError, SliceOptions
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -112,8 +100,6 @@ _BATCH = 64
 # A replica's own consumer outlives a crash of the replica by this long (seconds).
 _CONSUMER_IDLE_LIMIT = 900.0
 _RESUBSCRIBE_AFTER = 3  # consecutive failed fetches while connected
-# A pool the API refuses (403, 422) is tried again after 1 s, doubling up to 5 minutes.
-_REFUSED = Backoff(initial=1.0, maximum=300.0, jitter=0.0)
 
 
 class InventoryService:
@@ -130,9 +116,6 @@ class InventoryService:
         self._nc = nc
         self._settings = settings
         self._mirror = mirror
-        self._repair = (
-            WipeRepair(wipes, mirror.nodes) if wipes is not None and mirror is not None else None
-        )
         self._clock = clock
         self._heartbeats = Heartbeats(nc, settings.heartbeat_timeout, clock)
         self._leadership = Leadership(lease)
@@ -142,20 +125,21 @@ class InventoryService:
         if mirror is not None:
             mirror.may_write = self.leading
         self.book = PoolBook(SliceOptions(driver=settings.driver, dynamic_mig=settings.dynamic_mig))
+        # Kubernetes mode: the API's slices brought up to the bucket.
+        self._api: ApiSync | None = None
+        if mirror is not None:
+            self._api = ApiSync(
+                mirror,
+                self._leadership,
+                resync=settings.api_resync,
+                clock=clock,
+                repair=WipeRepair(wipes, mirror.nodes) if wipes is not None else None,
+            )
         self.consumer = f"{settings.consumer}-{secrets.token_hex(4)}"
         self.changes = 0
         self._subscribed = False
         self._caught_up = False
         self._dirty: set[str] = set()
-        # Kubernetes mode: pools written to the bucket but not yet to the API, each with the
-        # slices its changes removed from the bucket (to be removed from the API as well).
-        self._unmirrored: dict[str, set[str]] = {}
-        # node -> (next try, refusals) of pools the API refused for good (403, 422): the others
-        # go on
-        self._refused: dict[str, tuple[float, int]] = {}
-        self._prune_pending = False
-        self._last_resync = float("-inf")  # when the leader last compared the API with its pools
-        self.api_repairs = 0  # pools written to the API again because the API's copy differed
         # False from a takeover until every pool has been written in the new term.
         self._republished = True
         self._last_drift: dict[str, Any] | None = None
@@ -178,6 +162,11 @@ class InventoryService:
     def takeovers(self) -> int:
         """Times this replica has taken the lead."""
         return self._leadership.takeovers
+
+    @property
+    def api_repairs(self) -> int:
+        """Pools written to the API again because the API's copy differed (or was wiped)."""
+        return self._api.api_repairs if self._api is not None else 0
 
     @property
     def ready(self) -> bool:
@@ -208,7 +197,7 @@ class InventoryService:
             "takeovers": self.takeovers,
             "pools": len(self.book.pools),
             "apiRepairs": self.api_repairs,
-            "apiRefused": len(self._refused),
+            "apiRefused": self._api.refused if self._api is not None else 0,
             "poolsRemoved": self.pools_removed,
         }
 
@@ -284,13 +273,14 @@ class InventoryService:
                     self._caught_up = True
                     self._heartbeats.caught_up()
                 self._dirty.update(self._heartbeats.expire(self.book))
-                self._note_wipes()
+                if self._api is not None:
+                    self._api.note_wipes(self.book)
                 await self._lead()
                 await self._forget_gone()
         finally:
             self._subscribed = False
-            if self._repair is not None:
-                await self._repair.close()
+            if self._api is not None:
+                await self._api.close()
             if nodes_task is not None:
                 nodes_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -312,17 +302,14 @@ class InventoryService:
             if not await self._takeover():
                 return
         await self._flush()
-        self._note_nodes()
-        await self._mirror_flush()
-        waiting = any(node not in self._refused for node in self._unmirrored)
-        if not self._dirty and not waiting and self.leading() and self._nodes_known():
+        api = self._api
+        if api is not None:
+            api.note_nodes(self.book)
+            await api.flush(self.book)
+        if not self._dirty and (api is None or api.settled()) and self.leading():
             self._republished = True
-            if self._prune_pending:
-                await self._mirror_prune()
-            elif self._mirror is not None and self._settings.api_resync > 0:
-                now = self._clock()
-                if now - self._last_resync >= self._settings.api_resync:
-                    await self._mirror_resync(now)
+            if api is not None:
+                await api.tidy(self.book)
 
     async def _takeover(self) -> bool:
         """Re-read the bucket and mark every pool for republishing; whether that worked."""
@@ -335,8 +322,8 @@ class InventoryService:
         changes = self.book.adopt(written)
         self._dirty = {c.node for c in changes}
         self._leadership.took_over(epoch)
-        self._prune_pending = self._mirror is not None
-        self._last_resync = self._clock()  # the takeover writes and prunes everything anyway
+        if self._api is not None:
+            self._api.taken_over()
         self._republished = False
         log.info(
             "leader (epoch %d): republishing %d of %d pools",
@@ -345,45 +332,6 @@ class InventoryService:
             len(self.book.pools),
         )
         return True
-
-    async def _mirror_prune(self) -> None:
-        """Once all pools are written after a takeover: remove API slices no pool owns."""
-        assert self._mirror is not None
-        try:
-            removed = await self._mirror.prune(self.book)
-        except NotLeaderError as exc:
-            log.warning("pruning stopped: %s", exc)
-            self._leadership.step_down()
-            return
-        except KubeError as exc:
-            log.warning("pruning the API's stale slices failed (%s); retrying", exc)
-            return
-        self._prune_pending = False
-        log.info("removed %d stale slices from the API", removed)
-
-    async def _mirror_resync(self, now: float) -> None:
-        """Compare the API's slices with the pools; what differs is mirrored (and pruned) again
-        on the next turns. Once per `api_resync`, also when the comparison fails (an API server
-        in trouble is not listed every turn)."""
-        assert self._mirror is not None
-        self._last_resync = now
-        try:
-            drift = await self._mirror.drifted(self.book)
-        except KubeError as exc:
-            log.warning("comparing the API's slices with the pools failed (%s)", exc)
-            return
-        for node in drift.nodes:
-            self._unmirrored.setdefault(node, set())
-        self._prune_pending = drift.strangers > 0
-        if drift.nodes or drift.strangers:
-            self.api_repairs += len(drift.nodes)
-            log.warning(
-                "the API's slices differ from %d pool(s) (%s) and %d slice(s) no pool owns are "
-                "there; mirroring again",
-                len(drift.nodes),
-                ", ".join(drift.nodes[:5]) + (" ..." if len(drift.nodes) > 5 else ""),
-                drift.strangers,
-            )
 
     async def _flush(self) -> None:
         """Write every pool whose bucket copy is behind; failures stay for the next turn."""
@@ -402,9 +350,8 @@ class InventoryService:
                     len(state.slices),
                     len(deleted),
                 )
-                if self._mirror is not None:
-                    self._unmirrored.setdefault(node, set()).update(deleted)
-                    self._refused.pop(node, None)  # a new pool: the API may take this one
+                if self._api is not None:
+                    self._api.written(node, deleted)
             except NotLeaderError as exc:
                 log.warning("writes stopped: %s", exc)
                 self._leadership.step_down()  # re-read under a valid lease before writing again
@@ -413,71 +360,6 @@ class InventoryService:
                 log.warning("pool %s not written (%s); retrying", node, exc)
                 return
         await self._publish_drift()
-
-    def _nodes_known(self) -> bool:
-        """Whether the mirror may act on the API's Nodes: it follows none, or has listed them
-        (before that, a Node not seen yet is not known to be absent)."""
-        nodes = self._mirror.nodes if self._mirror is not None else None
-        return nodes is None or nodes.synced
-
-    def _note_wipes(self) -> None:
-        """Kubernetes mode: follow our slices while leading; pools the kubelet wiped are
-        mirrored again (see `repair.py`)."""
-        if self._repair is None:
-            return
-        leading = self.leading() and self._nodes_known()
-        for node in self._repair.due(leading, self.book):
-            self.api_repairs += 1
-            self._unmirrored.setdefault(node, set())
-
-    def _note_nodes(self) -> None:
-        """Pools whose Node was added, deleted or re-created are mirrored again: written with
-        the Node's new UID as owner, or removed from the API."""
-        nodes = self._mirror.nodes if self._mirror is not None else None
-        if nodes is None:
-            return
-        for node in sorted(nodes.take_changed()):
-            if node in self.book.pools:
-                self._unmirrored.setdefault(node, set())
-                self._refused.pop(node, None)
-
-    async def _mirror_flush(self) -> None:
-        """Kubernetes mode: bring the API up to the bucket; failures stay for the next turn. A
-        pool the API refuses for good (403, 422) waits, with a growing delay, and the others go
-        on: in node order, one bad pool held back every node after it."""
-        if self._mirror is None or not self.leading() or not self._nodes_known():
-            return
-        now = self._clock()
-        for node in sorted(self._unmirrored):
-            refused = self._refused.get(node)
-            if refused is not None and now < refused[0]:
-                continue
-            state = self.book.pools[node]
-            stale = sorted(self._unmirrored[node] - set(state.slices))
-            try:
-                await self._mirror.apply(
-                    Change(node, state.generation, list(state.slices.values()), stale)
-                )
-            except NotLeaderError as exc:
-                log.warning("mirroring stopped: %s", exc)
-                self._leadership.step_down()
-                return
-            except KubePermanentError as exc:
-                refusals = 0 if refused is None else refused[1]
-                delay = _REFUSED.delay(refusals)
-                self._refused[node] = (now + delay, refusals + 1)
-                log.error(
-                    "the API refused pool %s (%s); the other pools go on, this one again in %.0fs",
-                    node,
-                    exc,
-                    delay,
-                )
-                continue
-            except KubeError as exc:
-                log.warning("pool %s not mirrored to the API (%s); retrying", node, exc)
-                return
-            del self._unmirrored[node]
-            self._refused.pop(node, None)
 
     def _gone(self, nodes: ClusterNodes) -> list[str]:
         """The pools whose Node the watch does not have and whose node-agent is silent: tainted
@@ -516,7 +398,7 @@ class InventoryService:
             if now < self._gone_retry.get(node, float("-inf")):
                 continue
             leading = self.leading()
-            if leading and (node in self._dirty or node in self._unmirrored):
+            if leading and (node in self._dirty or self._api_pending(node)):
                 continue
             try:
                 uid = await nodes.confirm(node)
@@ -579,11 +461,14 @@ class InventoryService:
         inventory, which it purges should it take over before the leader did."""
         self.book.pools.pop(node, None)
         self._dirty.discard(node)
-        self._unmirrored.pop(node, None)
-        self._refused.pop(node, None)
+        if self._api is not None:
+            self._api.forget(node)
         if purged:
             self._sequences.pop(node, None)
         self._gone_retry.pop(node, None)
+
+    def _api_pending(self, node: str) -> bool:
+        return self._api is not None and self._api.pending(node)
 
     async def _guarded(self, msg: Msg) -> None:
         try:
