@@ -528,7 +528,7 @@ async def test_inventory_purges_a_gone_nodes_inventories_with_its_user(
     sessions: dict[str, Session],
 ) -> None:
     """The inventory's leader purges the inventories of a node whose Node is deleted and whose
-    agent is silent, by subject and up to the last one it read (gpudra_inventory.service): a
+    agent is silent, by subject and up to the last one it read (gpudra_inventory.gone): a
     refused purge would let every restart re-create the pool. Only that node's go."""
     agent, inventory = sessions["node-agent"], sessions["inventory"]
     violations = _refusals(inventory.server)

@@ -26,18 +26,10 @@ Promises:
   with it; a pool whose Node the API does not have is not written there (`apisync.py`). Nothing
   is mirrored, pruned or compared until the Nodes have been listed once, and a leader is not
   ready until then.
-- Kubernetes mode, the NATS side: once a pool's Node is deleted (the watch has no such Node and
-  a GET confirms it) **and** its node-agent is silent (tainted for missed heartbeats; for a pool
-  known only from the bucket, nothing heard for a whole `heartbeat_timeout` since this replica
-  caught up), the leader removes the pool's slices from the bucket (revision-checked, as every
-  bucket write) and then purges the node's inventories from the inventory stream (subject
-  `subjects.inventory(node)`, up to the last one it read), so neither a restart nor a takeover
-  re-creates the pool; every replica drops the pool from its book (a standby would otherwise
-  republish it when it takes over). A node-agent still heard keeps its pool in the bucket while
-  its Node is missing (a Node being registered again): only the API loses the slices. If the
-  agent speaks again, the pool comes back as for a new node (generation 1). `poolsRemoved` in
-  `/statusz` counts the removals. Standalone mode has no Node objects and none of this: no owner,
-  nothing removed for a Node, and the bucket keeps a silent node's pool (tainted) as before.
+- Kubernetes mode, the NATS side: a pool whose Node is deleted and whose node-agent is silent
+  leaves the bucket and the inventory stream (the leader) and every replica's book, so neither a
+  restart nor a takeover re-creates it (`gone.py`; `poolsRemoved` in `/statusz`). Standalone
+  mode has no Node objects and none of this.
 - `ready` (readiness): the replica has caught up with the inventories and, when it holds the
   lease, has taken over and written every pool; a warm standby is ready too. `alive` (liveness)
   and `role` are the leadership's; `status()` says them with readiness and counters, for the
@@ -77,18 +69,17 @@ from gpudra_bus.subjects import Kind
 from gpudra_inventory.apisync import ApiSync
 from gpudra_inventory.drift import DRIFT_SUMMARY, summarize, to_struct
 from gpudra_inventory.errors import NotLeaderError
+from gpudra_inventory.gone import GonePools
 from gpudra_inventory.heartbeats import Heartbeats
 from gpudra_inventory.leadership import Leadership
 from gpudra_inventory.lease import Lease
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.nats_errors import NATS_ERRORS
-from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.pools import PoolBook
 from gpudra_inventory.repair import WipeRepair
 from gpudra_inventory.settings import Settings
 from gpudra_inventory.wipes import SliceWatch
 from gpudra_inventory.writer import SliceWriter
-from gpudra_kube.errors import KubeError
 from gpudra_slices import SliceError, SliceOptions
 from gpudrapb.v1 import inventory_pb2 as pb
 
@@ -143,12 +134,18 @@ class InventoryService:
         # False from a takeover until every pool has been written in the new term.
         self._republished = True
         self._last_drift: dict[str, Any] | None = None
-        # Kubernetes mode, pools of deleted Nodes: the stream sequence of each node's last
-        # inventory (what a purge may remove), nodes not to look at again before a time (this
-        # process's clock), removals.
-        self._sequences: dict[str, int] = {}
-        self._gone_retry: dict[str, float] = {}
-        self.pools_removed = 0
+        # Kubernetes mode: the pools of deleted Nodes leave the bus.
+        self._gone: GonePools | None = None
+        if mirror is not None and mirror.nodes is not None:
+            self._gone = GonePools(
+                nc,
+                self._writer,
+                mirror.nodes,
+                self._leadership,
+                self._heartbeats,
+                timeout=settings.heartbeat_timeout,
+                clock=clock,
+            )
 
     def leading(self) -> bool:
         """Whether this replica may write now (holds the lease and has taken over in its term)."""
@@ -167,6 +164,11 @@ class InventoryService:
     def api_repairs(self) -> int:
         """Pools written to the API again because the API's copy differed (or was wiped)."""
         return self._api.api_repairs if self._api is not None else 0
+
+    @property
+    def pools_removed(self) -> int:
+        """Pools this replica, as leader, removed from the bus because their Node was deleted."""
+        return self._gone.removed if self._gone is not None else 0
 
     @property
     def ready(self) -> bool:
@@ -361,114 +363,24 @@ class InventoryService:
                 return
         await self._publish_drift()
 
-    def _gone(self, nodes: ClusterNodes) -> list[str]:
-        """The pools whose Node the watch does not have and whose node-agent is silent: tainted
-        for missed heartbeats, or (a pool known only from the bucket) no inventory heard in a
-        whole heartbeat timeout since this replica caught up or NATS came back."""
-        now = self._heartbeats.now()
-        quiet_since = self._heartbeats.quiet_since
-        timeout = self._settings.heartbeat_timeout
-        gone = []
-        for node, state in self.book.pools.items():
-            if nodes.uid(node) is not None:
-                continue
-            if state.inventory is not None:
-                silent = state.unreachable
-            else:
-                silent = now - quiet_since > timeout
-            if silent:
-                gone.append(node)
-        return sorted(gone)
-
     async def _forget_gone(self) -> None:
-        """Kubernetes mode: a pool whose Node is deleted (confirmed by a GET) and whose node-agent
-        is silent leaves the bucket and the inventory stream (the leader), and the book (every
-        replica). A pool waits while it is to be written to the bucket or to the API first."""
-        nodes = self._mirror.nodes if self._mirror is not None else None
-        if nodes is None or not nodes.synced or not self._caught_up or self._heartbeats.blind:
+        """Kubernetes mode: pools whose Node is deleted and whose node-agent is silent leave the
+        bus (see `gone.py`) and the book."""
+        if self._gone is None or not self._caught_up:
             return
-        if not self._nc.is_connected:
-            return
-        if self._leadership.holds() and not self.leading():
-            return  # taking over: the takeover writes the bucket first
-        now = self._clock()
-        again = now + self._settings.heartbeat_timeout
-        removals = self.pools_removed
-        for node in self._gone(nodes):
-            if now < self._gone_retry.get(node, float("-inf")):
-                continue
-            leading = self.leading()
-            if leading and (node in self._dirty or self._api_pending(node)):
-                continue
-            try:
-                uid = await nodes.confirm(node)
-            except KubeError as exc:
-                log.warning("cannot confirm that Node %s is gone (%s); retrying", node, exc)
-                self._gone_retry[node] = again
-                continue
-            if uid is not None:
-                self._gone_retry[node] = again  # the watch lags behind: ask again later
-                continue
-            if leading:
-                try:
-                    removed = await self._remove_from_bus(node)
-                except NotLeaderError as exc:
-                    log.warning("removals stopped: %s", exc)
-                    self._leadership.step_down()
-                    return
-                if not removed:
-                    self._gone_retry[node] = again
-                    continue
-                self.pools_removed += 1
-                log.info(
-                    "pool %s removed from the bucket and the inventory stream: its Node is "
-                    "deleted and its node-agent silent",
-                    node,
-                )
-            else:
-                log.info("pool %s forgotten: its Node is deleted and its node-agent silent", node)
-            self._forget(node, purged=leading)
-        if self.pools_removed != removals:
+        if await self._gone.sweep(self.book, self._unwritten, self._forget):
             await self._publish_drift()
 
-    async def _remove_from_bus(self, node: str) -> bool:
-        """Delete the node's slices from the bucket (revision-checked), then purge the node's
-        inventories up to the last one this replica read (a newer one, its agent speaking
-        again, stays and brings the pool back); whether both were done. The bucket goes first:
-        should the purge fail for good, a restart rebuilds the pool from the stream, and it is
-        removed again."""
-        try:
-            await self._writer.remove(node)
-        except BusError as exc:
-            log.warning("pool %s not removed from the bucket (%s); retrying", node, exc)
-            return False
-        sequence = self._sequences.get(node)
-        if sequence is None:
-            return True  # no inventory read: nothing of it to purge
-        if not self.leading():
-            raise NotLeaderError(f"not the leader any more; inventories of {node} not purged")
-        try:
-            await self._nc.jetstream().purge_stream(
-                INVENTORY_STREAM, seq=sequence + 1, subject=subjects.inventory(node)
-            )
-        except NATS_ERRORS as exc:
-            log.warning("inventories of %s not purged from the stream (%s); retrying", node, exc)
-            return False
-        return True
-
-    def _forget(self, node: str, *, purged: bool) -> None:
-        """Drop the pool from this replica; a standby keeps the sequence of the node's last
-        inventory, which it purges should it take over before the leader did."""
+    def _forget(self, node: str) -> None:
+        """Drop the pool from this replica."""
         self.book.pools.pop(node, None)
         self._dirty.discard(node)
         if self._api is not None:
             self._api.forget(node)
-        if purged:
-            self._sequences.pop(node, None)
-        self._gone_retry.pop(node, None)
 
-    def _api_pending(self, node: str) -> bool:
-        return self._api is not None and self._api.pending(node)
+    def _unwritten(self, node: str) -> bool:
+        """Whether the node's pool is still to be written to the bucket or to the API."""
+        return node in self._dirty or (self._api is not None and self._api.pending(node))
 
     async def _guarded(self, msg: Msg) -> None:
         try:
@@ -497,9 +409,8 @@ class InventoryService:
                     f"inventory of node {inventory.node!r} published on {msg.subject}"
                 )
             seen_at = self._heartbeats.seen_at(msg)
-            if msg.metadata and msg.metadata.sequence:
-                sequence = msg.metadata.sequence.stream
-                self._sequences[node] = max(self._sequences.get(node, 0), sequence)
+            if self._gone is not None and msg.metadata and msg.metadata.sequence:
+                self._gone.saw(node, msg.metadata.sequence.stream)
             if self.book.observe(inventory, seen_at) is not None:
                 self._dirty.add(node)
 
