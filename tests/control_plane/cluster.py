@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,6 +95,14 @@ class Service:
         with self.log.open("rb") as f:
             f.seek(self.since)
             return self.started in f.read().decode(errors="replace")
+
+    def health_port(self) -> int | None:
+        """The port this process (not an earlier one of the name) serves `/statusz` on, once it
+        has logged it (started with `--health-port 0`: the kernel chose it); None before."""
+        with self.log.open("rb") as f:
+            f.seek(self.since)
+            found = re.search(r"health server on port (\d+)", f.read().decode(errors="replace"))
+        return int(found.group(1)) if found else None
 
 
 @dataclass
