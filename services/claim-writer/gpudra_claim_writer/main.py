@@ -10,7 +10,8 @@ bucket), the Events writer and the release of claims deleted while no claim-writ
 (`vanished`), in standalone mode the
 consumers (pods → claims' `reservedFor`, the last one leaving releases). `/statusz` says what
 each loop did (`status`: the mode, each watch's last resourceVersion and resync, the counters). SIGTERM/SIGINT cancel the
-loops; the exit stack closes the store and drains NATS. Exit status: 0 after a signal, 1 on a fatal error, 2 for
+loops; the exit stack closes the store and drains NATS. Exit status: 0 after a signal, 1 on a fatal error (a loop that ended on its own
+is one, named in the log), 2 for
 bad settings (also those found while starting: unreadable NATS TLS files, a probe port in use).
 """
 
@@ -34,6 +35,7 @@ from gpudra_bus import (
 )
 from gpudra_claim_writer.classes import ClassMirror
 from gpudra_claim_writer.consumers import Consumers
+from gpudra_claim_writer.errors import ClaimWriterError
 from gpudra_claim_writer.events import PodUnits
 from gpudra_claim_writer.gates import Gates
 from gpudra_claim_writer.intake import Intake
@@ -196,13 +198,16 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             # Standalone: this process owns the buckets; deleted claims and pods leave them after
             # a grace period (`KvStore.collect_deleted`), or every list would read them for ever.
             loops.append(store.collect_deleted([RESOURCE_CLAIMS, PODS]))
-        tasks = [asyncio.create_task(loop) for loop in loops]
+        tasks = [asyncio.create_task(loop, name=loop.__qualname__) for loop in loops]
         stopper = asyncio.create_task(stop.wait())
         try:
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if task is not stopper:
                     task.result()  # a loop ended: surface its error
+                    # Every loop runs until it is cancelled; one that returned stopped working,
+                    # so stop with an error (exit 1) that names it, and the pod is restarted.
+                    raise ClaimWriterError(f"loop {task.get_name()} ended on its own")
         finally:
             log.info("stopping")
             for task in [*tasks, stopper]:
@@ -214,7 +219,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             log.info("loops stopped; draining NATS")
 
 
+# Errors that stop the service with exit code 1 and one log line (anything else: a traceback).
+FATAL: tuple[type[Exception], ...] = (BusError, KubeError, ClaimWriterError)
+
+
 async def main(argv: Sequence[str] | None = None) -> int:
-    return await run_service(
-        "claim-writer", Settings.load, serve, argv, fatal=(BusError, KubeError)
-    )
+    return await run_service("claim-writer", Settings.load, serve, argv, fatal=FATAL)

@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import nats.js.errors
+import pytest
 
 from gpudra_bus import (
     DEVICE_CLASSES_BUCKET,
     Publisher,
 )
 from gpudra_claim_writer.conftest import decide, kube_settings, new_claim, serving
+from gpudra_claim_writer.errors import ClaimWriterError
+from gpudra_claim_writer.main import FATAL, serve
 from gpudra_claim_writer.settings import Settings
+from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.errors import InvalidObjectError
 from gpudra_kube.kv_backend import KvStore
@@ -123,3 +127,22 @@ async def test_standalone_mode_records_consumers_and_releases_after_the_last(
             return "reservedFor" not in status and "allocation" not in status
 
         await until(released)
+
+
+async def test_a_loop_that_ends_on_its_own_stops_the_service_with_an_error(
+    fresh_nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop that returns without an error (a watch generator that just ended) used to stop
+    the service with exit code 0 after one "stopping" line: nothing said which loop or why."""
+
+    async def ends(self: Writeback) -> None:
+        return None
+
+    ends.__qualname__ = Writeback.run.__qualname__
+    monkeypatch.setattr(Writeback, "run", ends)
+    settings = Settings(
+        nats_url=fresh_nats_server.url, health_host="127.0.0.1", health_port=0, gate_pods=False
+    )
+    with pytest.raises(ClaimWriterError, match=r"loop Writeback\.run ended on its own"):
+        await asyncio.wait_for(serve(settings, asyncio.Event()), 60)
+    assert ClaimWriterError in FATAL
