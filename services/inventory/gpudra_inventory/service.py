@@ -4,9 +4,9 @@ Promises:
 - Each node's latest inventory (the stream keeps the last one per node) becomes that node's pool
   in the `gpudra-slices` bucket (key = slice name, value = v1 JSON); a change bumps the pool's
   generation on every slice of it and removes slices that no longer exist. Every replica reads
-  every inventory through its own consumer, which starts at each node's latest message, so a
-  (re)started replica rebuilds all pools; a pool whose write failed is written again on the next
-  turn, so a change is never skipped.
+  every inventory through its own consumer (`consumer.py`), so a (re)started replica rebuilds all
+  pools; a pool whose write failed is written again on the next turn, so a change is never
+  skipped.
 - Only the leader writes (`leadership.py`: the lease, the term, how writes are fenced). A standby
   keeps its pools warm from the same inventories. On taking the lease over, the new leader
   re-reads the bucket and republishes every pool it has an inventory for with a generation above
@@ -41,20 +41,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from typing import Any
 
-import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.kv import KeyValue
 
 from gpudra_bus import (
-    INVENTORY_STREAM,
     BusError,
     BusPermanentError,
     BusRetryableError,
@@ -64,9 +59,8 @@ from gpudra_bus import (
     subjects,
     tracing,
 )
-from gpudra_bus.consume import fetch_ready
-from gpudra_bus.subjects import Kind
 from gpudra_inventory.apisync import ApiSync
+from gpudra_inventory.consumer import BATCH, InventoryConsumer
 from gpudra_inventory.drift import DRIFT_SUMMARY, summarize, to_struct
 from gpudra_inventory.errors import NotLeaderError
 from gpudra_inventory.gone import GonePools
@@ -86,11 +80,6 @@ from gpudrapb.v1 import inventory_pb2 as pb
 log = logging.getLogger(__name__)
 
 NODE_INVENTORY: Codec[pb.NodeInventory] = Codec(pb.NodeInventory)
-
-_BATCH = 64
-# A replica's own consumer outlives a crash of the replica by this long (seconds).
-_CONSUMER_IDLE_LIMIT = 900.0
-_RESUBSCRIBE_AFTER = 3  # consecutive failed fetches while connected
 
 
 class InventoryService:
@@ -126,7 +115,9 @@ class InventoryService:
                 clock=clock,
                 repair=WipeRepair(wipes, mirror.nodes) if wipes is not None else None,
             )
-        self.consumer = f"{settings.consumer}-{secrets.token_hex(4)}"
+        self._consumer = InventoryConsumer(
+            nc, settings.consumer, interval=min(1.0, settings.heartbeat_timeout / 4)
+        )
         self.changes = 0
         self._subscribed = False
         self._caught_up = False
@@ -164,6 +155,11 @@ class InventoryService:
     def api_repairs(self) -> int:
         """Pools written to the API again because the API's copy differed (or was wiped)."""
         return self._api.api_repairs if self._api is not None else 0
+
+    @property
+    def consumer(self) -> str:
+        """The name of this replica's inventory consumer."""
+        return self._consumer.name
 
     @property
     def pools_removed(self) -> int:
@@ -210,68 +206,23 @@ class InventoryService:
         self._leadership.standalone()
         log.info("loaded %d slices of %d pools", len(slices), len(self.book.pools))
 
-    async def _subscribe(self) -> JetStreamContext.PullSubscription:
-        # One consumer per process: replicas must each see every inventory, and a fresh consumer
-        # starts at every node's latest one. The server removes it once the process is gone.
-        return await self._nc.jetstream().pull_subscribe(
-            subjects.all_of(Kind.INVENTORY),
-            durable=self.consumer,
-            stream=INVENTORY_STREAM,
-            config=ConsumerConfig(
-                ack_policy=AckPolicy.EXPLICIT,
-                deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-                ack_wait=30.0,
-                max_deliver=-1,
-                inactive_threshold=_CONSUMER_IDLE_LIMIT,
-            ),
-        )
-
-    async def _resubscribe(
-        self, sub: JetStreamContext.PullSubscription
-    ) -> JetStreamContext.PullSubscription:
-        with contextlib.suppress(*NATS_ERRORS):
-            await sub.unsubscribe()
-        try:
-            fresh = await self._subscribe()
-        except NATS_ERRORS as exc:
-            log.warning("cannot re-create the inventory consumer (%s); retrying", exc)
-            return sub
-        log.info("inventory consumer %s re-created", self.consumer)
-        return fresh
-
     async def run(self, stop: asyncio.Event) -> None:
-        sub = await self._subscribe()
+        await self._consumer.open()
         self._subscribed = True
         self._leadership.start()
         nodes = self._mirror.nodes if self._mirror is not None else None
         nodes_task = None
         if nodes is not None:
             nodes_task = asyncio.create_task(nodes.run(), name="inventory-nodes")
-        interval = min(1.0, self._settings.heartbeat_timeout / 4)
-        failures = 0
         try:
             while not stop.is_set():
-                try:
-                    msgs = await fetch_ready(sub, _BATCH, interval)
-                    failures = 0
-                except (nats.errors.TimeoutError, TimeoutError):
-                    msgs = []
-                    failures = 0
-                except (nats.errors.Error, OSError) as exc:
-                    log.warning("fetching inventories failed (%s); retrying", exc)
+                msgs = await self._consumer.fetch()
+                if msgs is None:
                     self._heartbeats.cut_off()
-                    failures += 1
-                    await asyncio.sleep(0.5)
-                    if failures >= _RESUBSCRIBE_AFTER and self._nc.is_connected:
-                        # Connected but failing: the consumer is gone (idle limit passed while
-                        # this process stalled, or the server lost it); a new one replays each
-                        # node's latest inventory, which the book takes as heartbeats.
-                        sub = await self._resubscribe(sub)
-                        failures = 0
                     continue
                 for msg in msgs:
                     await self._guarded(msg)
-                if len(msgs) < _BATCH and not self._caught_up:
+                if len(msgs) < BATCH and not self._caught_up:
                     self._caught_up = True
                     self._heartbeats.caught_up()
                 self._dirty.update(self._heartbeats.expire(self.book))
@@ -288,10 +239,7 @@ class InventoryService:
                 with contextlib.suppress(asyncio.CancelledError):
                     await nodes_task
             await self._leadership.stop()
-            with contextlib.suppress(*NATS_ERRORS):
-                await sub.unsubscribe()
-            with contextlib.suppress(*NATS_ERRORS):
-                await self._nc.jetstream().delete_consumer(INVENTORY_STREAM, self.consumer)
+            await self._consumer.close()
             await self._leadership.release()
 
     async def _lead(self) -> None:
