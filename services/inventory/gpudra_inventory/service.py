@@ -16,8 +16,9 @@ Promises:
 - A malformed inventory (bad payload, schema, node name, or one that cannot be sliced) is
   dead-lettered by the leader (logged by a standby) and acknowledged; it never blocks the stream.
 - After every change the leader publishes a drift summary (driver / CUDA versions per node,
-  outliers) on `gpudra.drift`. In Kubernetes mode the same slices are mirrored to the API, again
-  until the API has them, and compared with it every `api_resync` seconds (`apisync.py`).
+  outliers) on `gpudra.drift` (`drift.py`). In Kubernetes mode the same slices are mirrored to
+  the API, again until the API has them, and compared with it every `api_resync` seconds
+  (`apisync.py`).
 - Kubernetes mode, slices the kubelet deletes (at its every start, and after its driver's plugin
   went away): with `wipes` (a `SliceWatch`; main.py gives it unless `api_repair_delay` is 0) the
   leader writes them back to the API `api_repair_delay` seconds after they went, if their pool
@@ -43,7 +44,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -61,7 +61,7 @@ from gpudra_bus import (
 )
 from gpudra_inventory.apisync import ApiSync
 from gpudra_inventory.consumer import BATCH, InventoryConsumer
-from gpudra_inventory.drift import DRIFT_SUMMARY, summarize, to_struct
+from gpudra_inventory.drift import DriftPublisher
 from gpudra_inventory.errors import NotLeaderError
 from gpudra_inventory.gone import GonePools
 from gpudra_inventory.heartbeats import Heartbeats
@@ -124,7 +124,7 @@ class InventoryService:
         self._dirty: set[str] = set()
         # False from a takeover until every pool has been written in the new term.
         self._republished = True
-        self._last_drift: dict[str, Any] | None = None
+        self._drift = DriftPublisher(nc)
         # Kubernetes mode: the pools of deleted Nodes leave the bus.
         self._gone: GonePools | None = None
         if mirror is not None and mirror.nodes is not None:
@@ -365,17 +365,6 @@ class InventoryService:
     async def _publish_drift(self) -> None:
         if not self.leading():
             return
-        inventories = {n: s.inventory for n, s in self.book.pools.items() if s.inventory}
-        summary = summarize(inventories)
-        if summary == self._last_drift:
-            return
-        self._last_drift = summary
-        data, headers = DRIFT_SUMMARY.encode(to_struct(summary))
-        try:
-            with tracing.publish_span(subjects.DRIFT, size=len(data)):
-                await self._nc.publish(subjects.DRIFT, data, headers=tracing.inject(headers))
-        except NATS_ERRORS as exc:
-            # The summary is recomputed on the next change; losing one is harmless.
-            log.warning("drift summary not published: %s", exc)
-        except BusError as exc:
-            log.warning("drift summary not published: %s", exc)
+        await self._drift.publish(
+            {n: s.inventory for n, s in self.book.pools.items() if s.inventory}
+        )
