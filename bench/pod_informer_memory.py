@@ -15,7 +15,36 @@ JSON is held throughout and so not counted). Columns: MiB held, KiB per pod, and
 whole/slim; the last line projects both to 100k pods (a 5,000-node cluster) by the per-pod
 figure of the largest N. The figures are Python heap bytes, not RSS: the allocator's free lists
 and fragmentation come on top of both. The standalone claim-writer runs two pod informers
-(`gates`, `consumers`); this measures one.
+(`gates`, `consumers`); this measures one. `ServedPods.list` transforms each page before it
+decodes the next, as `ApiStore.list` does.
+
+    python bench/pod_informer_memory.py --list [--pods 1000 5000] [--before DIR]
+
+The peak of a (re)list instead, through the real `ApiStore` (pages of 500, as deployed) against
+the fake API server (`gpudra_testing.kubeapi`, run in a process of its own, so that `tracemalloc`
+counts the client only): an informer lists N pods until SYNCED, without a transform and with
+`slim_pod`; reported are `tracemalloc`'s peak during that, and what the slim informer holds
+after it, less what was held before. `--before DIR` measures another checkout too, with this
+same bench (e.g. `git archive HEAD | tar -x -C DIR` before a change), and prints the ratio.
+
+Figures (CPython 3.11, 2 cores, `--containers 3`, 12.8 KiB of JSON a pod). `--list`, before:
+492047d (`ApiStore.list` built every page into one list, then the informer transformed it),
+after: the list transforms each page before it fetches the next:
+
+       pods  whole peak  slim peak  slim held  slim peak before  before/after
+       1000     72.0MiB    43.3MiB     8.5MiB           72.0MiB          1.7x
+       5000    310.0MiB    51.8MiB    17.3MiB          310.0MiB          6.0x
+      10000    607.6MiB    62.5MiB    28.3MiB     (not run; it equalled the whole peak above)
+
+The slim peak is what the slim informer holds plus about 35 MiB, whatever N: one page of whole
+pods (500 x 61 KiB) and its JSON; what it holds grows by 2.2 KiB a pod (plus 6 MiB). At 100k pods:
+before about 6.1 GiB (310 MiB / 5,000 pods), after about 35 + 6 + 100k x 2.2 KiB = 0.26 GiB.
+
+Default mode (held once watching; the peak columns were 302.8 MiB both before, at 5,000 pods):
+
+       pods  JSON/pod      whole      slim  whole/pod  slim/pod   ratio  peak whole  peak slim
+       1000   12.8KiB    59.4MiB   2.21MiB   60.83KiB  2.268KiB   26.8x     65.6MiB    37.0MiB
+       5000   12.8KiB   297.0MiB  11.02MiB   60.82KiB  2.257KiB   26.9x    302.8MiB    45.6MiB
 """
 
 from __future__ import annotations
@@ -25,9 +54,13 @@ import asyncio
 import contextlib
 import gc
 import json
+import multiprocessing
+import subprocess
 import sys
+import tempfile
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -275,13 +308,20 @@ class ServedPods:
         ]
         self.watching = asyncio.Event()
 
-    async def list(self, resource: Resource, namespace: str | None = None) -> ObjectList:
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        transform: Transform = None,
+    ) -> ObjectList:
+        # As `ApiStore` does: each page's objects transformed before the next page is decoded.
         items: list[KubeObject] = []
         for page in self.pages:
             for item in json.loads(page)["items"]:
                 item.setdefault("kind", resource.kind)
                 item.setdefault("apiVersion", resource.api_version)
-                items.append(item)
+                items.append(transform(item) if transform is not None else item)
         return ObjectList(items, "200000")
 
     async def watch(
@@ -361,11 +401,141 @@ def table(rows: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+# -- the peak of a list through `ApiStore` ---------------------------------------------------------
+
+
+def _serve(pods: int, containers: int, kubeconfig: str, conn: Connection) -> None:
+    """The fake API server with `pods` realistic pods, in a process of its own (so that
+    `tracemalloc` in the measuring process counts the client only); serves until told to stop."""
+    asyncio.run(_serving(pods, containers, Path(kubeconfig), conn))
+
+
+async def _serving(pods: int, containers: int, kubeconfig: Path, conn: Connection) -> None:
+    from gpudra_testing.kubeapi import FakeKubeApi
+
+    async with FakeKubeApi(validate_version=None, bookmark_interval=60.0) as api:
+        for i in range(pods):
+            await api.put(PODS, realistic_pod(i, containers))
+        api.write_kubeconfig(kubeconfig)
+        conn.send("ready")
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)  # "stop"
+
+
+async def _list_peak(kubeconfig: Path, transform: Transform) -> tuple[int, int]:
+    """(peak bytes while an informer on `ApiStore` listed every pod, bytes held once listed)."""
+    from gpudra_kube.api_backend import ApiStore
+
+    store = await ApiStore.from_kubeconfig(str(kubeconfig))  # pages of 500, as deployed
+    try:
+        await store.list(PODS, "warm-up")  # the API class and the connection, out of the count
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        events = informer(store, PODS, transform=transform)
+        try:
+            event = await anext(events)
+            while event.type is not EventType.SYNCED:
+                event = await anext(events)
+            del event
+            peak = tracemalloc.get_traced_memory()[1]
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+            await events.aclose()  # type: ignore[attr-defined]
+    finally:
+        await store.close()
+    return peak - before, held - before
+
+
+def list_peaks(pods: int, containers: int) -> dict[str, float]:
+    """The peak of a list of `pods` pods through the real `ApiStore` against the fake API
+    (`gpudra_testing.kubeapi`, served from another process), whole and with `slim_pod`."""
+    context = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        ours, theirs = context.Pipe()
+        server = context.Process(target=_serve, args=(pods, containers, str(kubeconfig), theirs))
+        server.start()
+        try:
+            if not ours.poll(600) or ours.recv() != "ready":
+                raise RuntimeError("the fake API server did not start")
+            whole_peak, whole_held = asyncio.run(_list_peak(kubeconfig, None))
+            slim_peak, slim_held = asyncio.run(_list_peak(kubeconfig, slim_pod))
+        finally:
+            ours.send("stop")
+            server.join(30)
+            if server.is_alive():
+                server.kill()
+    return {
+        "pods": pods,
+        "whole_peak_mib": whole_peak / 2**20,
+        "slim_peak_mib": slim_peak / 2**20,
+        "whole_held_mib": whole_held / 2**20,
+        "slim_held_mib": slim_held / 2**20,
+    }
+
+
+def list_peaks_of(checkout: Path, pods: int, containers: int) -> dict[str, float]:
+    """`list_peaks` with the source roots of another checkout (e.g. a copy of HEAD before a
+    change), in a fresh interpreter; this bench module itself is this file."""
+    roots = [str(checkout / r) for r in ("libs", "services/claim-writer", "proto/gen", "proto")]
+    code = (
+        "import json, sys\n"
+        f"sys.path[:0] = {[*roots, str(Path(__file__).resolve().parent)]!r}\n"
+        "import gpudra_kube  # the checkout's, before this bench adds its own roots\n"
+        f"import {Path(__file__).stem} as bench\n"
+        f"print(json.dumps(bench.list_peaks({pods}, {containers})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def list_table(before: list[dict[str, float]] | None, after: list[dict[str, float]]) -> str:
+    lines = [
+        f"{'pods':>7} {'whole peak':>11} {'slim peak':>10} {'slim held':>10}"
+        + (f" {'slim peak before':>17} {'before/after':>13}" if before else "")
+    ]
+    for i, r in enumerate(after):
+        line = (
+            f"{int(r['pods']):>7} {r['whole_peak_mib']:>8.1f}MiB {r['slim_peak_mib']:>7.1f}MiB "
+            f"{r['slim_held_mib']:>7.1f}MiB"
+        )
+        if before:
+            b = before[i]
+            ratio = b["slim_peak_mib"] / r["slim_peak_mib"] if r["slim_peak_mib"] > 0 else 0.0
+            line += f" {b['slim_peak_mib']:>14.1f}MiB {ratio:>12.1f}x"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--containers", type=int, default=3)
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="measure the peak of a list through ApiStore against the fake API instead",
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="with --list: a checkout (e.g. a copy of HEAD) to measure too, for a before/after",
+    )
     args = parser.parse_args(argv)
+    if args.list:
+        after = [list_peaks(n, args.containers) for n in args.pods]
+        before = (
+            [list_peaks_of(args.before, n, args.containers) for n in args.pods]
+            if args.before
+            else None
+        )
+        print(list_table(before, after))
+        return after
     rows = [asyncio.run(measure(n, args.containers)) for n in args.pods]
     print(table(rows))
     return rows
