@@ -67,7 +67,8 @@ class RecordingKubeApi(FakeKubeApi):
 @pytest_asyncio.fixture
 async def api(tmp_path: Path) -> AsyncIterator[tuple[RecordingKubeApi, ApiStore]]:
     """As conftest's `api` (validating every write against the v1.34 schema), recording queries."""
-    async with RecordingKubeApi() as fake:
+    fake = RecordingKubeApi()
+    async with fake:
         client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
         store = ApiStore(client)
         try:

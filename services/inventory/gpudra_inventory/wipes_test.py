@@ -4,6 +4,8 @@ windows are judged by it; the watch itself is real)."""
 
 from __future__ import annotations
 
+import functools
+
 from gpudra_inventory.conftest import Api
 from gpudra_inventory.wipes import SliceWatch
 from gpudra_kube.resources import RESOURCE_SLICES, KubeObject
@@ -84,7 +86,7 @@ async def test_a_node_wiped_again_soon_after_a_repair_waits_twice_as_long(api: A
         await until(lambda: watch.missing("node-a", [name(obj)]) == [], "the watch's first list")
         for seen, wait in enumerate((0.3, 0.6, 1.0, 1.0), start=1):
             await store.delete(RESOURCE_SLICES, name(obj))
-            await until(lambda n=seen: watch.deletions >= n, f"deletion {seen} seen")
+            await until(functools.partial(deletions_at_least, watch, seen), f"deletion {seen}")
             clock.now += wait - 0.01
             assert watch.due() == [], seen
             clock.now += 0.01
@@ -100,3 +102,7 @@ async def test_a_node_wiped_again_soon_after_a_repair_waits_twice_as_long(api: A
         assert watch.due() == ["node-a"]
     finally:
         await watch.close()
+
+
+def deletions_at_least(watch: SliceWatch, count: int) -> bool:
+    return watch.deletions >= count
