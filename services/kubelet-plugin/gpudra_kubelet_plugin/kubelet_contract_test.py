@@ -117,14 +117,7 @@ async def test_devices_turn_unknown_for_the_kubelet_while_the_health_feed_is_dow
     # (NATS away) must itself say UNKNOWN once the timeout has passed.
     now = [1000.0]
     current = [True]
-    hub = HealthHub(
-        NODE,
-        await node.table.devices(),
-        clock=lambda: now[0],
-        refresh_seconds=0.02,
-        is_current=lambda: current[0],
-    )
-    plugin = KubeletPlugin(node.settings, node.state(), hub)
+    plugin = await health_plugin(node, now, current)
     await plugin.start()
     try:
         async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
@@ -150,6 +143,19 @@ async def test_devices_turn_unknown_for_the_kubelet_while_the_health_feed_is_dow
 HEALTHY, UNKNOWN = 1, 0
 
 
+async def health_plugin(node: Node, now: list[float], current: list[bool]) -> KubeletPlugin:
+    """The node's plugin (not started) with a health hub on the clock `now[0]` whose feed is
+    current while `current[0]` holds, refreshing its reports every 20 ms."""
+    hub = HealthHub(
+        NODE,
+        await node.table.devices(),
+        clock=lambda: now[0],
+        refresh_seconds=0.02,
+        is_current=lambda: current[0],
+    )
+    return KubeletPlugin(node.settings, node.state(), hub)
+
+
 async def until_message(stream: AsyncIterator[dict[str, tuple[int, str]]], health: int) -> None:
     """Read the stream until a message reports every device with `health`."""
     async for message in stream:
@@ -165,14 +171,7 @@ async def test_a_kubelet_that_reconnects_while_the_health_feed_is_down_gets_unkn
     # "healthy" again while the feed is still down.
     now = [1000.0]
     current = [True]
-    hub = HealthHub(
-        NODE,
-        await node.table.devices(),
-        clock=lambda: now[0],
-        refresh_seconds=0.02,
-        is_current=lambda: current[0],
-    )
-    plugin = KubeletPlugin(node.settings, node.state(), hub)
+    plugin = await health_plugin(node, now, current)
     await plugin.start()
     try:
         async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
