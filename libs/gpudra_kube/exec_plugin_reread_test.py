@@ -26,6 +26,17 @@ while True:
 """
 
 
+def python_plugin(folder: Path, script: str) -> ExecPlugin:
+    """An exec plugin running `script` (written to `folder`) with `folder` as its argument."""
+    (folder / "plugin.py").write_text(script, encoding="utf-8")
+    return ExecPlugin(
+        api_version="client.authentication.k8s.io/v1",
+        command=sys.executable,
+        args=(str(folder / "plugin.py"), str(folder)),
+        interactive_mode="Never",
+    )
+
+
 def running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
@@ -37,13 +48,7 @@ def running(pid: int) -> bool:
 async def test_a_cancelled_run_ends_the_plugin(tmp_path: Path) -> None:
     """The request that started the plugin is cancelled (a caller's deadline): the plugin is
     ended, not left running (each retry of a hanging plugin left one more process)."""
-    (tmp_path / "plugin.py").write_text(HANGING, encoding="utf-8")
-    plugin = ExecPlugin(
-        api_version="client.authentication.k8s.io/v1",
-        command=sys.executable,
-        args=(str(tmp_path / "plugin.py"), str(tmp_path)),
-        interactive_mode="Never",
-    )
+    plugin = python_plugin(tmp_path, HANGING)
     run = asyncio.create_task(plugin.run())
     pid_file = tmp_path / "pid"
     await until(lambda: pid_file.exists() and pid_file.read_text(), "the plugin's start", 10)
@@ -77,13 +82,7 @@ async def test_a_run_that_does_not_end_is_stopped_at_its_bound(
     ended. Without a bound the run waited for ever, and every request waited on it."""
     # Long enough for the plugin to start its helper and write the pids on a loaded machine.
     monkeypatch.setattr(exec_plugin, "RUN_TIMEOUT", 5.0)
-    (tmp_path / "plugin.py").write_text(HANGING_WITH_A_CHILD, encoding="utf-8")
-    plugin = ExecPlugin(
-        api_version="client.authentication.k8s.io/v1",
-        command=sys.executable,
-        args=(str(tmp_path / "plugin.py"), str(tmp_path)),
-        interactive_mode="Never",
-    )
+    plugin = python_plugin(tmp_path, HANGING_WITH_A_CHILD)
     pid_file = tmp_path / "pid"
     try:
         with pytest.raises(
@@ -108,13 +107,7 @@ def test_a_cancelled_run_has_reaped_the_plugin_when_it_returns(
     closed"), and its subprocess transport, never finished, raised "Event loop is closed" from
     `__del__` when it was collected whenever its pipes were still open: an unraisable exception,
     which pytest pins on whichever test runs at that moment."""
-    (tmp_path / "plugin.py").write_text(HANGING, encoding="utf-8")
-    plugin = ExecPlugin(
-        api_version="client.authentication.k8s.io/v1",
-        command=sys.executable,
-        args=(str(tmp_path / "plugin.py"), str(tmp_path)),
-        interactive_mode="Never",
-    )
+    plugin = python_plugin(tmp_path, HANGING)
     unraisable: list[str] = []
     monkeypatch.setattr(
         sys, "unraisablehook", lambda u: unraisable.append(f"{u.exc_type.__name__}: {u.exc_value}")
