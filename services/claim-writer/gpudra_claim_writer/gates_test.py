@@ -204,22 +204,9 @@ async def test_builtin_classes_are_ours_without_reading_the_store(
     assert not await ownership.claim_is_ours(claim("nic", "nic.example.com"))
 
 
-@contextlib.asynccontextmanager
-async def watching(store: ApiStore) -> AsyncIterator[Gates]:
+def watching(store: ApiStore) -> contextlib.AbstractAsyncContextManager[Gates]:
     """Gates with `run()` (the pod informer) going, once it has handled its list of pods."""
-    synced = asyncio.Event()
-
-    async def on_pod(event: WatchEvent) -> None:
-        if event.type is EventType.SYNCED:
-            synced.set()
-
-    gates = Gates(store, watch_timeout=2.0, on_pod=on_pod, retry_interval=0.1)
-    task = asyncio.create_task(gates.run())
-    try:
-        await asyncio.wait_for(synced.wait(), 10)
-        yield gates
-    finally:
-        await cancel_and_wait(task)
+    return recording(store, [])
 
 
 @pytest.mark.parametrize(
