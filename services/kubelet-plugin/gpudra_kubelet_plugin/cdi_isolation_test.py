@@ -4,6 +4,8 @@ gRPC server, the CDI IDs are those the kubelet hands each container (see `fakeku
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gpudra_kubelet_plugin.conftest import (
@@ -18,12 +20,24 @@ from gpudra_kubelet_plugin.conftest import (
     ref,
     sharing_config,
 )
-from gpudra_kubelet_plugin.fakekubelet import cdi_ids_for_container
+from gpudra_kubelet_plugin.fakekubelet import FakeKubelet, cdi_ids_for_container
 from gpudra_kubelet_plugin.fakeruntime import inject
+from kubeletpb.dra.v1 import api_pb2 as v1
 
 CONTROL = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
 GPU0_NODES = ["/dev/nvidia0"]
 MIG_NODES = ["/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-caps/nvidia-cap22"]
+
+
+async def prepared(
+    node: Node, kubelet: FakeKubelet, claim: dict[str, Any]
+) -> v1.NodePrepareResourceResponse:
+    """`claim`, put in the node's store and prepared by the kubelet: the plugin's answer for it,
+    which must carry no error."""
+    node.claims.put(claim)
+    answer = (await kubelet.prepare([ref(claim)])).claims[claim["metadata"]["uid"]]
+    assert answer.error == ""
+    return answer
 
 
 @pytest.mark.parametrize(
@@ -42,9 +56,7 @@ async def test_a_container_naming_one_request_gets_only_that_requests_gpus(
     # runtime in legacy/auto mode would mount it into this container.
     _, kubelet = running
     claim = make_claim("c", "uid-2r", [("a", "gpu-0"), ("b", "gpu-1-mig-1-0")])
-    node.claims.put(claim)
-    answer = (await kubelet.prepare([ref(claim)])).claims["uid-2r"]
-    assert answer.error == ""
+    answer = await prepared(node, kubelet, claim)
     container = inject(node.settings.cdi_dir, cdi_ids_for_container(answer, request_name))
     assert container.visible_devices() == uuids
     assert sorted(container.device_nodes) == sorted(CONTROL + nodes)
@@ -58,9 +70,7 @@ async def test_a_container_naming_the_whole_claim_gets_every_request(
     # nodes of all of them are injected all the same, and no UUID is another container's.
     _, kubelet = running
     claim = make_claim("c", "uid-2w", [("a", "gpu-0"), ("b", "gpu-1-mig-1-0")])
-    node.claims.put(claim)
-    answer = (await kubelet.prepare([ref(claim)])).claims["uid-2w"]
-    assert answer.error == ""
+    answer = await prepared(node, kubelet, claim)
     ids = cdi_ids_for_container(answer)
     assert ids == [f"{KIND}=uid-2w-gpu-0", f"{KIND}=uid-2w-gpu-1-mig-1-0"]
     container = inject(node.settings.cdi_dir, ids)
@@ -79,9 +89,7 @@ async def test_a_containers_sharing_environment_names_only_its_gpus(
         {"strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "1Gi"}}
     )
     claim = make_claim("c", "uid-2m", [("a", "gpu-0"), ("b", "gpu-1")], [mps])
-    node.claims.put(claim)
-    answer = (await kubelet.prepare([ref(claim)])).claims["uid-2m"]
-    assert answer.error == ""
+    answer = await prepared(node, kubelet, claim)
     container = inject(node.settings.cdi_dir, cdi_ids_for_container(answer, "a"))
     assert container.visible_devices() == [GPU0]
     assert container.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{GPU0}=1024M"
@@ -94,9 +102,7 @@ async def test_a_device_serving_two_requests_reaches_containers_naming_either(
     # spec: a name that two specs define resolves in neither), in a spec of its own.
     _, kubelet = running
     claim = make_claim("c", "uid-2s", [("a", "gpu-0"), ("b", "gpu-0"), ("b", "gpu-1")])
-    node.claims.put(claim)
-    answer = (await kubelet.prepare([ref(claim)])).claims["uid-2s"]
-    assert answer.error == ""
+    answer = await prepared(node, kubelet, claim)
     assert sorted(p.name for p in node.cdi.spec_paths("uid-2s")) == [
         f"k8s.{DRIVER}-claim_uid-2s_a_b.json",
         f"k8s.{DRIVER}-claim_uid-2s_b.json",
@@ -142,9 +148,7 @@ async def test_a_request_without_sharing_gets_no_sharing_environment(
         requests=["a"],
     )
     claim = make_claim("c", "uid-2x", [("a", "gpu-0"), ("b", "gpu-1")], [mps])
-    node.claims.put(claim)
-    answer = (await kubelet.prepare([ref(claim)])).claims["uid-2x"]
-    assert answer.error == ""
+    answer = await prepared(node, kubelet, claim)
     only_a = inject(node.settings.cdi_dir, cdi_ids_for_container(answer, "a"))
     assert only_a.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{GPU0}=1024M"
     assert only_a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
