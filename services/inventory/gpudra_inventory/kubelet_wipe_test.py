@@ -23,6 +23,7 @@ from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from gpudra_bus import SLICES_BUCKET, Publisher, connect, ensure_buckets, ensure_streams, subjects
+from gpudra_inventory.conftest import api_store
 from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.node_owner_test import add_node, owned_by, slices, until
 from gpudra_inventory.nodes import ClusterNodes
@@ -30,7 +31,7 @@ from gpudra_inventory.pools_test import inventory
 from gpudra_inventory.service import NODE_INVENTORY, InventoryService
 from gpudra_inventory.settings import Settings
 from gpudra_inventory.wipes import SliceWatch
-from gpudra_kube.api_backend import ApiStore, load_api_client
+from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import NODES, RESOURCE_SLICES, KubeObject
 from gpudra_standalone.nats_server import NatsServer
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -68,13 +69,8 @@ class RecordingKubeApi(FakeKubeApi):
 async def api(tmp_path: Path) -> AsyncIterator[tuple[RecordingKubeApi, ApiStore]]:
     """As conftest's `api` (validating every write against the v1.34 schema), recording queries."""
     fake = RecordingKubeApi()
-    async with fake:
-        client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
-        store = ApiStore(client)
-        try:
-            yield fake, store
-        finally:
-            await store.close()
+    async with fake, api_store(fake, tmp_path / "kubeconfig") as store:
+        yield fake, store
 
 
 @contextlib.asynccontextmanager
@@ -108,15 +104,9 @@ async def inventory_service(
         await nc.drain()
 
 
-@contextlib.asynccontextmanager
-async def kubelet(fake: FakeKubeApi, tmp_path: Path) -> AsyncIterator[ApiStore]:
+def kubelet(fake: FakeKubeApi, tmp_path: Path) -> contextlib.AbstractAsyncContextManager[ApiStore]:
     """Another client of the API (the kubelet's)."""
-    client = await load_api_client(str(fake.write_kubeconfig(tmp_path / "kubelet.kubeconfig")))
-    store = ApiStore(client)
-    try:
-        yield store
-    finally:
-        await store.close()
+    return api_store(fake, tmp_path / "kubelet.kubeconfig")
 
 
 async def publish(nc: Client, node: str, profile: str) -> None:
