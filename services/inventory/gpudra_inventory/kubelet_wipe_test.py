@@ -20,13 +20,10 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from nats.aio.client import Client
-from nats.js.kv import KeyValue
 
-from gpudra_bus import SLICES_BUCKET, Publisher, connect, ensure_buckets, ensure_streams, subjects
-from gpudra_inventory.conftest import api_store
-from gpudra_inventory.mirror import SliceMirror
+from gpudra_bus import Publisher, subjects
+from gpudra_inventory.conftest import api_store, running_inventory
 from gpudra_inventory.node_owner_test import add_node, owned_by, slices, until
-from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.pools_test import inventory
 from gpudra_inventory.service import NODE_INVENTORY, InventoryService
 from gpudra_inventory.settings import Settings
@@ -79,29 +76,16 @@ async def inventory_service(
 ) -> AsyncIterator[tuple[Client, InventoryService, SliceWatch, asyncio.Task[None]]]:
     """A kubernetes-mode inventory (no lease: it leads) with the slice watch, running; an hour's
     resync, and nodes never silent long enough to be tainted."""
-    nc = await connect(server.url, name="kubelet-wipe-test", deadline=10)
-    try:
-        await ensure_streams(nc.jetstream())
-        kv: KeyValue = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
-        watch = SliceWatch(store, "gpu.nvidia.com", delay=DELAY, retry_permanent=retry_permanent)
-        service = InventoryService(
-            nc,
-            kv,
-            Settings(mode="kubernetes", heartbeat_timeout=600.0, api_resync=3600.0),
-            SliceMirror(store, "gpu.nvidia.com", nodes=ClusterNodes(store)),
-            wipes=watch,
-        )
-        await service.load()
-        stop = asyncio.Event()
-        task = asyncio.create_task(service.run(stop))
-        try:
-            yield nc, service, watch, task
-        finally:
-            stop.set()
-            if not task.done():
-                await task
-    finally:
-        await nc.drain()
+    watch = SliceWatch(store, "gpu.nvidia.com", delay=DELAY, retry_permanent=retry_permanent)
+    settings = Settings(mode="kubernetes", heartbeat_timeout=600.0, api_resync=3600.0)
+    async with running_inventory(server, store, "kubelet-wipe-test", settings, wipes=watch) as (
+        nc,
+        _,
+        service,
+        task,
+        _,
+    ):
+        yield nc, service, watch, task
 
 
 def kubelet(fake: FakeKubeApi, tmp_path: Path) -> contextlib.AbstractAsyncContextManager[ApiStore]:

@@ -18,18 +18,12 @@ from nats.js.kv import KeyValue
 
 from gpudra_bus import (
     INVENTORY_STREAM,
-    SLICES_BUCKET,
-    connect,
     current_entries,
-    ensure_buckets,
-    ensure_streams,
     subjects,
 )
-from gpudra_inventory.conftest import Api
+from gpudra_inventory.conftest import Api, running_inventory
 from gpudra_inventory.lease import Lease, ensure_lease_bucket
-from gpudra_inventory.mirror import SliceMirror
 from gpudra_inventory.node_owner_test import X, add_node, publish, slices
-from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.service import InventoryService
 from gpudra_inventory.settings import Settings
 from gpudra_kube.api_backend import ApiStore
@@ -47,31 +41,16 @@ async def inventory_service(
 ) -> AsyncIterator[tuple[Client, KeyValue, InventoryService, asyncio.Task[None], asyncio.Event]]:
     """A kubernetes-mode inventory following the API's Nodes, running (and the event that stops
     it); with `holder`, a replica with a lease of that holder name, else it leads alone."""
-    nc = await connect(server.url, name="node-gone-test", deadline=10)
-    try:
-        await ensure_streams(nc.jetstream())
-        kv: KeyValue = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
-        lease = None
-        if holder is not None:
-            lease = Lease(await ensure_lease_bucket(nc.jetstream(), LEASE_TTL), holder, LEASE_TTL)
-        service = InventoryService(
-            nc,
-            kv,
-            Settings(mode="kubernetes", heartbeat_timeout=TIMEOUT, api_resync=60.0),
-            SliceMirror(store, "gpu.nvidia.com", nodes=ClusterNodes(store)),
-            lease=lease,
-        )
-        await service.load()
-        stop = asyncio.Event()
-        task = asyncio.create_task(service.run(stop))
-        try:
-            yield nc, kv, service, task, stop
-        finally:
-            stop.set()
-            if not task.done():
-                await task
-    finally:
-        await nc.drain()
+
+    async def lease(nc: Client) -> Lease:
+        assert holder is not None
+        return Lease(await ensure_lease_bucket(nc.jetstream(), LEASE_TTL), holder, LEASE_TTL)
+
+    settings = Settings(mode="kubernetes", heartbeat_timeout=TIMEOUT, api_resync=60.0)
+    async with running_inventory(
+        server, store, "node-gone-test", settings, lease=None if holder is None else lease
+    ) as running:
+        yield running
 
 
 async def bucket(kv: KeyValue) -> dict[str, bytes]:

@@ -13,11 +13,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from nats.aio.client import Client
-from nats.js.kv import KeyValue
 
-from gpudra_bus import SLICES_BUCKET, Publisher, connect, ensure_buckets, ensure_streams, subjects
-from gpudra_inventory.conftest import Api
-from gpudra_inventory.mirror import SliceMirror
+from gpudra_bus import Publisher, subjects
+from gpudra_inventory.conftest import Api, running_inventory
 from gpudra_inventory.nodes import ClusterNodes
 from gpudra_inventory.pools_test import inventory
 from gpudra_inventory.service import NODE_INVENTORY, InventoryService
@@ -35,27 +33,15 @@ async def inventory_service(
 ) -> AsyncIterator[tuple[Client, InventoryService, asyncio.Task[None]]]:
     """A kubernetes-mode inventory (no lease: it leads) following the API's Nodes, running; its
     nodes are never silent long enough to be tainted."""
-    nc = await connect(server.url, name="node-owner-test", deadline=10)
-    try:
-        await ensure_streams(nc.jetstream())
-        kv: KeyValue = (await ensure_buckets(nc.jetstream()))[SLICES_BUCKET]
-        service = InventoryService(
-            nc,
-            kv,
-            Settings(mode="kubernetes", heartbeat_timeout=600.0, api_resync=api_resync),
-            SliceMirror(store, "gpu.nvidia.com", nodes=ClusterNodes(store)),
-        )
-        await service.load()
-        stop = asyncio.Event()
-        task = asyncio.create_task(service.run(stop))
-        try:
-            yield nc, service, task
-        finally:
-            stop.set()
-            if not task.done():
-                await task
-    finally:
-        await nc.drain()
+    settings = Settings(mode="kubernetes", heartbeat_timeout=600.0, api_resync=api_resync)
+    async with running_inventory(server, store, "node-owner-test", settings) as (
+        nc,
+        _,
+        service,
+        task,
+        _,
+    ):
+        yield nc, service, task
 
 
 async def publish(nc: Client, node: str) -> None:
