@@ -43,16 +43,9 @@ class Announcer(Steps):
             allocator_id=record.allocator,
             allocation_id=record.claim_id,
         )
-        decision.decided_at.GetCurrentTime()
         ref = event.claim
-        await self._publisher.publish(
-            subjects.allocations(ref.namespace, ref.name),
-            decision,
-            ALLOCATION_DECISION,
-            msg_id=f"{ref.uid}/{record.token}/allocated",
-        )
+        await self._publish_decision(decision, msg_id=f"{ref.uid}/{record.token}/allocated")
         self.decided += 1
-        self.last_decision_at = time.time()
 
     async def _unschedulable(self, waiting: Waiting, reason: str) -> None:
         if reason == waiting.reason:
@@ -66,13 +59,18 @@ class Announcer(Steps):
             gang_id=waiting.event.gang_id,
             allocator_id=self.replica,
         )
-        decision.decided_at.GetCurrentTime()
         digest = hashlib.sha256(reason.encode()).hexdigest()[:16]
+        await self._publish_decision(decision, msg_id=f"{ref.uid}/unschedulable/{digest}")
+        self.unschedulable += 1
+
+    async def _publish_decision(self, decision: claims_pb2.AllocationDecision, msg_id: str) -> None:
+        """Stamp `decision` with the time and publish it on its claim's `allocations` subject."""
+        decision.decided_at.GetCurrentTime()
+        ref = decision.claim
         await self._publisher.publish(
             subjects.allocations(ref.namespace, ref.name),
             decision,
             ALLOCATION_DECISION,
-            msg_id=f"{ref.uid}/unschedulable/{digest}",
+            msg_id=msg_id,
         )
-        self.unschedulable += 1
         self.last_decision_at = time.time()
