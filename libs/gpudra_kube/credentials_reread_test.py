@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from pathlib import Path
 
 from gpudra_kube.api_backend import ApiStore
-from gpudra_kube.credentials_test import cert_plugin_kubeconfig, mtls_api, names
+from gpudra_kube.credentials_test import cert_plugin_kubeconfig, mtls_api, names, plugin_user
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.claims import claim
 from gpudra_testing.kubeapi import FakeKubeApi
@@ -83,16 +82,8 @@ async def test_a_renewal_cancelled_midway_keeps_the_expiry(
     """A request cancelled while the plugin renews its expiring token (a caller's deadline):
     the credential keeps its expiry, as after a failed run, so the next request renews it
     before it is sent; it was forgotten, and the token was used until the server refused it."""
-    (tmp_path / "plugin.py").write_text(SLOW_PLUGIN, encoding="utf-8")
+    user = plugin_user(tmp_path, SLOW_PLUGIN)
     (tmp_path / "exec-token").write_text("one", encoding="utf-8")
-    user = {
-        "exec": {
-            "apiVersion": "client.authentication.k8s.io/v1",
-            "command": sys.executable,
-            "args": [str(tmp_path / "plugin.py"), str(tmp_path)],
-            "interactiveMode": "Never",
-        }
-    }
     kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig", user=user)
     kube_api.accept_tokens("one")
     store = await ApiStore.from_kubeconfig(str(kubeconfig))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from gpudra_kube.api_backend import ApiStore
-from gpudra_kube.credentials_test import CLIENT_CERTS, names
+from gpudra_kube.credentials_test import names, plugin_user, tls_kubeconfig
 from gpudra_kube.kubeconfig_test import API_CA, API_CERT, API_KEY
 from gpudra_testing.kubeapi import FakeKubeApi
 
@@ -62,34 +61,7 @@ def answer(folder: Path, **credential: str) -> tuple[str | None, str | None]:
 
 
 def switch_kubeconfig(api: FakeKubeApi, folder: Path, mode: str) -> Path:
-    for name, (cert, key) in CLIENT_CERTS.items():
-        (folder / f"{name}.crt").write_text(cert, encoding="ascii")
-        (folder / f"{name}.key").write_text(key, encoding="ascii")
-    (folder / "plugin.py").write_text(SWITCH_PLUGIN, encoding="utf-8")
-    (folder / "ca.crt").write_text(API_CA, encoding="ascii")
-    user = {
-        "exec": {
-            "apiVersion": "client.authentication.k8s.io/v1",
-            "command": sys.executable,
-            "args": [str(folder / "plugin.py"), str(folder), mode],
-            "interactiveMode": "Never",
-        }
-    }
-    cluster = {
-        "server": api.url,
-        "certificate-authority": "ca.crt",
-        "tls-server-name": "api.example",
-    }
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "x",
-    }
-    (folder / "kubeconfig").write_text(json.dumps(config), encoding="utf-8")
-    return folder / "kubeconfig"
+    return tls_kubeconfig(api, folder, plugin_user(folder, SWITCH_PLUGIN, mode))
 
 
 SWITCHES = [

@@ -94,17 +94,23 @@ print(json.dumps({
 """
 
 
-def exec_user(tmp_path: Path, mode: str) -> dict[str, Any]:
-    plugin = tmp_path / "plugin.py"
-    plugin.write_text(EXEC_PLUGIN, encoding="utf-8")
+def plugin_user(folder: Path, script: str, *args: str) -> dict[str, Any]:
+    """A kubeconfig user whose exec plugin is the Python `script` (written to
+    `folder / "plugin.py"`), run with `folder` and `args` as its arguments."""
+    plugin = folder / "plugin.py"
+    plugin.write_text(script, encoding="utf-8")
     return {
         "exec": {
             "apiVersion": "client.authentication.k8s.io/v1",
             "command": sys.executable,
-            "args": [str(plugin), str(tmp_path), mode],
+            "args": [str(plugin), str(folder), *args],
             "interactiveMode": "Never",
         }
     }
+
+
+def exec_user(tmp_path: Path, mode: str) -> dict[str, Any]:
+    return plugin_user(tmp_path, EXEC_PLUGIN, mode)
 
 
 def exec_kubeconfig(kube_api: FakeKubeApi, tmp_path: Path, mode: str) -> Path:
@@ -362,20 +368,18 @@ async def mtls_api(tmp_path: Path) -> AsyncIterator[FakeKubeApi]:
 def cert_plugin_kubeconfig(mtls_api: FakeKubeApi, tmp_path: Path, plugin: str) -> Path:
     """A kubeconfig whose user is the exec `plugin` handing out the client certificate named in
     `tmp_path / "which"` ("a" at first) of `CLIENT_CERTS`, for `mtls_api`."""
-    for name, (cert, key) in CLIENT_CERTS.items():
-        (tmp_path / f"{name}.crt").write_text(cert, encoding="ascii")
-        (tmp_path / f"{name}.key").write_text(key, encoding="ascii")
     (tmp_path / "which").write_text("a", encoding="utf-8")
-    (tmp_path / "plugin.py").write_text(plugin, encoding="utf-8")
-    (tmp_path / "ca.crt").write_text(API_CA, encoding="ascii")
-    user = {
-        "exec": {
-            "apiVersion": "client.authentication.k8s.io/v1",
-            "command": sys.executable,
-            "args": [str(tmp_path / "plugin.py"), str(tmp_path)],
-            "interactiveMode": "Never",
-        }
-    }
+    return tls_kubeconfig(mtls_api, tmp_path, plugin_user(tmp_path, plugin))
+
+
+def tls_kubeconfig(api: FakeKubeApi, folder: Path, user: dict[str, Any]) -> Path:
+    """A kubeconfig in `folder` for `api` over TLS (trusting API_CA, as api.example) with `user`;
+    each of `CLIENT_CERTS` is written beside it (`<name>.crt`, `<name>.key`) for a plugin to
+    hand out."""
+    for name, (cert, key) in CLIENT_CERTS.items():
+        (folder / f"{name}.crt").write_text(cert, encoding="ascii")
+        (folder / f"{name}.key").write_text(key, encoding="ascii")
+    (folder / "ca.crt").write_text(API_CA, encoding="ascii")
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -383,7 +387,7 @@ def cert_plugin_kubeconfig(mtls_api: FakeKubeApi, tmp_path: Path, plugin: str) -
             {
                 "name": "c",
                 "cluster": {
-                    "server": mtls_api.url,
+                    "server": api.url,
                     "certificate-authority": "ca.crt",
                     "tls-server-name": "api.example",
                 },
@@ -393,8 +397,8 @@ def cert_plugin_kubeconfig(mtls_api: FakeKubeApi, tmp_path: Path, plugin: str) -
         "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
         "current-context": "x",
     }
-    (tmp_path / "kubeconfig").write_text(json.dumps(config), encoding="utf-8")
-    return tmp_path / "kubeconfig"
+    (folder / "kubeconfig").write_text(json.dumps(config), encoding="utf-8")
+    return folder / "kubeconfig"
 
 
 async def test_an_exec_client_certificate_is_rotated_when_it_expires(

@@ -17,7 +17,7 @@ import pytest
 from gpudra_kube import exec_plugin
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.credentials_reread_test import runs
-from gpudra_kube.credentials_test import hand_out, names
+from gpudra_kube.credentials_test import hand_out, names, plugin_user
 from gpudra_kube.errors import UnavailableError
 from gpudra_testing.kubeapi import FakeKubeApi
 
@@ -49,16 +49,8 @@ ERROR = rf"exec: executable {sys.executable} did not answer within 5 s"
 async def hanging_store(
     kube_api: FakeKubeApi, tmp_path: Path, mode: str
 ) -> AsyncIterator[ApiStore]:
-    (tmp_path / "plugin.py").write_text(HANGING_PLUGIN, encoding="utf-8")
+    user = plugin_user(tmp_path, HANGING_PLUGIN, mode)
     (tmp_path / "exec-token").write_text("one", encoding="utf-8")
-    user = {
-        "exec": {
-            "apiVersion": "client.authentication.k8s.io/v1",
-            "command": sys.executable,
-            "args": [str(tmp_path / "plugin.py"), str(tmp_path), mode],
-            "interactiveMode": "Never",
-        }
-    }
     kube_api.accept_tokens("one")
     store = await ApiStore.from_kubeconfig(
         str(kube_api.write_kubeconfig(tmp_path / "kubeconfig", user=user))
