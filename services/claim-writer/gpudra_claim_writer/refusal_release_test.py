@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
 from nats.aio.client import Client
 
 from gpudra_bus import ALLOCATION_DECISION, Publisher, subjects
@@ -23,6 +22,7 @@ from gpudra_claim_writer.conftest import (
     new_claim,
     until,
 )
+from gpudra_claim_writer.refused_review_test import REFUSED_WRITES
 from gpudra_claim_writer.writeback import Writeback
 from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
@@ -52,13 +52,7 @@ async def decide(publisher: Publisher, claim: dict[str, object], allocation_id: 
     )
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param("resourceclaims/c1/status", id="allocation-status-write"),
-        pytest.param("resourceclaims/c1", id="allocation-metadata-write"),
-    ],
-)
+@REFUSED_WRITES
 async def test_a_refused_allocation_is_released_to_the_allocator(
     nc: Client, api: tuple[FakeKubeApi, ApiStore], path: str
 ) -> None:

@@ -18,14 +18,18 @@ from gpudra_kube.api_backend import ApiStore
 from gpudra_kube.resources import RESOURCE_CLAIMS
 from gpudra_testing.kubeapi import FakeKubeApi
 
-
-@pytest.mark.parametrize(
+# The two writes of an allocation the API may refuse: the status (the allocation itself) and the
+# metadata (finalizer and annotations) before it.
+REFUSED_WRITES = pytest.mark.parametrize(
     "path",
     [
         pytest.param("resourceclaims/c1/status", id="allocation-status-write"),
         pytest.param("resourceclaims/c1", id="allocation-metadata-write"),
     ],
 )
+
+
+@REFUSED_WRITES
 async def test_an_allocation_the_api_refuses_leaves_a_readable_reason(
     nc: Client, api: tuple[FakeKubeApi, ApiStore], path: str
 ) -> None:
