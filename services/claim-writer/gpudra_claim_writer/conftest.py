@@ -48,9 +48,12 @@ __all__ = [
 ]
 
 
-async def decide(publisher: Publisher, claim: dict[str, Any], *, reason: str = "") -> None:
-    """Publish the allocator's decision about the stored `claim`: `ALLOCATION` on n1, or
-    unschedulable for `reason`. One message id per outcome, so a repeat is deduplicated."""
+async def decide(
+    publisher: Publisher, claim: dict[str, Any], *, reason: str = "", allocation_id: str = ""
+) -> None:
+    """Publish the allocator's decision about the stored `claim`: `ALLOCATION` on n1 (with
+    `allocation_id`, as the allocator's decision of that id), or unschedulable for `reason`. One
+    message id per outcome, so a repeat is deduplicated."""
     meta = claim["metadata"]
     ref = claims_pb2.ClaimRef(namespace="default", name=meta["name"], uid=meta["uid"])
     decision = claims_pb2.AllocationDecision(claim=ref)
@@ -61,11 +64,13 @@ async def decide(publisher: Publisher, claim: dict[str, Any], *, reason: str = "
         decision.outcome = claims_pb2.AllocationDecision.OUTCOME_ALLOCATED
         decision.allocation_json = json.dumps(ALLOCATION).encode()
         decision.node_name = "n1"
+        decision.allocation_id = allocation_id
+    outcome = reason or (f"{allocation_id}/allocated" if allocation_id else "allocated")
     await publisher.publish(
         subjects.allocations("default", meta["name"]),
         decision,
         ALLOCATION_DECISION,
-        msg_id=f"{meta['uid']}/{reason or 'allocated'}",
+        msg_id=f"{meta['uid']}/{outcome}",
     )
 
 

@@ -13,12 +13,12 @@ import json
 
 from nats.aio.client import Client
 
-from gpudra_bus import ALLOCATION_DECISION, Publisher, subjects
+from gpudra_bus import Publisher, subjects
 from gpudra_claim_writer.claims import UNSCHEDULABLE_ANNOTATION
 from gpudra_claim_writer.conftest import (
-    ALLOCATION,
     Heard,
     cancel_and_wait,
+    decide,
     new_claim,
     until,
 )
@@ -30,26 +30,6 @@ from gpudra_testing.kubeapi import FakeKubeApi
 from gpudrapb.v1 import claims_pb2
 
 Event = claims_pb2.ClaimEvent
-
-
-async def decide(publisher: Publisher, claim: dict[str, object], allocation_id: str) -> None:
-    """The allocator's decision `allocation_id`: `ALLOCATION` on n1 for the stored `claim`."""
-    meta = claim["metadata"]
-    assert isinstance(meta, dict)
-    ref = claims_pb2.ClaimRef(namespace="default", name=meta["name"], uid=meta["uid"])
-    decision = claims_pb2.AllocationDecision(
-        claim=ref,
-        outcome=claims_pb2.AllocationDecision.OUTCOME_ALLOCATED,
-        allocation_json=json.dumps(ALLOCATION).encode(),
-        node_name="n1",
-        allocation_id=allocation_id,
-    )
-    await publisher.publish(
-        subjects.allocations("default", meta["name"]),
-        decision,
-        ALLOCATION_DECISION,
-        msg_id=f"{meta['uid']}/{allocation_id}/allocated",
-    )
 
 
 @REFUSED_WRITES
@@ -64,7 +44,7 @@ async def test_a_refused_allocation_is_released_to_the_allocator(
     writeback = Writeback(nc, store, publisher, consumer="refusal-release-test")
     task = asyncio.create_task(writeback.run())
     try:
-        await decide(publisher, claim, "alloc-1")
+        await decide(publisher, claim, allocation_id="alloc-1")
         events = await heard.settle(1)
         await until(lambda: sum(writeback.dead_letters.values()) == 1)
     finally:
