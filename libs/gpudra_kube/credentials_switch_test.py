@@ -4,6 +4,7 @@ credential whole: a token answer drops the certificate, a certificate answer the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -64,6 +65,22 @@ def switch_kubeconfig(api: FakeKubeApi, folder: Path, mode: str) -> Path:
     return tls_kubeconfig(api, folder, plugin_user(folder, SWITCH_PLUGIN, mode))
 
 
+@contextlib.asynccontextmanager
+async def answering(
+    api: FakeKubeApi, folder: Path, first: dict[str, Any], mode: str
+) -> AsyncIterator[ApiStore]:
+    """A store on `api` whose plugin (in `mode`) answers `first`, once a request has presented
+    exactly that answer."""
+    before = answer(folder, **first)
+    store = await ApiStore.from_kubeconfig(str(switch_kubeconfig(api, folder, mode)))
+    try:
+        assert await names(store) == []
+        assert api.presented[-1] == before
+        yield store
+    finally:
+        await store.close()
+
+
 SWITCHES = [
     pytest.param({"token": "one"}, {"cert": "b"}, (None, "client-b"), id="token-to-certificate"),
     pytest.param({"cert": "a"}, {"token": "two"}, ("two", None), id="certificate-to-token"),
@@ -87,16 +104,10 @@ async def test_a_renewal_at_expiry_presents_exactly_the_new_answer(
     then: dict[str, Any],
     presented: tuple[str | None, str | None],
 ) -> None:
-    before = answer(tmp_path, **first)
-    store = await ApiStore.from_kubeconfig(str(switch_kubeconfig(tls_api, tmp_path, "expired")))
-    try:
-        assert await names(store) == []
-        assert tls_api.presented[-1] == before
+    async with answering(tls_api, tmp_path, first, "expired") as store:
         answer(tmp_path, **then)
         assert await names(store) == []
         assert tls_api.presented[-1] == presented
-    finally:
-        await store.close()
 
 
 @pytest.mark.parametrize(("first", "then", "presented"), SWITCHES)
@@ -107,16 +118,10 @@ async def test_a_renewal_after_401_sends_the_request_again_with_exactly_the_new_
     then: dict[str, Any],
     presented: tuple[str | None, str | None],
 ) -> None:
-    before = answer(tmp_path, **first)
-    store = await ApiStore.from_kubeconfig(str(switch_kubeconfig(tls_api, tmp_path, "lasting")))
-    try:
-        assert await names(store) == []
-        assert tls_api.presented[-1] == before
+    async with answering(tls_api, tmp_path, first, "lasting") as store:
         answer(tmp_path, **then)
         tls_api.inject_error(401, reason="Unauthorized", method="GET")
         sent = len(tls_api.presented)
         assert await names(store) == []
         assert len(tls_api.presented) == sent + 2  # the 401, then the request sent again
         assert tls_api.presented[-1] == presented
-    finally:
-        await store.close()
