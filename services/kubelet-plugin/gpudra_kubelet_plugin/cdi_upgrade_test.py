@@ -27,8 +27,9 @@ from gpudra_kubelet_plugin.conftest import (
     Running,
     make_claim,
     ref,
+    serving,
 )
-from gpudra_kubelet_plugin.fakekubelet import FakeKubelet, cdi_ids_for_container
+from gpudra_kubelet_plugin.fakekubelet import cdi_ids_for_container
 from gpudra_kubelet_plugin.fakeruntime import inject
 from gpudra_kubelet_plugin.state import ClaimRef
 
@@ -60,17 +61,13 @@ async def test_unprepare_removes_the_spec_of_a_claim_prepared_before_the_upgrade
 ) -> None:
     await write_old_layout(node, "uid-o", PREPARE_COMPLETED)
     plugin = await node.plugin()
-    await plugin.start()  # the upgraded plugin: the claim is checkpointed, its spec kept
-    try:
-        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
-            await kubelet.register()
-            assert node.cdi.claim_uids() == {"uid-o"}
-            again = (await kubelet.prepare([ref(claim("uid-o"))])).claims["uid-o"]
-            assert again.error == ""  # the stored answer; its IDs resolve in the old spec
-            inject(node.settings.cdi_dir, cdi_ids_for_container(again))
-            assert (await kubelet.unprepare([ref(claim("uid-o"))])).claims["uid-o"].error == ""
-    finally:
-        await plugin.stop()
+    # The upgraded plugin: the claim is checkpointed, its spec kept.
+    async with serving(node, plugin) as kubelet:
+        assert node.cdi.claim_uids() == {"uid-o"}
+        again = (await kubelet.prepare([ref(claim("uid-o"))])).claims["uid-o"]
+        assert again.error == ""  # the stored answer; its IDs resolve in the old spec
+        inject(node.settings.cdi_dir, cdi_ids_for_container(again))
+        assert (await kubelet.unprepare([ref(claim("uid-o"))])).claims["uid-o"].error == ""
     assert list(node.settings.cdi_dir.iterdir()) == []
     assert node.checkpoint().load().claims == {}
 

@@ -3,6 +3,7 @@ short directories for Unix sockets) and builders for ResourceClaim JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -180,14 +181,22 @@ def node(short_root: Path) -> Node:
     return Node(short_root, MemoryClaimSource(), DeviceTable(node_devices()))
 
 
-@pytest_asyncio.fixture
-async def running(node: Node) -> AsyncIterator[Running]:
-    """A started plugin and a registered fake kubelet."""
-    plugin = await node.plugin()
+@contextlib.asynccontextmanager
+async def serving(node: Node, plugin: KubeletPlugin) -> AsyncIterator[FakeKubelet]:
+    """`plugin` (of `node`) started, and a fake kubelet that has registered it; the plugin stops
+    on the way out."""
     await plugin.start()
     try:
         async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
             await kubelet.register()
-            yield plugin, kubelet
+            yield kubelet
     finally:
         await plugin.stop()
+
+
+@pytest_asyncio.fixture
+async def running(node: Node) -> AsyncIterator[Running]:
+    """A started plugin and a registered fake kubelet."""
+    plugin = await node.plugin()
+    async with serving(node, plugin) as kubelet:
+        yield plugin, kubelet

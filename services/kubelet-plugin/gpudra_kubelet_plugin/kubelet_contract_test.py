@@ -23,6 +23,7 @@ from gpudra_kubelet_plugin.conftest import (
     make_claim,
     read_spec,
     ref,
+    serving,
 )
 from gpudra_kubelet_plugin.fakekubelet import FakeKubelet, cdi_ids_for_container
 from gpudra_kubelet_plugin.health import HealthHub
@@ -93,16 +94,11 @@ async def test_a_claim_spec_declares_the_cdi_version_its_fields_need(
         checkpoint=node.checkpoint(),
     )
     plugin = await node.plugin(state)
-    await plugin.start()
-    try:
-        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
-            await kubelet.register()
-            claim = make_claim("c", "uid-v", [("gpu", "gpu-0")])
-            node.claims.put(claim)
-            answer = (await kubelet.prepare([ref(claim)])).claims["uid-v"]
-            assert answer.error == ""
-    finally:
-        await plugin.stop()
+    async with serving(node, plugin) as kubelet:
+        claim = make_claim("c", "uid-v", [("gpu", "gpu-0")])
+        node.claims.put(claim)
+        answer = (await kubelet.prepare([ref(claim)])).claims["uid-v"]
+        assert answer.error == ""
     spec = read_spec(node, "uid-v")
     assert spec["containerEdits"].get("additionalGIDs", []) == base.get("additionalGIDs", [])
     assert spec["cdiVersion"] == cdi_required_version(spec)
@@ -118,26 +114,21 @@ async def test_devices_turn_unknown_for_the_kubelet_while_the_health_feed_is_dow
     now = [1000.0]
     current = [True]
     plugin = await health_plugin(node, now, current)
-    await plugin.start()
-    try:
-        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
-            await kubelet.register()
-            stream = kubelet.watch_health("v1alpha1")
-            try:
-                first = await asyncio.wait_for(anext(stream), 10)
-                assert {h for h, _ in first.values()} == {HEALTHY}
-                current[0] = False
-                now[0] += 10  # down, but not yet for the kubelet's 30 s
-                down = await asyncio.wait_for(anext(stream), 10)
-                assert {h for h, _ in down.values()} == {HEALTHY}
-                now[0] += 25
-                await asyncio.wait_for(until_message(stream, UNKNOWN), 10)
-                current[0] = True
-                await asyncio.wait_for(until_message(stream, HEALTHY), 10)
-            finally:
-                await stream.aclose()
-    finally:
-        await plugin.stop()
+    async with serving(node, plugin) as kubelet:
+        stream = kubelet.watch_health("v1alpha1")
+        try:
+            first = await asyncio.wait_for(anext(stream), 10)
+            assert {h for h, _ in first.values()} == {HEALTHY}
+            current[0] = False
+            now[0] += 10  # down, but not yet for the kubelet's 30 s
+            down = await asyncio.wait_for(anext(stream), 10)
+            assert {h for h, _ in down.values()} == {HEALTHY}
+            now[0] += 25
+            await asyncio.wait_for(until_message(stream, UNKNOWN), 10)
+            current[0] = True
+            await asyncio.wait_for(until_message(stream, HEALTHY), 10)
+        finally:
+            await stream.aclose()
 
 
 HEALTHY, UNKNOWN = 1, 0
@@ -172,26 +163,21 @@ async def test_a_kubelet_that_reconnects_while_the_health_feed_is_down_gets_unkn
     now = [1000.0]
     current = [True]
     plugin = await health_plugin(node, now, current)
-    await plugin.start()
-    try:
-        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
-            await kubelet.register()
-            stream = kubelet.watch_health("v1")
-            try:
-                await asyncio.wait_for(until_message(stream, HEALTHY), 10)
-                current[0] = False
-                now[0] += 35
-                await asyncio.wait_for(until_message(stream, UNKNOWN), 10)
-            finally:
-                await stream.aclose()
-            stream = kubelet.watch_health("v1")
-            try:
-                first = await asyncio.wait_for(anext(stream), 10)
-                assert {h for h, _ in first.values()} == {UNKNOWN}
-            finally:
-                await stream.aclose()
-    finally:
-        await plugin.stop()
+    async with serving(node, plugin) as kubelet:
+        stream = kubelet.watch_health("v1")
+        try:
+            await asyncio.wait_for(until_message(stream, HEALTHY), 10)
+            current[0] = False
+            now[0] += 35
+            await asyncio.wait_for(until_message(stream, UNKNOWN), 10)
+        finally:
+            await stream.aclose()
+        stream = kubelet.watch_health("v1")
+        try:
+            first = await asyncio.wait_for(anext(stream), 10)
+            assert {h for h, _ in first.values()} == {UNKNOWN}
+        finally:
+            await stream.aclose()
 
 
 async def test_a_restarted_kubelet_registers_the_plugin_again_on_the_same_socket(

@@ -33,11 +33,12 @@ from gpudra_kubelet_plugin.conftest import (
     read_spec,
     read_specs,
     ref,
+    serving,
     sharing_config,
 )
 from gpudra_kubelet_plugin.devices import DeviceInfo, DeviceTable
 from gpudra_kubelet_plugin.errors import CdiError, DeviceControlError, DeviceError
-from gpudra_kubelet_plugin.fakekubelet import ClaimName, FakeKubelet
+from gpudra_kubelet_plugin.fakekubelet import ClaimName
 from gpudra_kubelet_plugin.migminors import MigMinors
 from gpudra_kubelet_plugin.nodedevices import discovered_devices
 from gpudra_kubelet_plugin.state import ClaimRef
@@ -307,27 +308,22 @@ async def test_crash_between_started_and_completed_then_restart(node: Node, then
     assert node.checkpoint().load().claims["uid-c"].state == PREPARE_STARTED
 
     plugin = await node.plugin()  # the restarted plugin
-    await plugin.start()
-    try:
-        async with FakeKubelet(node.settings.registry_dir, DRIVER) as kubelet:
-            await kubelet.register()
-            if then == "prepare":
-                answer = (await kubelet.prepare([ref(claim)])).claims["uid-c"]
-                assert answer.error == ""
-                assert node.cdi.claim_uids() == {"uid-c"}
-                assert node.checkpoint().load().claims["uid-c"].state == PREPARE_COMPLETED
-                created = await node.table.device("gpu-1-mig-3g-40gb-4")
-                assert [spec["containerEdits"]["env"] for spec in read_specs(node, "uid-c")] == [
-                    [f"NVIDIA_VISIBLE_DEVICES={GPU0}"],
-                    [f"NVIDIA_VISIBLE_DEVICES={created.uuid}"],
-                ]
-            else:
-                assert (await kubelet.unprepare([ref(claim)])).claims["uid-c"].error == ""
-                assert node.cdi.claim_uids() == set()
-                assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
-                assert node.checkpoint().load().claims == {}
-    finally:
-        await plugin.stop()
+    async with serving(node, plugin) as kubelet:
+        if then == "prepare":
+            answer = (await kubelet.prepare([ref(claim)])).claims["uid-c"]
+            assert answer.error == ""
+            assert node.cdi.claim_uids() == {"uid-c"}
+            assert node.checkpoint().load().claims["uid-c"].state == PREPARE_COMPLETED
+            created = await node.table.device("gpu-1-mig-3g-40gb-4")
+            assert [spec["containerEdits"]["env"] for spec in read_specs(node, "uid-c")] == [
+                [f"NVIDIA_VISIBLE_DEVICES={GPU0}"],
+                [f"NVIDIA_VISIBLE_DEVICES={created.uuid}"],
+            ]
+        else:
+            assert (await kubelet.unprepare([ref(claim)])).claims["uid-c"].error == ""
+            assert node.cdi.claim_uids() == set()
+            assert not (await node.table.device("gpu-1-mig-3g-40gb-4")).exists
+            assert node.checkpoint().load().claims == {}
 
 
 async def test_boot_id_change_invalidates_the_checkpoint(node: Node) -> None:
