@@ -61,16 +61,22 @@ class Clock:
         return self.now
 
 
+def scripted_monitor(profile: str, script: Path, clock: Clock) -> HealthMonitor:
+    """A health monitor, open on every GPU of the simulated `profile` that plays `script`."""
+    opened = open_simulator(profile, clock=clock, faults_file=str(script))
+    handles, _ = opened.adapter.handles()
+    monitor = HealthMonitor(opened.adapter.nvml, clock=clock)
+    monitor.open(handles)
+    return monitor
+
+
 def test_script_file_drives_the_simulator(tmp_path: Path) -> None:
     script = tmp_path / "faults.yaml"
     script.write_text(
         "- {at: 10, gpu: 1, xid: 94}\n- {at: 20, gpu: 2, lost: true}\n", encoding="utf-8"
     )
     clock = Clock()
-    opened = open_simulator("l4-pcie", clock=clock, faults_file=str(script))
-    handles, _ = opened.adapter.handles()
-    monitor = HealthMonitor(opened.adapter.nvml, clock=clock)
-    monitor.open(handles)
+    monitor = scripted_monitor("l4-pcie", script, clock)
     assert monitor.poll(4) == []
     clock.now = 10
     assert [(t.index, t.condition.code) for t in monitor.poll(4)] == [(1, 94)]
@@ -93,10 +99,7 @@ def test_row_remap_script_drives_the_simulator(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     clock = Clock()
-    opened = open_simulator("dgx-h100", clock=clock, faults_file=str(script))
-    handles, _ = opened.adapter.handles()
-    monitor = HealthMonitor(opened.adapter.nvml, clock=clock)
-    monitor.open(handles)
+    monitor = scripted_monitor("dgx-h100", script, clock)
     assert monitor.poll(8) == []
     clock.now = 5
     pending = pb.HealthCondition.KIND_ROW_REMAP_PENDING
