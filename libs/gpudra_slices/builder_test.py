@@ -370,7 +370,7 @@ def test_a_gpu_without_memory_of_its_own_has_no_memory_capacity(version: str) ->
 )
 def test_row_remap_conditions_become_their_own_taints(kind: int, taint: dict[str, str]) -> None:
     inventory = _inventory("l4-pcie")
-    inventory.devices[2].health.add(kind=kind, code=1)  # type: ignore[arg-type]
+    inventory.devices[2].health.add(kind=kind, code=1)
     slices = build_slices(inventory)
     assert _devices(slices)["gpu-2"]["taints"] == [taint]
     for obj in slices:

@@ -103,6 +103,6 @@ async def test_pod_waiting_for_holds_a_page_of_whole_pods(
         await fake.put(PODS, _pod(f"a{i}", "other", "Running"))
     await fake.put(PODS, _pod("z", "c", last_phase))
     whole = WholePods(store)
-    assert await pod_waiting_for(whole, new_claim("c"), may_run=may_run) is waiting  # type: ignore[arg-type]
+    assert await pod_waiting_for(whole, new_claim("c"), may_run=may_run) is waiting
     assert whole.listed == PODS_LISTED
     assert whole.most_alive <= PAGE
