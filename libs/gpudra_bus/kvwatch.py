@@ -9,7 +9,10 @@ measured, `bench/kv_watch_resume.py`). `kv.watch` has no way to ask for another 
 
 `watch_kv` is `KeyValue.watch` (the same entries, the same `None` marker once the watch has caught
 up, the same `KeyValue.KeyWatcher` to iterate and stop) with heartbeats every `WATCH_HEARTBEAT`
-seconds and a check of them of our own (`resume_quickly`) in place of nats-py's:
+seconds and a check of them of our own (`resume_quickly`) in place of nats-py's. The `None` marker
+never comes before the replay: nats-py's watch could signal an empty bucket when the server had
+sent the replay but the client had not read it yet (it counts the client's messages; this counts
+the server's), and a slice index then started empty. The check of heartbeats:
 - a watch whose consumer is gone is reset within 2 heartbeat intervals of the reconnection
   (2.4 s after the restart, measured; 18.4 s with nats-py's watch);
 - no reset is tried while the client is disconnected: nats-py's check kept trying, and each try
@@ -118,7 +121,12 @@ async def watch_kv(
     try:
         info = await watcher._sub.consumer_info()
         watcher._pending = info.num_pending
-        if info.num_pending == 0 and watcher._sub.delivered == 0:
+        # Nothing to replay only when the *server* has sent nothing: it may have sent the replay
+        # (nothing pending) before this client's read loop counted a message (nats-py's own
+        # watch asks `delivered`, the client's count, and can say "caught up" first). When it
+        # sent some, the last one (pending 0 in its metadata) says caught up in `on_msg`.
+        sent = info.delivered.consumer_seq if info.delivered is not None else 0
+        if info.num_pending == 0 and sent == 0:
             await caught_up(0)  # nothing to replay
     except BaseException:
         setup.cancel()
