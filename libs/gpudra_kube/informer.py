@@ -14,7 +14,12 @@
   the key) is yielded with the last known object instead, so consumers keyed by UID can place it;
 - retryable errors are retried forever with backoff, waiting at least as long as a throttling
   server asks (`Retry-After`, up to `RETRY_AFTER_MAX`); permanent ones (forbidden, bad
-  resource) end the iteration with the error.
+  resource) end the iteration with the error;
+- a watch that ends without an error but at once and with nothing in it (under `SHORT_WATCH`
+  seconds, or half its own `watch_timeout` if that is shorter; not even a bookmark: a proxy or
+  server closing every watch) is backed off like an error, as client-go's reflector does with
+  its "very short watch", instead of being opened again in a tight loop against the API server
+  (a quiet watch that ran to its timeout is opened again at once, as before).
 BOOKMARK events are consumed here, never yielded.
 
 `transform` (client-go's `SetTransform`): applied to every object as it arrives, before it is
@@ -38,6 +43,8 @@ from gpudra_kube.resources import KubeObject, Resource, key_of, resource_version
 from gpudra_kube.store import EventType, Store, Transform, WatchEvent
 
 log = logging.getLogger(__name__)
+
+SHORT_WATCH = 1.0  # seconds: a watch that ends sooner with no event is backed off (client-go's)
 
 RETRY_AFTER_MAX = 60.0  # seconds: the longest a server's Retry-After is honoured
 
@@ -104,9 +111,10 @@ async def informer(
             stream = store.watch(
                 resource, namespace, resource_version=version, timeout=watch_timeout
             )
+            opened, heard = asyncio.get_running_loop().time(), False
             async with contextlib.aclosing(stream):  # type: ignore[type-var]
                 async for event in stream:
-                    attempt = 0
+                    attempt, heard = 0, True
                     if event.resource_version:
                         version = event.resource_version
                     if event.type is EventType.BOOKMARK:
@@ -125,6 +133,17 @@ async def informer(
                     else:
                         known[key] = event.object
                     yield event
+            lasted = asyncio.get_running_loop().time() - opened
+            if not heard and lasted < min(SHORT_WATCH, watch_timeout / 2):
+                wait = Backoff(backoff_initial, backoff_max).delay(attempt)
+                attempt += 1
+                log.warning(
+                    "watch of %s ended after %.2fs with nothing in it; watching again in %.2fs",
+                    resource.plural,
+                    lasted,
+                    wait,
+                )
+                await asyncio.sleep(wait)
         except GoneError as exc:
             log.info("watch of %s: %s; relisting", resource.plural, exc)
             version = ""

@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
 import uuid
 import weakref
 from collections.abc import AsyncIterator
@@ -292,4 +293,46 @@ async def test_with_a_transform_the_listed_objects_are_not_held() -> None:
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watching
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+class _ClosesAtOnce(_ListOnly):
+    """A store whose every watch ends at once with nothing in it (a proxy closing watches)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watches = 0
+
+    async def watch(self, *args: object, **kwargs: object) -> AsyncIterator[WatchEvent]:
+        self.watches += 1
+        self.watching.set()
+        await asyncio.sleep(0)  # as a request would; without it the old loop never let go
+        nothing: list[WatchEvent] = []
+        for event in nothing:
+            yield event
+
+
+async def test_a_watch_that_ends_at_once_with_nothing_is_backed_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Opened again at once, such watches hammered the API server in a tight loop; now the next
+    one waits for the backoff (an hour here: a second watch while it waits is the old loop)."""
+    # (the package's `informer` is the function: the module is reached through importlib)
+    informer_module = importlib.import_module("gpudra_kube.informer")
+    monkeypatch.setattr(informer_module, "SHORT_WATCH", 60.0)  # however slow this machine is
+    store = _ClosesAtOnce()
+    events = informer(store, RESOURCE_CLAIMS, backoff_initial=3600.0)  # type: ignore[arg-type]
+    waiting = None
+    try:
+        kinds = [(await anext(events)).type for _ in range(3)]
+        assert kinds == [EventType.ADDED, EventType.ADDED, EventType.SYNCED]
+        waiting = asyncio.ensure_future(anext(events))
+        await asyncio.wait_for(store.watching.wait(), 10)
+        await asyncio.sleep(0.2)  # the old loop watched thousands of times meanwhile
+        assert store.watches == 1
+    finally:
+        if waiting is not None:
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
         await events.aclose()  # type: ignore[attr-defined]
