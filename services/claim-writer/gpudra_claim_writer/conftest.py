@@ -32,6 +32,7 @@ from gpudra_kube.api_backend import ApiStore
 from gpudra_testing.claims import ALLOCATION
 from gpudra_testing.claims import claim as new_claim
 from gpudra_testing.kubeapi import FakeKubeApi
+from gpudra_testing.nats_queue import queued
 from gpudra_testing.waiting import TIMEOUT, until
 from gpudrapb.v1 import claims_pb2
 
@@ -137,10 +138,11 @@ class Heard:
     queues each message as it comes, so `arrived()` counts them without waiting for a callback
     task to run, and `take()` flushes the connection first (then everything published before is
     queued: the server delivers to subscribers before it acknowledges a publish) and moves the
-    queue into `events` and `ids`, in order. Read `events` after a `take()`: a callback could
-    still be pending then, the queue cannot (the flake CI met with callback-filled lists)."""
+    queue into `events` and `ids`, in order (`gpudra_testing.nats_queue.queued`). Read `events`
+    after a `take()`: a callback could still be pending then, the queue cannot (the flake CI met
+    with callback-filled lists)."""
 
-    def __init__(self, nc: Client | None = None, sub: Subscription | None = None) -> None:
+    def __init__(self, nc: Client, sub: Subscription) -> None:
         self.events: list[claims_pb2.ClaimEvent] = []
         self.ids: list[str] = []  # their message ids (JetStream deduplicates by them)
         self._nc = nc
@@ -156,21 +158,14 @@ class Heard:
         self.events.append(event)
         self.ids.append((msg.headers or {}).get("Nats-Msg-Id", ""))
 
-    def _queue(self) -> tuple[Client, Subscription]:
-        if self._nc is None or self._sub is None:
-            raise TypeError("a Heard made by Heard.on(nc, subject) reads its own queue")
-        return self._nc, self._sub
-
     def arrived(self) -> int:
         """Events taken and events queued: for `until`, which needs no `take()` to see them."""
-        return len(self.events) + self._queue()[1].pending_msgs
+        return len(self.events) + self._sub.pending_msgs
 
     async def take(self) -> list[claims_pb2.ClaimEvent]:
         """Flush, then move every queued message into `events` (and `ids`); all events so far."""
-        nc, sub = self._queue()
-        await nc.flush()
-        while sub.pending_msgs:
-            self._add(await sub.next_msg(timeout=10))  # queued already: at once
+        for msg in await queued(self._nc, self._sub):
+            self._add(msg)
         return self.events
 
     async def settle(self, count: int) -> list[claims_pb2.ClaimEvent]:
@@ -195,7 +190,7 @@ class Heard:
     async def stop(self) -> list[claims_pb2.ClaimEvent]:
         """`take()` what has come, then unsubscribe; all events."""
         await self.take()
-        await self._queue()[1].unsubscribe()
+        await self._sub.unsubscribe()
         return self.events
 
     def kinds(self) -> list[str]:
