@@ -7,6 +7,7 @@ import importlib
 import uuid
 import weakref
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -279,15 +280,23 @@ async def test_with_a_transform_the_listed_objects_are_not_held() -> None:
     """A transform slims what the informer holds only if nothing else keeps the list's objects:
     once it is watching, every whole object it listed has been let go."""
     store = _ListOnly()
-    events = informer(store, RESOURCE_CLAIMS, transform=metadata_only)  # type: ignore[arg-type]
+    async with watching_after_sync(store, transform=metadata_only):
+        gc.collect()
+        assert [ref() for ref in store.listed] == [None, None]
+
+
+@contextlib.asynccontextmanager
+async def watching_after_sync(store: _ListOnly, **options: Any) -> AsyncIterator[None]:
+    """An informer of `store`'s two claims, past its list (ADDED, ADDED, SYNCED) and watching;
+    stopped on the way out."""
+    events = informer(store, RESOURCE_CLAIMS, **options)  # type: ignore[arg-type]
     watching = None
     try:
         kinds = [(await anext(events)).type for _ in range(3)]
         assert kinds == [EventType.ADDED, EventType.ADDED, EventType.SYNCED]
         watching = asyncio.ensure_future(anext(events))
         await asyncio.wait_for(store.watching.wait(), 10)
-        gc.collect()
-        assert [ref() for ref in store.listed] == [None, None]
+        yield
     finally:
         if watching is not None:
             watching.cancel()
@@ -321,18 +330,6 @@ async def test_a_watch_that_ends_at_once_with_nothing_is_backed_off(
     informer_module = importlib.import_module("gpudra_kube.informer")
     monkeypatch.setattr(informer_module, "SHORT_WATCH", 60.0)  # however slow this machine is
     store = _ClosesAtOnce()
-    events = informer(store, RESOURCE_CLAIMS, backoff_initial=3600.0)  # type: ignore[arg-type]
-    waiting = None
-    try:
-        kinds = [(await anext(events)).type for _ in range(3)]
-        assert kinds == [EventType.ADDED, EventType.ADDED, EventType.SYNCED]
-        waiting = asyncio.ensure_future(anext(events))
-        await asyncio.wait_for(store.watching.wait(), 10)
+    async with watching_after_sync(store, backoff_initial=3600.0):
         await asyncio.sleep(0.2)  # the old loop watched thousands of times meanwhile
         assert store.watches == 1
-    finally:
-        if waiting is not None:
-            waiting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await waiting
-        await events.aclose()  # type: ignore[attr-defined]
