@@ -43,7 +43,7 @@ import asyncio
 from typing import Any
 
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
+from nats.js.api import ConsumerInfo, DeliverPolicy
 from nats.js.client import JetStreamContext
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
 
@@ -121,19 +121,24 @@ async def watch_kv(
     try:
         info = await watcher._sub.consumer_info()
         watcher._pending = info.num_pending
-        # Nothing to replay only when the *server* has sent nothing: it may have sent the replay
-        # (nothing pending) before this client's read loop counted a message (nats-py's own
-        # watch asks `delivered`, the client's count, and can say "caught up" first). When it
-        # sent some, the last one (pending 0 in its metadata) says caught up in `on_msg`.
-        sent = info.delivered.consumer_seq if info.delivered is not None else 0
-        if info.num_pending == 0 and sent == 0:
-            await caught_up(0)  # nothing to replay
+        if nothing_to_deliver(info):
+            await caught_up(0)  # nothing to replay; else the last message says caught up
     except BaseException:
         setup.cancel()
         await watcher._sub.unsubscribe()
         raise
     setup.set_result(None)
     return watcher
+
+
+def nothing_to_deliver(info: ConsumerInfo) -> bool:
+    """Whether a new consumer will deliver nothing at all: none pending and the *server* has
+    sent none. The client's own count (`delivered`, which nats-py's watch asks) can still be 0
+    when the server has sent the replay and the read loop has not counted it yet: asked that
+    way, an empty answer could come before the replay. When the server sent some, the last one
+    sent carries pending 0 in its metadata."""
+    sent = info.delivered.consumer_seq if info.delivered is not None else 0
+    return info.num_pending == 0 and sent == 0
 
 
 class ResumingBucket(KeyValue):

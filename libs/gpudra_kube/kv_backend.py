@@ -58,7 +58,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, Header, PubAck
 
 from gpudra_bus.connection import wrong_revision
 from gpudra_bus.errors import InvalidSubjectError
-from gpudra_bus.kvwatch import WATCH_HEARTBEAT, resume_quickly
+from gpudra_bus.kvwatch import WATCH_HEARTBEAT, nothing_to_deliver, resume_quickly
 from gpudra_bus.streams import (
     CLAIM_TEMPLATES_BUCKET,
     CLAIMS_BUCKET,
@@ -288,13 +288,11 @@ class KvStore:
         try:
             if fence is not None:
                 await fence()
-            if idle is None:
-                # A list: nothing matching means nothing will arrive; ask before waiting. (The
-                # consumer's stream position may already be past non-matching messages, so
-                # count what it delivered, not where it stands.)
-                ci = await sub.consumer_info()
-                if ci.num_pending == 0 and (ci.delivered is None or not ci.delivered.consumer_seq):
-                    return
+            # A list: nothing matching means nothing will arrive; ask before waiting. (The
+            # consumer's stream position may already be past non-matching messages, so count
+            # what it delivered, not where it stands.)
+            if idle is None and nothing_to_deliver(await sub.consumer_info()):
+                return
             while True:
                 try:
                     yield await sub.next_msg(timeout=idle if idle is not None else self._timeout)
